@@ -1,0 +1,123 @@
+#pragma once
+// device_memory_resource: the one interface every gpumem resource implements.
+//
+// Semantics follow RMM's device_memory_resource (../shared/seeds):
+// - allocate(bytes, stream) returns memory usable by work on `stream` in stream
+//   order, aligned to at least 256 bytes. Using it on another stream requires the
+//   caller to synchronize that stream with `stream` first.
+// - deallocate(p, bytes, stream) returns memory in stream order: it may be reused
+//   by work on `stream` immediately, and by other streams only once they are
+//   ordered after `stream` (the resource arranges that itself, e.g. with an event).
+//   `bytes` must be the value given to allocate; `stream` need not be the stream
+//   it was allocated on.
+// - allocate(0, s) returns nullptr; deallocate(nullptr, ...) does nothing.
+// - Failures throw gpumem::out_of_memory (CUDA_ERROR_OUT_OF_MEMORY) or
+//   gpumem::cuda_error / gpumem::bad_alloc carrying the CUresult CUDA would give.
+//   deallocate never throws.
+// Each resource documents its own thread safety; all those shipped are thread-safe.
+
+#include <gpumem/error.hpp>
+#include <gpumem/memory_resource_concept.hpp>
+#include <gpumem/stream.hpp>
+
+#include <cstddef>
+
+namespace gpumem {
+
+/// Alignment of every pointer a gpumem resource returns (CUDA gives 256 too).
+inline constexpr std::size_t allocation_alignment = 256;
+
+[[nodiscard]] constexpr std::size_t align_up(std::size_t v, std::size_t a) noexcept {
+  return (v + a - 1) & ~(a - 1);
+}
+[[nodiscard]] constexpr bool is_aligned(std::size_t v, std::size_t a) noexcept { return (v & (a - 1)) == 0; }
+
+/// What a resource (and the chain below it) holds, for cudaMemGetInfo, reports and
+/// out-of-memory diagnostics. Fields a resource does not know stay 0.
+struct resource_info {
+  std::size_t reserved_bytes{};      ///< obtained from the upstream/device and not yet returned
+  std::size_t used_bytes{};          ///< handed out to callers and not yet deallocated
+  std::size_t free_bytes{};          ///< reserved but not used (cached), reusable
+  std::size_t largest_free_block{};  ///< biggest single request the cache can serve now
+  /// (free - largest free) / free, in [0, 1]: TensorFlow BFC's fragmentation measure.
+  [[nodiscard]] double fragmentation() const noexcept {
+    return free_bytes == 0 ? 0.0
+                           : static_cast<double>(free_bytes - largest_free_block) /
+                                 static_cast<double>(free_bytes);
+  }
+};
+
+class device_memory_resource {
+ public:
+  device_memory_resource() = default;
+  device_memory_resource(device_memory_resource const&) = delete;
+  device_memory_resource& operator=(device_memory_resource const&) = delete;
+  device_memory_resource(device_memory_resource&&) = delete;
+  device_memory_resource& operator=(device_memory_resource&&) = delete;
+  virtual ~device_memory_resource() = default;
+
+  /// Stream-ordered allocation; see the file comment for the contract.
+  [[nodiscard]] void* allocate(std::size_t bytes, stream_ref stream = {}) {
+    return do_allocate(bytes, stream);
+  }
+  /// Stream-ordered deallocation; never throws.
+  void deallocate(void* p, std::size_t bytes, stream_ref stream = {}) noexcept {
+    do_deallocate(p, bytes, stream);
+  }
+
+  /// Give cached memory back to the upstream / device. Returns the bytes released.
+  /// Memory still in use stays. Adaptors forward to their upstream.
+  std::size_t release() { return do_release(); }
+
+  /// What this resource and its upstreams hold; adaptors forward.
+  [[nodiscard]] resource_info info() const { return do_info(); }
+
+  [[nodiscard]] bool is_equal(device_memory_resource const& other) const noexcept {
+    return this == &other || do_is_equal(other);
+  }
+  bool operator==(device_memory_resource const& other) const noexcept { return is_equal(other); }
+
+  // libcu++ cuda::mr::async_resource spelling (CCCL 3.0). Every pointer is
+  // 256-byte aligned, so any power-of-two alignment up to 256 is honoured.
+  [[nodiscard]] void* allocate_async(std::size_t bytes, std::size_t alignment, stream_ref s) {
+    check_alignment(alignment);
+    return allocate(bytes, s);
+  }
+  void deallocate_async(void* p, std::size_t bytes, std::size_t /*alignment*/, stream_ref s) noexcept {
+    deallocate(p, bytes, s);
+  }
+  /// Synchronous spelling for cuda::mr::resource: allocates on the legacy stream.
+  [[nodiscard]] void* allocate(std::size_t bytes, std::size_t alignment) {
+    check_alignment(alignment);
+    return allocate(bytes, stream_ref{});
+  }
+  void deallocate(void* p, std::size_t bytes, std::size_t /*alignment*/) noexcept {
+    deallocate(p, bytes, stream_ref{});
+  }
+#if GPUMEM_CCCL_STREAM_FIRST
+  // CCCL >= 3.1 spelling of the same calls.
+  [[nodiscard]] void* allocate(stream_ref s, std::size_t bytes, std::size_t alignment) {
+    return allocate_async(bytes, alignment, s);
+  }
+  void deallocate(stream_ref s, void* p, std::size_t bytes, std::size_t alignment) noexcept {
+    deallocate_async(p, bytes, alignment, s);
+  }
+#endif
+  friend void get_property(device_memory_resource const&, device_accessible) noexcept {}
+
+ protected:
+  static void check_alignment(std::size_t alignment) {
+    if (alignment == 0 || alignment > allocation_alignment || (allocation_alignment % alignment) != 0) {
+      throw logic_error{"gpumem: alignment must be a power of two no larger than 256"};
+    }
+  }
+
+ private:
+  virtual void* do_allocate(std::size_t bytes, stream_ref stream) = 0;
+  virtual void do_deallocate(void* p, std::size_t bytes, stream_ref stream) noexcept = 0;
+  virtual std::size_t do_release() { return 0; }
+  [[nodiscard]] virtual resource_info do_info() const { return {}; }
+  [[nodiscard]] virtual bool do_is_equal(device_memory_resource const&) const noexcept { return false; }
+};
+
+}  // namespace gpumem

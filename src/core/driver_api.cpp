@@ -1,0 +1,62 @@
+#include <gpumem/detail/driver_api.hpp>
+#include <gpumem/detail/real_dlsym.hpp>
+
+#include <dlfcn.h>
+
+#include <mutex>
+
+namespace gpumem::detail {
+namespace {
+
+#define GPUMEM_STR2(x) #x
+#define GPUMEM_STR(x) GPUMEM_STR2(x)
+
+driver_api load() noexcept {
+  driver_api api{};
+  // RTLD_NOLOAD first: use the copy the program already has, whatever its path.
+  void* h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL | RTLD_NOLOAD);
+  if (h == nullptr) h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+  if (h == nullptr) {
+    api.init_result = CUDA_ERROR_NO_DEVICE;  // what cudart reports with no driver
+    return api;
+  }
+  api.handle = h;
+  auto const sym = real_dlsym();
+  if (sym == nullptr) {
+    api.init_result = CUDA_ERROR_NOT_INITIALIZED;
+    return api;
+  }
+#define GPUMEM_DRIVER_LOAD(name) \
+  api.name = reinterpret_cast<decltype(api.name)>(sym(h, GPUMEM_STR(name)));
+  GPUMEM_DRIVER_FUNCTIONS(GPUMEM_DRIVER_LOAD)
+#undef GPUMEM_DRIVER_LOAD
+  api.init_result = api.cuInit != nullptr ? api.cuInit(0) : CUDA_ERROR_NOT_INITIALIZED;
+  return api;
+}
+
+}  // namespace
+
+driver_api const& driver() noexcept {
+  static driver_api const api = load();  // thread-safe once; first use, never a constructor
+  return api;
+}
+
+CUresult ensure_context() noexcept {
+  auto const& d = driver();
+  if (d.init_result != CUDA_SUCCESS) return d.init_result;
+  CUcontext ctx = nullptr;
+  if (CUresult r = d.cuCtxGetCurrent(&ctx); r != CUDA_SUCCESS) return r;
+  if (ctx != nullptr) return CUDA_SUCCESS;
+  CUdevice dev{};
+  if (CUresult r = d.cuDeviceGet(&dev, 0); r != CUDA_SUCCESS) return r;
+  if (CUresult r = d.cuDevicePrimaryCtxRetain(&ctx, dev); r != CUDA_SUCCESS) return r;
+  return d.cuCtxSetCurrent(ctx);
+}
+
+int current_device() noexcept {
+  if (ensure_context() != CUDA_SUCCESS) return -1;
+  CUdevice dev{};
+  return driver().cuCtxGetDevice(&dev) == CUDA_SUCCESS ? static_cast<int>(dev) : -1;
+}
+
+}  // namespace gpumem::detail
