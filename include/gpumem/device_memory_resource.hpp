@@ -72,6 +72,12 @@ class device_memory_resource {
   /// What this resource and its upstreams hold; adaptors forward.
   [[nodiscard]] resource_info info() const { return do_info(); }
 
+  /// Tell the resource that `stream` is about to be destroyed (the shim calls this
+  /// from its cuStreamDestroy hook, before the real destroy). A resource that keeps
+  /// per-stream state (pool free lists) orders or moves it so it never names the
+  /// stream again. Adaptors forward. Never throws.
+  void stream_destroyed(stream_ref stream) noexcept { do_stream_destroyed(stream); }
+
   [[nodiscard]] bool is_equal(device_memory_resource const& other) const noexcept {
     return this == &other || do_is_equal(other);
   }
@@ -117,6 +123,7 @@ class device_memory_resource {
   virtual void do_deallocate(void* p, std::size_t bytes, stream_ref stream) noexcept = 0;
   virtual std::size_t do_release() { return 0; }
   [[nodiscard]] virtual resource_info do_info() const { return {}; }
+  virtual void do_stream_destroyed(stream_ref) noexcept {}
   [[nodiscard]] virtual bool do_is_equal(device_memory_resource const&) const noexcept { return false; }
 };
 
