@@ -1,0 +1,86 @@
+#pragma once
+// resource_chain: the resources of one device, built from settings, owned together.
+//
+// Order, outermost first: statistics (live: bytes the program holds) → the chain's
+// adaptors as written → deferred_free (safe mode, only above memory-caching entries) →
+// the caching resources as written → statistics (device: bytes reserved from the
+// device) → the device resource.
+//
+// Thread safety: the resources are thread-safe; the chain object itself is immutable
+// after build_chain. Destroying it returns cached memory to the device, so destroy it
+// only while the driver is alive (the shim never destroys chains at exit).
+
+#include <gpumem/config/settings.hpp>
+#include <gpumem/device_memory_resource.hpp>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace gpumem {
+class statistics_resource_adaptor;
+class tracking_resource_adaptor;
+class limiting_resource_adaptor;
+class deferred_free_resource_adaptor;
+class csv_log_writer;
+}  // namespace gpumem
+
+namespace gpumem::config {
+
+class resource_chain {
+ public:
+  resource_chain(resource_chain const&) = delete;
+  resource_chain& operator=(resource_chain const&) = delete;
+  resource_chain(resource_chain&&) = delete;
+  resource_chain& operator=(resource_chain&&) = delete;
+  ~resource_chain();
+
+  /// Where the shim allocates (the live statistics adaptor).
+  [[nodiscard]] device_memory_resource& top() noexcept;
+  /// Outermost: bytes the program holds.
+  [[nodiscard]] statistics_resource_adaptor& live_stats() noexcept;
+  /// Just above the device resource: bytes reserved from the device, upstream calls.
+  [[nodiscard]] statistics_resource_adaptor& device_stats() noexcept;
+  /// The first tracking adaptor, nullptr unless the chain has one.
+  [[nodiscard]] tracking_resource_adaptor* tracker() noexcept;
+  /// The outermost limiting adaptor, nullptr unless limited (cudaMemGetInfo reports its
+  /// limit as total).
+  [[nodiscard]] limiting_resource_adaptor* limiter() noexcept;
+  /// The deferred-free adaptor, nullptr in stream mode or when nothing caches memory.
+  [[nodiscard]] deferred_free_resource_adaptor* deferred() noexcept;
+  /// top().info(): what the whole chain holds.
+  [[nodiscard]] resource_info info() const;
+  /// "limiting(8 GiB) → deferred_free(flush 256 MiB) → pool(initial 4 GiB, max 70 GiB) → cuda":
+  /// the configured entries with resolved sizes (the two statistics adaptors every
+  /// chain has are not shown).
+  [[nodiscard]] std::string describe() const;
+  /// The entries' types outermost first, including the implicit ones
+  /// ("statistics", ..., "deferred_free", ...): for tests and reports.
+  [[nodiscard]] std::vector<std::string> types() const { return types_; }
+  [[nodiscard]] int device() const noexcept { return device_; }
+
+ private:
+  friend std::unique_ptr<resource_chain> build_chain(settings const&, int);
+  resource_chain() = default;
+
+  int device_ = -1;
+  // Innermost first: each entry's upstream is built (and so destroyed) before it.
+  std::vector<std::unique_ptr<device_memory_resource>> owned_;
+  std::vector<std::string> types_;        // outermost first
+  std::vector<std::string> description_;  // outermost first, configured entries only
+  device_memory_resource* top_ = nullptr;
+  statistics_resource_adaptor* live_stats_ = nullptr;
+  statistics_resource_adaptor* device_stats_ = nullptr;
+  tracking_resource_adaptor* tracker_ = nullptr;
+  limiting_resource_adaptor* limiter_ = nullptr;
+  deferred_free_resource_adaptor* deferred_ = nullptr;
+};
+
+/// Builds `device`'s chain. The device's context must be current: percent sizes resolve
+/// against cuMemGetInfo's free bytes (via gpumem::detail::driver()), and log file
+/// templates are expanded with `device`. Throws config_error for values that only fail
+/// once resolved (maximum < initial after percentages, an unwritable log file), and the
+/// resources' own errors (cuda_error, out_of_memory) when they cannot be created.
+[[nodiscard]] std::unique_ptr<resource_chain> build_chain(settings const& s, int device);
+
+}  // namespace gpumem::config

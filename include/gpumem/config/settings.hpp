@@ -1,0 +1,103 @@
+#pragma once
+// What a configuration says: global switches and the resource chain, as parsed from
+// TOML (parse_toml) and the environment (load). Plain data; build_chain turns it into
+// resources.
+
+#include <gpumem/config/config_error.hpp>
+#include <gpumem/size_parse.hpp>
+
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace gpumem::config {
+
+/// How the shim treats memory freed by cudaFree/cuMemFree.
+enum class sync_mode {
+  safe,   ///< default: such blocks are reused only after a device synchronization (deferred_free)
+  stream  ///< trust stream order as RMM does: reuse at once on the freeing stream
+};
+
+// Typed options of each chain entry. Sizes may be percentages of the device's free
+// memory; build_chain resolves them. Defaults are those of an entry that omits the key.
+
+/// `pool`: coalescing best-fit sub-allocator (pool_memory_resource).
+struct pool_spec {
+  size_value initial_size = size_value::of_bytes(0);  ///< 0: grow on demand
+  std::optional<size_value> maximum_size;             ///< none: no cap (the device decides)
+  size_value min_growth = size_value::of_bytes(std::size_t{2} << 20U);
+};
+/// `binning`: power-of-two fixed-size bins; larger requests go to the next entry.
+struct binning_spec {
+  std::vector<std::size_t> bins;  ///< ascending bin sizes, powers of two >= 256 B
+};
+/// `fixed_size`: one block size (fixed_size_memory_resource).
+struct fixed_size_spec {
+  size_value block_size = size_value::of_bytes(std::size_t{1} << 20U);
+  std::size_t preallocate = 128;  ///< blocks reserved per growth
+};
+/// `async`: cuMemAllocFromPoolAsync on a pool of its own (a device resource that caches).
+struct async_spec {
+  std::optional<size_value> release_threshold;
+  std::optional<size_value> initial_size;
+};
+struct cuda_spec {};     ///< `cuda`: cuMemAlloc / cuMemFree
+struct managed_spec {};  ///< `managed`: cuMemAllocManaged
+struct limiting_spec {   ///< `limiting`: byte cap
+  size_value limit;
+};
+struct statistics_spec {};  ///< `statistics`: counters at this point of the chain
+struct tracking_spec {      ///< `tracking`: outstanding allocations (leak report)
+  bool capture_stacks = false;
+};
+struct logging_spec {  ///< `logging`: CSV rows of every call at this point of the chain
+  std::string file;    ///< path template (expand_template), expanded by build_chain
+};
+
+using resource_options =
+    std::variant<pool_spec, binning_spec, fixed_size_spec, async_spec, cuda_spec, managed_spec,
+                 limiting_spec, statistics_spec, tracking_spec, logging_spec>;
+
+/// One [[chain]] entry.
+struct resource_spec {
+  std::string type;          ///< "pool", "binning", ... (matches options)
+  resource_options options;
+  std::string source;        ///< file path, "environment" or "embedded default"
+  int line = 0;              ///< 1-based position of the entry in `source`; 0 if none
+  int column = 0;
+};
+
+/// Role of a chain entry: validation and build order depend on it.
+enum class resource_role {
+  adaptor,   ///< limiting, statistics, tracking, logging: wraps the next entry
+  caching,   ///< pool, binning, fixed_size: sub-allocates from the next entry
+  device     ///< cuda, async, managed: the last entry
+};
+[[nodiscard]] resource_role role_of(resource_options const& options) noexcept;
+/// Whether the entry keeps freed memory for reuse (pool, binning, fixed_size, async):
+/// in safe mode such a chain gets a deferred_free adaptor above it.
+[[nodiscard]] bool caches_memory(resource_options const& options) noexcept;
+
+/// Everything the shim and the tools need to know, read once.
+struct settings {
+  bool disabled = false;            ///< GPUMEM_DISABLE=1: pure pass-through
+  sync_mode sync = sync_mode::safe;
+  std::string log_file;             ///< CSV allocation log path template ("" = none); the shim writes it
+  std::string log_level = "warn";   ///< messages to stderr: trace|debug|info|warn|error|off
+  on_error on_config_error = on_error::fail;
+  bool report = false;              ///< one-screen summary at exit
+  std::string report_file;          ///< "" = stderr; a path template like log_file
+  std::size_t deferred_flush_bytes = std::size_t{256} << 20U;  ///< safe mode: flush pending frees past this
+  std::vector<resource_spec> chain; ///< outermost first; the last is a device resource
+  std::string source;               ///< "embedded default", or the file path
+  /// Non-fatal findings (unknown GPUMEM_* variables, ...), already printed to stderr by
+  /// load() unless log_level is error or off.
+  std::vector<std::string> warnings;
+};
+
+[[nodiscard]] std::string_view to_string(sync_mode m) noexcept;
+[[nodiscard]] std::string_view to_string(on_error e) noexcept;
+
+}  // namespace gpumem::config
