@@ -1,0 +1,33 @@
+#pragma once
+// Cheap per-row facts about the calling thread and the clock, for log rows and
+// allocation records.
+
+#include <cstdint>
+#include <ctime>
+
+namespace gpumem::detail {
+
+/// The OS thread id (gettid), cached per thread. Correct in a forked child: the
+/// cache is keyed by a fork generation bumped by a pthread_atfork child handler.
+[[nodiscard]] std::uint64_t os_thread_id() noexcept;
+
+/// CLOCK_REALTIME in nanoseconds since the epoch (vDSO, no syscall).
+[[nodiscard]] inline std::int64_t realtime_ns() noexcept {
+  timespec ts{};
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+/// CLOCK_MONOTONIC in nanoseconds, for durations.
+[[nodiscard]] inline std::int64_t monotonic_ns() noexcept {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+/// Offset of local time from UTC (seconds) at `time_ns`. localtime_r runs at most
+/// once per wall-clock hour (process-wide cache), so a DST change is picked up
+/// within the hour and no row pays for the time-zone lookup.
+[[nodiscard]] std::int32_t local_utc_offset(std::int64_t time_ns) noexcept;
+
+}  // namespace gpumem::detail

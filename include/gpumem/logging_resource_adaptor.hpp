@@ -1,0 +1,50 @@
+#pragma once
+// logging_resource_adaptor: one CSV row (see csv_log_writer.hpp) per allocate,
+// failed allocate and deallocate passing through it.
+//
+// A failed allocate is logged as "allocate failure" with the error's CUresult
+// name, then rethrown unchanged. Device and Entry come from call_context()
+// (set by the shim); for library calls Entry is allocate/free and Device the
+// current context's device. deallocate rows are written after the upstream
+// returns, with the time the upstream took.
+// Thread safety: as thread-safe as the upstream; the writer is lock-free on its
+// fast path. Streams: passed through unchanged and logged.
+
+#include <gpumem/csv_log_writer.hpp>
+#include <gpumem/device_memory_resource.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace gpumem {
+
+class logging_resource_adaptor final : public device_memory_resource {
+ public:
+  /// Logs to `sink` (may be shared by several adaptors). Throws logic_error on
+  /// null upstream or sink.
+  logging_resource_adaptor(device_memory_resource* upstream, std::shared_ptr<csv_log_writer> sink);
+  /// Logs to a new csv_log_writer on `filename` (throws logic_error if it cannot
+  /// be opened).
+  logging_resource_adaptor(device_memory_resource* upstream, std::string const& filename);
+
+  [[nodiscard]] device_memory_resource* get_upstream() const noexcept { return upstream_; }
+  [[nodiscard]] csv_log_writer& writer() const noexcept { return *sink_; }
+  [[nodiscard]] std::shared_ptr<csv_log_writer> const& sink() const noexcept { return sink_; }
+
+ private:
+  void* do_allocate(std::size_t bytes, stream_ref stream) override;
+  void do_deallocate(void* p, std::size_t bytes, stream_ref stream) noexcept override;
+  std::size_t do_release() override { return upstream_->release(); }
+  [[nodiscard]] resource_info do_info() const override { return upstream_->info(); }
+  void do_stream_destroyed(stream_ref s) noexcept override { upstream_->stream_destroyed(s); }
+
+  /// Writes one row; the duration runs from `start_ns` to now.
+  void log(log_action action, void const* p, std::size_t bytes, stream_ref stream, std::int64_t start_ns,
+           const char* result) const noexcept;
+
+  device_memory_resource* upstream_;
+  std::shared_ptr<csv_log_writer> sink_;
+};
+
+}  // namespace gpumem

@@ -1,0 +1,71 @@
+#pragma once
+// statistics_resource_adaptor: counts what passes through it (bytes and
+// allocations: current, peak, total; deallocations; failed allocations).
+//
+// Bytes are the *requested* sizes (as RMM counts them). allocate(0) and
+// deallocate(nullptr) are forwarded but not counted (they move no memory).
+// Thread safety: lock-free. Each call costs a few relaxed atomic operations (peak
+// via a CAS loop that only loops while the peak is actually rising). A reader
+// gets each counter exactly, but bytes() and allocations() are not one snapshot.
+// Streams: passed through unchanged.
+
+#include <gpumem/device_memory_resource.hpp>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+namespace gpumem {
+
+class statistics_resource_adaptor final : public device_memory_resource {
+ public:
+  /// Like RMM's statistics_resource_adaptor::counter.
+  struct counters {
+    std::int64_t current{};  ///< now outstanding
+    std::int64_t peak{};     ///< highest `current` ever seen
+    std::int64_t total{};    ///< sum of all allocations ever made
+  };
+
+  /// `upstream` must outlive the adaptor. Throws logic_error on null.
+  explicit statistics_resource_adaptor(device_memory_resource* upstream);
+
+  [[nodiscard]] device_memory_resource* get_upstream() const noexcept { return upstream_; }
+
+  [[nodiscard]] counters bytes() const noexcept { return bytes_.read(); }
+  [[nodiscard]] counters allocations() const noexcept { return allocations_.read(); }
+  [[nodiscard]] std::int64_t deallocations() const noexcept {
+    return deallocations_.load(std::memory_order_relaxed);
+  }
+  /// Allocations the upstream refused (out_of_memory or any other exception).
+  [[nodiscard]] std::int64_t failed_allocations() const noexcept {
+    return failures_.load(std::memory_order_relaxed);
+  }
+
+ private:
+  struct atomic_counter {
+    std::atomic<std::int64_t> current{0};
+    std::atomic<std::int64_t> peak{0};
+    std::atomic<std::int64_t> total{0};
+    void add(std::int64_t v) noexcept;
+    void sub(std::int64_t v) noexcept { current.fetch_sub(v, std::memory_order_relaxed); }
+    [[nodiscard]] counters read() const noexcept {
+      return {current.load(std::memory_order_relaxed), peak.load(std::memory_order_relaxed),
+              total.load(std::memory_order_relaxed)};
+    }
+  };
+
+  void* do_allocate(std::size_t bytes, stream_ref stream) override;
+  void do_deallocate(void* p, std::size_t bytes, stream_ref stream) noexcept override;
+  std::size_t do_release() override { return upstream_->release(); }
+  [[nodiscard]] resource_info do_info() const override { return upstream_->info(); }
+  void do_stream_destroyed(stream_ref s) noexcept override { upstream_->stream_destroyed(s); }
+
+  device_memory_resource* upstream_;
+  // Bytes and counts on separate cache lines: they are written by every call.
+  alignas(64) atomic_counter bytes_;
+  alignas(64) atomic_counter allocations_;
+  alignas(64) std::atomic<std::int64_t> deallocations_{0};
+  std::atomic<std::int64_t> failures_{0};
+};
+
+}  // namespace gpumem

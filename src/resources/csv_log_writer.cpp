@@ -1,0 +1,255 @@
+// csv_log_writer: append-only, crash-durable CSV through a MAP_SHARED file mapping.
+//
+// Layout: the file is mapped in fixed 256 MiB windows of address space (mapping
+// past the end of a file is allowed; only touching those pages is not), so growing
+// the file never moves a window and writers never wait on a remap. The write
+// offset, the backed size and the growth lock live in a MAP_SHARED anonymous page:
+// a forked child shares them, so parent and child append to one file safely.
+
+#include <gpumem/csv_log_writer.hpp>
+#include <gpumem/error.hpp>
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23  // Linux 5.14; older kernels answer EINVAL, which is fine
+#endif
+
+namespace gpumem {
+
+struct csv_log_writer::shared_state {
+  static_assert(std::atomic<std::uint64_t>::is_always_lock_free, "needs address-free atomics across fork");
+  /// Bytes reserved; bit 63 set once the owner closed the log (later rows drop).
+  std::atomic<std::uint64_t> tail{0};
+  /// Bytes the file is known to be backed for (fallocate'd).
+  std::atomic<std::uint64_t> capacity{0};
+  std::atomic<std::uint64_t> dropped{0};
+  pthread_mutex_t grow;  ///< process-shared, robust: a writer killed mid-growth does not wedge the others
+};
+
+namespace {
+
+constexpr std::uint64_t closed_bit = std::uint64_t{1} << 63;
+constexpr std::uint64_t min_chunk = std::uint64_t{1} << 20;   // first growth: 1 MiB
+constexpr std::uint64_t max_chunk = std::uint64_t{64} << 20;  // then by the file's size, up to 64 MiB
+
+[[noreturn]] void throw_open_error(std::string const& path, const char* what, int err) {
+  throw logic_error{"gpumem: cannot " + std::string{what} + " log file '" + path + "': " + std::strerror(err)};
+}
+
+class grow_lock {
+ public:
+  explicit grow_lock(pthread_mutex_t* m) noexcept : m_{m} {
+    if (pthread_mutex_lock(m_) == EOWNERDEAD) pthread_mutex_consistent(m_);  // holder died; state is re-derived
+  }
+  ~grow_lock() { pthread_mutex_unlock(m_); }
+  grow_lock(grow_lock const&) = delete;
+  grow_lock& operator=(grow_lock const&) = delete;
+
+ private:
+  pthread_mutex_t* m_;
+};
+
+// Registry of open writers for the atexit truncation (plain globals: usable
+// during exit, whatever the order of static destructors).
+pthread_mutex_t registry_mutex = PTHREAD_MUTEX_INITIALIZER;
+csv_log_writer* registry_head = nullptr;
+pthread_once_t atexit_once = PTHREAD_ONCE_INIT;
+
+}  // namespace
+
+csv_log_writer::csv_log_writer(std::string path) : path_{std::move(path)}, owner_pid_{::getpid()} {
+  fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd_ < 0) throw_open_error(path_, "open", errno);
+
+  void* page = ::mmap(nullptr, sizeof(shared_state), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (page == MAP_FAILED) {
+    int const err = errno;
+    ::close(fd_);
+    throw_open_error(path_, "map state for", err);
+  }
+  shared_ = new (page) shared_state{};
+  pthread_mutexattr_t attr;
+  pthread_mutexattr_init(&attr);
+  pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
+  pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
+  pthread_mutex_init(&shared_->grow, &attr);
+  pthread_mutexattr_destroy(&attr);
+
+  if (!ensure_mapped(csv_log_header.size())) {
+    int const err = errno;
+    truncate_and_unmap(true);
+    throw_open_error(path_, "extend", err);
+  }
+  append(csv_log_header.data(), csv_log_header.size());
+
+  pthread_once(&atexit_once, [] { std::atexit(&csv_log_writer::truncate_all_at_exit); });
+  pthread_mutex_lock(&registry_mutex);
+  next_live_ = registry_head;
+  if (registry_head != nullptr) registry_head->prev_live_ = this;
+  registry_head = this;
+  pthread_mutex_unlock(&registry_mutex);
+}
+
+csv_log_writer::~csv_log_writer() {
+  pthread_mutex_lock(&registry_mutex);
+  if (prev_live_ != nullptr) prev_live_->next_live_ = next_live_;
+  else if (registry_head == this) registry_head = next_live_;
+  if (next_live_ != nullptr) next_live_->prev_live_ = prev_live_;
+  pthread_mutex_unlock(&registry_mutex);
+  close();
+}
+
+void csv_log_writer::truncate_all_at_exit() noexcept {
+  pthread_mutex_lock(&registry_mutex);
+  for (auto* w = registry_head; w != nullptr; w = w->next_live_) {
+    // Keep the mappings: a thread still running at exit may be mid-copy.
+    w->truncate_and_unmap(false);
+  }
+  pthread_mutex_unlock(&registry_mutex);
+}
+
+void csv_log_writer::write(log_row const& row) noexcept {
+  char buf[max_row_bytes];
+  append(buf, format_row(buf, row));
+}
+
+void csv_log_writer::append(char const* data, std::size_t len) noexcept {
+  if (shared_ == nullptr || len == 0) return;
+  auto const off = shared_->tail.fetch_add(len, std::memory_order_relaxed);
+  if ((off & closed_bit) != 0) {
+    shared_->dropped.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  auto const end = off + len;
+  bool const mapped = end <= shared_->capacity.load(std::memory_order_acquire) &&
+                      windows_[off / window_bytes].load(std::memory_order_acquire) != nullptr &&
+                      windows_[(end - 1) / window_bytes].load(std::memory_order_acquire) != nullptr;
+  if (!mapped && !ensure_mapped(end)) {
+    shared_->dropped.fetch_add(1, std::memory_order_relaxed);  // the bytes stay NUL: readers skip them
+    return;
+  }
+  copy_out(off, data, len);
+}
+
+void csv_log_writer::copy_out(std::uint64_t offset, char const* data, std::size_t len) noexcept {
+  while (len != 0) {
+    auto const k = offset / window_bytes;
+    auto const in = offset % window_bytes;
+    auto const n = std::min<std::uint64_t>(len, window_bytes - in);
+    std::memcpy(windows_[k].load(std::memory_order_acquire) + in, data, n);
+    data += n;
+    offset += n;
+    len -= n;
+  }
+}
+
+bool csv_log_writer::ensure_mapped(std::uint64_t end) noexcept {
+  if (end / window_bytes >= max_windows) {
+    errno = EFBIG;
+    return false;
+  }
+  grow_lock lock{&shared_->grow};
+  auto const old_cap = shared_->capacity.load(std::memory_order_relaxed);
+  auto cap = old_cap;
+  if (end > cap) {
+    auto const tail = shared_->tail.load(std::memory_order_relaxed);
+    std::uint64_t target = 0;
+    if ((tail & closed_bit) != 0) {
+      target = tail & ~closed_bit;  // closed: back exactly the rows reserved before the close
+    } else {
+      auto const chunk = std::clamp(cap, min_chunk, max_chunk);
+      target = std::max((end + chunk - 1) / chunk * chunk, cap + chunk);
+    }
+    // fallocate, not just ftruncate: blocks are reserved now, so a full disk fails
+    // here (the row is dropped) instead of as SIGBUS on a later store.
+    int const r = ::posix_fallocate(fd_, static_cast<off_t>(cap), static_cast<off_t>(target - cap));
+    if (r == EOPNOTSUPP || r == ENOSYS || r == EINVAL) {
+      if (::ftruncate(fd_, static_cast<off_t>(target)) != 0) return false;
+    } else if (r != 0) {
+      errno = r;
+      return false;
+    }
+    cap = target;
+  }
+  // Map every window of the backed file this process has not mapped yet.
+  for (std::uint64_t k = 0; k * window_bytes < std::max(cap, end) && k < max_windows; ++k) {
+    if (windows_[k].load(std::memory_order_relaxed) != nullptr) continue;
+    void* w = ::mmap(nullptr, window_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd_,
+                     static_cast<off_t>(k * window_bytes));
+    if (w == MAP_FAILED) return false;
+    windows_[k].store(static_cast<char*>(w), std::memory_order_release);
+  }
+  if (cap > old_cap) {
+    // Pre-fault the new space in one go, so writers do not take a page fault per
+    // 4 KiB on their fast path (best effort: older kernels lack it).
+    for (auto from = old_cap; from < cap;) {
+      auto const k = from / window_bytes;
+      auto const in = from % window_bytes;
+      auto const n = std::min<std::uint64_t>(cap - from, window_bytes - in);
+      auto const page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+      auto const aligned = in / page * page;
+      ::madvise(windows_[k].load(std::memory_order_relaxed) + aligned, in + n - aligned, MADV_POPULATE_WRITE);
+      from += n;
+    }
+    shared_->capacity.store(cap, std::memory_order_release);  // only now may writers skip the lock
+  }
+  return true;
+}
+
+void csv_log_writer::flush() noexcept {
+  if (shared_ == nullptr) return;
+  auto const written = bytes_written();
+  for (std::size_t k = 0; k < max_windows && k * window_bytes < written; ++k) {
+    auto* w = windows_[k].load(std::memory_order_acquire);
+    if (w == nullptr) continue;
+    ::msync(w, std::min<std::uint64_t>(window_bytes, written - k * window_bytes), MS_ASYNC);
+  }
+}
+
+void csv_log_writer::close() noexcept { truncate_and_unmap(true); }
+
+void csv_log_writer::truncate_and_unmap(bool unmap) noexcept {
+  if (shared_ == nullptr) return;
+  // Only the opening process closes the shared log: a forked child that closes
+  // its copy must not cut off its parent's rows.
+  if (::getpid() == owner_pid_) {
+    auto const written = shared_->tail.fetch_or(closed_bit, std::memory_order_relaxed) & ~closed_bit;
+    grow_lock lock{&shared_->grow};
+    if (::ftruncate(fd_, static_cast<off_t>(written)) == 0) {
+      shared_->capacity.store(std::min(shared_->capacity.load(std::memory_order_relaxed), written),
+                              std::memory_order_release);
+    }
+  }
+  if (!unmap) return;
+  for (auto& slot : windows_) {
+    if (auto* w = slot.exchange(nullptr, std::memory_order_relaxed); w != nullptr) ::munmap(w, window_bytes);
+  }
+  ::close(fd_);
+  fd_ = -1;
+  // The state page stays mapped in a forked child's parent, and vice versa:
+  // unmapping here only drops this process's view.
+  final_bytes_ = shared_->tail.load(std::memory_order_relaxed) & ~closed_bit;
+  final_dropped_ = shared_->dropped.load(std::memory_order_relaxed);
+  ::munmap(shared_, sizeof(shared_state));
+  shared_ = nullptr;
+}
+
+std::uint64_t csv_log_writer::bytes_written() const noexcept {
+  return shared_ == nullptr ? final_bytes_ : shared_->tail.load(std::memory_order_relaxed) & ~closed_bit;
+}
+
+std::uint64_t csv_log_writer::dropped_rows() const noexcept {
+  return shared_ == nullptr ? final_dropped_ : shared_->dropped.load(std::memory_order_relaxed);
+}
+
+}  // namespace gpumem

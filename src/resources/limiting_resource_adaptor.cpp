@@ -1,0 +1,38 @@
+#include <gpumem/limiting_resource_adaptor.hpp>
+
+#include <cstdint>
+#include <string>
+
+namespace gpumem {
+
+limiting_resource_adaptor::limiting_resource_adaptor(device_memory_resource* upstream, std::size_t limit)
+    : upstream_{upstream}, limit_{limit} {
+  if (upstream == nullptr) throw logic_error{"gpumem: limiting_resource_adaptor needs an upstream resource"};
+}
+
+void* limiting_resource_adaptor::do_allocate(std::size_t bytes, stream_ref stream) {
+  if (bytes == 0) return upstream_->allocate(0, stream);
+  // Saturate instead of wrapping for sizes near SIZE_MAX.
+  std::size_t const need = bytes > SIZE_MAX - (allocation_alignment - 1) ? SIZE_MAX : charge(bytes);
+  auto used = used_.load(std::memory_order_relaxed);
+  do {
+    if (need > limit_ || used > limit_ - need) {
+      throw out_of_memory{"gpumem: limit of " + std::to_string(limit_) + " bytes reached: " + std::to_string(used) +
+                          " in use, " + std::to_string(bytes) + " requested (" + std::to_string(need) +
+                          " charged)"};
+    }
+  } while (!used_.compare_exchange_weak(used, used + need, std::memory_order_relaxed));
+  try {
+    return upstream_->allocate(bytes, stream);
+  } catch (...) {
+    used_.fetch_sub(need, std::memory_order_relaxed);  // the reservation never became memory
+    throw;
+  }
+}
+
+void limiting_resource_adaptor::do_deallocate(void* p, std::size_t bytes, stream_ref stream) noexcept {
+  upstream_->deallocate(p, bytes, stream);
+  if (p != nullptr) used_.fetch_sub(charge(bytes), std::memory_order_relaxed);
+}
+
+}  // namespace gpumem

@@ -1,0 +1,68 @@
+#include <gpumem/call_context.hpp>
+#include <gpumem/detail/driver_api.hpp>
+#include <gpumem/detail/os_thread.hpp>
+#include <gpumem/logging_resource_adaptor.hpp>
+
+#include <algorithm>
+
+namespace gpumem {
+
+logging_resource_adaptor::logging_resource_adaptor(device_memory_resource* upstream,
+                                                   std::shared_ptr<csv_log_writer> sink)
+    : upstream_{upstream}, sink_{std::move(sink)} {
+  if (upstream_ == nullptr) throw logic_error{"gpumem: logging_resource_adaptor needs an upstream resource"};
+  if (sink_ == nullptr) throw logic_error{"gpumem: logging_resource_adaptor needs a csv_log_writer"};
+}
+
+logging_resource_adaptor::logging_resource_adaptor(device_memory_resource* upstream, std::string const& filename)
+    : logging_resource_adaptor{upstream, std::make_shared<csv_log_writer>(filename)} {}
+
+void logging_resource_adaptor::log(log_action action, void const* p, std::size_t bytes, stream_ref stream,
+                                   std::int64_t start_ns, const char* result) const noexcept {
+  auto const end_ns = detail::realtime_ns();
+  auto const& ctx = current_call();
+  log_row row{.thread_id = detail::os_thread_id(),
+              .time_ns = start_ns,
+              .utc_offset_s = detail::local_utc_offset(start_ns),
+              .action = action,
+              .pointer = p,
+              .size = bytes,
+              .stream = stream_handle(stream),
+              .device = ctx.device >= 0 ? ctx.device : detail::current_device(),
+              .entry = ctx.entry_point,
+              // Both ends from CLOCK_REALTIME (one clock read fewer per row); a clock
+              // step during the call shows as 0 rather than as a huge duration.
+              .duration_ns = static_cast<std::uint64_t>(std::max<std::int64_t>(end_ns - start_ns, 0)),
+              .result = result};
+  sink_->write(row);
+}
+
+void* logging_resource_adaptor::do_allocate(std::size_t bytes, stream_ref stream) {
+  auto const start = detail::realtime_ns();
+  void* p = nullptr;
+  try {
+    p = upstream_->allocate(bytes, stream);
+  } catch (bad_alloc const& e) {
+    log(log_action::allocate_failure, nullptr, bytes, stream, start, result_name(e.code()));
+    throw;
+  } catch (cuda_error const& e) {
+    log(log_action::allocate_failure, nullptr, bytes, stream, start, result_name(e.code()));
+    throw;
+  } catch (logic_error const&) {
+    log(log_action::allocate_failure, nullptr, bytes, stream, start, result_name(logic_error::code()));
+    throw;
+  } catch (...) {
+    log(log_action::allocate_failure, nullptr, bytes, stream, start, "CUDA_ERROR_UNKNOWN");
+    throw;
+  }
+  log(log_action::allocate, p, bytes, stream, start, nullptr);
+  return p;
+}
+
+void logging_resource_adaptor::do_deallocate(void* p, std::size_t bytes, stream_ref stream) noexcept {
+  auto const start = detail::realtime_ns();
+  upstream_->deallocate(p, bytes, stream);
+  log(log_action::free, p, bytes, stream, start, nullptr);
+}
+
+}  // namespace gpumem
