@@ -29,7 +29,7 @@ namespace gpumem::config {
 /// GPUMEM_CONFIG's file (else the embedded default) with the GPUMEM_* overrides applied.
 /// GPUMEM_DISABLE=1 returns at once with disabled = true (no file is read, so a broken
 /// file cannot stop a pass-through run). Unknown GPUMEM_* variables become warnings
-/// (printed to stderr, kept in settings::warnings). Throws config_error; its policy()
+/// (printed to stderr, kept in settings::warnings). Throws config_error; its `policy`
 /// says what the user asked to do about it.
 [[nodiscard]] settings load(environment const& env);
 

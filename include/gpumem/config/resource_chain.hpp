@@ -61,6 +61,7 @@ class resource_chain {
 
  private:
   friend std::unique_ptr<resource_chain> build_chain(settings const&, int);
+  friend class chain_builder;
   resource_chain() = default;
 
   int device_ = -1;

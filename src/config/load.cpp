@@ -1,0 +1,261 @@
+// load(): the configuration file (or the embedded default) plus GPUMEM_* overrides.
+
+#include <gpumem/config.hpp>
+
+#include "chain_rules.hpp"
+#include "diagnostics.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+
+namespace gpumem::config {
+namespace {
+
+using detail::location;
+
+constexpr std::string_view env_source = "environment";
+
+/// The variables gpumem reads (for the did-you-mean of unknown ones).
+constexpr std::array<std::string_view, 14> known_variables{
+    "GPUMEM_CONFIG",    "GPUMEM_DISABLE",   "GPUMEM_RESOURCE",  "GPUMEM_POOL_SIZE",   "GPUMEM_POOL_MAX",
+    "GPUMEM_LIMIT",     "GPUMEM_LOG_FILE",  "GPUMEM_LOG_LEVEL", "GPUMEM_SYNC_MODE",   "GPUMEM_ON_ERROR",
+    "GPUMEM_REPORT",    "GPUMEM_REPORT_FILE", "GPUMEM_DEFERRED_FLUSH", "GPUMEM_SHIM"};
+/// Variables of other gpumem components (the simulated device, the test harness).
+constexpr std::array<std::string_view, 3> foreign_prefixes{"GPUMEM_SIM_", "GPUMEM_BUILD_DIR", "GPUMEM_SOURCE_DIR"};
+
+std::size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) { row[j] = j; }
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diag = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      std::size_t const up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0U : 1U)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+std::vector<std::string> unknown_variable_warnings(environment const& env) {
+  std::vector<std::string> out;
+  for (auto const& [name, value] : env.vars) {
+    if (!name.starts_with("GPUMEM_")) { continue; }
+    if (std::ranges::find(known_variables, name) != known_variables.end()) { continue; }
+    if (std::ranges::any_of(foreign_prefixes, [&](std::string_view p) { return name.starts_with(p); })) {
+      continue;
+    }
+    std::string_view best;
+    std::size_t best_distance = 4;  // suggest only close matches
+    for (auto const k : known_variables) {
+      if (auto const d = edit_distance(name, k); d < best_distance) {
+        best = k;
+        best_distance = d;
+      }
+    }
+    out.push_back(best.empty() ? fmt::format("unknown environment variable {} (ignored)", name)
+                               : fmt::format("unknown environment variable {} (ignored; did you mean {}?)", name, best));
+  }
+  return out;
+}
+
+/// Reads GPUMEM_* values one by one, raising errors that name the variable.
+class overrides {
+ public:
+  overrides(environment const& env, on_error policy) : env_{env}, policy_{policy} {}
+
+  void set_policy(on_error p) noexcept { policy_ = p; }
+
+  [[noreturn]] void fail(std::string_view var, std::string_view problem, std::string_view hint) const {
+    detail::raise({env_source}, var, problem, hint, policy_);
+  }
+
+  [[nodiscard]] std::string const* get(std::string_view var) const { return env_.find(var); }
+
+  /// 1/0, true/false, yes/no, on/off (any case).
+  [[nodiscard]] std::optional<bool> boolean(std::string_view var) const {
+    std::string const* v = get(var);
+    if (v == nullptr) { return std::nullopt; }
+    std::string lower;
+    std::ranges::transform(*v, std::back_inserter(lower), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    if (lower == "1" || lower == "true" || lower == "yes" || lower == "on") { return true; }
+    if (lower == "0" || lower == "false" || lower == "no" || lower == "off") { return false; }
+    fail(var, fmt::format("\"{}\" is not a boolean", *v), "valid: 1, 0, true, false, yes, no, on, off");
+  }
+
+  /// One of `choices` ("a|b").
+  [[nodiscard]] std::string const* choice(std::string_view var, std::string_view choices) const {
+    std::string const* v = get(var);
+    if (v == nullptr) { return nullptr; }
+    std::string_view rest = choices;
+    while (!rest.empty()) {
+      auto const bar = rest.find('|');
+      if (rest.substr(0, bar) == *v) { return v; }
+      rest = bar == std::string_view::npos ? std::string_view{} : rest.substr(bar + 1);
+    }
+    fail(var, fmt::format("unknown value \"{}\"", *v), fmt::format("valid: {}", choices));
+  }
+
+  [[nodiscard]] std::optional<size_value> size(std::string_view var, bool allow_percent = true) const {
+    std::string const* v = get(var);
+    if (v == nullptr) { return std::nullopt; }
+    size_value s;
+    try {
+      s = parse_size(*v);
+    } catch (config_error const& e) {
+      fail(var, e.what(), size_hint);
+    }
+    if (s.is_percent && !allow_percent) {
+      fail(var, fmt::format("\"{}\" is a percentage; this variable needs an absolute size", *v), "e.g. 256MiB");
+    }
+    return s;
+  }
+
+  [[nodiscard]] std::string const* path_template(std::string_view var) const {
+    std::string const* v = get(var);
+    if (v == nullptr) { return nullptr; }
+    if (std::string const problem = check_template(*v); !problem.empty()) {
+      fail(var, problem, "valid placeholders: %p pid, %r rank, %h host, %d device, %% a literal %");
+    }
+    return v;
+  }
+
+ private:
+  environment const& env_;
+  on_error policy_;
+};
+
+std::string read_file(overrides const& o, std::string const& path) {
+  std::ifstream in{path, std::ios::binary};
+  if (!in) {
+    int const err = errno;
+    o.fail("GPUMEM_CONFIG", fmt::format("cannot read \"{}\": {}", path, err != 0 ? std::strerror(err) : "open failed"),
+           "set it to a readable TOML file, or unset it to use the embedded default");
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) {
+    o.fail("GPUMEM_CONFIG", fmt::format("error reading \"{}\"", path),
+           "set it to a readable TOML file, or unset it to use the embedded default");
+  }
+  return std::move(text).str();
+}
+
+resource_spec env_entry(std::string type, resource_options options, std::string_view var) {
+  return resource_spec{std::move(type), std::move(options), std::string{var}, 0, 0};
+}
+
+/// GPUMEM_RESOURCE: the chain's adaptors, in the order written, over the canonical
+/// resources for `name`.
+void replace_resources(settings& s, overrides const& o) {
+  std::string const* name = o.choice("GPUMEM_RESOURCE", "pool|binning|async|cuda|managed");
+  if (name == nullptr) { return; }
+  std::vector<resource_spec> chain;
+  for (auto& e : s.chain) {
+    if (role_of(e.options) == resource_role::adaptor) { chain.push_back(std::move(e)); }
+  }
+  for (auto& e : detail::canonical_resources(*name)) { chain.push_back(std::move(e)); }
+  s.chain = std::move(chain);
+}
+
+void apply_pool_sizes(settings& s, overrides const& o) {
+  auto const initial = o.size("GPUMEM_POOL_SIZE");
+  auto const maximum = o.size("GPUMEM_POOL_MAX");
+  if (!initial && !maximum) { return; }
+  auto const it = std::ranges::find_if(s.chain, [](resource_spec const& e) {
+    return std::holds_alternative<pool_spec>(e.options);
+  });
+  if (it == s.chain.end()) {
+    o.fail(initial ? "GPUMEM_POOL_SIZE" : "GPUMEM_POOL_MAX",
+           fmt::format("the chain of {} has no pool", s.source),
+           "add a [[chain]] entry of type \"pool\", or set GPUMEM_RESOURCE=pool");
+  }
+  auto& pool = std::get<pool_spec>(it->options);
+  if (initial) { pool.initial_size = *initial; }
+  if (maximum) { pool.maximum_size = *maximum; }
+  // The file's position no longer explains the values: name the variables instead.
+  it->source = initial && maximum ? "GPUMEM_POOL_SIZE/GPUMEM_POOL_MAX" : initial ? "GPUMEM_POOL_SIZE" : "GPUMEM_POOL_MAX";
+  it->line = 0;
+  it->column = 0;
+}
+
+void apply_limit(settings& s, overrides const& o) {
+  auto const limit = o.size("GPUMEM_LIMIT");
+  if (!limit) { return; }
+  auto const it = std::ranges::find_if(s.chain, [](resource_spec const& e) {
+    return std::holds_alternative<limiting_spec>(e.options);
+  });
+  if (it != s.chain.end()) {
+    std::get<limiting_spec>(it->options).limit = *limit;
+    it->source = "GPUMEM_LIMIT";
+    it->line = 0;
+    it->column = 0;
+    return;
+  }
+  s.chain.insert(s.chain.begin(), env_entry("limiting", limiting_spec{*limit}, "GPUMEM_LIMIT"));
+}
+
+bool prints_warnings(std::string_view level) { return level != "error" && level != "off"; }
+
+}  // namespace
+
+settings load(environment const& env) {
+  // The policy first: it decides what the shim does with every later error.
+  on_error policy = on_error::fail;
+  if (std::string const* v = env.find("GPUMEM_ON_ERROR"); v != nullptr && (*v == "fail" || *v == "passthrough")) {
+    policy = *v == "fail" ? on_error::fail : on_error::passthrough;
+  }
+  overrides o{env, policy};
+  std::vector<std::string> warnings = unknown_variable_warnings(env);
+
+  settings s;
+  if (o.boolean("GPUMEM_DISABLE").value_or(false)) {
+    s.disabled = true;
+    s.source = "GPUMEM_DISABLE";
+    s.on_config_error = policy;
+  } else {
+    std::string const* path = env.find("GPUMEM_CONFIG");
+    try {
+      s = path != nullptr ? parse_toml(read_file(o, *path), *path) : parse_toml(default_toml(), "embedded default");
+    } catch (config_error const& e) {
+      // GPUMEM_ON_ERROR, when given, outranks what the file said.
+      if (env.find("GPUMEM_ON_ERROR") != nullptr) { throw config_error{e.what(), policy}; }
+      throw;
+    }
+    if (env.find("GPUMEM_ON_ERROR") == nullptr) { o.set_policy(s.on_config_error); }
+
+    if (auto const* v = o.choice("GPUMEM_ON_ERROR", "fail|passthrough")) {
+      s.on_config_error = *v == "fail" ? on_error::fail : on_error::passthrough;
+    }
+    if (auto const* v = o.choice("GPUMEM_SYNC_MODE", "safe|stream")) {
+      s.sync = *v == "safe" ? sync_mode::safe : sync_mode::stream;
+    }
+    if (auto const* v = o.path_template("GPUMEM_LOG_FILE")) { s.log_file = *v; }
+    if (auto const* v = o.choice("GPUMEM_LOG_LEVEL", "trace|debug|info|warn|error|off")) { s.log_level = *v; }
+    if (auto const v = o.boolean("GPUMEM_REPORT")) { s.report = *v; }
+    if (auto const* v = o.path_template("GPUMEM_REPORT_FILE")) { s.report_file = *v; }
+    if (auto const v = o.size("GPUMEM_DEFERRED_FLUSH", false)) { s.deferred_flush_bytes = static_cast<std::size_t>(v->bytes); }
+    replace_resources(s, o);
+    apply_pool_sizes(s, o);
+    apply_limit(s, o);
+    detail::validate_chain(s.chain, s.source, s.on_config_error);
+  }
+
+  if (prints_warnings(s.log_level)) {
+    for (auto const& w : warnings) { std::fprintf(stderr, "gpumem: warning: %s\n", w.c_str()); }
+  }
+  s.warnings = std::move(warnings);
+  return s;
+}
+
+}  // namespace gpumem::config
