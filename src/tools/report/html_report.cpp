@@ -1,0 +1,250 @@
+// One self-contained HTML page: inline CSS, inline SVG (timeline + histogram),
+// tables for the summary, leaks, failures and unknown frees. No scripts, no
+// external resources, so it opens anywhere (mail attachment, CI artefact).
+#include "report.hpp"
+
+#include "timeline_plot.hpp"
+#include "units.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <iterator>
+
+namespace gpumem::tools {
+
+namespace {
+
+using out_it = std::back_insert_iterator<std::string>;
+
+constexpr int svg_width = 960;
+constexpr int svg_height = 420;
+
+std::string css(rgb c) { return fmt::format("rgb({},{},{})", c.r, c.g, c.b); }
+
+void timeline_svg(out_it out, std::vector<log_summary const*> const& logs, combined_summary const* combined) {
+  plot_layout const probe{{}, svg_width, svg_height};
+  auto const series = timeline_series(logs, combined, probe.plot_right() - probe.plot_left());
+  plot_layout const l{series, svg_width, svg_height};
+  fmt::format_to(out,
+                 R"~(<svg class="plot" id="timeline" xmlns="http://www.w3.org/2000/svg" width="{0}" height="{1}" )~"
+                 R"~(viewBox="0 0 {0} {1}" font-family="sans-serif" font-size="12">)~"
+                 "\n<rect width=\"{0}\" height=\"{1}\" fill=\"white\"/>\n",
+                 svg_width, svg_height);
+  for (double v : l.yticks.values) {
+    double const y = l.y(v);
+    fmt::format_to(out,
+                   R"~(<line x1="{}" y1="{:.1f}" x2="{}" y2="{:.1f}" stroke="#e1e1e1"/>)~"
+                   R"~(<text x="{}" y="{:.1f}" text-anchor="end">{}</text>)~"
+                   "\n",
+                   l.plot_left(), y, l.plot_right(), y, l.plot_left() - 6, y + 4, l.y_tick_label(v));
+  }
+  for (double v : l.xticks.values) {
+    double const x = l.x(l.t0 + static_cast<std::int64_t>(v));
+    fmt::format_to(out,
+                   R"~(<line x1="{:.1f}" y1="{}" x2="{:.1f}" y2="{}" stroke="#e1e1e1"/>)~"
+                   R"~(<text x="{:.1f}" y="{}" text-anchor="middle">{}</text>)~"
+                   "\n",
+                   x, l.plot_top(), x, l.plot_bottom(), x, l.plot_bottom() + 18, l.x_tick_label(v));
+  }
+  fmt::format_to(out,
+                 R"~(<path d="M{0} {1}V{2}H{3}" fill="none" stroke="#282828"/>)~"
+                 R"~(<text x="{4}" y="{5}" text-anchor="middle">{6}</text>)~"
+                 R"~(<text transform="translate(18 {7}) rotate(-90)" text-anchor="middle">{8}</text>)~"
+                 "\n",
+                 l.plot_left(), l.plot_top(), l.plot_bottom(), l.plot_right(), (l.plot_left() + l.plot_right()) / 2,
+                 l.plot_bottom() + 38, html_escape(l.x_label()), (l.plot_top() + l.plot_bottom()) / 2,
+                 html_escape(l.y_label()));
+  for (auto const& s : series) {
+    fmt::format_to(out, R"~(<polyline fill="none" stroke-width="2" stroke="{}" points=")~", css(s.color));
+    for (auto const& [x, y] : l.path(s)) fmt::format_to(out, "{:.1f},{:.1f} ", x, y);
+    fmt::format_to(out, "\"><title>{}</title></polyline>\n", html_escape(s.label));
+  }
+  int y = l.plot_top() + 12;
+  for (auto const& s : series) {
+    fmt::format_to(out, R"~(<rect x="{}" y="{}" width="14" height="8" fill="{}"/><text x="{}" y="{}">{}</text>)~" "\n",
+                   l.plot_right() - 190, y - 8, css(s.color), l.plot_right() - 170, y, html_escape(s.label));
+    y += 16;
+  }
+  fmt::format_to(out, "</svg>\n");
+}
+
+void histogram_svg(out_it out, log_summary const& s) {
+  if (s.histogram.empty()) return;
+  constexpr int w = 960, h = 260, left = 60, right = 20, top = 20, bottom = 60;
+  std::uint64_t max_count = 1;
+  for (auto const& b : s.histogram) max_count = std::max(max_count, b.count);
+  auto const ticks = nice_ticks(static_cast<double>(max_count), 1.0, 4);
+  double const ymax = ticks.values.back();
+  double const slot = static_cast<double>(w - left - right) / static_cast<double>(s.histogram.size());
+  fmt::format_to(out,
+                 R"~(<svg class="plot histogram" xmlns="http://www.w3.org/2000/svg" width="{0}" height="{1}" )~"
+                 R"~(viewBox="0 0 {0} {1}" font-family="sans-serif" font-size="11">)~"
+                 "\n<rect width=\"{0}\" height=\"{1}\" fill=\"white\"/>\n",
+                 w, h);
+  auto ypos = [&](double v) { return (h - bottom) - v / ymax * (h - bottom - top); };
+  for (double v : ticks.values) {
+    fmt::format_to(out,
+                   R"~(<line x1="{}" y1="{:.1f}" x2="{}" y2="{:.1f}" stroke="#e1e1e1"/><text x="{}" y="{:.1f}" )~"
+                   R"~(text-anchor="end">{}</text>)~" "\n",
+                   left, ypos(v), w - right, ypos(v), left - 6, ypos(v) + 4, tick_label(v));
+  }
+  for (std::size_t i = 0; i < s.histogram.size(); ++i) {
+    auto const& b = s.histogram[i];
+    double const x = left + slot * static_cast<double>(i);
+    double const top_y = ypos(static_cast<double>(b.count));
+    std::string const range = b.hi == 0 ? "0 B" : human_bytes(b.lo);
+    fmt::format_to(out,
+                   R"~(<rect x="{:.1f}" y="{:.1f}" width="{:.1f}" height="{:.1f}" fill="rgb(31,119,180)">)~"
+                   R"~(<title>{} - &lt;{}: {} allocations, {}</title></rect>)~"
+                   R"~(<text transform="translate({:.1f} {}) rotate(-45)" text-anchor="end">{}</text>)~" "\n",
+                   x + slot * 0.1, top_y, slot * 0.8, (h - bottom) - top_y, html_escape(human_bytes(b.lo)),
+                   html_escape(human_bytes(b.hi + 1)), b.count, html_escape(human_bytes(b.bytes)), x + slot * 0.5,
+                   h - bottom + 14, html_escape(range));
+  }
+  fmt::format_to(out, R"~(<path d="M{0} {1}V{2}H{3}" fill="none" stroke="#282828"/>)~"
+                 R"~(<text transform="translate(14 {4}) rotate(-90)" text-anchor="middle">allocations</text></svg>)~" "\n",
+                 left, top, h - bottom, w - right, (top + h - bottom) / 2);
+}
+
+void allocation_rows(out_it out, analysed_log const& a, std::vector<allocation_record> const& rows, std::size_t limit) {
+  fmt::format_to(out, "<table><tr><th>size</th><th>bytes</th><th>time</th><th>thread</th><th>stream</th>"
+                      "<th>entry</th><th>pointer</th><th>line</th></tr>\n");
+  for (std::size_t i = 0; i < std::min(limit, rows.size()); ++i) {
+    auto const& r = rows[i];
+    fmt::format_to(out, "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
+                   human_bytes(r.size), r.size, html_escape(describe_when(r.at, a.summary.first_time_ns)), r.thread,
+                   hex(r.stream), html_escape(a.log.string(r.entry)), hex(r.pointer), r.at.line);
+  }
+  fmt::format_to(out, "</table>\n");
+  if (rows.size() > limit) fmt::format_to(out, "<p>… {} more not shown (--top).</p>\n", rows.size() - limit);
+}
+
+void one_log(out_it out, analysed_log const& a, std::size_t top_n) {
+  auto const& s = a.summary;
+  fmt::format_to(out, "<section><h2>{}</h2>\n<table class=\"summary\">\n", html_escape(s.path));
+  auto row = [&](std::string_view k, std::string const& v) {
+    fmt::format_to(out, "<tr><th>{}</th><td>{}</td></tr>\n", k, html_escape(v));
+  };
+  row("format", fmt::format("{} log, {} columns, {} lines", s.dialect, a.log.columns.count, a.log.lines));
+  row("events", fmt::format("{}: {} allocations, {} frees, {} failures", s.events, s.allocations, s.frees, s.failures));
+  row("span", human_duration(s.last_time_ns - s.first_time_ns));
+  row("peak live", s.peak_live_at ? fmt::format("{} ({} B) at {}, event #{}, line {}", human_bytes(s.peak_live_bytes),
+                                                s.peak_live_bytes, describe_when(*s.peak_live_at, s.first_time_ns),
+                                                s.peak_live_at->event_index, s.peak_live_at->line)
+                                  : std::string{"0 B"});
+  row("peak reserved", s.peak_reserved_bytes ? fmt::format("{} ({} B) at {}", human_bytes(*s.peak_reserved_bytes),
+                                                           *s.peak_reserved_bytes,
+                                                           describe_when(*s.peak_reserved_at, s.first_time_ns))
+                                             : std::string{"not in log"});
+  row("live at end", fmt::format("{} in {} allocations never freed", human_bytes(s.live_at_end_bytes), s.leaks.size()));
+  row("frees of unknown pointers", fmt::format("{}", s.unknown_frees.size()));
+  row("warnings", fmt::format("{}", a.log.warning_count));
+  fmt::format_to(out, "</table>\n");
+
+  fmt::format_to(out, "<h3>Never freed ({})</h3>\n", s.leaks.size());
+  if (!s.leaks.empty()) allocation_rows(out, a, s.leaks, top_n);
+  if (!s.failed.empty()) {
+    fmt::format_to(out, "<h3>Failed allocations ({})</h3>\n<table><tr><th>size</th><th>bytes</th><th>time</th>"
+                        "<th>thread</th><th>stream</th><th>entry</th><th>result</th><th>line</th></tr>\n",
+                   s.failed.size());
+    for (std::size_t i = 0; i < std::min(top_n, s.failed.size()); ++i) {
+      auto const& f = s.failed[i];
+      fmt::format_to(out, "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
+                     human_bytes(f.size), f.size, html_escape(describe_when(f.at, s.first_time_ns)), f.thread,
+                     hex(f.stream), html_escape(a.log.string(f.entry)),
+                     f.result ? html_escape(a.log.string(f.result)) : "(not in log)", f.at.line);
+    }
+    fmt::format_to(out, "</table>\n");
+  }
+  if (!s.unknown_frees.empty()) {
+    fmt::format_to(out, "<h3>Frees of unknown pointers ({})</h3>\n<table><tr><th>pointer</th><th>size</th>"
+                        "<th>time</th><th>thread</th><th>stream</th><th>line</th></tr>\n",
+                   s.unknown_frees.size());
+    for (std::size_t i = 0; i < std::min(top_n, s.unknown_frees.size()); ++i) {
+      auto const& u = s.unknown_frees[i];
+      fmt::format_to(out, "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n", hex(u.pointer),
+                     human_bytes(u.size), html_escape(describe_when(u.at, s.first_time_ns)), u.thread, hex(u.stream),
+                     u.at.line);
+    }
+    fmt::format_to(out, "</table>\n");
+  }
+  fmt::format_to(out, "<h3>Largest allocations</h3>\n");
+  allocation_rows(out, a, s.largest, top_n);
+  fmt::format_to(out, "<h3>Size histogram</h3>\n");
+  histogram_svg(out, s);
+  fmt::format_to(out, "<table><tr><th>sizes</th><th>count</th><th>bytes</th></tr>\n");
+  for (auto const& b : s.histogram) {
+    std::string const range = b.hi == 0 ? "0 B" : fmt::format("{} – <{}", human_bytes(b.lo), human_bytes(b.hi + 1));
+    fmt::format_to(out, "<tr><td>{}</td><td>{}</td><td>{}</td></tr>\n", html_escape(range), b.count, human_bytes(b.bytes));
+  }
+  fmt::format_to(out, "</table>\n");
+  auto keyed = [&](char const* title, std::vector<key_counts> const& rows, bool hex_key) {
+    fmt::format_to(out, "<h3>{}</h3>\n<table><tr><th>{}</th><th>allocations</th><th>frees</th><th>failures</th>"
+                        "<th>allocated</th></tr>\n",
+                   title, hex_key ? "stream" : "thread");
+    for (auto const& k : rows) {
+      fmt::format_to(out, "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
+                     hex_key ? hex(k.key) : fmt::format("{}", k.key), k.allocations, k.frees, k.failures,
+                     human_bytes(k.bytes_allocated));
+    }
+    fmt::format_to(out, "</table>\n");
+  };
+  keyed("Per thread", s.threads, false);
+  keyed("Per stream", s.streams, true);
+  if (!a.log.warnings.empty()) {
+    fmt::format_to(out, "<h3>Warnings ({})</h3>\n<ul class=\"warnings\">\n", a.log.warning_count);
+    for (auto const& w : a.log.warnings) fmt::format_to(out, "<li>{}</li>\n", html_escape(w.text()));
+    fmt::format_to(out, "</ul>\n");
+  }
+  fmt::format_to(out, "</section>\n");
+}
+
+}  // namespace
+
+std::string html_report(report_data const& r) {
+  std::string page;
+  auto out = std::back_inserter(page);
+  fmt::format_to(out, "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n"
+                      "<title>gpumem report</title>\n<style>\n"
+                      "body{{font-family:sans-serif;margin:2em;color:#282828;max-width:1000px}}\n"
+                      "table{{border-collapse:collapse;margin:.5em 0}}\n"
+                      "th,td{{border:1px solid #ccc;padding:2px 8px;text-align:right;font-size:13px}}\n"
+                      "table.summary th{{text-align:left;background:#f4f4f4}}\n"
+                      "section{{border-top:2px solid #1f77b4;margin-top:2em}}\n"
+                      ".warnings{{color:#a00;font-family:monospace}}\nsvg.plot{{border:1px solid #ddd}}\n"
+                      "</style></head><body>\n<h1>gpumem allocation report</h1>\n");
+  std::vector<log_summary const*> logs;
+  for (auto const& a : r.logs) logs.push_back(&a.summary);
+  fmt::format_to(out, "<h2>Device memory over time</h2>\n");
+  timeline_svg(out, logs, r.combined ? &*r.combined : nullptr);
+  if (r.combined) {
+    auto const& c = *r.combined;
+    fmt::format_to(out, "<h2>All {} logs</h2>\n<table class=\"summary\"><tr><th></th>", r.logs.size());
+    for (auto const& a : r.logs) fmt::format_to(out, "<th>{}</th>", html_escape(a.summary.path));
+    fmt::format_to(out, "<th>combined</th></tr>\n");
+    auto row = [&](std::string_view k, auto&& f, std::string const& total) {
+      fmt::format_to(out, "<tr><th>{}</th>", k);
+      for (auto const& a : r.logs) fmt::format_to(out, "<td>{}</td>", html_escape(f(a.summary)));
+      fmt::format_to(out, "<td>{}</td></tr>\n", html_escape(total));
+    };
+    auto num = [](std::uint64_t v) { return fmt::format("{}", v); };
+    row("events", [&](log_summary const& s) { return num(s.events); }, num(c.events));
+    row("failures", [&](log_summary const& s) { return num(s.failures); }, num(c.failures));
+    row("peak live", [](log_summary const& s) { return human_bytes(s.peak_live_bytes); }, human_bytes(c.peak_live_bytes));
+    row("live at end", [](log_summary const& s) { return human_bytes(s.live_at_end_bytes); },
+        human_bytes(c.live_at_end_bytes));
+    row("never freed", [&](log_summary const& s) { return num(s.leaks.size()); }, num(c.leaked_allocations));
+    fmt::format_to(out, "</table>\n");
+  }
+  for (auto const& a : r.logs) one_log(out, a, r.top_n);
+  if (!r.unreadable.empty()) {
+    fmt::format_to(out, "<h2>Not read</h2>\n<ul class=\"warnings\">\n");
+    for (auto const& u : r.unreadable) fmt::format_to(out, "<li>{}</li>\n", html_escape(u.text()));
+    fmt::format_to(out, "</ul>\n");
+  }
+  fmt::format_to(out, "</body></html>\n");
+  return page;
+}
+
+}  // namespace gpumem::tools
