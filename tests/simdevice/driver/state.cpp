@@ -1,0 +1,172 @@
+#include "state.hpp"
+
+#include "pool.hpp"
+#include "stream.hpp"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <string>
+
+namespace gpumemsim {
+namespace {
+
+std::atomic<bool> g_initialized{false};
+std::atomic<long> g_violations{0};
+
+config read_config() {
+  config c;
+  if (char const* n = std::getenv("GPUMEM_SIM_DEVICES"); n != nullptr && *n != '\0') {
+    c.device_count = std::atoi(n);
+    if (c.device_count < 0 || c.device_count > 64) c.device_count = 2;
+  }
+  if (char const* m = std::getenv("GPUMEM_SIM_DEVICE_MEMORY"); m != nullptr && *m != '\0') {
+    if (std::size_t const bytes = parse_size(m); bytes != 0) {
+      c.device_memory = bytes;
+    } else {
+      std::fprintf(stderr, "gpumemsim: ignoring malformed GPUMEM_SIM_DEVICE_MEMORY=%s\n", m);
+    }
+  }
+  char const* s = std::getenv("GPUMEM_SIM_STRICT");
+  c.strict = s != nullptr && std::strcmp(s, "1") == 0;
+  return c;
+}
+
+sim_state* build() {
+  auto* s = new sim_state;  // intentionally immortal: exit-time callers must still find it
+  s->cfg = read_config();
+  for (int i = 0; i < s->cfg.device_count; ++i) {
+    auto d = std::make_unique<device>();
+    d->ordinal = i;
+    d->heap = std::make_unique<device_heap>(i, s->cfg.device_memory);
+    d->ctx.device = i;
+    d->ctx.legacy = new_stream(&d->ctx, stream_kind::legacy, 0, 0);
+    d->default_pool = new_pool(i, true);
+    d->current_pool.store(d->default_pool);
+    s->devices.push_back(std::move(d));
+  }
+  return s;
+}
+
+struct counters {
+  std::mutex mutex;
+  std::map<std::string, std::atomic<long>, std::less<>> by_name;
+};
+counters& all_counters() {
+  static auto* c = new counters;  // immortal, like the state
+  return *c;
+}
+
+}  // namespace
+
+sim_state& state() {
+  static sim_state* s = build();
+  return *s;
+}
+
+device* device_at(int ordinal) noexcept {
+  auto& devs = state().devices;
+  if (ordinal < 0 || static_cast<std::size_t>(ordinal) >= devs.size()) return nullptr;
+  return devs[static_cast<std::size_t>(ordinal)].get();
+}
+
+device* device_of(std::uintptr_t ptr) noexcept {
+  for (auto& d : state().devices) {
+    if (d->heap->contains(ptr)) return d.get();
+  }
+  return nullptr;
+}
+
+void mark_initialized() noexcept {
+  (void)state();
+  g_initialized.store(true, std::memory_order_release);
+}
+
+CUresult init_status() noexcept {
+  return g_initialized.load(std::memory_order_acquire) ? CUDA_SUCCESS : CUDA_ERROR_NOT_INITIALIZED;
+}
+
+std::vector<context*>& context_stack() noexcept {
+  thread_local std::vector<context*> stack;
+  return stack;
+}
+
+context* current_context() noexcept {
+  auto& s = context_stack();
+  return s.empty() ? nullptr : s.back();
+}
+
+CUresult require_context(context** out) noexcept {
+  if (CUresult r = init_status(); r != CUDA_SUCCESS) return r;
+  context* c = current_context();
+  if (c == nullptr || !c->active()) return CUDA_ERROR_INVALID_CONTEXT;
+  *out = c;
+  return CUDA_SUCCESS;
+}
+
+context* context_from_handle(CUcontext h) noexcept {
+  for (auto& d : state().devices) {
+    if (to_handle(&d->ctx) == h) return &d->ctx;
+  }
+  return nullptr;
+}
+
+void violation(char const* fmt, ...) {
+  g_violations.fetch_add(1, std::memory_order_relaxed);
+  char line[512];
+  va_list args;
+  va_start(args, fmt);
+  std::vsnprintf(line, sizeof line, fmt, args);
+  va_end(args);
+  std::fprintf(stderr, "gpumemsim: violation: %s\n", line);
+}
+
+long violation_count() noexcept { return g_violations.load(std::memory_order_relaxed); }
+void reset_violations() noexcept { g_violations.store(0, std::memory_order_relaxed); }
+
+std::atomic<long>& call_counter(char const* entry) noexcept {
+  auto& c = all_counters();
+  std::lock_guard lock(c.mutex);
+  return c.by_name.try_emplace(entry, 0).first->second;
+}
+
+long call_count(char const* entry) noexcept {
+  auto& c = all_counters();
+  std::lock_guard lock(c.mutex);
+  auto it = c.by_name.find(entry);
+  return it == c.by_name.end() ? 0 : it->second.load(std::memory_order_relaxed);
+}
+
+std::size_t parse_size(char const* text) noexcept {
+  char* end = nullptr;
+  unsigned long long const n = std::strtoull(text, &end, 10);
+  if (end == text) return 0;
+  std::string_view const suffix(end);
+  unsigned shift = 0;
+  if (suffix.empty() || suffix == "B") shift = 0;
+  else if (suffix == "KiB" || suffix == "KB" || suffix == "K") shift = 10;
+  else if (suffix == "MiB" || suffix == "MB" || suffix == "M") shift = 20;
+  else if (suffix == "GiB" || suffix == "GB" || suffix == "G") shift = 30;
+  else return 0;
+  if (shift != 0 && n > (~0ULL >> shift)) return 0;
+  return static_cast<std::size_t>(n << shift);
+}
+
+namespace {
+// GPUMEM_SIM_STRICT=1: a process that broke the rules fails visibly, even when
+// its own checks passed. Runs after main returns; touches no CUDA state.
+__attribute__((destructor)) void strict_exit_check() {
+  char const* s = std::getenv("GPUMEM_SIM_STRICT");
+  if (s == nullptr || std::strcmp(s, "1") != 0) return;
+  if (long const v = violation_count(); v > 0) {
+    std::fprintf(stderr, "gpumemsim: %ld violation(s) in this process (GPUMEM_SIM_STRICT=1)\n", v);
+    std::fflush(stderr);
+    _exit(86);
+  }
+}
+}  // namespace
+
+}  // namespace gpumemsim
