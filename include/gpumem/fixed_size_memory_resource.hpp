@@ -41,9 +41,8 @@ class fixed_size_memory_resource final : public device_memory_resource {
   [[nodiscard]] std::size_t block_size() const noexcept;
   [[nodiscard]] std::size_t blocks_per_chunk() const noexcept;
 
-  struct impl;
-
  private:
+  struct impl;
   void* do_allocate(std::size_t bytes, stream_ref stream) override;
   void do_deallocate(void* p, std::size_t bytes, stream_ref stream) noexcept override;
   /// Returns every chunk whose blocks are all free; the bytes returned.

@@ -65,9 +65,8 @@ class pool_memory_resource final : public device_memory_resource {
   [[nodiscard]] std::size_t pool_size() const noexcept;
   [[nodiscard]] pool_options const& options() const noexcept;
 
-  struct impl;
-
  private:
+  struct impl;
   void* do_allocate(std::size_t bytes, stream_ref stream) override;
   void do_deallocate(void* p, std::size_t bytes, stream_ref stream) noexcept override;
   /// Returns every completely free slab to the upstream; the bytes returned.

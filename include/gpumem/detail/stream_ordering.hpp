@@ -1,0 +1,58 @@
+#pragma once
+// Stream identity and the driver calls that order one stream after another,
+// shared by the stream-ordered caching resources (pool, fixed_size).
+
+#include <gpumem/stream.hpp>
+
+#include <cuda.h>
+
+#include <cstdint>
+
+namespace gpumem::detail {
+
+/// Whom a per-stream free list belongs to.
+struct stream_identity {
+  /// Table key. A real stream: its handle; the null and legacy streams: 0x1; the
+  /// per-thread default stream (0x2), which is a different stream on every
+  /// thread: (thread tag << 3) | 0x2, which no handle (8-byte aligned) can equal.
+  std::uintptr_t key{};
+  CUstream handle{};             ///< what to pass to the driver
+  std::uint64_t owner_thread{};  ///< per-thread default stream: its thread's tag; else 0
+
+  /// Only the owning thread can name a per-thread default stream to the driver.
+  [[nodiscard]] bool usable_from_this_thread() const noexcept;
+  /// The legacy and per-thread default streams are never destroyed.
+  [[nodiscard]] bool is_default_stream() const noexcept {
+    return key == legacy_stream_handle || owner_thread != 0;
+  }
+};
+
+/// Nonzero, unique per thread for the life of the process.
+[[nodiscard]] std::uint64_t this_thread_tag() noexcept;
+
+[[nodiscard]] stream_identity identify(stream_ref s) noexcept;
+
+/// True if `s` is capturing (or its capture was invalidated), or if the driver
+/// cannot tell — e.g. no driver, or the legacy stream while another stream
+/// captures in global mode. Callers then leave the stream alone.
+[[nodiscard]] bool is_capturing(CUstream s) noexcept;
+
+/// Makes `to` wait for all work submitted to `from` so far: records `ev` on
+/// `from` (creating it first, timing disabled, if null) and cuStreamWaitEvent(to, ev).
+/// The host never blocks. Returns the first failing result.
+[[nodiscard]] CUresult order_after(CUevent& ev, CUstream from, CUstream to) noexcept;
+
+/// Records `ev` on `s`, creating it first if null.
+[[nodiscard]] CUresult record_event(CUevent& ev, CUstream s) noexcept;
+
+/// CUDA_SUCCESS once all work before the event's record completed,
+/// CUDA_ERROR_NOT_READY before; other results as the driver gives them.
+[[nodiscard]] CUresult query_event(CUevent ev) noexcept;
+
+/// cuStreamWaitEvent(s, ev, 0).
+[[nodiscard]] CUresult wait_event(CUstream s, CUevent ev) noexcept;
+
+/// Destroys `ev` if non-null and resets it. Safe while streams still wait on it.
+void destroy_event(CUevent& ev) noexcept;
+
+}  // namespace gpumem::detail

@@ -1,0 +1,99 @@
+#include <gpumem/binning_memory_resource.hpp>
+
+#include <algorithm>
+#include <string>
+
+namespace gpumem {
+
+binning_memory_resource::binning_memory_resource(device_memory_resource* upstream) : upstream_{upstream} {
+  if (upstream_ == nullptr) throw logic_error{"gpumem: binning_memory_resource needs an upstream resource"};
+}
+
+binning_memory_resource::binning_memory_resource(device_memory_resource* upstream, std::int8_t min_size_exponent,
+                                                 std::int8_t max_size_exponent)
+    : binning_memory_resource{upstream} {
+  if (min_size_exponent < 8 || max_size_exponent < min_size_exponent || max_size_exponent > 62) {
+    throw logic_error{"gpumem: binning_memory_resource needs 8 <= min_size_exponent <= max_size_exponent <= 62 (got " +
+                      std::to_string(min_size_exponent) + ", " + std::to_string(max_size_exponent) + ")"};
+  }
+  for (int e = min_size_exponent; e <= max_size_exponent; ++e) add_bin(std::size_t{1} << e);
+}
+
+binning_memory_resource::~binning_memory_resource() = default;
+
+void binning_memory_resource::add_bin(std::size_t allocation_size, device_memory_resource* bin_resource) {
+  if (allocation_size == 0 || allocation_size > (std::size_t{1} << 62)) {
+    throw logic_error{"gpumem: binning_memory_resource bin size must be in 1 .. 2^62 (got " +
+                      std::to_string(allocation_size) + ")"};
+  }
+  std::size_t const size = align_up(allocation_size, allocation_alignment);
+  auto it = std::lower_bound(bins_.begin(), bins_.end(), size, [](auto const& b, std::size_t s) { return b.first < s; });
+  bool const exists = it != bins_.end() && it->first == size;
+  if (bin_resource == nullptr) {
+    if (exists) return;  // as RMM: an existing bin of that size is kept
+    owned_bins_.push_back(std::make_unique<fixed_size_memory_resource>(upstream_, size));
+    bin_resource = owned_bins_.back().get();
+  }
+  if (exists) {
+    it->second = bin_resource;
+  } else {
+    bins_.insert(it, {size, bin_resource});
+  }
+}
+
+device_memory_resource* binning_memory_resource::resource_for(std::size_t bytes) const noexcept {
+  auto it = std::lower_bound(bins_.begin(), bins_.end(), bytes, [](auto const& b, std::size_t s) { return b.first < s; });
+  return it == bins_.end() ? upstream_ : it->second;
+}
+
+void* binning_memory_resource::do_allocate(std::size_t bytes, stream_ref stream) {
+  if (bytes == 0) return nullptr;
+  return resource_for(bytes)->allocate(bytes, stream);
+}
+
+void binning_memory_resource::do_deallocate(void* p, std::size_t bytes, stream_ref stream) noexcept {
+  if (p == nullptr) return;
+  resource_for(bytes)->deallocate(p, bytes, stream);
+}
+
+std::vector<device_memory_resource*> binning_memory_resource::distinct_bins() const {
+  std::vector<device_memory_resource*> out;
+  out.reserve(bins_.size());
+  for (auto const& [size, r] : bins_) {
+    if (r != upstream_ && std::find(out.begin(), out.end(), r) == out.end()) out.push_back(r);
+  }
+  return out;
+}
+
+std::size_t binning_memory_resource::do_release() {
+  std::size_t released = 0;
+  for (auto* bin : distinct_bins()) released += bin->release();
+  return released + upstream_->release();
+}
+
+resource_info binning_memory_resource::do_info() const {
+  resource_info const up = upstream_->info();
+  std::size_t bin_reserved = 0;
+  std::size_t bin_used = 0;
+  std::size_t largest = up.largest_free_block;
+  for (auto* bin : distinct_bins()) {
+    auto const b = bin->info();
+    bin_reserved += b.reserved_bytes;
+    bin_used += b.used_bytes;
+    largest = std::max(largest, b.largest_free_block);
+  }
+  resource_info r{};
+  r.reserved_bytes = up.reserved_bytes;
+  // The bins' chunks are "used" in the upstream; only what the bins hand out is used here.
+  r.used_bytes = std::min(up.used_bytes - std::min(up.used_bytes, bin_reserved) + bin_used, r.reserved_bytes);
+  r.free_bytes = r.reserved_bytes - r.used_bytes;
+  r.largest_free_block = largest;
+  return r;
+}
+
+void binning_memory_resource::do_stream_destroyed(stream_ref stream) noexcept {
+  for (auto const& [size, bin] : bins_) bin->stream_destroyed(stream);  // each is idempotent
+  upstream_->stream_destroyed(stream);
+}
+
+}  // namespace gpumem

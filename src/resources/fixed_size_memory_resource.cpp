@@ -1,0 +1,292 @@
+#include <gpumem/fixed_size_memory_resource.hpp>
+
+#include <gpumem/detail/stream_free_lists.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <shared_mutex>
+#include <string>
+#include <vector>
+
+namespace gpumem {
+namespace {
+
+/// One upstream allocation cut into equal blocks. free_bits has one bit per
+/// block, set while the block is not handed out: it turns double frees and
+/// stray pointers into no-ops instead of handing one block out twice.
+struct chunk {
+  chunk(char* b, std::size_t n, std::size_t bsize)
+      : base{b}, blocks{n}, block_size{bsize}, free_bits{std::make_unique<std::atomic<std::uint64_t>[]>((n + 63) / 64)} {
+    for (std::size_t w = 0; w < (n + 63) / 64; ++w) free_bits[w].store(~std::uint64_t{0}, std::memory_order_relaxed);
+  }
+  [[nodiscard]] std::size_t bytes() const noexcept { return blocks * block_size; }
+  /// Marks block i handed out; false if it already was.
+  bool mark_used(std::size_t i) noexcept {
+    auto const bit = std::uint64_t{1} << (i % 64);
+    return (free_bits[i / 64].fetch_and(~bit, std::memory_order_acq_rel) & bit) != 0;
+  }
+  /// Marks block i free; false if it already was (a double free).
+  bool mark_free(std::size_t i) noexcept {
+    auto const bit = std::uint64_t{1} << (i % 64);
+    return (free_bits[i / 64].fetch_or(bit, std::memory_order_acq_rel) & bit) == 0;
+  }
+
+  char* const base;
+  std::size_t const blocks;
+  std::size_t const block_size;
+  std::unique_ptr<std::atomic<std::uint64_t>[]> free_bits;
+};
+
+struct block_ref {
+  char* ptr;
+  chunk* owner;
+};
+
+/// One stream's free blocks: a LIFO stack (the most recently freed block is the
+/// most likely to be warm in cache and already ordered). O(1) push/pop.
+class block_stack {
+ public:
+  void push(block_ref b) { blocks_.push_back(b); }
+  /// Makes room for n more pushes, so that they cannot throw.
+  void reserve_extra(std::size_t n) { blocks_.reserve(blocks_.size() + n); }
+  std::optional<block_ref> pop() noexcept {
+    if (blocks_.empty()) return std::nullopt;
+    auto const b = blocks_.back();
+    blocks_.pop_back();
+    return b;
+  }
+  void merge_from(block_stack&& other) {
+    if (other.blocks_.size() > blocks_.size()) std::swap(blocks_, other.blocks_);
+    blocks_.insert(blocks_.end(), other.blocks_.begin(), other.blocks_.end());
+    other.blocks_.clear();
+  }
+  [[nodiscard]] bool can_serve(std::size_t /*bytes*/) const noexcept { return !blocks_.empty(); }
+  [[nodiscard]] bool empty() const noexcept { return blocks_.empty(); }
+  [[nodiscard]] std::size_t size() const noexcept { return blocks_.size(); }
+  template <class F>
+  void for_each_piece(F&& f) const {
+    for (auto const& b : blocks_) f(b.owner->base, b.owner->block_size);
+  }
+  template <class Regions>
+  void remove_regions(Regions const& sorted) {
+    std::erase_if(blocks_, [&](block_ref const& b) {
+      auto it = std::lower_bound(sorted.begin(), sorted.end(), b.owner->base,
+                                 [](auto const& r, char* base) { return r.base < base; });
+      return it != sorted.end() && it->base == b.owner->base;
+    });
+  }
+
+ private:
+  std::vector<block_ref> blocks_;
+};
+
+}  // namespace
+
+struct fixed_size_memory_resource::impl {
+  using lists_type = detail::stream_free_lists<block_stack>;
+  using entry = lists_type::entry;
+  using gather_mode = lists_type::gather_mode;
+
+  impl(device_memory_resource* up, std::size_t bsize, std::size_t per_chunk)
+      : upstream{up}, block_size{align_up(bsize, allocation_alignment)}, blocks_per_chunk{per_chunk} {
+    if (upstream == nullptr) throw logic_error{"gpumem: fixed_size_memory_resource needs an upstream resource"};
+    if (bsize == 0 || bsize > std::numeric_limits<std::size_t>::max() / 2) {
+      throw logic_error{"gpumem: fixed_size_memory_resource block size must be > 0 (got " + std::to_string(bsize) + ")"};
+    }
+    if (per_chunk == 0 || per_chunk > std::numeric_limits<std::size_t>::max() / block_size) {
+      throw logic_error{"gpumem: fixed_size_memory_resource blocks_to_preallocate must be > 0 and fit in memory (got " +
+                        std::to_string(per_chunk) + ")"};
+    }
+  }
+
+  ~impl() {
+    for (auto const& [base, c] : chunks) upstream->deallocate(base, c->bytes(), stream_ref{});
+  }
+
+  void preallocate() {
+    std::lock_guard growth{growth_mutex};
+    auto const e = lists.get(stream_ref{});
+    if (!add_chunk(*e, blocks_per_chunk, stream_ref{})) {
+      throw out_of_memory{"gpumem: fixed_size_memory_resource could not preallocate " + std::to_string(blocks_per_chunk) +
+                          " blocks of " + std::to_string(block_size) + " bytes"};
+    }
+  }
+
+  void* allocate(std::size_t bytes, stream_ref s) {
+    if (bytes == 0) return nullptr;
+    if (bytes > block_size) {
+      throw bad_alloc{CUDA_ERROR_INVALID_VALUE, "gpumem: fixed_size_memory_resource: request of " + std::to_string(bytes) +
+                                                    " bytes is larger than the block size " + std::to_string(block_size)};
+    }
+    auto const e = lists.get(s);
+    if (char* p = take(*e)) return p;
+    if (lists.gather_into(*e, block_size, gather_mode::first_fit)) {
+      if (char* p = take(*e)) return p;
+    }
+    std::lock_guard growth{growth_mutex};
+    if (char* p = take(*e)) return p;  // another thread on this stream grew meanwhile
+    // A whole chunk, else a single block, else whatever other streams hold.
+    if (add_chunk(*e, blocks_per_chunk, s) || (blocks_per_chunk > 1 && add_chunk(*e, 1, s))) {
+      if (char* p = take(*e)) return p;
+    }
+    if (lists.gather_into(*e, block_size, gather_mode::everything)) {
+      if (char* p = take(*e)) return p;
+    }
+    throw out_of_memory{"gpumem: fixed_size_memory_resource out of memory: upstream cannot give one more block of " +
+                        std::to_string(block_size) + " bytes (holding " + std::to_string(reserved.load()) + " bytes)"};
+  }
+
+  void deallocate(void* ptr, std::size_t bytes, stream_ref s) noexcept {
+    if (ptr == nullptr || bytes == 0 || bytes > block_size) return;
+    auto* p = static_cast<char*>(ptr);
+    chunk* c = nullptr;
+    {
+      std::shared_lock lock{chunks_mutex};
+      auto it = chunks.upper_bound(p);
+      if (it == chunks.begin()) return;
+      --it;
+      c = it->second.get();
+    }
+    auto const offset = static_cast<std::size_t>(p - c->base);
+    if (offset >= c->bytes() || offset % block_size != 0) return;  // not a block of ours
+    if (!c->mark_free(offset / block_size)) return;                // double free: ignored
+    try {
+      auto const e = lists.get(s);
+      std::lock_guard lock{e->mutex};
+      e->list.push({p, c});
+    } catch (...) {
+      // Out of host memory for the bookkeeping: the block is lost (never handed out twice).
+    }
+  }
+
+  /// Pops a block from the stream's own stack.
+  static char* take(entry& e) {
+    std::optional<block_ref> b;
+    {
+      std::lock_guard lock{e.mutex};
+      b = e.list.pop();
+    }
+    if (!b) return nullptr;
+    b->owner->mark_used(static_cast<std::size_t>(b->ptr - b->owner->base) / b->owner->block_size);
+    return b->ptr;
+  }
+
+  /// A chunk of n blocks from the upstream, filed under the stream; false if the
+  /// upstream is out of memory. Caller holds growth_mutex.
+  bool add_chunk(entry& e, std::size_t n, stream_ref s) {
+    std::size_t const bytes = n * block_size;
+    void* raw = nullptr;
+    try {
+      raw = upstream->allocate(bytes, s);
+    } catch (out_of_memory const&) {
+      return false;
+    }
+    if (raw == nullptr) return false;
+    auto* base = static_cast<char*>(raw);
+    try {
+      auto c = std::make_unique<chunk>(base, n, block_size);
+      chunk* owner = c.get();
+      {
+        std::unique_lock lock{chunks_mutex};
+        chunks.emplace(base, std::move(c));
+      }
+      reserved.fetch_add(bytes, std::memory_order_relaxed);
+      std::lock_guard lock{e.mutex};
+      e.list.reserve_extra(n);  // the only step that can throw: nothing is filed yet
+      // Pushed high to low so that pops hand out ascending addresses.
+      for (std::size_t i = n; i-- > 0;) e.list.push({base + i * block_size, owner});
+    } catch (...) {
+      std::unique_lock lock{chunks_mutex};
+      if (chunks.erase(base) != 0) reserved.fetch_sub(bytes, std::memory_order_relaxed);
+      upstream->deallocate(raw, bytes, s);
+      throw;
+    }
+    return true;
+  }
+
+  std::size_t release() {
+    std::lock_guard growth{growth_mutex};
+    return lists.with_all_locked([&](lists_type::locked_view& v) {
+      auto const regions = lists.extract_free_regions(v, [&](char* base) {
+        std::shared_lock lock{chunks_mutex};
+        auto it = chunks.find(base);
+        return it == chunks.end() ? std::size_t{0} : it->second->bytes();
+      });
+      std::size_t released = 0;
+      for (auto const& r : regions) {
+        {
+          std::unique_lock lock{chunks_mutex};
+          chunks.erase(r.base);
+        }
+        reserved.fetch_sub(r.size, std::memory_order_relaxed);
+        upstream->deallocate(r.base, r.size, stream_ref{r.stream});
+        released += r.size;
+      }
+      return released;
+    });
+  }
+
+  resource_info info() {
+    std::lock_guard growth{growth_mutex};
+    resource_info r{};
+    lists.with_all_locked([&](lists_type::locked_view& v) {
+      std::size_t free_blocks = v.quarantine.size();
+      bool any_usable = false;
+      for (auto const* e : v.entries) {
+        free_blocks += e->list.size();
+        any_usable = any_usable || !e->list.empty();
+      }
+      for (auto const& b : v.foreign) {
+        free_blocks += b.list.size();
+        any_usable = any_usable || !b.list.empty();
+      }
+      r.reserved_bytes = reserved.load(std::memory_order_relaxed);
+      r.free_bytes = std::min(free_blocks * block_size, r.reserved_bytes);
+      r.used_bytes = r.reserved_bytes - r.free_bytes;
+      r.largest_free_block = any_usable ? block_size : 0;
+    });
+    return r;
+  }
+
+  device_memory_resource* const upstream;
+  std::size_t const block_size;
+  std::size_t const blocks_per_chunk;
+
+  std::mutex growth_mutex;  ///< serialises growth, release and info; outermost lock
+  std::atomic<std::size_t> reserved{0};
+  std::shared_mutex chunks_mutex;                       ///< leaf lock
+  std::map<char*, std::unique_ptr<chunk>> chunks;  ///< chunk base -> chunk
+  lists_type lists;
+};
+
+fixed_size_memory_resource::fixed_size_memory_resource(device_memory_resource* upstream, std::size_t block_size,
+                                                       std::size_t blocks_to_preallocate)
+    : impl_{std::make_unique<impl>(upstream, block_size, blocks_to_preallocate)} {
+  impl_->preallocate();
+}
+
+fixed_size_memory_resource::~fixed_size_memory_resource() = default;
+
+device_memory_resource* fixed_size_memory_resource::upstream() const noexcept { return impl_->upstream; }
+std::size_t fixed_size_memory_resource::block_size() const noexcept { return impl_->block_size; }
+std::size_t fixed_size_memory_resource::blocks_per_chunk() const noexcept { return impl_->blocks_per_chunk; }
+
+void* fixed_size_memory_resource::do_allocate(std::size_t bytes, stream_ref stream) {
+  return impl_->allocate(bytes, stream);
+}
+void fixed_size_memory_resource::do_deallocate(void* p, std::size_t bytes, stream_ref stream) noexcept {
+  impl_->deallocate(p, bytes, stream);
+}
+std::size_t fixed_size_memory_resource::do_release() { return impl_->release(); }
+resource_info fixed_size_memory_resource::do_info() const { return impl_->info(); }
+void fixed_size_memory_resource::do_stream_destroyed(stream_ref stream) noexcept {
+  impl_->lists.stream_destroyed(stream);
+  impl_->upstream->stream_destroyed(stream);
+}
+
+}  // namespace gpumem
