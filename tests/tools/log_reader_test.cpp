@@ -1,0 +1,226 @@
+// The allocation-log reader: both dialects, columns by name, clocks, damage.
+#include <gpumem/tools/alloc_log.hpp>
+
+#include "tools/tool_test_support.hpp"
+#include "support/temp_file.hpp"
+
+#include <gtest/gtest.h>
+
+using namespace gpumem::tools;
+using namespace std::string_literals;
+
+namespace {
+
+std::vector<std::string> warning_texts(parsed_log const& log) {
+  std::vector<std::string> v;
+  for (auto const& w : log.warnings) v.push_back(w.text());
+  return v;
+}
+
+}  // namespace
+
+TEST(LogReader, ReadsGpumemDialect) {
+  auto const log = parse_log(
+      "Thread,Time,Action,Pointer,Size,Stream,Device,Entry,TimeNs,DurationNs,Result\n"
+      "140245,14:02:07.123456,allocate,0x7f3a40000000,1048576,0x1,0,cudaMalloc,1763733727123456789,412,CUDA_SUCCESS\n"
+      "140245,14:02:07.123501,free,0x7f3a40000000,1048576,0x5603a0c0,1,cuMemFree_v2,1763733727123501000,95,"
+      "CUDA_SUCCESS\n"
+      "140246,14:02:07.123600,allocate failure,(nil),1099511627776,0,0,cudaMalloc,1763733727123600000,2001,"
+      "CUDA_ERROR_OUT_OF_MEMORY\n",
+      "g.csv");
+  ASSERT_TRUE(log.readable);
+  EXPECT_EQ(log.dialect(), "gpumem");
+  EXPECT_EQ(log.columns.count, 11u);
+  EXPECT_TRUE(log.columns.time_ns && log.columns.result && log.columns.entry && log.columns.device);
+  EXPECT_FALSE(log.columns.reserved);
+  EXPECT_EQ(log.warning_count, 0u);
+  ASSERT_EQ(log.events.size(), 3u);
+
+  auto const& a = log.events[0];
+  EXPECT_EQ(a.action, log_action::allocate);
+  EXPECT_EQ(a.thread, 140245u);
+  EXPECT_EQ(a.pointer, 0x7f3a40000000u);
+  EXPECT_EQ(a.size, 1048576u);
+  EXPECT_EQ(a.stream, 1u);
+  EXPECT_EQ(a.device, 0);
+  EXPECT_EQ(log.string(a.entry), "cudaMalloc");
+  EXPECT_EQ(a.time_ns, 1763733727123456789);
+  EXPECT_EQ(a.clock_us, ((14 * 60 + 2) * 60 + 7) * 1'000'000LL + 123456);
+  EXPECT_EQ(a.duration_ns, 412);
+  EXPECT_EQ(log.string(a.result), "CUDA_SUCCESS");
+  EXPECT_EQ(a.reserved, -1);
+  EXPECT_EQ(a.line, 2u);
+
+  auto const& f = log.events[1];
+  EXPECT_EQ(f.action, log_action::free);
+  EXPECT_EQ(f.stream, 0x5603a0c0u);
+  EXPECT_EQ(f.device, 1);
+  EXPECT_EQ(log.string(f.entry), "cuMemFree_v2");
+
+  auto const& x = log.events[2];
+  EXPECT_EQ(x.action, log_action::allocate_failure);
+  EXPECT_EQ(x.pointer, 0u);
+  EXPECT_EQ(x.size, 1099511627776u);
+  EXPECT_EQ(x.thread, 140246u);
+  EXPECT_EQ(log.string(x.result), "CUDA_ERROR_OUT_OF_MEMORY");
+  // Interned once each: "", cudaMalloc, CUDA_SUCCESS, cuMemFree_v2, CUDA_ERROR_OUT_OF_MEMORY.
+  EXPECT_EQ(log.strings.size(), 5u);
+}
+
+TEST(LogReader, ReadsRmmDialectWithTimeOfDayClock) {
+  auto const log = parse_log(
+      "Thread,Time,Action,Pointer,Size,Stream\n"
+      "139872054884160,09:15:00.000250,allocate,0x7f0000000000,256,0\n"
+      "139872054884160,09:15:01.500000,free,0x7f0000000000,256,0x2\n",
+      "rmm.csv");
+  ASSERT_TRUE(log.readable);
+  EXPECT_EQ(log.dialect(), "rmm");
+  ASSERT_EQ(log.events.size(), 2u);
+  EXPECT_EQ(log.events[0].thread, 139872054884160u);
+  EXPECT_EQ(log.events[0].time_ns, (9 * 3600 + 15 * 60) * 1'000'000'000LL + 250'000);
+  EXPECT_EQ(log.events[1].time_ns - log.events[0].time_ns, 1'499'750'000);
+  EXPECT_EQ(log.events[1].stream, 2u);
+  EXPECT_EQ(log.events[0].device, -1);
+  EXPECT_EQ(log.events[0].entry, 0);
+  EXPECT_EQ(log.events[0].result, 0);
+  EXPECT_EQ(log.events[0].duration_ns, -1);
+}
+
+TEST(LogReader, FindsColumnsByNameInAnyOrderAndIgnoresUnknownOnes) {
+  auto const log = parse_log(
+      "Size,Colour,Action,TimeNs,Pointer,Reserved\n"
+      "4096,blue,allocate,5000,0x10000,8192\n"
+      "4096,red,free,6000,0x10000,8192\n",
+      "o.csv");
+  ASSERT_TRUE(log.readable) << log.fatal->text();
+  EXPECT_TRUE(log.columns.reserved);
+  EXPECT_FALSE(log.columns.thread);
+  ASSERT_EQ(log.events.size(), 2u);
+  EXPECT_EQ(log.events[0].size, 4096u);
+  EXPECT_EQ(log.events[0].pointer, 0x10000u);
+  EXPECT_EQ(log.events[0].time_ns, 5000);
+  EXPECT_EQ(log.events[0].reserved, 8192);
+  EXPECT_EQ(log.events[0].thread, 0u);
+  EXPECT_EQ(log.events[0].clock_us, -1);
+}
+
+TEST(LogReader, TimeOfDayRollsOverAtMidnightButNotOnSmallJitter) {
+  auto const log = parse_log(
+      "Thread,Time,Action,Pointer,Size,Stream\n"
+      "1,23:59:59.900000,allocate,0x100,1,0\n"
+      "2,23:59:59.899000,allocate,0x200,1,0\n"  // a racing thread, 1 ms older: same day
+      "1,00:00:00.100000,free,0x100,1,0\n"      // after midnight
+      "1,00:00:01.000000,free,0x200,1,0\n",
+      "m.csv");
+  ASSERT_EQ(log.events.size(), 4u);
+  std::int64_t const day = 86400LL * 1'000'000'000;
+  EXPECT_EQ(log.events[0].time_ns, day - 100'000'000);
+  EXPECT_EQ(log.events[1].time_ns, day - 101'000'000);
+  EXPECT_EQ(log.events[2].time_ns, day + 100'000'000);
+  EXPECT_EQ(log.events[3].time_ns, day + 1'000'000'000);
+  EXPECT_EQ(log.events[2].clock_us, 100'000);
+}
+
+TEST(LogReader, IgnoresTrailingNulBytesOfAKilledWriter) {
+  std::string text = gpumem::test::gpumem_log{}.alloc(0x1000, 64, 10).free(0x1000, 64, 20).text();
+  text.append(4096, '\0');
+  auto const log = parse_log(text, "nul.csv");
+  ASSERT_TRUE(log.readable);
+  EXPECT_EQ(log.events.size(), 2u);
+  EXPECT_EQ(log.warning_count, 0u);
+}
+
+TEST(LogReader, ReportsATruncatedLastLineByNumber) {
+  std::string text = gpumem::test::gpumem_log{}.alloc(0x1000, 64, 10).alloc(0x2000, 64, 20).text();
+  text += "1,14:00:00.000030,allocate,0x30";
+  text.append(100, '\0');  // the killed writer's padding follows the partial line
+  auto const log = parse_log(text, "t.csv");
+  ASSERT_TRUE(log.readable);
+  EXPECT_EQ(log.events.size(), 2u);
+  EXPECT_EQ(warning_texts(log), std::vector<std::string>{
+                                    "t.csv:4: truncated last line (no newline at end of file): "
+                                    "'1,14:00:00.000030,allocate,0x30'; ignored"});
+}
+
+TEST(LogReader, ReportsEachMalformedLineAndKeepsTheRest) {
+  std::string const text =
+      "Thread,Time,Action,Pointer,Size,Stream\n"
+      "1,10:00:00.000001,allocate,0x100,10,0\n"   // 2 ok
+      "1,10:00:00.000002,alloc,0x200,10,0\n"      // 3 unknown action
+      "1,10:00:00.000003,allocate,0xzz,10,0\n"    // 4 bad pointer
+      "1,10:00:00.000004,allocate,0x300,12a,0\n"  // 5 bad size
+      "1,10:00:00.000005,allocate,0x400\n"        // 6 too few fields
+      "1,10:00:00.000006,allocate,0x500,10,0,x\n" // 7 too many fields
+      "1,10:61:00.000007,allocate,0x600,10,0\n"   // 8 bad time
+      "1,10:00:00.000008,free,0x100,10,zz\n"      // 9 bad stream
+      "\n"                                        // 10 blank: skipped silently
+      "1,10:00:00.000009,free,0x100,10,0\n";      // 11 ok
+  auto const log = parse_log(text, "bad.csv");
+  ASSERT_TRUE(log.readable);
+  ASSERT_EQ(log.events.size(), 2u);
+  EXPECT_EQ(log.events[1].line, 11u);
+  EXPECT_EQ(warning_texts(log),
+            (std::vector<std::string>{
+                "bad.csv:3: unknown action 'alloc' (expected allocate, allocate failure or free)",
+                "bad.csv:4: bad pointer '0xzz' (expected 0x... or (nil))",
+                "bad.csv:5: bad size '12a' (expected a decimal byte count)",
+                "bad.csv:6: expected 6 fields, found 4",
+                "bad.csv:7: expected 6 fields, found 7",
+                "bad.csv:8: bad time '10:61:00.000007' (expected HH:MM:SS.ffffff)",
+                "bad.csv:9: bad stream 'zz'",
+            }));
+  EXPECT_EQ(log.warning_count, 7u);
+}
+
+TEST(LogReader, HeaderWithoutRequiredColumnsMakesTheLogUnreadable) {
+  auto const a = parse_log("Thread,Time,Action,Pointer\n1,10:00:00.0,allocate,0x1\n", "a.csv");
+  EXPECT_FALSE(a.readable);
+  ASSERT_TRUE(a.fatal);
+  EXPECT_EQ(a.fatal->text(),
+            "a.csv:1: header lacks column 'Size' (not an allocation log? header: 'Thread,Time,Action,Pointer')");
+
+  auto const b = parse_log("Thread,Action,Pointer,Size,Stream\n", "b.csv");
+  EXPECT_FALSE(b.readable);
+  EXPECT_EQ(b.fatal->text(),
+            "b.csv:1: header lacks a clock column 'Time' or 'TimeNs' (header: 'Thread,Action,Pointer,Size,Stream')");
+
+  auto const c = parse_log(std::string(16, '\0'), "c.csv");
+  EXPECT_FALSE(c.readable);
+  EXPECT_EQ(c.fatal->text(), "c.csv: empty file (no header line)");
+}
+
+TEST(LogReader, AcceptsCrLfLineEndings) {
+  auto const log = parse_log("Thread,Time,Action,Pointer,Size,Stream\r\n1,10:00:00.5,allocate,0x100,10,0x1\r\n", "w");
+  ASSERT_EQ(log.events.size(), 1u);
+  EXPECT_EQ(log.events[0].stream, 1u);
+  EXPECT_EQ(log.events[0].time_ns, 36000LL * 1'000'000'000 + 500'000'000);
+}
+
+TEST(LogReader, ReadLogReportsAMissingFile) {
+  gpumem::test::temp_file tmp{"absent.csv"};
+  auto const log = read_log(tmp.path());
+  EXPECT_FALSE(log.readable);
+  EXPECT_EQ(log.fatal->text(), tmp.path() + ": cannot read: No such file or directory");
+}
+
+TEST(LogReader, ReadLogReadsAFile) {
+  gpumem::test::temp_file tmp;
+  gpumem::test::write_file(tmp.path(), gpumem::test::gpumem_log{}.alloc(0x1000, 64, 10).text());
+  auto const log = read_log(tmp.path());
+  ASSERT_TRUE(log.readable);
+  EXPECT_EQ(log.path, tmp.path());
+  EXPECT_EQ(log.events.size(), 1u);
+  EXPECT_EQ(log.lines, 2u);
+}
+
+TEST(LogReader, ParsesAndFormatsTimeOfDay) {
+  EXPECT_EQ(parse_time_of_day("00:00:00"), 0);
+  EXPECT_EQ(parse_time_of_day("01:02:03.5"), 3723LL * 1'000'000'000 + 500'000'000);
+  EXPECT_EQ(parse_time_of_day("23:59:59.123456789"), 86399LL * 1'000'000'000 + 123'456'789);
+  EXPECT_FALSE(parse_time_of_day("1:02:03"));
+  EXPECT_FALSE(parse_time_of_day("01:02:03."));
+  EXPECT_FALSE(parse_time_of_day("01:02:03,5"));
+  EXPECT_FALSE(parse_time_of_day("01:60:03"));
+  EXPECT_EQ(format_time_of_day(3723LL * 1'000'000 + 42), "01:02:03.000042");
+  EXPECT_EQ(format_time_of_day(86400LL * 1'000'000 + 1), "00:00:00.000001");
+}

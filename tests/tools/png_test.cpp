@@ -1,0 +1,203 @@
+// The dependency-free PNG writer, raster primitives, font and plot.
+#include "bitmap_font.hpp"
+#include "png_encoder.hpp"
+#include "raster.hpp"
+#include "report.hpp"
+#include "units.hpp"
+
+#include "tools/tool_test_support.hpp"
+
+#include <gtest/gtest.h>
+
+#include <span>
+#include <string_view>
+
+using namespace gpumem::tools;
+
+namespace {
+
+std::span<std::uint8_t const> bytes(std::string_view s) {
+  return {reinterpret_cast<std::uint8_t const*>(s.data()), s.size()};
+}
+
+std::uint32_t be32(std::string_view s, std::size_t at) {
+  auto b = [&](std::size_t i) { return static_cast<std::uint32_t>(static_cast<unsigned char>(s[at + i])); };
+  return (b(0) << 24) | (b(1) << 16) | (b(2) << 8) | b(3);
+}
+
+/// Inflates a zlib stream made only of stored blocks (what zlib_stored writes);
+/// fails the test on anything else.
+std::string inflate_stored(std::string_view z) {
+  EXPECT_EQ(static_cast<unsigned char>(z[0]), 0x78);
+  EXPECT_EQ((static_cast<unsigned>(static_cast<unsigned char>(z[0])) * 256 + static_cast<unsigned char>(z[1])) % 31,
+            0u);
+  std::string out;
+  std::size_t pos = 2;
+  for (;;) {
+    auto const hdr = static_cast<unsigned char>(z[pos]);
+    EXPECT_EQ(hdr & 6, 0) << "not a stored block";
+    auto const len = static_cast<std::size_t>(static_cast<unsigned char>(z[pos + 1]) |
+                                              (static_cast<unsigned char>(z[pos + 2]) << 8));
+    auto const nlen = static_cast<std::size_t>(static_cast<unsigned char>(z[pos + 3]) |
+                                               (static_cast<unsigned char>(z[pos + 4]) << 8));
+    EXPECT_EQ(len ^ 0xffff, nlen);
+    out.append(z.substr(pos + 5, len));
+    pos += 5 + len;
+    if (hdr & 1) break;
+  }
+  EXPECT_EQ(be32(z, pos), adler32(bytes(out)));
+  EXPECT_EQ(pos + 4, z.size());
+  return out;
+}
+
+struct decoded_png {
+  std::uint32_t width{}, height{};
+  std::string pixels;  // RGB, rows top to bottom
+};
+
+/// Checks the file structure (signature, chunk CRCs, IHDR) and returns the pixels.
+decoded_png decode(std::string_view png) {
+  decoded_png d;
+  EXPECT_EQ(png.substr(0, 8), std::string_view("\x89PNG\r\n\x1a\n", 8));
+  std::size_t pos = 8;
+  std::string idat;
+  std::vector<std::string> types;
+  while (pos < png.size()) {
+    std::uint32_t const len = be32(png, pos);
+    std::string_view const type = png.substr(pos + 4, 4);
+    std::string_view const data = png.substr(pos + 8, len);
+    EXPECT_EQ(be32(png, pos + 8 + len), crc32(bytes(png.substr(pos + 4, 4 + len)))) << type;
+    types.emplace_back(type);
+    if (type == "IHDR") {
+      d.width = be32(data, 0);
+      d.height = be32(data, 4);
+      EXPECT_EQ(data.substr(8), std::string_view("\x08\x02\x00\x00\x00", 5));
+    } else if (type == "IDAT") {
+      idat.append(data);
+    }
+    pos += 12 + len;
+  }
+  EXPECT_EQ(types, (std::vector<std::string>{"IHDR", "IDAT", "IEND"}));
+  std::string const raw = inflate_stored(idat);
+  std::size_t const row = d.width * 3;
+  EXPECT_EQ(raw.size(), (row + 1) * d.height);
+  for (std::uint32_t y = 0; y < d.height; ++y) {
+    EXPECT_EQ(raw[y * (row + 1)], '\0') << "filter of row " << y;
+    d.pixels.append(raw.substr(y * (row + 1) + 1, row));
+  }
+  return d;
+}
+
+}  // namespace
+
+TEST(Png, ChecksumsMatchTheirStandardCheckValues) {
+  EXPECT_EQ(crc32(bytes("123456789")), 0xCBF43926u);
+  EXPECT_EQ(crc32(bytes("")), 0u);
+  EXPECT_EQ(crc32(bytes("6789"), crc32(bytes("12345"))), 0xCBF43926u);
+  EXPECT_EQ(adler32(bytes("Wikipedia")), 0x11E60398u);
+  EXPECT_EQ(adler32(bytes("")), 1u);
+  // Long input: exercises the deferred modulo (all 0xff bytes).
+  std::string const ff(100000, '\xff');
+  std::uint32_t a = 1, b = 0;
+  for (unsigned char c : ff) {
+    a = (a + c) % 65521;
+    b = (b + a) % 65521;
+  }
+  EXPECT_EQ(adler32(bytes(ff)), (b << 16) | a);
+}
+
+TEST(Png, StoredZlibStreamSplitsIntoBlocksOf65535) {
+  std::string data(150000, '\0');
+  for (std::size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 7);
+  std::string const z = zlib_stored(bytes(data));
+  EXPECT_EQ(z.size(), 2 + 3 * 5 + data.size() + 4);  // 3 blocks: 65535 + 65535 + 18930
+  EXPECT_EQ(inflate_stored(z), data);
+  EXPECT_EQ(zlib_stored({}).size(), 2u + 5u + 4u);  // one empty final block
+}
+
+TEST(Png, EncodesAnRgbImage) {
+  std::vector<std::uint8_t> px{255, 0, 0, 0, 255, 0, 0, 0, 255, 1, 2, 3, 4, 5, 6, 7, 8, 9};
+  auto const d = decode(encode_png_rgb(3, 2, px));
+  EXPECT_EQ(d.width, 3u);
+  EXPECT_EQ(d.height, 2u);
+  EXPECT_EQ(d.pixels, std::string(px.begin(), px.end()));
+  EXPECT_THROW((void)encode_png_rgb(3, 3, px), std::invalid_argument);
+}
+
+TEST(Raster, TextDrawsTheGlyphPixels) {
+  canvas c{20, 10};
+  c.text(1, 1, "1", {0, 0, 0});
+  int ink = 0;
+  for (int y = 0; y < 10; ++y) {
+    for (int x = 0; x < 20; ++x) ink += c.at(x, y) == rgb{0, 0, 0};
+  }
+  EXPECT_EQ(ink, 10);  // '1' has 10 '#' in its picture
+  EXPECT_EQ(c.at(3, 1), (rgb{0, 0, 0}));        // top of the stem (column 2 of the glyph)
+  EXPECT_EQ(c.at(1, 1), (rgb{255, 255, 255}));  // left of it
+  EXPECT_EQ(glyph('~'), glyph('?'));            // no glyph: drawn as '?'
+  EXPECT_EQ(canvas::text_width("abc"), 17);
+  EXPECT_EQ(canvas::text_width("abc", 2), 34);
+}
+
+TEST(Raster, LinesAreClippedAndThick) {
+  canvas c{10, 10};
+  c.line(-100, 5, 100, 5, {9, 9, 9}, 3);
+  for (int x = 0; x < 10; ++x) {
+    EXPECT_EQ(c.at(x, 4), (rgb{9, 9, 9}));
+    EXPECT_EQ(c.at(x, 6), (rgb{9, 9, 9}));
+    EXPECT_EQ(c.at(x, 7), (rgb{255, 255, 255}));
+  }
+  c.line(1e300, 0, 0, 1e300, {1, 1, 1});  // absurd coordinates: no hang, no crash
+}
+
+TEST(Units, HumanNumbers) {
+  EXPECT_EQ(human_bytes(0), "0 B");
+  EXPECT_EQ(human_bytes(1023), "1023 B");
+  EXPECT_EQ(human_bytes(1024), "1.00 KiB");
+  EXPECT_EQ(human_bytes(1536 * 1024), "1.50 MiB");
+  EXPECT_EQ(human_bytes(100 * 1048576ull), "100 MiB");
+  EXPECT_EQ(human_bytes(1023 * 1048576ull), "1.00 GiB");  // not "1023 MiB": three digits at most
+  EXPECT_EQ(human_bytes(1ull << 40), "1.00 TiB");
+  EXPECT_EQ(human_duration(999), "999 ns");
+  EXPECT_EQ(human_duration(1500), "1.50 us");
+  EXPECT_EQ(human_duration(2'500'000'000), "2.50 s");
+  EXPECT_EQ(hex(0), "0");
+  EXPECT_EQ(hex(0x5603a0c0), "0x5603a0c0");
+  auto const t = nice_ticks(1.5 * 1073741824.0, 1073741824.0, 6);
+  EXPECT_DOUBLE_EQ(t.step, 0.5 * 1073741824.0);
+  EXPECT_EQ(t.values.size(), 4u);  // 0, 0.5, 1, 1.5 GiB
+  EXPECT_EQ(tick_label(0.5), "0.5");
+  EXPECT_EQ(tick_label(2.0), "2");
+}
+
+TEST(PngReport, PlotShowsTheLiveLineInsideThePlotArea) {
+  gpumem::test::gpumem_log l;
+  l.alloc(0x100, 1 << 20, 0).alloc(0x200, 3 << 20, 1'000'000'000).free(0x100, 1 << 20, 2'000'000'000);
+  report_data r;
+  auto log = parse_log(l.text(), "p.csv");
+  auto summary = analyze(log);
+  r.logs.push_back({std::move(log), std::move(summary)});
+  auto const d = decode(png_report(r, 400, 300));
+  ASSERT_EQ(d.width, 400u);
+  ASSERT_EQ(d.height, 300u);
+  auto at = [&](int x, int y) {
+    auto const i = (static_cast<std::size_t>(y) * d.width + static_cast<std::size_t>(x)) * 3;
+    return rgb{static_cast<std::uint8_t>(d.pixels[i]), static_cast<std::uint8_t>(d.pixels[i + 1]),
+               static_cast<std::uint8_t>(d.pixels[i + 2])};
+  };
+  // Plot area: x 90..380, y 40..250 (default margins). The live series is blue.
+  rgb const blue{31, 119, 180};
+  int blue_pixels = 0, dark_pixels = 0;
+  for (int y = 40; y <= 250; ++y) {
+    for (int x = 91; x <= 380; ++x) blue_pixels += at(x, y) == blue;
+  }
+  for (int y = 250; y < 300; ++y) {
+    for (int x = 0; x < 400; ++x) dark_pixels += at(x, y) == rgb{40, 40, 40};
+  }
+  EXPECT_GT(blue_pixels, 300);  // ~290 px of horizontal runs + verticals, 2 px thick
+  EXPECT_GT(dark_pixels, 200);  // axis, ticks, tick labels and the axis title
+  // Axes end on ticks 2 s and 4 MiB: the peak (4 MiB from t = 1 s, x = 235) runs
+  // along the top grid line.
+  EXPECT_EQ(at(300, 40), blue);
+  EXPECT_NE(at(200, 40), blue);
+}
