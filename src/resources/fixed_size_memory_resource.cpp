@@ -152,7 +152,7 @@ struct fixed_size_memory_resource::impl {
       --it;
       c = it->second.get();
     }
-    auto const offset = static_cast<std::size_t>(p - c->base);
+    auto const offset = reinterpret_cast<std::uintptr_t>(p) - reinterpret_cast<std::uintptr_t>(c->base);
     if (offset >= c->bytes() || offset % block_size != 0) return;  // not a block of ours
     if (!c->mark_free(offset / block_size)) return;                // double free: ignored
     try {

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -97,7 +98,8 @@ struct pool_memory_resource::impl {
       auto it = slabs.upper_bound(p);
       if (it == slabs.begin()) return;  // not ours
       --it;
-      if (size > it->second - static_cast<std::size_t>(p - it->first)) return;  // not ours, or a wrong size
+      auto const offset = reinterpret_cast<std::uintptr_t>(p) - reinterpret_cast<std::uintptr_t>(it->first);
+      if (offset >= it->second || size > it->second - offset) return;  // not ours, or a wrong size
       slab = it->first;
     }
     try {
@@ -156,9 +158,11 @@ struct pool_memory_resource::impl {
 
     std::size_t const geometric = growth_step(size, std::max(min_growth, reserved.load(std::memory_order_relaxed)));
     std::size_t const modest = growth_step(size, min_growth);
-    for (std::size_t step : {geometric, modest}) {
-      if (step == 0 || (step == modest && modest == geometric)) continue;
-      if (char* base = grow(step, s)) return carve(e, base, step, size);
+    if (geometric != 0) {
+      if (char* base = grow(geometric, s)) return carve(e, base, geometric, size);
+    }
+    if (modest != 0 && modest != geometric) {
+      if (char* base = grow(modest, s)) return carve(e, base, modest, size);
     }
     if (lists.gather_into(e, size, gather_mode::everything)) {
       if (char* p = take(e, size)) return p;

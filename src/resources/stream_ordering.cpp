@@ -28,7 +28,11 @@ bool is_capturing(CUstream s) noexcept {
   auto const& d = driver();
   if (d.init_result != CUDA_SUCCESS || d.cuStreamIsCapturing == nullptr) return true;
   CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-  if (d.cuStreamIsCapturing(s, &status) != CUDA_SUCCESS) return true;
+  CUresult const r = d.cuStreamIsCapturing(s, &status);
+  // No current context: nothing this thread names can be capturing (and any
+  // event record or wait would fail on its own).
+  if (r == CUDA_ERROR_INVALID_CONTEXT) return false;
+  if (r != CUDA_SUCCESS) return true;
   return status != CU_STREAM_CAPTURE_STATUS_NONE;
 }
 

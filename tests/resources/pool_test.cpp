@@ -1,0 +1,705 @@
+// pool_memory_resource: growth, maximum, release, coalescing, best fit, OOM
+// recovery, concurrency (over a host arena), and stream ordering on the
+// simulated device (events, waits, capture, destroyed streams).
+
+#include <gpumem/detail/driver_api.hpp>
+#include <gpumem/detail/real_dlsym.hpp>
+#include <gpumem/pool_memory_resource.hpp>
+
+#include <support/arena_test_resource.hpp>
+#include <support/sim_control.hpp>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace gpumem {
+namespace {
+
+constexpr std::size_t KiB = 1024;
+constexpr std::size_t MiB = 1024 * KiB;
+
+pool_options opts(std::size_t initial, std::optional<std::size_t> maximum = {}, std::size_t min_growth = MiB) {
+  return pool_options{initial, maximum, min_growth};
+}
+
+std::vector<std::size_t> sizes_of(std::vector<test::arena_test_resource::call> const& calls) {
+  std::vector<std::size_t> out;
+  for (auto const& c : calls) out.push_back(c.bytes);
+  return out;
+}
+
+char* as_char(void* p) { return static_cast<char*>(p); }
+
+// ---- construction and sizing ----------------------------------------------------
+
+TEST(Pool, NullUpstreamAndBadOptionsThrow) {
+  EXPECT_THROW(pool_memory_resource(nullptr, opts(0)), logic_error);
+  test::arena_test_resource arena{8 * MiB};
+  EXPECT_THROW(pool_memory_resource(&arena, opts(4 * MiB, 2 * MiB)), logic_error);
+  EXPECT_TRUE(arena.allocations().empty());
+}
+
+TEST(Pool, InitialSizeIsReservedOnce) {
+  test::arena_test_resource arena{16 * MiB};
+  pool_memory_resource pool{&arena, opts(4 * MiB)};
+  EXPECT_EQ(pool.pool_size(), 4 * MiB);
+  EXPECT_EQ(sizes_of(arena.allocations()), std::vector<std::size_t>{4 * MiB});
+  auto const i = pool.info();
+  EXPECT_EQ(i.reserved_bytes, 4 * MiB);
+  EXPECT_EQ(i.used_bytes, 0U);
+  EXPECT_EQ(i.free_bytes, 4 * MiB);
+  EXPECT_EQ(i.largest_free_block, 4 * MiB);
+
+  std::vector<void*> ps;
+  for (int k = 0; k < 4; ++k) ps.push_back(pool.allocate(MiB));
+  EXPECT_EQ(arena.allocations().size(), 1U);  // served from the initial slab
+  EXPECT_EQ(pool.info().used_bytes, 4 * MiB);
+  for (auto* p : ps) pool.deallocate(p, MiB);
+}
+
+TEST(Pool, ZeroAndNull) {
+  test::arena_test_resource arena{4 * MiB};
+  pool_memory_resource pool{&arena, opts(MiB)};
+  EXPECT_EQ(pool.allocate(0), nullptr);
+  pool.deallocate(nullptr, 0);
+  pool.deallocate(nullptr, 100);
+  EXPECT_EQ(pool.info().used_bytes, 0U);
+}
+
+TEST(Pool, SizesRoundTo256AndPointersAreAligned) {
+  test::arena_test_resource arena{4 * MiB};
+  pool_memory_resource pool{&arena, opts(MiB)};
+  void* a = pool.allocate(1);
+  void* b = pool.allocate(257);
+  void* c = pool.allocate(256);
+  EXPECT_EQ(as_char(b) - as_char(a), 256);
+  EXPECT_EQ(as_char(c) - as_char(b), 512);
+  for (void* p : {a, b, c}) EXPECT_EQ(reinterpret_cast<std::uintptr_t>(p) % 256, 0U);
+  EXPECT_EQ(pool.info().used_bytes, 256U + 512U + 256U);
+  pool.deallocate(a, 1);
+  pool.deallocate(b, 257);
+  pool.deallocate(c, 256);
+  EXPECT_EQ(pool.info().largest_free_block, MiB);
+}
+
+TEST(Pool, GrowthStepsAreGeometric) {
+  test::arena_test_resource arena{64 * MiB};
+  pool_memory_resource pool{&arena, opts(0)};
+  EXPECT_EQ(pool.pool_size(), 0U);
+  EXPECT_TRUE(arena.allocations().empty());
+
+  void* a = pool.allocate(1000);   // min_growth
+  EXPECT_EQ(pool.pool_size(), 1 * MiB);
+  void* b = pool.allocate(MiB);    // max(1 MiB, pool size 1 MiB)
+  EXPECT_EQ(pool.pool_size(), 2 * MiB);
+  void* c = pool.allocate(3 * MiB);  // the request: larger than the pool size
+  EXPECT_EQ(pool.pool_size(), 5 * MiB);
+  void* d = pool.allocate(4 * MiB);  // the pool size (5 MiB) > request
+  EXPECT_EQ(pool.pool_size(), 10 * MiB);
+  void* e = pool.allocate(KiB);    // tightest fit: the first slab's rest
+  EXPECT_EQ(as_char(e), as_char(a) + 1024);
+  EXPECT_EQ(pool.pool_size(), 10 * MiB);
+  EXPECT_EQ(sizes_of(arena.allocations()), (std::vector<std::size_t>{MiB, MiB, 3 * MiB, 5 * MiB}));
+
+  auto const i = pool.info();
+  std::size_t const used = 1024 + MiB + 3 * MiB + 4 * MiB + 1024;
+  EXPECT_EQ(i.used_bytes, used);
+  EXPECT_EQ(i.free_bytes, 10 * MiB - used);
+  EXPECT_EQ(i.largest_free_block, MiB);  // the rest of the 5 MiB slab
+  pool.deallocate(a, 1000);
+  pool.deallocate(b, MiB);
+  pool.deallocate(c, 3 * MiB);
+  pool.deallocate(d, 4 * MiB);
+  pool.deallocate(e, KiB);
+  EXPECT_EQ(pool.info().used_bytes, 0U);
+  EXPECT_EQ(pool.info().largest_free_block, 5 * MiB);
+}
+
+TEST(Pool, MaximumIsHonoured) {
+  test::arena_test_resource arena{64 * MiB};
+  pool_memory_resource pool{&arena, opts(0, 4 * MiB)};
+  EXPECT_THROW(static_cast<void>(pool.allocate(4 * MiB + 1)), out_of_memory);
+  EXPECT_TRUE(arena.allocations().empty());  // refused at once
+
+  void* a = pool.allocate(3 * MiB);
+  void* b = pool.allocate(KiB);  // wants max(1 MiB, 3 MiB): clamped to the 1 MiB left
+  EXPECT_EQ(sizes_of(arena.allocations()), (std::vector<std::size_t>{3 * MiB, MiB}));
+  void* c = pool.allocate(MiB - KiB);  // exactly the rest
+  EXPECT_EQ(pool.pool_size(), 4 * MiB);
+  try {
+    static_cast<void>(pool.allocate(256));
+    ADD_FAILURE() << "expected out_of_memory";
+  } catch (out_of_memory const& e) {
+    EXPECT_EQ(e.code(), CUDA_ERROR_OUT_OF_MEMORY);
+    std::string const msg = e.what();
+    EXPECT_NE(msg.find("requested 256 B"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("reserved 4194304 B"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("maximum 4194304 B"), std::string::npos) << msg;
+  }
+  EXPECT_EQ(arena.allocations().size(), 2U);
+  pool.deallocate(a, 3 * MiB);
+  pool.deallocate(b, KiB);
+  pool.deallocate(c, MiB - KiB);
+}
+
+// ---- release ---------------------------------------------------------------------
+
+TEST(Pool, ReleaseReturnsExactlyTheFreeSlabs) {
+  test::arena_test_resource arena{64 * MiB};
+  pool_memory_resource pool{&arena, opts(0)};
+  void* a = pool.allocate(MiB);      // slab 1: 1 MiB
+  void* b = pool.allocate(MiB);      // slab 2: 1 MiB, adjacent in the arena
+  void* c = pool.allocate(2 * MiB);  // slab 3: 2 MiB
+  ASSERT_EQ(as_char(b), as_char(a) + MiB);
+  pool.deallocate(a, MiB);
+  pool.deallocate(b, MiB);
+  // Adjacent, but of two slabs: they must not coalesce.
+  EXPECT_EQ(pool.info().free_bytes, 2 * MiB);
+  EXPECT_EQ(pool.info().largest_free_block, MiB);
+
+  EXPECT_EQ(pool.release(), 2 * MiB);
+  EXPECT_EQ(pool.pool_size(), 2 * MiB);
+  auto const frees = arena.deallocations();
+  ASSERT_EQ(frees.size(), 2U);
+  std::vector<void*> freed{frees[0].ptr, frees[1].ptr};
+  std::sort(freed.begin(), freed.end());
+  EXPECT_EQ(freed, (std::vector<void*>{a, b}));
+  EXPECT_EQ(frees[0].bytes, MiB);
+  EXPECT_EQ(frees[1].bytes, MiB);
+  EXPECT_EQ(pool.release(), 0U);  // c is in use
+
+  std::memset(c, 0x5a, 2 * MiB);  // still ours
+  pool.deallocate(c, 2 * MiB);
+  EXPECT_EQ(pool.release(), 2 * MiB);
+  EXPECT_EQ(pool.pool_size(), 0U);
+  EXPECT_EQ(arena.live_bytes(), 0U);
+  EXPECT_EQ(arena.bad_frees(), 0U);
+  auto const i = pool.info();
+  EXPECT_EQ(i.reserved_bytes, 0U);
+  EXPECT_EQ(i.free_bytes, 0U);
+}
+
+TEST(Pool, ReleaseKeepsPartlyUsedSlabs) {
+  test::arena_test_resource arena{8 * MiB};
+  pool_memory_resource pool{&arena, opts(2 * MiB)};
+  void* a = pool.allocate(256);
+  EXPECT_EQ(pool.release(), 0U);
+  EXPECT_EQ(pool.pool_size(), 2 * MiB);
+  pool.deallocate(a, 256);
+  EXPECT_EQ(pool.release(), 2 * MiB);
+}
+
+TEST(Pool, DestructorReturnsEverySlab) {
+  test::arena_test_resource arena{8 * MiB};
+  {
+    pool_memory_resource pool{&arena, opts(MiB)};
+    static_cast<void>(pool.allocate(MiB));     // still in use at destruction
+    static_cast<void>(pool.allocate(2 * MiB));
+    EXPECT_EQ(arena.live_bytes(), 3 * MiB);
+  }
+  EXPECT_EQ(arena.live_bytes(), 0U);
+  EXPECT_EQ(arena.bad_frees(), 0U);
+}
+
+// ---- coalescing, best fit, fragmentation -------------------------------------------
+
+TEST(Pool, FreedNeighboursCoalesce) {
+  test::arena_test_resource arena{4 * MiB};
+  pool_memory_resource pool{&arena, opts(MiB)};
+  void* a = pool.allocate(256 * KiB);
+  void* b = pool.allocate(256 * KiB);
+  void* c = pool.allocate(256 * KiB);
+  ASSERT_EQ(as_char(b), as_char(a) + 256 * KiB);
+  ASSERT_EQ(as_char(c), as_char(b) + 256 * KiB);
+
+  pool.deallocate(a, 256 * KiB);  // free: a (256 KiB), tail (256 KiB)
+  auto i = pool.info();
+  EXPECT_EQ(i.free_bytes, 512 * KiB);
+  EXPECT_EQ(i.largest_free_block, 256 * KiB);
+  EXPECT_DOUBLE_EQ(i.fragmentation(), 0.5);
+
+  pool.deallocate(c, 256 * KiB);  // c joins the tail: 512 KiB
+  i = pool.info();
+  EXPECT_EQ(i.free_bytes, 768 * KiB);
+  EXPECT_EQ(i.largest_free_block, 512 * KiB);
+  EXPECT_DOUBLE_EQ(i.fragmentation(), 1.0 / 3.0);
+
+  pool.deallocate(b, 256 * KiB);  // a + b + c + tail: the whole slab
+  i = pool.info();
+  EXPECT_EQ(i.free_bytes, MiB);
+  EXPECT_EQ(i.largest_free_block, MiB);
+  EXPECT_DOUBLE_EQ(i.fragmentation(), 0.0);
+  EXPECT_EQ(pool.allocate(MiB), a);  // one block again
+  pool.deallocate(a, MiB);
+}
+
+TEST(Pool, BestFitTakesTheTightestBlock) {
+  test::arena_test_resource arena{4 * MiB};
+  pool_memory_resource pool{&arena, opts(MiB)};
+  void* h64 = pool.allocate(64 * KiB);
+  void* s0 = pool.allocate(256);
+  void* h16 = pool.allocate(16 * KiB);
+  void* s1 = pool.allocate(256);
+  void* h32 = pool.allocate(32 * KiB);
+  void* s2 = pool.allocate(256);
+  pool.deallocate(h64, 64 * KiB);
+  pool.deallocate(h16, 16 * KiB);
+  pool.deallocate(h32, 32 * KiB);
+
+  EXPECT_EQ(pool.allocate(16 * KiB), h16);
+  EXPECT_EQ(pool.allocate(20 * KiB), h32);
+  EXPECT_EQ(pool.allocate(40 * KiB), h64);
+  void* tail = pool.allocate(65 * KiB);
+  EXPECT_EQ(as_char(tail), as_char(s2) + 256);
+  // The 12 KiB and 24 KiB leftovers of the split holes are free blocks now.
+  EXPECT_EQ(pool.allocate(12 * KiB), as_char(h32) + 20 * KiB);
+  EXPECT_EQ(pool.allocate(24 * KiB), as_char(h64) + 40 * KiB);
+  EXPECT_EQ(arena.allocations().size(), 1U);
+  static_cast<void>(s0);
+  static_cast<void>(s1);
+}
+
+TEST(Pool, DoubleAndForeignFreesAreIgnored) {
+  test::arena_test_resource arena{4 * MiB};
+  pool_memory_resource pool{&arena, opts(MiB)};
+  void* a = pool.allocate(4 * KiB);
+  void* b = pool.allocate(4 * KiB);
+  pool.deallocate(a, 4 * KiB);
+  pool.deallocate(a, 4 * KiB);  // double free: must not make `a` free twice
+  int on_stack = 0;
+  pool.deallocate(&on_stack, sizeof on_stack);  // not ours
+  pool.deallocate(as_char(b), 2 * MiB);         // runs past the slab: wrong size
+  auto const i = pool.info();
+  EXPECT_EQ(i.used_bytes, 4 * KiB);  // b is still in use
+  void* c = pool.allocate(4 * KiB);
+  void* d = pool.allocate(4 * KiB);
+  EXPECT_EQ(c, a);
+  EXPECT_NE(d, a);
+  EXPECT_NE(d, b);
+  pool.deallocate(b, 4 * KiB);
+  pool.deallocate(c, 4 * KiB);
+  pool.deallocate(d, 4 * KiB);
+  EXPECT_EQ(pool.info().largest_free_block, MiB);
+}
+
+// ---- upstream out of memory ----------------------------------------------------------
+
+TEST(Pool, UpstreamOomTrimsAndRetries) {
+  test::arena_test_resource arena{3 * MiB};
+  pool_memory_resource pool{&arena, opts(0)};
+  void* a = pool.allocate(MiB);  // slab [0, 1) MiB
+  void* b = pool.allocate(MiB);  // slab [1, 2) MiB
+  pool.deallocate(b, MiB);
+  // Wants a 2 MiB slab; the arena has only [2, 3) MiB left until the free slab
+  // goes back, which joins it into [1, 3) MiB.
+  void* c = pool.allocate(2 * MiB);
+  EXPECT_EQ(c, b);
+  EXPECT_EQ(pool.pool_size(), 3 * MiB);
+  auto const frees = arena.deallocations();
+  ASSERT_EQ(frees.size(), 1U);
+  EXPECT_EQ(frees[0].ptr, b);
+  EXPECT_EQ(frees[0].bytes, MiB);
+  EXPECT_GE(arena.failed_allocations(), 1U);
+
+  // Nothing left anywhere: a clean out_of_memory that says what the pool holds.
+  try {
+    static_cast<void>(pool.allocate(512 * KiB));
+    ADD_FAILURE() << "expected out_of_memory";
+  } catch (out_of_memory const& e) {
+    std::string const msg = e.what();
+    EXPECT_NE(msg.find("requested 524288 B"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("reserved 3145728 B"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("free 0 B"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("largest free block 0 B"), std::string::npos) << msg;
+  }
+  EXPECT_EQ(pool.pool_size(), 3 * MiB);
+  EXPECT_EQ(pool.info().used_bytes, 3 * MiB);
+  pool.deallocate(a, MiB);
+  pool.deallocate(c, 2 * MiB);
+}
+
+TEST(Pool, GeometricStepFallsBackToTheRequest) {
+  test::arena_test_resource arena{6 * MiB};
+  pool_memory_resource pool{&arena, opts(0)};
+  void* a = pool.allocate(4 * MiB);  // slab of 4 MiB
+  void* b = pool.allocate(MiB);      // wants 4 MiB (geometric), gets the 1 MiB min_growth step
+  EXPECT_EQ(sizes_of(arena.allocations()), (std::vector<std::size_t>{4 * MiB, MiB}));
+  void* c = pool.allocate(512 * KiB);  // wants 5 MiB, then 1 MiB: fits
+  EXPECT_EQ(pool.pool_size(), 6 * MiB);
+  EXPECT_TRUE(arena.deallocations().empty());  // no trim was needed
+  pool.deallocate(a, 4 * MiB);
+  pool.deallocate(b, MiB);
+  pool.deallocate(c, 512 * KiB);
+}
+
+// ---- threads --------------------------------------------------------------------------
+
+/// Each live block is filled with its own byte; verified before it is freed.
+struct live_block {
+  unsigned char* p;
+  std::size_t bytes;
+  unsigned char tag;
+};
+
+bool intact(live_block const& b) {
+  return std::all_of(b.p, b.p + b.bytes, [&](unsigned char v) { return v == b.tag; });
+}
+
+TEST(Pool, EightThreadsNeverShareABlock) {
+  test::arena_test_resource arena{512 * MiB};
+  pool_memory_resource pool{&arena, opts(0)};
+  std::atomic<long> corrupt{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      // Half the threads share the legacy stream, half use their per-thread stream.
+      stream_ref const s{reinterpret_cast<cudaStream_t>(t % 2 == 0 ? legacy_stream_handle : per_thread_stream_handle)};
+      std::mt19937 rng{static_cast<unsigned>(1234 + t)};
+      std::uniform_int_distribution<std::size_t> size{1, 16 * KiB};
+      std::vector<live_block> live;
+      unsigned char tag = static_cast<unsigned char>(t * 32);
+      for (int i = 0; i < 3000; ++i) {
+        if (live.empty() || rng() % 3 != 0) {
+          std::size_t const n = size(rng);
+          auto* p = static_cast<unsigned char*>(pool.allocate(n, s));
+          std::memset(p, ++tag, n);
+          live.push_back({p, n, tag});
+        } else {
+          std::size_t const k = rng() % live.size();
+          if (!intact(live[k])) corrupt.fetch_add(1);
+          pool.deallocate(live[k].p, live[k].bytes, s);
+          live[k] = live.back();
+          live.pop_back();
+        }
+      }
+      for (auto const& b : live) {
+        if (!intact(b)) corrupt.fetch_add(1);
+        pool.deallocate(b.p, b.bytes, s);
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(corrupt.load(), 0);
+  auto const i = pool.info();
+  EXPECT_EQ(i.used_bytes, 0U);
+  EXPECT_EQ(i.free_bytes, pool.pool_size());
+  EXPECT_EQ(arena.bad_frees(), 0U);
+}
+
+TEST(Pool, PerThreadDefaultStreamIsPerThread) {
+  test::arena_test_resource arena{16 * MiB};
+  pool_memory_resource pool{&arena, opts(0)};
+  stream_ref const ptds{reinterpret_cast<cudaStream_t>(per_thread_stream_handle)};
+  void* mine = nullptr;
+  std::thread other{[&] {
+    mine = pool.allocate(4 * KiB, ptds);
+    pool.deallocate(mine, 4 * KiB, ptds);
+    EXPECT_EQ(pool.allocate(4 * KiB, ptds), mine);  // same thread: reused at once
+    pool.deallocate(mine, 4 * KiB, ptds);
+  }};
+  other.join();
+  // Another thread's per-thread stream is another stream: it cannot reuse that
+  // block without ordering, and nothing can order it from here.
+  void* here = pool.allocate(4 * KiB, ptds);
+  EXPECT_NE(here, mine);
+  EXPECT_EQ(arena.allocations().size(), 2U);
+  pool.deallocate(here, 4 * KiB, ptds);
+}
+
+// ---- stream ordering on the simulated device -------------------------------------------
+
+class PoolOnSim : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!sim().present() || !detail::driver_available()) {
+      GTEST_SKIP() << "needs the simulated device";
+    }
+    ASSERT_EQ(detail::ensure_context(), CUDA_SUCCESS);
+    a_ = make_stream();
+    b_ = make_stream();
+  }
+  void TearDown() override {
+    for (CUstream s : {a_, b_}) {
+      if (s != nullptr) {
+        EXPECT_EQ(detail::driver().cuStreamDestroy(s), CUDA_SUCCESS);
+      }
+    }
+    if (sim().present()) sim().run_all();
+  }
+  static test::sim_control& sim() { return test::sim_control::get(); }
+  static CUstream make_stream() {
+    CUstream s = nullptr;
+    EXPECT_EQ(detail::driver().cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    return s;
+  }
+  static stream_ref ref(CUstream s) { return stream_ref{s}; }
+  /// Calls of `entry` since the last snapshot(); see snapshot().
+  struct counts {
+    long record, wait, create;
+  };
+  static counts snapshot() {
+    return {sim().call_count("cuEventRecord"), sim().call_count("cuStreamWaitEvent"), sim().call_count("cuEventCreate")};
+  }
+  static counts since(counts const& c) {
+    auto const n = snapshot();
+    return {n.record - c.record, n.wait - c.wait, n.create - c.create};
+  }
+  template <class F>
+  static F lookup(char const* name) {
+    return reinterpret_cast<F>(detail::real_dlsym()(detail::driver().handle, name));
+  }
+
+  test::arena_test_resource arena_{64 * MiB};
+  CUstream a_{};
+  CUstream b_{};
+};
+
+TEST_F(PoolOnSim, SameStreamReuseNeedsNoEvent) {
+  pool_memory_resource pool{&arena_, opts(0)};
+  auto const before = snapshot();
+  void* p = pool.allocate(KiB, ref(a_));
+  for (int i = 0; i < 100; ++i) {
+    pool.deallocate(p, KiB, ref(a_));
+    ASSERT_EQ(pool.allocate(KiB, ref(a_)), p);
+  }
+  pool.deallocate(p, KiB, ref(a_));
+  auto const d = since(before);
+  EXPECT_EQ(d.record, 0);
+  EXPECT_EQ(d.wait, 0);
+  EXPECT_EQ(d.create, 0);
+}
+
+TEST_F(PoolOnSim, CrossStreamTakeRecordsOneEventAndOneWait) {
+  pool_memory_resource pool{&arena_, opts(0)};
+  void* p = pool.allocate(KiB, ref(a_));
+  pool.deallocate(p, KiB, ref(a_));
+  auto before = snapshot();
+  void* q = pool.allocate(KiB, ref(b_));
+  EXPECT_EQ(q, p);  // A's memory, now ordered for B
+  auto d = since(before);
+  EXPECT_EQ(d.create, 1);
+  EXPECT_EQ(d.record, 1);
+  EXPECT_EQ(d.wait, 1);
+  EXPECT_EQ(arena_.allocations().size(), 1U);
+
+  // B now owns A's whole list: reuse on B is free of events.
+  before = snapshot();
+  pool.deallocate(q, KiB, ref(b_));
+  EXPECT_EQ(pool.allocate(2 * KiB, ref(b_)), p);
+  d = since(before);
+  EXPECT_EQ(d.record, 0);
+  EXPECT_EQ(d.wait, 0);
+  pool.deallocate(p, 2 * KiB, ref(b_));
+
+  // Back to A: B's event is created once, then reused.
+  before = snapshot();
+  EXPECT_EQ(pool.allocate(KiB, ref(a_)), p);
+  pool.deallocate(p, KiB, ref(a_));
+  EXPECT_EQ(pool.allocate(KiB, ref(b_)), p);
+  d = since(before);
+  EXPECT_EQ(d.create, 1);  // B's event; A's already exists
+  EXPECT_EQ(d.record, 2);
+  EXPECT_EQ(d.wait, 2);
+  pool.deallocate(p, KiB, ref(b_));
+}
+
+TEST_F(PoolOnSim, TakerRunsOnlyAfterTheFreeingStreamsWork) {
+  pool_memory_resource pool{&arena_, opts(0)};
+  auto* p = static_cast<int*>(pool.allocate(256, ref(a_)));
+  *p = 0;
+  auto const cuLaunchHostFunc = detail::driver().cuLaunchHostFunc;
+  // Pending work on A still writes p when A frees it.
+  ASSERT_EQ(cuLaunchHostFunc(a_, [](void* d) { *static_cast<int*>(d) = 42; }, p), CUDA_SUCCESS);
+  pool.deallocate(p, 256, ref(a_));
+
+  auto* q = static_cast<int*>(pool.allocate(256, ref(b_)));
+  ASSERT_EQ(q, p);
+  struct observe {
+    int* q;
+    int seen;
+  } o{q, -1};
+  ASSERT_EQ(cuLaunchHostFunc(b_, [](void* d) { auto* ob = static_cast<observe*>(d); ob->seen = *ob->q; }, &o),
+            CUDA_SUCCESS);
+  ASSERT_EQ(detail::driver().cuStreamSynchronize(b_), CUDA_SUCCESS);
+  EXPECT_EQ(o.seen, 42);  // B waited for A's write
+  pool.deallocate(q, 256, ref(b_));
+}
+
+TEST_F(PoolOnSim, CapturingStreamsAreNeverRecordedOnOrMadeToWait) {
+  auto const begin = lookup<CUresult (*)(CUstream, CUstreamCaptureMode)>("cuStreamBeginCapture_v2");
+  auto const end = lookup<CUresult (*)(CUstream, CUgraph*)>("cuStreamEndCapture");
+  auto const destroy_graph = lookup<CUresult (*)(CUgraph)>("cuGraphDestroy");
+  ASSERT_NE(begin, nullptr);
+  ASSERT_NE(end, nullptr);
+  pool_memory_resource pool{&arena_, opts(0)};
+  void* p = pool.allocate(KiB, ref(a_));
+  pool.deallocate(p, KiB, ref(a_));
+
+  // The taker captures: it may not wait, so the pool grows instead.
+  ASSERT_EQ(begin(b_, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+  auto before = snapshot();
+  void* q = pool.allocate(KiB, ref(b_));
+  EXPECT_NE(q, p);
+  EXPECT_EQ(since(before).record, 0);
+  EXPECT_EQ(since(before).wait, 0);
+  CUgraph g = nullptr;
+  ASSERT_EQ(end(b_, &g), CUDA_SUCCESS);  // the capture is still valid
+  if (g != nullptr && destroy_graph != nullptr) {
+    EXPECT_EQ(destroy_graph(g), CUDA_SUCCESS);
+  }
+
+  // The holder captures: no event is recorded on it, its block stays its own.
+  ASSERT_EQ(begin(a_, CU_STREAM_CAPTURE_MODE_RELAXED), CUDA_SUCCESS);
+  CUstream c = make_stream();
+  before = snapshot();
+  void* r = pool.allocate(KiB, ref(c));  // takes B's list (A's would fit too)
+  EXPECT_EQ(since(before).record, 1);    // B's event, never A's
+  EXPECT_NE(r, p);
+  g = nullptr;
+  ASSERT_EQ(end(a_, &g), CUDA_SUCCESS);
+  if (g != nullptr && destroy_graph != nullptr) {
+    EXPECT_EQ(destroy_graph(g), CUDA_SUCCESS);
+  }
+  pool.deallocate(q, KiB, ref(b_));
+  pool.deallocate(r, KiB, ref(c));
+  pool.stream_destroyed(ref(c));
+  EXPECT_EQ(detail::driver().cuStreamDestroy(c), CUDA_SUCCESS);
+}
+
+TEST_F(PoolOnSim, DestroyedStreamsBlocksWaitOnItsLastEvent) {
+  pool_memory_resource pool{&arena_, opts(0)};
+  CUstream c = make_stream();
+  void* p = pool.allocate(KiB, ref(c));
+  pool.deallocate(p, KiB, ref(c));
+  auto before = snapshot();
+  pool.stream_destroyed(ref(c));
+  ASSERT_EQ(detail::driver().cuStreamDestroy(c), CUDA_SUCCESS);
+  EXPECT_EQ(since(before).record, 1);
+
+  before = snapshot();
+  void* q = pool.allocate(KiB, ref(a_));  // the record has not run: A waits on it
+  EXPECT_EQ(q, p);
+  EXPECT_EQ(since(before).wait, 1);
+  EXPECT_EQ(since(before).record, 0);
+  EXPECT_EQ(arena_.allocations().size(), 1U);
+  pool.deallocate(q, KiB, ref(a_));
+}
+
+TEST_F(PoolOnSim, CompletedDestroyedStreamBlocksNeedNoWait) {
+  pool_memory_resource pool{&arena_, opts(0)};
+  CUstream c = make_stream();
+  void* p = pool.allocate(KiB, ref(c));
+  pool.deallocate(p, KiB, ref(c));
+  pool.stream_destroyed(ref(c));
+  ASSERT_EQ(detail::driver().cuStreamDestroy(c), CUDA_SUCCESS);
+  sim().run_all();  // the event completes
+  auto const before = snapshot();
+  EXPECT_EQ(pool.allocate(KiB, ref(a_)), p);
+  EXPECT_EQ(since(before).wait, 0);
+  EXPECT_EQ(since(before).record, 0);
+  pool.deallocate(p, KiB, ref(a_));
+  EXPECT_EQ(pool.release(), MiB);
+}
+
+TEST_F(PoolOnSim, ReleaseOrdersASlabFreedOnTwoStreams) {
+  pool_memory_resource pool{&arena_, opts(0)};
+  void* p = pool.allocate(512 * KiB, ref(a_));
+  void* q = pool.allocate(512 * KiB, ref(a_));
+  ASSERT_EQ(as_char(q), as_char(p) + 512 * KiB);
+  pool.deallocate(p, 512 * KiB, ref(a_));
+  pool.deallocate(q, 512 * KiB, ref(b_));
+  EXPECT_EQ(pool.info().largest_free_block, 512 * KiB);  // two lists: not coalesced
+  auto const before = snapshot();
+  EXPECT_EQ(pool.release(), MiB);
+  auto const d = since(before);
+  EXPECT_EQ(d.record, 1);  // one holder's event ...
+  EXPECT_EQ(d.wait, 1);    // ... awaited by the stream the slab is freed on
+  auto const frees = arena_.deallocations();
+  ASSERT_EQ(frees.size(), 1U);
+  EXPECT_EQ(frees[0].ptr, p);
+  EXPECT_EQ(frees[0].bytes, MiB);
+  auto const on = frees[0].stream;
+  EXPECT_TRUE(on == reinterpret_cast<std::uintptr_t>(a_) || on == reinterpret_cast<std::uintptr_t>(b_));
+  EXPECT_EQ(pool.pool_size(), 0U);
+}
+
+TEST_F(PoolOnSim, EightThreadsOnTheirOwnStreamsFreeingEachOthersBlocks) {
+  pool_memory_resource pool{&arena_, opts(0)};
+  std::atomic<long> corrupt{0};
+  std::mutex exchange_mutex;
+  std::deque<live_block> exchange;  // blocks handed to another thread to free
+  std::vector<CUstream> streams;
+  for (int t = 0; t < 8; ++t) streams.push_back(make_stream());
+  sim().reset_violations();
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      ASSERT_EQ(detail::ensure_context(), CUDA_SUCCESS);
+      stream_ref const s{streams[static_cast<std::size_t>(t)]};
+      std::mt19937 rng{static_cast<unsigned>(99 + t)};
+      std::uniform_int_distribution<std::size_t> size{1, 8 * KiB};
+      std::vector<live_block> live;
+      unsigned char tag = static_cast<unsigned char>(t * 32);
+      auto const release_block = [&](live_block const& b) {
+        if (!intact(b)) corrupt.fetch_add(1);
+        pool.deallocate(b.p, b.bytes, s);
+      };
+      for (int i = 0; i < 1500; ++i) {
+        auto const r = rng() % 6;
+        if (live.empty() || r < 3) {
+          std::size_t const n = size(rng);
+          auto* p = static_cast<unsigned char*>(pool.allocate(n, s));
+          std::memset(p, ++tag, n);
+          live.push_back({p, n, tag});
+        } else if (r == 3) {  // hand one over
+          std::lock_guard lock{exchange_mutex};
+          exchange.push_back(live.back());
+          live.pop_back();
+        } else if (r == 4) {  // free one handed over by someone else
+          std::optional<live_block> b;
+          {
+            std::lock_guard lock{exchange_mutex};
+            if (!exchange.empty()) {
+              b = exchange.front();
+              exchange.pop_front();
+            }
+          }
+          if (b) release_block(*b);
+        } else {
+          std::size_t const k = rng() % live.size();
+          release_block(live[k]);
+          live[k] = live.back();
+          live.pop_back();
+        }
+      }
+      for (auto const& b : live) release_block(b);
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (auto const& b : exchange) pool.deallocate(b.p, b.bytes, stream_ref{streams[0]});
+  EXPECT_EQ(corrupt.load(), 0);
+  EXPECT_EQ(pool.info().used_bytes, 0U);
+  EXPECT_EQ(sim().violations(), 0);
+  for (CUstream s : streams) {
+    pool.stream_destroyed(stream_ref{s});
+    EXPECT_EQ(detail::driver().cuStreamDestroy(s), CUDA_SUCCESS);
+  }
+  sim().run_all();  // every destroyed stream's event completes
+  std::size_t const reserved = pool.pool_size();
+  EXPECT_GT(reserved, 0U);
+  EXPECT_EQ(pool.release(), reserved);
+  EXPECT_EQ(pool.pool_size(), 0U);
+  EXPECT_EQ(arena_.live_bytes(), 0U);
+}
+
+}  // namespace
+}  // namespace gpumem

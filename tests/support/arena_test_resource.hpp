@@ -1,0 +1,128 @@
+#pragma once
+// arena_test_resource: an upstream double for the caching resources' tests.
+//
+// Carves host memory from one arena, first fit in address order, so that two
+// consecutive allocations are adjacent (slab boundaries can be tested) and a
+// freed range is reused. Capacity = arena size: beyond it allocate throws
+// out_of_memory, as a full device would. Records every call (size, pointer,
+// stream) so tests can check exactly what reached the upstream. Thread-safe.
+
+#include <gpumem/device_memory_resource.hpp>
+
+#include <sys/mman.h>
+
+#include <cstddef>
+#include <map>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace gpumem::test {
+
+class arena_test_resource final : public device_memory_resource {
+ public:
+  struct call {
+    void* ptr;
+    std::size_t bytes;
+    std::uintptr_t stream;
+  };
+
+  explicit arena_test_resource(std::size_t capacity) : capacity_{align_up(capacity, allocation_alignment)} {
+    void* m = mmap(nullptr, capacity_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED) throw std::runtime_error{"arena_test_resource: mmap failed"};
+    base_ = static_cast<char*>(m);
+    holes_.emplace(base_, capacity_);
+  }
+  ~arena_test_resource() override { munmap(base_, capacity_); }
+
+  [[nodiscard]] std::vector<call> allocations() const {
+    std::lock_guard lock{mutex_};
+    return allocs_;
+  }
+  [[nodiscard]] std::vector<call> deallocations() const {
+    std::lock_guard lock{mutex_};
+    return frees_;
+  }
+  [[nodiscard]] std::size_t live_bytes() const {
+    std::lock_guard lock{mutex_};
+    return live_bytes_;
+  }
+  [[nodiscard]] std::size_t failed_allocations() const {
+    std::lock_guard lock{mutex_};
+    return failures_;
+  }
+  /// Frees of pointers or sizes this resource never handed out.
+  [[nodiscard]] std::size_t bad_frees() const {
+    std::lock_guard lock{mutex_};
+    return bad_frees_;
+  }
+  [[nodiscard]] char* base() const noexcept { return base_; }
+
+ private:
+  void* do_allocate(std::size_t bytes, stream_ref s) override {
+    std::lock_guard lock{mutex_};
+    if (bytes == 0) return nullptr;
+    std::size_t const size = align_up(bytes, allocation_alignment);
+    for (auto it = holes_.begin(); it != holes_.end(); ++it) {
+      if (it->second < size) continue;
+      char* p = it->first;
+      std::size_t const rest = it->second - size;
+      holes_.erase(it);
+      if (rest != 0) holes_.emplace(p + size, rest);
+      live_.emplace(p, size);
+      live_bytes_ += size;
+      allocs_.push_back({p, bytes, stream_handle(s)});
+      return p;
+    }
+    ++failures_;
+    throw out_of_memory{"arena_test_resource: no room for " + std::to_string(bytes) + " bytes"};
+  }
+
+  void do_deallocate(void* ptr, std::size_t bytes, stream_ref s) noexcept override {
+    std::lock_guard lock{mutex_};
+    auto* p = static_cast<char*>(ptr);
+    auto it = live_.find(p);
+    if (it == live_.end() || it->second != align_up(bytes, allocation_alignment)) {
+      ++bad_frees_;
+      return;
+    }
+    frees_.push_back({p, bytes, stream_handle(s)});
+    std::size_t size = it->second;
+    live_bytes_ -= size;
+    live_.erase(it);
+    // Coalesce with the neighbouring holes.
+    auto next = holes_.lower_bound(p);
+    if (next != holes_.end() && next->first == p + size) {
+      size += next->second;
+      next = holes_.erase(next);
+    }
+    if (next != holes_.begin()) {
+      auto prev = std::prev(next);
+      if (prev->first + prev->second == p) {
+        p = prev->first;
+        size += prev->second;
+        holes_.erase(prev);
+      }
+    }
+    holes_.emplace(p, size);
+  }
+
+  [[nodiscard]] resource_info do_info() const override {
+    std::lock_guard lock{mutex_};
+    return {.reserved_bytes = live_bytes_, .used_bytes = live_bytes_, .free_bytes = 0, .largest_free_block = 0};
+  }
+
+  std::size_t capacity_;
+  char* base_{};
+  mutable std::mutex mutex_;
+  std::map<char*, std::size_t> holes_;  // free ranges, address order
+  std::map<char*, std::size_t> live_;   // pointer -> rounded size
+  std::size_t live_bytes_{};
+  std::size_t failures_{};
+  std::size_t bad_frees_{};
+  std::vector<call> allocs_;
+  std::vector<call> frees_;
+};
+
+}  // namespace gpumem::test
