@@ -1,0 +1,371 @@
+// parse_toml: typed values of every key, and every error path with its exact message.
+
+#include <gpumem/config.hpp>
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace gc = gpumem::config;
+
+namespace {
+
+constexpr std::size_t MiB = std::size_t{1} << 20U;
+constexpr std::size_t GiB = std::size_t{1} << 30U;
+
+std::filesystem::path source_dir() { return std::filesystem::path{__FILE__}.parent_path().parent_path().parent_path(); }
+
+std::string read(std::filesystem::path const& p) {
+  std::ifstream in{p};
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+/// The message parse_toml throws for `text` (named "t.toml"), or "" if it accepted it.
+std::string error_of(std::string const& text, gc::on_error* policy = nullptr) {
+  try {
+    (void)gc::parse_toml(text, "t.toml");
+  } catch (gc::config_error const& e) {
+    if (policy != nullptr) { *policy = e.policy; }
+    return e.what();
+  }
+  return "";
+}
+
+std::string const cuda = "\n[[chain]]\ntype = \"cuda\"\n";
+
+TEST(ParseToml, FullExample) {
+  gc::settings const s = gc::parse_toml(R"(
+[gpumem]
+sync_mode = "stream"
+log_file = "gpumem-%p.csv"
+log_level = "debug"
+on_error = "passthrough"
+report = true
+report_file = "report-%r.txt"
+deferred_flush = "64MiB"
+[[chain]]
+type = "limiting"
+limit = "8GiB"
+[[chain]]
+type = "tracking"
+capture_stacks = true
+[[chain]]
+type = "statistics"
+[[chain]]
+type = "logging"
+file = "inner-%d.csv"
+[[chain]]
+type = "pool"
+initial_size = "50%"
+maximum_size = "90%"
+min_growth = 4194304
+[[chain]]
+type = "cuda"
+)",
+                                        "full.toml");
+  EXPECT_EQ(s.source, "full.toml");
+  EXPECT_FALSE(s.disabled);
+  EXPECT_EQ(s.sync, gc::sync_mode::stream);
+  EXPECT_EQ(s.log_file, "gpumem-%p.csv");
+  EXPECT_EQ(s.log_level, "debug");
+  EXPECT_EQ(s.on_config_error, gc::on_error::passthrough);
+  EXPECT_TRUE(s.report);
+  EXPECT_EQ(s.report_file, "report-%r.txt");
+  EXPECT_EQ(s.deferred_flush_bytes, 64 * MiB);
+  ASSERT_EQ(s.chain.size(), 6U);
+  EXPECT_EQ(s.chain[0].type, "limiting");
+  EXPECT_EQ(std::get<gc::limiting_spec>(s.chain[0].options).limit, gc::size_value::of_bytes(8 * GiB));
+  EXPECT_EQ(s.chain[0].source, "full.toml");
+  EXPECT_EQ(s.chain[0].line, 10);
+  EXPECT_EQ(s.chain[0].column, 1);
+  EXPECT_TRUE(std::get<gc::tracking_spec>(s.chain[1].options).capture_stacks);
+  EXPECT_TRUE(std::holds_alternative<gc::statistics_spec>(s.chain[2].options));
+  EXPECT_EQ(std::get<gc::logging_spec>(s.chain[3].options).file, "inner-%d.csv");
+  auto const& pool = std::get<gc::pool_spec>(s.chain[4].options);
+  EXPECT_EQ(pool.initial_size, gc::size_value::of_percent(50));
+  EXPECT_EQ(pool.maximum_size, gc::size_value::of_percent(90));
+  EXPECT_EQ(pool.min_growth, gc::size_value::of_bytes(4 * MiB));
+  EXPECT_EQ(s.chain[4].line, 21);
+  EXPECT_TRUE(std::holds_alternative<gc::cuda_spec>(s.chain[5].options));
+  EXPECT_TRUE(s.warnings.empty());
+}
+
+TEST(ParseToml, DefaultsOfOmittedKeys) {
+  gc::settings const s = gc::parse_toml(R"(
+[[chain]]
+type = "pool"
+[[chain]]
+type = "binning"
+[[chain]]
+type = "fixed_size"
+[[chain]]
+type = "async"
+)",
+                                        "d.toml");
+  EXPECT_EQ(s.sync, gc::sync_mode::safe);
+  EXPECT_EQ(s.log_file, "");
+  EXPECT_EQ(s.log_level, "warn");
+  EXPECT_EQ(s.on_config_error, gc::on_error::fail);
+  EXPECT_FALSE(s.report);
+  EXPECT_EQ(s.deferred_flush_bytes, 256 * MiB);
+  auto const& pool = std::get<gc::pool_spec>(s.chain[0].options);
+  EXPECT_EQ(pool.initial_size, gc::size_value::of_bytes(0));
+  EXPECT_FALSE(pool.maximum_size.has_value());
+  EXPECT_EQ(pool.min_growth, gc::size_value::of_bytes(2 * MiB));
+  auto const& bins = std::get<gc::binning_spec>(s.chain[1].options).bins;
+  ASSERT_EQ(bins.size(), 13U);  // 256 B .. 1 MiB
+  EXPECT_EQ(bins.front(), 256U);
+  EXPECT_EQ(bins.back(), MiB);
+  auto const& fixed = std::get<gc::fixed_size_spec>(s.chain[2].options);
+  EXPECT_EQ(fixed.block_size, gc::size_value::of_bytes(MiB));
+  EXPECT_EQ(fixed.preallocate, 128U);
+  auto const& async = std::get<gc::async_spec>(s.chain[3].options);
+  EXPECT_FALSE(async.release_threshold.has_value());
+  EXPECT_FALSE(async.initial_size.has_value());
+}
+
+TEST(ParseToml, BinningForms) {
+  auto bins_of = [](std::string const& body) {
+    return std::get<gc::binning_spec>(gc::parse_toml("[[chain]]\ntype = \"binning\"\n" + body + cuda, "b.toml")
+                                          .chain[0]
+                                          .options)
+        .bins;
+  };
+  EXPECT_EQ(bins_of("min_size = \"1KiB\"\nmax_size = \"8KiB\"\n"), (std::vector<std::size_t>{1024, 2048, 4096, 8192}));
+  EXPECT_EQ(bins_of("min_size = 512\nmax_size = 512\n"), (std::vector<std::size_t>{512}));
+  EXPECT_EQ(bins_of("bins = [\"256B\", 768, \"4KiB\"]\n"), (std::vector<std::size_t>{256, 768, 4096}));
+}
+
+TEST(ParseToml, FileWithoutChainKeepsTheDefaultChain) {
+  gc::settings const s = gc::parse_toml("[gpumem]\nreport = true\n", "only-options.toml");
+  EXPECT_TRUE(s.report);
+  ASSERT_EQ(s.chain.size(), 2U);
+  EXPECT_EQ(s.chain[0].type, "pool");
+  EXPECT_EQ(s.chain[0].source, "embedded default");
+  EXPECT_EQ(s.chain[1].type, "cuda");
+}
+
+TEST(ParseToml, EmbeddedDefaultIsConfigDefaultToml) {
+  EXPECT_EQ(gc::default_toml(), read(source_dir() / "config" / "default.toml"));
+  gc::settings const s = gc::parse_toml(gc::default_toml(), "embedded default");
+  EXPECT_EQ(s.sync, gc::sync_mode::safe);
+  EXPECT_EQ(s.log_file, "");
+  EXPECT_EQ(s.deferred_flush_bytes, 256 * MiB);
+  ASSERT_EQ(s.chain.size(), 2U);
+  auto const& pool = std::get<gc::pool_spec>(s.chain[0].options);
+  EXPECT_EQ(pool.initial_size, gc::size_value::of_bytes(0));
+  EXPECT_FALSE(pool.maximum_size.has_value());
+  EXPECT_TRUE(std::holds_alternative<gc::cuda_spec>(s.chain[1].options));
+}
+
+TEST(ParseToml, EveryShippedExampleParses) {
+  int count = 0;
+  for (auto const& entry : std::filesystem::directory_iterator{source_dir() / "config"}) {
+    if (entry.path().extension() != ".toml") { continue; }
+    SCOPED_TRACE(entry.path().string());
+    EXPECT_NO_THROW((void)gc::parse_toml(read(entry.path()), entry.path().string()));
+    ++count;
+  }
+  EXPECT_GE(count, 5);
+}
+
+struct error_case {
+  std::string name;
+  std::string text;
+  std::string message;
+};
+
+class ParseTomlError : public ::testing::TestWithParam<error_case> {};
+
+TEST_P(ParseTomlError, ExactMessage) { EXPECT_EQ(error_of(GetParam().text), GetParam().message); }
+
+std::string const E = "gpumem: config error: t.toml:";
+
+INSTANTIATE_TEST_SUITE_P(
+    Errors, ParseTomlError,
+    ::testing::Values(
+        // Syntax and structure.
+        error_case{"syntax", "[gpumem\n",
+                   E + "1:8: syntax: Error while parsing table header: expected ']', saw '\\n' "
+                       "(see config/default.toml for the format)"},
+        error_case{"unknown_table", "[gpumen]\n",
+                   E + "1:2: gpumen: unknown table or key \"gpumen\" (valid: [gpumem] and [[chain]])"},
+        error_case{"unknown_top_key", "colour = 1\n",
+                   E + "1:1: colour: unknown table or key \"colour\" (valid: [gpumem] and [[chain]])"},
+        error_case{"gpumem_not_table", "gpumem = 1\n",
+                   E + "1:10: gpumem: expected a table, got an integer (write [gpumem] followed by its keys)"},
+        error_case{"chain_not_array", "chain = \"pool\"\n",
+                   E + "1:9: chain: expected an array of tables, got a string (write each entry as [[chain]])"},
+        error_case{"chain_empty", "chain = []\n",
+                   E + "1:9: chain: the chain is empty (list [[chain]] entries outermost first, ending in a "
+                       "device resource: cuda | async | managed)"},
+        error_case{"entry_not_table", "chain = [1]\n",
+                   E + "1:10: chain[0]: expected a table, got an integer (write each entry as [[chain]])"},
+        // [gpumem] keys.
+        error_case{"unknown_gpumem_key", "[gpumem]\nsync_mod = \"safe\"\n",
+                   E + "2:1: gpumem.sync_mod: unknown key \"sync_mod\" (valid: sync_mode, log_file, log_level, "
+                       "on_error, report, report_file, deferred_flush)"},
+        error_case{"sync_mode_value", "[gpumem]\nsync_mode = \"fast\"\n",
+                   E + "2:13: gpumem.sync_mode: unknown value \"fast\" (valid: safe|stream)"},
+        error_case{"sync_mode_type", "[gpumem]\nsync_mode = 1\n",
+                   E + "2:13: gpumem.sync_mode: expected a string, got an integer (valid: safe|stream)"},
+        error_case{"log_level_value", "[gpumem]\nlog_level = \"verbose\"\n",
+                   E + "2:13: gpumem.log_level: unknown value \"verbose\" (valid: trace|debug|info|warn|error|off)"},
+        error_case{"on_error_value", "[gpumem]\non_error = \"ignore\"\n",
+                   E + "2:12: gpumem.on_error: unknown value \"ignore\" (valid: fail|passthrough)"},
+        error_case{"report_type", "[gpumem]\nreport = \"yes\"\n",
+                   E + "2:10: gpumem.report: expected a boolean, got a string (true or false)"},
+        error_case{"log_file_type", "[gpumem]\nlog_file = 3\n",
+                   E + "2:12: gpumem.log_file: expected a string, got an integer (a file path; %p pid, %r rank, "
+                       "%h host, %d device, %% a literal %)"},
+        error_case{"log_file_placeholder", "[gpumem]\nlog_file = \"a-%q.csv\"\n",
+                   E + "2:12: gpumem.log_file: unknown placeholder %q (valid placeholders: %p pid, %r rank, "
+                       "%h host, %d device, %% a literal %)"},
+        error_case{"report_file_lone_percent", "[gpumem]\nreport_file = \"r%\"\n",
+                   E + "2:15: gpumem.report_file: ends with a lone % (valid placeholders: %p pid, %r rank, "
+                       "%h host, %d device, %% a literal %)"},
+        error_case{"deferred_flush_percent", "[gpumem]\ndeferred_flush = \"10%\"\n",
+                   E + "2:18: gpumem.deferred_flush: \"10%\" is a percentage; this key needs an absolute size "
+                       "(e.g. 4096, 64KiB, 2MiB)"},
+        // Chain entries.
+        error_case{"missing_type", "[[chain]]\nlimit = 1\n",
+                   E + "1:1: chain[0].type: missing (every [[chain]] entry needs type = one of: pool, binning, "
+                       "fixed_size, async, cuda, managed, limiting, statistics, tracking, logging)"},
+        error_case{"unknown_type", "[[chain]]\ntype = \"poool\"\n",
+                   E + "2:8: chain[0].type: unknown value \"poool\" (valid: pool|binning|fixed_size|async|cuda|"
+                       "managed|limiting|statistics|tracking|logging)"},
+        error_case{"type_not_string", "[[chain]]\ntype = true\n",
+                   E + "2:8: chain[0].type: expected a string, got a boolean (valid: pool|binning|fixed_size|"
+                       "async|cuda|managed|limiting|statistics|tracking|logging)"},
+        error_case{"unknown_pool_key", "[[chain]]\ntype = \"pool\"\ninitial = \"1GiB\"\n" + cuda,
+                   E + "3:1: chain[0].initial: unknown key \"initial\" (valid for pool: initial_size maximum_size "
+                       "min_growth)"},
+        error_case{"cuda_takes_no_options", "[[chain]]\ntype = \"cuda\"\ndevice = 1\n",
+                   E + "3:1: chain[0].device: unknown key \"device\" (\"cuda\" takes no options)"},
+        error_case{"bad_size", "[[chain]]\ntype = \"pool\"\ninitial_size = \"12XB\"\n" + cuda,
+                   E + "3:16: chain[0].initial_size: \"12XB\": unknown unit \"XB\" (a size such as 4096, 512MiB, "
+                       "8GiB, 1.5GB or 50% of free device memory; units B, KiB/MiB/GiB/TiB or K/M/G/T (1024), "
+                       "kB/MB/GB/TB (1000))"},
+        error_case{"negative_size", "[[chain]]\ntype = \"pool\"\nmaximum_size = -5\n" + cuda,
+                   E + "3:16: chain[0].maximum_size: negative size -5 (a size such as 4096, 512MiB, 8GiB, 1.5GB or "
+                       "50% of free device memory; units B, KiB/MiB/GiB/TiB or K/M/G/T (1024), kB/MB/GB/TB (1000))"},
+        error_case{"percent_over_100", "[[chain]]\ntype = \"limiting\"\nlimit = \"150%\"\n" + cuda,
+                   E + "3:9: chain[0].limit: \"150%\": percentage above 100% (a size such as 4096, 512MiB, 8GiB, "
+                       "1.5GB or 50% of free device memory; units B, KiB/MiB/GiB/TiB or K/M/G/T (1024), "
+                       "kB/MB/GB/TB (1000))"},
+        error_case{"float_size", "[[chain]]\ntype = \"pool\"\nmin_growth = 1.5\n" + cuda,
+                   E + "3:14: chain[0].min_growth: expected a size (string or integer), got a floating-point number "
+                       "(a size such as 4096, 512MiB, 8GiB, 1.5GB or 50% of free device memory; units B, "
+                       "KiB/MiB/GiB/TiB or K/M/G/T (1024), kB/MB/GB/TB (1000))"},
+        error_case{"limit_missing", "[[chain]]\ntype = \"limiting\"\n" + cuda,
+                   E + "1:1: chain[0].limit: missing (e.g. limit = \"8GiB\" or \"80%\")"},
+        error_case{"block_size_percent", "[[chain]]\ntype = \"fixed_size\"\nblock_size = \"1%\"\n" + cuda,
+                   E + "3:14: chain[0].block_size: \"1%\" is a percentage; this key needs an absolute size "
+                       "(e.g. 4096, 64KiB, 2MiB)"},
+        error_case{"block_size_zero", "[[chain]]\ntype = \"fixed_size\"\nblock_size = 0\n" + cuda,
+                   E + "3:14: chain[0].block_size: block size 0 (at least 256 B)"},
+        error_case{"preallocate_zero", "[[chain]]\ntype = \"fixed_size\"\npreallocate = 0\n" + cuda,
+                   E + "3:15: chain[0].preallocate: 0 blocks (at least 1)"},
+        error_case{"preallocate_type", "[[chain]]\ntype = \"fixed_size\"\npreallocate = \"8\"\n" + cuda,
+                   E + "3:15: chain[0].preallocate: expected an integer, got a string (blocks reserved per growth, "
+                       "at least 1)"},
+        error_case{"capture_stacks_type", "[[chain]]\ntype = \"tracking\"\ncapture_stacks = 1\n" + cuda,
+                   E + "3:18: chain[0].capture_stacks: expected a boolean, got an integer (true or false)"},
+        error_case{"logging_file_missing", "[[chain]]\ntype = \"logging\"\n" + cuda,
+                   E + "1:1: chain[0].file: missing (e.g. file = \"gpumem-%p-%d.csv\")"},
+        error_case{"logging_file_placeholder", "[[chain]]\ntype = \"logging\"\nfile = \"%z\"\n" + cuda,
+                   E + "3:8: chain[0].file: unknown placeholder %z (valid placeholders: %p pid, %r rank, %h host, "
+                       "%d device, %% a literal %)"},
+        // Binning.
+        error_case{"bin_not_power_of_two", "[[chain]]\ntype = \"binning\"\nmin_size = \"768B\"\n" + cuda,
+                   E + "3:12: chain[0].min_size: bin size 768 B is not a power of two of at least 256 B "
+                       "(e.g. 256B, 4KiB, 1MiB)"},
+        error_case{"bin_too_small", "[[chain]]\ntype = \"binning\"\nmax_size = 128\n" + cuda,
+                   E + "3:12: chain[0].max_size: bin size 128 B is not a power of two of at least 256 B "
+                       "(e.g. 256B, 4KiB, 1MiB)"},
+        error_case{"min_above_max", "[[chain]]\ntype = \"binning\"\nmin_size = \"4KiB\"\nmax_size = \"1KiB\"\n" + cuda,
+                   E + "1:1: chain[0].min_size: min_size 4 KiB is above max_size 1 KiB (min_size must not exceed "
+                       "max_size)"},
+        error_case{"bins_not_ascending", "[[chain]]\ntype = \"binning\"\nbins = [\"4KiB\", \"1KiB\"]\n" + cuda,
+                   E + "3:17: chain[0].bins[1]: 1 KiB does not follow 4 KiB (list bins in ascending order, each "
+                       "once)"},
+        error_case{"bins_not_multiple", "[[chain]]\ntype = \"binning\"\nbins = [300]\n" + cuda,
+                   E + "3:9: chain[0].bins[0]: bin size 300 B is not a multiple of 256 B (e.g. 256B, 768B, 4KiB)"},
+        error_case{"bins_empty", "[[chain]]\ntype = \"binning\"\nbins = []\n" + cuda,
+                   E + "3:8: chain[0].bins: no bins (e.g. bins = [\"256B\", \"4KiB\", \"64KiB\"])"},
+        error_case{"bins_not_array", "[[chain]]\ntype = \"binning\"\nbins = \"4KiB\"\n" + cuda,
+                   E + "3:8: chain[0].bins: expected an array of sizes, got a string (e.g. bins = [\"256B\", "
+                       "\"4KiB\", \"64KiB\"])"},
+        error_case{"bins_and_range", "[[chain]]\ntype = \"binning\"\nbins = [256]\nmax_size = 512\n" + cuda,
+                   E + "1:1: chain[0]: both bins and min_size/max_size given (use one of the two forms)"},
+        // Chain shape.
+        error_case{"pool_without_upstream", "[[chain]]\ntype = \"pool\"\n",
+                   E + "1:1: chain[0].type: \"pool\" has no upstream to get memory from (add a device resource "
+                       "after it: cuda | async | managed)"},
+        error_case{"binning_without_upstream", "[[chain]]\ntype = \"limiting\"\nlimit = 1\n[[chain]]\ntype = "
+                                               "\"binning\"\n",
+                   E + "4:1: chain[1].type: \"binning\" has no upstream to get memory from (add a device resource "
+                       "after it: cuda | async | managed)"},
+        error_case{"ends_in_adaptor", "[[chain]]\ntype = \"statistics\"\n",
+                   E + "1:1: chain[0].type: the chain ends in \"statistics\", not in a device resource (end it "
+                       "with one of: cuda | async | managed)"},
+        error_case{"two_devices", "[[chain]]\ntype = \"cuda\"\n[[chain]]\ntype = \"managed\"\n",
+                   E + "3:1: chain[1].type: a second device resource \"managed\" after \"cuda\" (a chain has "
+                       "exactly one device resource, its last entry)"},
+        error_case{"adaptor_after_device", "[[chain]]\ntype = \"async\"\n[[chain]]\ntype = \"tracking\"\n",
+                   E + "3:1: chain[1].type: adaptor \"tracking\" after the device resource \"async\" (entries wrap "
+                       "the ones after them: move \"tracking\" above \"async\")"},
+        error_case{"pool_after_device", "[[chain]]\ntype = \"cuda\"\n[[chain]]\ntype = \"pool\"\n",
+                   E + "3:1: chain[1].type: resource \"pool\" after the device resource \"cuda\" (entries wrap the "
+                       "ones after them: move \"pool\" above \"cuda\")"},
+        error_case{"maximum_below_initial",
+                   "[[chain]]\ntype = \"statistics\"\n[[chain]]\ntype = \"pool\"\ninitial_size = \"2GiB\"\n"
+                   "maximum_size = \"1GiB\"\n" + cuda,
+                   E + "3:1: chain[1].maximum_size: maximum 1 GiB is below initial 2 GiB (maximum_size must be at "
+                       "least initial_size)"},
+        error_case{"maximum_below_initial_percent",
+                   "[[chain]]\ntype = \"pool\"\ninitial_size = \"50%\"\nmaximum_size = \"40%\"\n" + cuda,
+                   E + "1:1: chain[0].maximum_size: maximum 40% is below initial 50% (maximum_size must be at "
+                       "least initial_size)"}),
+    [](auto const& test) { return test.param.name; });
+
+TEST(ParseToml, ErrorsCarryTheFilesOnErrorPolicy) {
+  gc::on_error policy = gc::on_error::fail;
+  // on_error is honoured even when a mistake precedes it in [gpumem].
+  EXPECT_NE(error_of("[gpumem]\nlog_level = \"loud\"\non_error = \"passthrough\"\n", &policy), "");
+  EXPECT_EQ(policy, gc::on_error::passthrough);
+  EXPECT_NE(error_of("[gpumem]\non_error = \"passthrough\"\n[[chain]]\ntype = \"pool\"\n", &policy), "");
+  EXPECT_EQ(policy, gc::on_error::passthrough);
+  EXPECT_NE(error_of("[[chain]]\ntype = \"pool\"\n[gpumem]\non_error = \"passthrough\"\n", &policy), "");
+  EXPECT_EQ(policy, gc::on_error::passthrough);
+  EXPECT_NE(error_of("[gpumem]\non_error = \"fail\"\n[[chain]]\ntype = \"pool\"\n", &policy), "");
+  EXPECT_EQ(policy, gc::on_error::fail);
+  policy = gc::on_error::passthrough;
+  EXPECT_NE(error_of("[gpumem\n", &policy), "");  // nothing could be read: fail
+  EXPECT_EQ(policy, gc::on_error::fail);
+}
+
+TEST(Roles, EveryType) {
+  EXPECT_EQ(gc::role_of(gc::pool_spec{}), gc::resource_role::caching);
+  EXPECT_EQ(gc::role_of(gc::binning_spec{}), gc::resource_role::caching);
+  EXPECT_EQ(gc::role_of(gc::fixed_size_spec{}), gc::resource_role::caching);
+  EXPECT_EQ(gc::role_of(gc::async_spec{}), gc::resource_role::device);
+  EXPECT_EQ(gc::role_of(gc::cuda_spec{}), gc::resource_role::device);
+  EXPECT_EQ(gc::role_of(gc::managed_spec{}), gc::resource_role::device);
+  EXPECT_EQ(gc::role_of(gc::limiting_spec{}), gc::resource_role::adaptor);
+  EXPECT_EQ(gc::role_of(gc::statistics_spec{}), gc::resource_role::adaptor);
+  EXPECT_EQ(gc::role_of(gc::tracking_spec{}), gc::resource_role::adaptor);
+  EXPECT_EQ(gc::role_of(gc::logging_spec{}), gc::resource_role::adaptor);
+  EXPECT_TRUE(gc::caches_memory(gc::async_spec{}));
+  EXPECT_TRUE(gc::caches_memory(gc::pool_spec{}));
+  EXPECT_FALSE(gc::caches_memory(gc::cuda_spec{}));
+  EXPECT_FALSE(gc::caches_memory(gc::managed_spec{}));
+  EXPECT_FALSE(gc::caches_memory(gc::limiting_spec{}));
+}
+
+}  // namespace
