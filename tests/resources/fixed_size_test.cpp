@@ -1,0 +1,268 @@
+// fixed_size_memory_resource: preallocation, size limits, O(1) LIFO reuse,
+// growth by chunks (and by one block when the upstream is short), release of
+// free chunks, exact info, double frees, threads, and stream ordering on the sim.
+
+#include <gpumem/detail/driver_api.hpp>
+#include <gpumem/fixed_size_memory_resource.hpp>
+
+#include <support/arena_test_resource.hpp>
+#include <support/sim_control.hpp>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <thread>
+#include <vector>
+
+namespace gpumem {
+namespace {
+
+constexpr std::size_t KiB = 1024;
+
+char* as_char(void* p) { return static_cast<char*>(p); }
+
+TEST(FixedSize, BadArgumentsThrow) {
+  test::arena_test_resource arena{64 * KiB};
+  EXPECT_THROW(fixed_size_memory_resource(nullptr, 4 * KiB, 8), logic_error);
+  EXPECT_THROW(fixed_size_memory_resource(&arena, 0, 8), logic_error);
+  EXPECT_THROW(fixed_size_memory_resource(&arena, 4 * KiB, 0), logic_error);
+  EXPECT_TRUE(arena.allocations().empty());
+  EXPECT_THROW(fixed_size_memory_resource(&arena, 64 * KiB, 2), out_of_memory);  // first chunk does not fit
+}
+
+TEST(FixedSize, PreallocatesOneChunk) {
+  test::arena_test_resource arena{1024 * KiB};
+  fixed_size_memory_resource fs{&arena, 4 * KiB, 8};
+  EXPECT_EQ(fs.block_size(), 4 * KiB);
+  EXPECT_EQ(fs.blocks_per_chunk(), 8U);
+  ASSERT_EQ(arena.allocations().size(), 1U);
+  EXPECT_EQ(arena.allocations()[0].bytes, 32 * KiB);
+  auto const i = fs.info();
+  EXPECT_EQ(i.reserved_bytes, 32 * KiB);
+  EXPECT_EQ(i.used_bytes, 0U);
+  EXPECT_EQ(i.free_bytes, 32 * KiB);
+  EXPECT_EQ(i.largest_free_block, 4 * KiB);
+}
+
+TEST(FixedSize, BlockSizeRoundsTo256) {
+  test::arena_test_resource arena{64 * KiB};
+  fixed_size_memory_resource fs{&arena, 1000, 4};
+  EXPECT_EQ(fs.block_size(), 1024U);
+  EXPECT_EQ(arena.allocations()[0].bytes, 4 * KiB);
+}
+
+TEST(FixedSize, OneBlockPerRequestUpToTheBlockSize) {
+  test::arena_test_resource arena{1024 * KiB};
+  fixed_size_memory_resource fs{&arena, 4 * KiB, 8};
+  char* const base = arena.base();
+  EXPECT_EQ(fs.allocate(0), nullptr);
+  void* a = fs.allocate(1);
+  void* b = fs.allocate(4 * KiB);
+  EXPECT_EQ(a, base);  // ascending addresses from a fresh chunk
+  EXPECT_EQ(b, base + 4 * KiB);
+  EXPECT_EQ(fs.info().used_bytes, 8 * KiB);
+  try {
+    static_cast<void>(fs.allocate(4 * KiB + 1));
+    ADD_FAILURE() << "expected bad_alloc";
+  } catch (out_of_memory const&) {
+    ADD_FAILURE() << "too large is not out of memory";
+  } catch (bad_alloc const& e) {
+    EXPECT_EQ(e.code(), CUDA_ERROR_INVALID_VALUE);
+  }
+  fs.deallocate(a, 1);
+  fs.deallocate(b, 4 * KiB);
+  EXPECT_EQ(fs.info().used_bytes, 0U);
+}
+
+TEST(FixedSize, ReuseIsLastInFirstOut) {
+  test::arena_test_resource arena{1024 * KiB};
+  fixed_size_memory_resource fs{&arena, 4 * KiB, 8};
+  void* a = fs.allocate(100);
+  void* b = fs.allocate(100);
+  fs.deallocate(a, 100);
+  fs.deallocate(b, 100);
+  EXPECT_EQ(fs.allocate(100), b);
+  EXPECT_EQ(fs.allocate(100), a);
+  fs.deallocate(a, 100);
+  fs.deallocate(b, 100);
+  EXPECT_EQ(arena.allocations().size(), 1U);
+}
+
+TEST(FixedSize, GrowsByAChunkWhenExhausted) {
+  test::arena_test_resource arena{1024 * KiB};
+  fixed_size_memory_resource fs{&arena, 4 * KiB, 8};
+  std::vector<void*> ps;
+  for (int i = 0; i < 8; ++i) ps.push_back(fs.allocate(4 * KiB));
+  EXPECT_EQ(arena.allocations().size(), 1U);
+  ps.push_back(fs.allocate(4 * KiB));
+  ASSERT_EQ(arena.allocations().size(), 2U);
+  EXPECT_EQ(arena.allocations()[1].bytes, 32 * KiB);
+  EXPECT_EQ(ps.back(), arena.allocations()[1].ptr);
+  auto const i = fs.info();
+  EXPECT_EQ(i.reserved_bytes, 64 * KiB);
+  EXPECT_EQ(i.used_bytes, 36 * KiB);
+  EXPECT_EQ(i.free_bytes, 28 * KiB);
+  for (void* p : ps) fs.deallocate(p, 4 * KiB);
+}
+
+TEST(FixedSize, FallsBackToOneBlockThenRunsOut) {
+  test::arena_test_resource arena{40 * KiB};  // one chunk of 32 KiB, then room for two blocks
+  fixed_size_memory_resource fs{&arena, 4 * KiB, 8};
+  std::vector<void*> ps;
+  for (int i = 0; i < 10; ++i) ps.push_back(fs.allocate(4 * KiB));
+  std::vector<std::size_t> sizes;
+  for (auto const& c : arena.allocations()) sizes.push_back(c.bytes);
+  EXPECT_EQ(sizes, (std::vector<std::size_t>{32 * KiB, 4 * KiB, 4 * KiB}));
+  EXPECT_THROW(static_cast<void>(fs.allocate(4 * KiB)), out_of_memory);
+  EXPECT_EQ(fs.info().reserved_bytes, 40 * KiB);
+  fs.deallocate(ps.back(), 4 * KiB);
+  EXPECT_EQ(fs.allocate(4 * KiB), ps.back());
+  for (void* p : ps) fs.deallocate(p, 4 * KiB);
+}
+
+TEST(FixedSize, ReleaseReturnsExactlyTheFreeChunks) {
+  test::arena_test_resource arena{1024 * KiB};
+  fixed_size_memory_resource fs{&arena, 4 * KiB, 4};
+  std::vector<void*> ps;
+  for (int i = 0; i < 6; ++i) ps.push_back(fs.allocate(4 * KiB));  // chunk 1 full, 2 of chunk 2
+  ASSERT_EQ(arena.allocations().size(), 2U);
+  char* const chunk1 = static_cast<char*>(arena.allocations()[0].ptr);
+  for (int i = 0; i < 4; ++i) fs.deallocate(ps[static_cast<std::size_t>(i)], 4 * KiB);
+  fs.deallocate(ps[4], 4 * KiB);  // chunk 2 still has ps[5] in use
+
+  EXPECT_EQ(fs.release(), 16 * KiB);
+  auto const frees = arena.deallocations();
+  ASSERT_EQ(frees.size(), 1U);
+  EXPECT_EQ(frees[0].ptr, chunk1);
+  EXPECT_EQ(frees[0].bytes, 16 * KiB);
+  auto const i = fs.info();
+  EXPECT_EQ(i.reserved_bytes, 16 * KiB);
+  EXPECT_EQ(i.used_bytes, 4 * KiB);
+  EXPECT_EQ(i.free_bytes, 12 * KiB);
+  // The released chunk's blocks are gone from the free lists.
+  for (int k = 0; k < 3; ++k) {
+    void* p = fs.allocate(4 * KiB);
+    EXPECT_FALSE(as_char(p) >= chunk1 && as_char(p) < chunk1 + 16 * KiB);
+    fs.deallocate(p, 4 * KiB);
+  }
+  fs.deallocate(ps[5], 4 * KiB);
+  EXPECT_EQ(fs.release(), 16 * KiB);
+  EXPECT_EQ(arena.live_bytes(), 0U);
+  EXPECT_EQ(arena.bad_frees(), 0U);
+}
+
+TEST(FixedSize, DoubleMisalignedAndForeignFreesAreIgnored) {
+  test::arena_test_resource arena{1024 * KiB};
+  fixed_size_memory_resource fs{&arena, 4 * KiB, 8};
+  void* a = fs.allocate(4 * KiB);
+  void* b = fs.allocate(4 * KiB);
+  fs.deallocate(a, 4 * KiB);
+  fs.deallocate(a, 4 * KiB);               // double free
+  fs.deallocate(as_char(b) + 256, 4 * KiB);  // inside a block
+  int on_stack = 0;
+  fs.deallocate(&on_stack, sizeof on_stack);
+  EXPECT_EQ(fs.info().used_bytes, 4 * KiB);
+  void* c = fs.allocate(4 * KiB);
+  void* d = fs.allocate(4 * KiB);
+  EXPECT_EQ(c, a);
+  EXPECT_NE(d, a);
+  EXPECT_NE(d, b);
+  for (void* p : {b, c, d}) fs.deallocate(p, 4 * KiB);
+  EXPECT_EQ(fs.info().used_bytes, 0U);
+}
+
+TEST(FixedSize, DestructorReturnsEveryChunk) {
+  test::arena_test_resource arena{1024 * KiB};
+  {
+    fixed_size_memory_resource fs{&arena, 4 * KiB, 2};
+    for (int i = 0; i < 5; ++i) static_cast<void>(fs.allocate(4 * KiB));
+    EXPECT_EQ(arena.live_bytes(), 24 * KiB);
+  }
+  EXPECT_EQ(arena.live_bytes(), 0U);
+  EXPECT_EQ(arena.bad_frees(), 0U);
+}
+
+TEST(FixedSize, EightThreadsNeverShareABlock) {
+  test::arena_test_resource arena{64 * 1024 * KiB};
+  fixed_size_memory_resource fs{&arena, 2 * KiB, 64};
+  std::atomic<long> corrupt{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      stream_ref const s{reinterpret_cast<cudaStream_t>(t % 2 == 0 ? legacy_stream_handle : per_thread_stream_handle)};
+      std::mt19937 rng{static_cast<unsigned>(7 + t)};
+      std::vector<std::pair<unsigned char*, unsigned char>> live;
+      unsigned char tag = static_cast<unsigned char>(t * 32);
+      auto const check_and_free = [&](std::pair<unsigned char*, unsigned char> const& b) {
+        if (!std::all_of(b.first, b.first + 2 * KiB, [&](unsigned char v) { return v == b.second; })) {
+          corrupt.fetch_add(1);
+        }
+        fs.deallocate(b.first, 2 * KiB, s);
+      };
+      for (int i = 0; i < 4000; ++i) {
+        if (live.empty() || rng() % 3 != 0) {
+          auto* p = static_cast<unsigned char*>(fs.allocate(1 + rng() % (2 * KiB), s));
+          std::memset(p, ++tag, 2 * KiB);
+          live.emplace_back(p, tag);
+        } else {
+          std::size_t const k = rng() % live.size();
+          check_and_free(live[k]);
+          live[k] = live.back();
+          live.pop_back();
+        }
+      }
+      for (auto const& b : live) check_and_free(b);
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(corrupt.load(), 0);
+  auto const i = fs.info();
+  EXPECT_EQ(i.used_bytes, 0U);
+  EXPECT_EQ(i.free_bytes, i.reserved_bytes);
+}
+
+TEST(FixedSizeOnSim, StreamsReuseWithoutEventsAndTakeWithOne) {
+  auto& sim = test::sim_control::get();
+  if (!sim.present() || !detail::driver_available()) {
+    GTEST_SKIP() << "needs the simulated device";
+  }
+  ASSERT_EQ(detail::ensure_context(), CUDA_SUCCESS);
+  auto const& d = detail::driver();
+  CUstream a = nullptr;
+  CUstream b = nullptr;
+  ASSERT_EQ(d.cuStreamCreate(&a, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  ASSERT_EQ(d.cuStreamCreate(&b, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  test::arena_test_resource arena{1024 * KiB};
+  {
+    fixed_size_memory_resource fs{&arena, 4 * KiB, 1};  // the chunk lands on the legacy stream
+    long const rec0 = sim.call_count("cuEventRecord");
+    long const wait0 = sim.call_count("cuStreamWaitEvent");
+    void* p = fs.allocate(4 * KiB, stream_ref{a});  // takes the legacy stream's block
+    EXPECT_EQ(sim.call_count("cuEventRecord") - rec0, 1);
+    EXPECT_EQ(sim.call_count("cuStreamWaitEvent") - wait0, 1);
+    for (int i = 0; i < 50; ++i) {
+      fs.deallocate(p, 4 * KiB, stream_ref{a});
+      ASSERT_EQ(fs.allocate(4 * KiB, stream_ref{a}), p);
+    }
+    EXPECT_EQ(sim.call_count("cuEventRecord") - rec0, 1);  // same-stream reuse: no event
+    fs.deallocate(p, 4 * KiB, stream_ref{a});
+    EXPECT_EQ(fs.allocate(4 * KiB, stream_ref{b}), p);  // B waits on A
+    EXPECT_EQ(sim.call_count("cuEventRecord") - rec0, 2);
+    EXPECT_EQ(sim.call_count("cuStreamWaitEvent") - wait0, 2);
+    EXPECT_EQ(arena.allocations().size(), 1U);
+    fs.deallocate(p, 4 * KiB, stream_ref{b});
+    fs.stream_destroyed(stream_ref{a});
+    fs.stream_destroyed(stream_ref{b});
+  }
+  EXPECT_EQ(d.cuStreamDestroy(a), CUDA_SUCCESS);
+  EXPECT_EQ(d.cuStreamDestroy(b), CUDA_SUCCESS);
+  sim.run_all();
+  EXPECT_EQ(arena.live_bytes(), 0U);
+}
+
+}  // namespace
+}  // namespace gpumem
