@@ -58,6 +58,7 @@ class deferred_free_resource_adaptor final : public device_memory_resource {
   static void capture_begun() noexcept { active_captures_.fetch_add(1, std::memory_order_acq_rel); }
   static void capture_ended() noexcept;
   [[nodiscard]] static bool capture_active() noexcept { return active_captures_.load(std::memory_order_acquire) > 0; }
+  [[nodiscard]] static long capture_count() noexcept { return active_captures_.load(std::memory_order_acquire); }
   /// Forget every capture (a forked child starts with none).
   static void reset_captures() noexcept { active_captures_.store(0, std::memory_order_release); }
 

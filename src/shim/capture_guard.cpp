@@ -1,0 +1,94 @@
+#include "capture_guard.hpp"
+
+#include "device_chains.hpp"
+#include "shim_state.hpp"
+
+#include <gpumem/call_context.hpp>
+#include <gpumem/deferred_free_resource_adaptor.hpp>
+#include <gpumem/detail/driver_api.hpp>
+
+#include <mutex>
+#include <new>
+#include <vector>
+
+namespace gpumem::shim {
+namespace {
+
+struct parked_block {
+  void* p;
+  std::size_t bytes;
+  device_chain* chain;
+};
+
+struct parking {
+  std::mutex mtx;
+  std::vector<parked_block> blocks;
+};
+
+parking& parked() noexcept {
+  static auto* const p = new parking{};
+  return *p;
+}
+
+}  // namespace
+
+bool stream_capturing(CUstream stream) noexcept {
+  if (!deferred_free_resource_adaptor::capture_active()) return false;
+  auto const& d = detail::driver();
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  if (d.cuStreamIsCapturing == nullptr || d.cuStreamIsCapturing(stream, &status) != CUDA_SUCCESS) {
+    return false;
+  }
+  return status != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+scoped_relaxed_capture::scoped_relaxed_capture() noexcept {
+  if (!deferred_free_resource_adaptor::capture_active()) return;
+  auto const& d = detail::driver();
+  saved_ = CU_STREAM_CAPTURE_MODE_RELAXED;
+  exchanged_ = d.cuThreadExchangeStreamCaptureMode != nullptr &&
+               d.cuThreadExchangeStreamCaptureMode(&saved_) == CUDA_SUCCESS;
+}
+
+scoped_relaxed_capture::~scoped_relaxed_capture() {
+  if (exchanged_) (void)detail::driver().cuThreadExchangeStreamCaptureMode(&saved_);
+}
+
+void park_until_captures_end(void* p, std::size_t bytes, device_chain* chain) noexcept {
+  auto& k = parked();
+  std::lock_guard lock{k.mtx};
+  try {
+    k.blocks.push_back(parked_block{p, bytes, chain});
+  } catch (...) {
+    // No host memory to remember it: leaking the block is safe, reusing it is not.
+    message(level::warn, "cannot park a block freed during capture; %zu bytes stay reserved", bytes);
+  }
+}
+
+void note_capture_begun() noexcept { deferred_free_resource_adaptor::capture_begun(); }
+
+void note_capture_ended() noexcept {
+  deferred_free_resource_adaptor::capture_ended();
+  if (deferred_free_resource_adaptor::capture_active()) return;
+  std::vector<parked_block> blocks;
+  {
+    auto& k = parked();
+    std::lock_guard lock{k.mtx};
+    blocks.swap(k.blocks);
+  }
+  for (auto const& b : blocks) {
+    // Free with cudaFree semantics: the graph that used it may still run; safe
+    // mode keeps it until the next device synchronization.
+    scoped_chain_context ctx{*b.chain};
+    scoped_call_context call{"capture-end", b.chain->device, true};
+    b.chain->chain->top().deallocate(b.p, b.bytes, stream_ref{});
+  }
+}
+
+void reset_capture_deferred_after_fork() noexcept {
+  auto& k = parked();
+  new (&k.mtx) std::mutex{};
+  k.blocks.clear();
+}
+
+}  // namespace gpumem::shim

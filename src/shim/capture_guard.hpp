@@ -1,0 +1,51 @@
+#pragma once
+// Stream capture: what the shim must never do while a capture is active.
+//
+// A device or stream synchronization, an event record on the capturing stream, or
+// an allocation in global capture mode invalidates a capture (docs/cuda-semantics.md).
+// The shim counts active captures (its cuStreamBeginCapture*/EndCapture hooks feed
+// deferred_free_resource_adaptor's counter, which also stops safe-mode flushes),
+// and:
+//  - runs every chain call with the thread's capture mode exchanged to relaxed, so a
+//    pool growth (cuMemAlloc) in one thread does not break another's capture;
+//  - passes stream-ordered allocations on a capturing stream to CUDA (graph memory);
+//  - parks a chain block freed on a capturing stream until no capture is active.
+//
+// Thread safety: all functions are thread-safe.
+
+#include <cuda.h>
+
+#include <cstddef>
+
+namespace gpumem::shim {
+
+struct device_chain;
+
+/// Whether `stream` (explicit handle: 0x2 for the per-thread stream) is capturing.
+/// Cheap when no capture is active anywhere (no driver call).
+[[nodiscard]] bool stream_capturing(CUstream stream) noexcept;
+
+/// Exchanges the thread's capture mode to relaxed for a scope, only while a capture
+/// is active.
+class scoped_relaxed_capture {
+ public:
+  scoped_relaxed_capture() noexcept;
+  ~scoped_relaxed_capture();
+  scoped_relaxed_capture(scoped_relaxed_capture const&) = delete;
+  scoped_relaxed_capture& operator=(scoped_relaxed_capture const&) = delete;
+
+ private:
+  CUstreamCaptureMode saved_ = CU_STREAM_CAPTURE_MODE_RELAXED;
+  bool exchanged_ = false;
+};
+
+/// Keeps a chain block freed on a capturing stream until every capture ended.
+void park_until_captures_end(void* p, std::size_t bytes, device_chain* chain) noexcept;
+/// Capture hooks: a capture began / the stream's capture ended (frees parked blocks
+/// once none is left).
+void note_capture_begun() noexcept;
+void note_capture_ended() noexcept;
+/// Forked child: no captures, nothing parked.
+void reset_capture_deferred_after_fork() noexcept;
+
+}  // namespace gpumem::shim

@@ -1,0 +1,156 @@
+#include "device_chains.hpp"
+
+#include "shim_state.hpp"
+
+#include <gpumem/config.hpp>
+#include <gpumem/detail/driver_api.hpp>
+
+#include <unistd.h>
+
+#include <array>
+#include <atomic>
+#include <cstdio>
+#include <mutex>
+#include <new>
+
+namespace gpumem::shim {
+namespace {
+
+struct slot {
+  std::atomic<device_chain*> chain{nullptr};
+  std::mutex build_mtx;
+  bool passthrough = false;  // its chain could not be configured and on_error = passthrough
+};
+
+std::array<slot, max_devices>& slots() noexcept {
+  static auto* const s = new std::array<slot, max_devices>{};
+  return *s;
+}
+
+device_chain* build(int device, CUresult& err) noexcept {
+  auto const& d = detail::driver();
+  auto dc = std::make_unique<device_chain>();
+  dc->device = device;
+  try {
+    CUdevice dev{};
+    if (CUresult r = d.cuDeviceGet(&dev, device); r != CUDA_SUCCESS) {
+      err = r;
+      return nullptr;
+    }
+    if (CUresult r = d.cuDevicePrimaryCtxRetain(&dc->primary, dev); r != CUDA_SUCCESS) {
+      err = r;
+      return nullptr;
+    }
+    if (d.cuDeviceGetDefaultMemPool != nullptr) (void)d.cuDeviceGetDefaultMemPool(&dc->default_pool, dev);
+    dc->chain = config::build_chain(state().settings, device);
+    message(level::info, "device %d: %s", device, dc->chain->describe().c_str());
+    return dc.release();
+  } catch (config::config_error const& e) {
+    if (e.policy == config::on_error::passthrough) {
+      message(level::error, "%s; device %d passes every call to CUDA (on_error = passthrough)", e.what(), device);
+      err = CUDA_ERROR_NOT_SUPPORTED;
+      return nullptr;
+    }
+    std::fprintf(stderr, "%s\ngpumem: refusing to run with a different configuration\n", e.what());
+    std::fflush(stderr);
+    _exit(1);
+  } catch (bad_alloc const& e) {
+    message(level::error, "device %d: cannot build the resource chain: %s", device, e.what());
+    err = e.code();
+  } catch (cuda_error const& e) {
+    message(level::error, "device %d: cannot build the resource chain: %s", device, e.what());
+    err = e.code();
+  } catch (std::exception const& e) {
+    message(level::error, "device %d: cannot build the resource chain: %s", device, e.what());
+    err = CUDA_ERROR_INVALID_VALUE;
+  }
+  if (dc->primary != nullptr) {
+    CUdevice dev{};
+    if (d.cuDeviceGet(&dev, device) == CUDA_SUCCESS) (void)d.cuDevicePrimaryCtxRelease(dev);
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+device_chain* built_chain(int device) noexcept {
+  if (device < 0 || device >= max_devices) return nullptr;
+  return slots()[static_cast<std::size_t>(device)].chain.load(std::memory_order_acquire);
+}
+
+device_chain* chain_for(int device, CUresult& err) noexcept {
+  if (device < 0 || device >= max_devices) {
+    err = CUDA_ERROR_INVALID_DEVICE;
+    return nullptr;
+  }
+  auto& s = slots()[static_cast<std::size_t>(device)];
+  if (auto* c = s.chain.load(std::memory_order_acquire)) return c;
+  std::lock_guard lock{s.build_mtx};
+  if (auto* c = s.chain.load(std::memory_order_acquire)) return c;
+  if (s.passthrough) {
+    err = CUDA_ERROR_NOT_SUPPORTED;
+    return nullptr;
+  }
+  auto* c = build(device, err);
+  if (c == nullptr && err == CUDA_ERROR_NOT_SUPPORTED) s.passthrough = true;
+  if (c != nullptr) s.chain.store(c, std::memory_order_release);
+  return c;
+}
+
+void for_each_chain(std::function<void(device_chain&)> const& fn) {
+  for (auto& s : slots()) {
+    if (auto* c = s.chain.load(std::memory_order_acquire)) fn(*c);
+  }
+}
+
+void drop_chain(int device) noexcept {
+  if (device < 0 || device >= max_devices) return;
+  auto& s = slots()[static_cast<std::size_t>(device)];
+  std::lock_guard lock{s.build_mtx};
+  auto* c = s.chain.exchange(nullptr, std::memory_order_acq_rel);
+  if (c == nullptr) return;
+  try {
+    c->chain->top().release();  // cached memory goes back while the context still lives
+  } catch (std::exception const& e) {
+    message(level::warn, "device %d: releasing the pool before reset failed: %s", device, e.what());
+  }
+  // Retired, not destroyed: its blocks in use die with the context, and destroying
+  // it would free them again after the reset (maybe someone else's memory by then).
+  message(level::debug, "device %d: chain retired by device reset", device);
+}
+
+void reset_chains_after_fork() noexcept {
+  for (auto& s : slots()) {
+    new (&s.build_mtx) std::mutex{};
+    s.chain.store(nullptr, std::memory_order_relaxed);  // the parent's chains are unusable here
+    s.passthrough = false;
+  }
+}
+
+int current_device(CUcontext& ctx) noexcept {
+  thread_local CUcontext cached_ctx = nullptr;
+  thread_local int cached_dev = -1;
+  auto const& d = detail::driver();
+  ctx = nullptr;
+  if (d.init_result != CUDA_SUCCESS || d.cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || ctx == nullptr) return -1;
+  if (ctx == cached_ctx) return cached_dev;
+  CUdevice dev{};
+  if (d.cuCtxGetDevice(&dev) != CUDA_SUCCESS) return -1;
+  cached_ctx = ctx;
+  cached_dev = static_cast<int>(dev);
+  return cached_dev;
+}
+
+scoped_chain_context::scoped_chain_context(device_chain const& chain) noexcept {
+  auto const& d = detail::driver();
+  if (d.cuCtxGetCurrent(&saved_) != CUDA_SUCCESS) saved_ = nullptr;
+  if (saved_ != chain.primary && chain.primary != nullptr) {
+    switched_ = d.cuCtxSetCurrent(chain.primary) == CUDA_SUCCESS;
+  }
+}
+
+scoped_chain_context::~scoped_chain_context() {
+  if (switched_) (void)detail::driver().cuCtxSetCurrent(saved_);
+}
+
+}  // namespace gpumem::shim

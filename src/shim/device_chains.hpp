@@ -1,0 +1,62 @@
+#pragma once
+// One resource chain per device, built from the settings on the device's first
+// allocation (its context current, so percentages resolve against its memory).
+//
+// A chain is never destroyed: frees can arrive during exit, after the driver is
+// gone, and destroying a chain returns memory to the driver. cudaDeviceReset /
+// cuDevicePrimaryCtxReset drop the device's chain (its memory dies with the
+// context; the chain object is retired, not destroyed) and a fresh one is built
+// on next use. A forked child forgets all chains.
+//
+// Thread safety: lookups are one acquire load; building takes a per-device mutex.
+
+#include <gpumem/config/resource_chain.hpp>
+
+#include <cuda.h>
+
+#include <functional>
+#include <memory>
+
+namespace gpumem::shim {
+
+inline constexpr int max_devices = 64;
+
+struct device_chain {
+  int device = -1;
+  std::unique_ptr<config::resource_chain> chain;
+  CUcontext primary = nullptr;      ///< retained primary context of `device`
+  CUmemoryPool default_pool = nullptr;  ///< the device's default cuMemPool (FromPoolAsync)
+};
+
+/// The chain of `device`, built if needed (the calling thread's current context must
+/// be on `device`). nullptr with `err` set when it cannot be built; exits the process
+/// on a configuration error unless on_error = passthrough (then err =
+/// CUDA_ERROR_NOT_SUPPORTED: the caller passes the call through).
+[[nodiscard]] device_chain* chain_for(int device, CUresult& err) noexcept;
+/// The chain of `device` if built, else nullptr.
+[[nodiscard]] device_chain* built_chain(int device) noexcept;
+/// Calls `fn` for every built chain.
+void for_each_chain(std::function<void(device_chain&)> const& fn);
+/// cudaDeviceReset: release the device's cached memory and retire its chain.
+void drop_chain(int device) noexcept;
+/// Forked child: forget every chain.
+void reset_chains_after_fork() noexcept;
+
+/// Device of the calling thread's current context; -1 if none. `ctx` receives it.
+[[nodiscard]] int current_device(CUcontext& ctx) noexcept;
+
+/// Makes `chain`'s primary context current for a scope when another one is
+/// (a pointer of device 1 freed while device 0 is current).
+class scoped_chain_context {
+ public:
+  explicit scoped_chain_context(device_chain const& chain) noexcept;
+  ~scoped_chain_context();
+  scoped_chain_context(scoped_chain_context const&) = delete;
+  scoped_chain_context& operator=(scoped_chain_context const&) = delete;
+
+ private:
+  CUcontext saved_ = nullptr;
+  bool switched_ = false;
+};
+
+}  // namespace gpumem::shim

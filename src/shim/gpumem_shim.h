@@ -1,0 +1,52 @@
+/* Query API of libgpumem_shim.so, for tests and tools.
+ *
+ * Look the functions up with dlsym(RTLD_DEFAULT, "gpumem_shim_get_stats"): a
+ * program must run unchanged without the shim. Counters are process-wide and reset
+ * in a forked child. */
+#ifndef GPUMEM_SHIM_H
+#define GPUMEM_SHIM_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** What the shim does with calls. */
+enum gpumem_shim_mode {
+  GPUMEM_SHIM_MODE_UNINITIALIZED = 0, /**< no CUDA call seen yet */
+  GPUMEM_SHIM_MODE_ACTIVE = 1,        /**< allocations go through the resource chains */
+  GPUMEM_SHIM_MODE_DISABLED = 2,      /**< GPUMEM_DISABLE=1: pure pass-through */
+  GPUMEM_SHIM_MODE_CONFIG_ERROR = 3   /**< bad config: pass-through (on_error = passthrough) or exit(1) */
+};
+
+typedef struct gpumem_shim_stats {
+  int mode;                                /**< enum gpumem_shim_mode */
+  int chains;                              /**< device chains built so far */
+  unsigned long long chain_allocations;    /**< allocations served by a chain */
+  unsigned long long runtime_allocations;  /**< ... of which entered through a runtime entry point */
+  unsigned long long chain_frees;          /**< chain allocations freed */
+  unsigned long long passthrough_allocations; /**< handed to CUDA: managed, captured, other pools */
+  unsigned long long passthrough_frees;    /**< frees handed to CUDA (pass-through or unknown pointers) */
+  unsigned long long double_frees;         /**< frees of chain pointers already freed (refused) */
+  unsigned long long failed_allocations;   /**< allocation calls that returned an error */
+  unsigned long long live_allocations;     /**< registered (chain + pass-through) and not freed */
+  unsigned long long live_bytes;           /**< their requested bytes */
+  unsigned long long reserved_bytes;       /**< held from the devices by all chains now */
+  unsigned long long pending_free_bytes;   /**< safe mode: freed, waiting for a device sync */
+  unsigned long long deferred_flushes;     /**< safe mode: device syncs that made frees reusable */
+  unsigned long long captured_passthroughs;/**< stream-ordered allocations on capturing streams */
+  unsigned long long active_captures;      /**< stream captures active now */
+  unsigned long long ipc_refused;          /**< IPC handle requests refused for pooled pointers */
+} gpumem_shim_stats;
+
+/** Fills *out (sizeof(gpumem_shim_stats) bytes). Returns 0, or -1 for NULL. */
+int gpumem_shim_get_stats(gpumem_shim_stats* out);
+
+/** The chain of `device` as text ("pool(...) -> cuda"), "" when none is built. Returns
+ *  the length written without the NUL (truncated to len - 1), or -1. */
+int gpumem_shim_describe_chain(int device, char* buf, unsigned long len);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* GPUMEM_SHIM_H */

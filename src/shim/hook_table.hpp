@@ -1,0 +1,71 @@
+#pragma once
+// The interposed entry points, their hooks and the real functions behind them.
+//
+// Every hook is exported from the shim under the entry point's exact name, so the
+// dynamic linker binds programs to it; the same table serves dlsym and
+// cuGetProcAddress: a real function pointer handed back by the real resolver is
+// compared against the real addresses of the hooked functions (never matched by
+// name alone: the resolver picks the ABI for the caller's cudaVersion and flags,
+// and an old-ABI pointer such as the 32-bit cuMemAlloc must pass through).
+//
+// Thread safety: real addresses are resolved lazily (retried until the library is
+// loaded) and published atomically.
+
+#include <cstddef>
+
+namespace gpumem::shim {
+
+// Driver entry points (exported by libcuda.so.1).
+#define GPUMEM_DRIVER_HOOKS(X)                                                                \
+  X(cuGetProcAddress) X(cuGetProcAddress_v2) X(cuMemAlloc_v2) X(cuMemFree_v2)                 \
+  X(cuMemAllocAsync) X(cuMemAllocAsync_ptsz) X(cuMemFreeAsync) X(cuMemFreeAsync_ptsz)         \
+  X(cuMemAllocManaged) X(cuMemAllocPitch_v2) X(cuMemAllocFromPoolAsync)                       \
+  X(cuMemAllocFromPoolAsync_ptsz) X(cuMemGetInfo_v2) X(cuMemGetAddressRange_v2)               \
+  X(cuPointerGetAttribute) X(cuPointerGetAttributes) X(cuIpcGetMemHandle) X(cuStreamDestroy)  \
+  X(cuStreamDestroy_v2) X(cuStreamBeginCapture) X(cuStreamBeginCapture_ptsz)                  \
+  X(cuStreamBeginCapture_v2) X(cuStreamBeginCapture_v2_ptsz) X(cuStreamBeginCaptureToGraph)   \
+  X(cuStreamBeginCaptureToGraph_ptsz) X(cuStreamEndCapture) X(cuStreamEndCapture_ptsz)        \
+  X(cuDevicePrimaryCtxReset) X(cuDevicePrimaryCtxReset_v2)
+
+// Runtime entry points (exported by a shared libcudart).
+#define GPUMEM_RUNTIME_HOOKS(X)                                                               \
+  X(cudaMalloc) X(cudaFree) X(cudaMallocAsync) X(cudaMallocAsync_ptsz) X(cudaFreeAsync)       \
+  X(cudaFreeAsync_ptsz) X(cudaMallocManaged) X(cudaMallocPitch) X(cudaMallocFromPoolAsync)    \
+  X(cudaMallocFromPoolAsync_ptsz) X(cudaMemGetInfo) X(cudaPointerGetAttributes)               \
+  X(cudaStreamDestroy) X(cudaDeviceReset) X(cudaIpcGetMemHandle) X(cudaGetDriverEntryPoint)   \
+  X(cudaGetDriverEntryPoint_ptsz) X(cudaGetDriverEntryPointByVersion)                         \
+  X(cudaGetDriverEntryPointByVersion_ptsz)
+
+enum class hook_id : int {
+#define GPUMEM_HOOK_ID(n) h_##n,  // pasted: cuda.h maps some names by macro
+  GPUMEM_DRIVER_HOOKS(GPUMEM_HOOK_ID) GPUMEM_RUNTIME_HOOKS(GPUMEM_HOOK_ID)
+#undef GPUMEM_HOOK_ID
+  count
+};
+
+/// The hook exported for `name` (exact entry point name), or nullptr: only names
+/// starting "cu[A-Z]" / "cuda[A-Z]" are looked at.
+[[nodiscard]] void* hook_by_name(const char* name) noexcept;
+/// The entry's id for `name`; hook_id::count when not hooked.
+[[nodiscard]] hook_id hook_id_by_name(const char* name) noexcept;
+/// Our hook for a function pointer the real resolver returned: the hook whose real
+/// function is `fn`; `fn` itself if it already is a hook or is not hooked.
+[[nodiscard]] void* hook_for_real(void* fn) noexcept;
+/// The real function behind hook `id` (nullptr while its library is not loaded).
+[[nodiscard]] void* real_function(hook_id id) noexcept;
+
+/// Typed access: real<decltype(&cuMemAlloc_v2)>(hook_id::cuMemAlloc_v2).
+template <class F>
+[[nodiscard]] F real(hook_id id) noexcept {
+  return reinterpret_cast<F>(real_function(id));
+}
+
+/// Whether `name` is one the shim's dlsym looks at: "cu" or "cuda" then an uppercase
+/// letter (so cuDNN's "cudnn..." and curl's "curl_..." are never touched).
+[[nodiscard]] constexpr bool is_cuda_name(const char* name) noexcept {
+  if (name == nullptr || name[0] != 'c' || name[1] != 'u') return false;
+  if (name[2] >= 'A' && name[2] <= 'Z') return true;
+  return name[2] == 'd' && name[3] == 'a' && name[4] >= 'A' && name[4] <= 'Z';
+}
+
+}  // namespace gpumem::shim

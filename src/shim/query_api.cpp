@@ -1,0 +1,64 @@
+// gpumem_shim_* : the C query API for tests and tools (gpumem_shim.h).
+
+#include "gpumem_shim.h"
+
+#include "allocation_registry.hpp"
+#include "device_chains.hpp"
+#include "shim_state.hpp"
+
+#include <gpumem/deferred_free_resource_adaptor.hpp>
+#include <gpumem/statistics_resource_adaptor.hpp>
+
+#include <cstring>
+#include <string>
+
+using namespace gpumem::shim;
+
+extern "C" __attribute__((visibility("default"))) int gpumem_shim_get_stats(gpumem_shim_stats* out) {
+  if (out == nullptr) return -1;
+  try {
+    auto& st = state();
+    gpumem_shim_stats s{};
+    s.mode = static_cast<int>(st.mode);
+    s.chain_allocations = st.stats.chain_allocations.get();
+    s.runtime_allocations = st.stats.runtime_allocations.get();
+    s.chain_frees = st.stats.chain_frees.get();
+    s.passthrough_allocations = st.stats.passthrough_allocations.get();
+    s.passthrough_frees = st.stats.passthrough_frees.get();
+    s.double_frees = st.stats.double_frees.get();
+    s.failed_allocations = st.stats.failed_allocations.get();
+    s.captured_passthroughs = st.stats.captured_passthroughs.get();
+    s.ipc_refused = st.stats.ipc_refused.get();
+    auto const [n, b] = registry().live_totals();
+    s.live_allocations = n;
+    s.live_bytes = b;
+    s.active_captures = static_cast<unsigned long long>(gpumem::deferred_free_resource_adaptor::capture_count());
+    for_each_chain([&](device_chain& c) {
+      ++s.chains;
+      s.reserved_bytes += static_cast<unsigned long long>(c.chain->device_stats().bytes().current);
+      if (auto* d = c.chain->deferred()) {
+        s.pending_free_bytes += d->pending_bytes();
+        s.deferred_flushes += d->flush_count();
+      }
+    });
+    *out = s;
+    return 0;
+  } catch (...) {
+    return -1;
+  }
+}
+
+extern "C" __attribute__((visibility("default"))) int gpumem_shim_describe_chain(int device, char* buf,
+                                                                                 unsigned long len) {
+  if (buf == nullptr || len == 0) return -1;
+  try {
+    std::string text;
+    if (device_chain* c = built_chain(device)) text = c->chain->describe();
+    std::size_t const n = text.size() < len - 1 ? text.size() : len - 1;
+    std::memcpy(buf, text.data(), n);
+    buf[n] = '\0';
+    return static_cast<int>(n);
+  } catch (...) {
+    return -1;
+  }
+}

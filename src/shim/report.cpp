@@ -1,0 +1,98 @@
+#include "report.hpp"
+
+#include "allocation_registry.hpp"
+#include "device_chains.hpp"
+#include "shim_state.hpp"
+
+#include <gpumem/config.hpp>
+#include <gpumem/deferred_free_resource_adaptor.hpp>
+#include <gpumem/statistics_resource_adaptor.hpp>
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <vector>
+
+namespace gpumem::shim {
+namespace {
+
+std::string bytes(std::uint64_t b) { return config::format_bytes(b); }
+std::uint64_t u(std::int64_t v) { return v < 0 ? 0 : static_cast<std::uint64_t>(v); }
+
+constexpr std::size_t leaks_shown = 5;
+
+}  // namespace
+
+std::string build_report() {
+  auto& st = state();
+  std::string out = fmt::format("gpumem report (pid {}, configuration: {})\n", getpid(), st.settings.source);
+  bool any_chain = false;
+  for_each_chain([&](device_chain& c) {
+    any_chain = true;
+    auto& live = c.chain->live_stats();
+    auto& dev = c.chain->device_stats();
+    auto const info = c.chain->info();
+    out += fmt::format("device {}: {}\n", c.device, c.chain->describe());
+    out += fmt::format("  allocations {}  frees {}  failed {}\n", live.allocations().total, live.deallocations(),
+                       live.failed_allocations());
+    out += fmt::format("  peak live {}  peak reserved {}  now live {}  reserved {}\n", bytes(u(live.bytes().peak)),
+                       bytes(u(dev.bytes().peak)), bytes(u(live.bytes().current)), bytes(info.reserved_bytes));
+    out += fmt::format("  pool: cached free {}  largest free block {}  fragmentation {:.2f}\n",
+                       bytes(info.free_bytes), bytes(info.largest_free_block), info.fragmentation());
+    if (auto* d = c.chain->deferred()) {
+      out += fmt::format("  safe mode: {} device syncs, {} waiting for one\n", d->flush_count(),
+                         bytes(d->pending_bytes()));
+    }
+  });
+  if (!any_chain) out += "no device chain was built (no allocation reached gpumem)\n";
+  out += fmt::format("pass-through: {} allocations ({} captured), {} frees; double frees refused: {}; IPC refused: {}\n",
+                     st.stats.passthrough_allocations.get(), st.stats.captured_passthroughs.get(),
+                     st.stats.passthrough_frees.get(), st.stats.double_frees.get(), st.stats.ipc_refused.get());
+
+  struct leak {
+    std::uintptr_t p;
+    allocation a;
+  };
+  std::vector<leak> leaks;
+  registry().for_each_live([&](std::uintptr_t p, allocation const& a) { leaks.push_back({p, a}); });
+  std::size_t total = 0;
+  for (auto const& l : leaks) total += l.a.bytes;
+  if (leaks.empty()) {
+    out += "leaks: none (every allocation was freed)\n";
+    return out;
+  }
+  out += fmt::format("leaks: {} allocations ({}) outstanding at exit; largest:\n", leaks.size(), bytes(total));
+  auto const shown = std::min(leaks.size(), leaks_shown);
+  std::partial_sort(leaks.begin(), leaks.begin() + static_cast<std::ptrdiff_t>(shown), leaks.end(),
+                    [](leak const& x, leak const& y) { return x.a.bytes > y.a.bytes; });
+  for (std::size_t i = 0; i < shown; ++i) {
+    auto const& l = leaks[i];
+    out += fmt::format("  {:#x}  {}  {}  device {}  {}\n", l.p, bytes(l.a.bytes), l.a.entry ? l.a.entry : "?",
+                       l.a.device, to_string(l.a.kind));
+  }
+  return out;
+}
+
+void print_report_at_exit() noexcept {
+  try {
+    std::string const text = build_report();
+    auto const& file = state().settings.report_file;
+    if (!file.empty()) {
+      auto const path = config::expand_template(file, 0);
+      if (std::FILE* f = std::fopen(path.c_str(), "w")) {
+        std::fwrite(text.data(), 1, text.size(), f);
+        std::fclose(f);
+        return;
+      }
+      message(level::error, "cannot write the report to %s; printing it here", path.c_str());
+    }
+    std::fwrite(text.data(), 1, text.size(), stderr);
+    std::fflush(stderr);
+  } catch (...) {
+    // Exit must go on.
+  }
+}
+
+}  // namespace gpumem::shim

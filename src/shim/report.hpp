@@ -1,0 +1,18 @@
+#pragma once
+// The one-screen summary printed at exit (settings.report): per device peak live and
+// reserved bytes, allocation and free counts, pool state and fragmentation, and the
+// allocations still outstanding (leaks), largest first.
+//
+// Runs from an atexit handler: reads counters and host-side bookkeeping only, never
+// calls CUDA (the driver may already be torn down) and never destroys a chain.
+
+#include <string>
+
+namespace gpumem::shim {
+
+/// The report text (also used by tests through the same code path).
+[[nodiscard]] std::string build_report();
+/// atexit handler: writes build_report() to settings.report_file or stderr.
+void print_report_at_exit() noexcept;
+
+}  // namespace gpumem::shim

@@ -1,0 +1,263 @@
+// Runtime entry points of a shared libcudart. Served here when a context is
+// current (no runtime involvement: one chain call); otherwise handed to the real
+// runtime under scoped_runtime_call, so the driver hook it calls serves the request
+// once and attributes it to the runtime entry point, and the runtime keeps its own
+// bookkeeping (context creation, last error).
+
+#include "allocation_registry.hpp"
+#include "capture_guard.hpp"
+#include "device_chains.hpp"
+#include "event_log.hpp"
+#include "hook_macros.hpp"
+#include "hook_table.hpp"
+#include "serve.hpp"
+#include "shim_state.hpp"
+
+#include <gpumem/device_memory_resource.hpp>
+
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <limits>
+
+namespace gpumem::shim {
+namespace {
+
+using malloc_fn = cudaError_t (*)(void**, std::size_t);
+using free_fn = cudaError_t (*)(void*);
+using malloc_async_fn = cudaError_t (*)(void**, std::size_t, cudaStream_t);
+using free_async_fn = cudaError_t (*)(void*, cudaStream_t);
+using malloc_pool_fn = cudaError_t (*)(void**, std::size_t, cudaMemPool_t, cudaStream_t);
+
+constexpr std::size_t pitch_alignment = 512;
+
+// No libcudart found behind our export (cannot happen for a program that linked it).
+constexpr cudaError_t no_runtime = cudaErrorInitializationError;
+
+// The chain could not serve (`r`): let the runtime run the request. A real failure
+// is replayed through the driver hook so the runtime records its last error.
+template <class Call>
+cudaError_t delegate(const char* entry, CUresult r, Call&& call) noexcept {
+  CUresult const forced = (r == CUDA_ERROR_INVALID_CONTEXT || r == CUDA_ERROR_NOT_SUPPORTED) ? CUDA_SUCCESS : r;
+  scoped_runtime_call marker{entry, forced};
+  return call();
+}
+
+// Registers what the runtime allocated when it did so without our driver hook
+// seeing it (insert_if_absent: counted once either way).
+void after_runtime_alloc(cudaError_t e, void* p, std::size_t bytes, CUstream s, alloc_kind kind, const char* entry,
+                         std::int64_t start) noexcept {
+  if (e == cudaSuccess && p != nullptr) note_passthrough_allocation(p, bytes, s, kind, entry, CUDA_SUCCESS, start);
+}
+
+cudaError_t malloc_async_impl(void** p, std::size_t n, cudaStream_t s, hook_id id, bool ptsz,
+                              const char* entry) noexcept {
+  auto const f = real<malloc_async_fn>(id);
+  if (!interposing_allocations()) return f != nullptr ? f(p, n, s) : no_runtime;
+  if (f == nullptr) return no_runtime;
+  if (p == nullptr) return delegate(entry, CUDA_SUCCESS, [&] { return f(p, n, s); });
+  if (n == 0) {
+    *p = nullptr;
+    return cudaSuccess;
+  }
+  CUstream const cs = ptsz ? ptsz_stream(s) : s;
+  if (stream_capturing(cs)) {
+    auto const start = event_clock();
+    cudaError_t const e = delegate(entry, CUDA_SUCCESS, [&] { return f(p, n, s); });
+    after_runtime_alloc(e, *p, n, cs, alloc_kind::captured, entry, start);
+    return e;
+  }
+  void* q = nullptr;
+  CUresult const r = chain_allocate(&q, n, cs, alloc_kind::async, entry, true);
+  if (r == CUDA_SUCCESS) {
+    *p = q;
+    return cudaSuccess;
+  }
+  return delegate(entry, r, [&] { return f(p, n, s); });
+}
+
+cudaError_t free_async_impl(void* p, cudaStream_t s, hook_id id, bool ptsz, const char* entry) noexcept {
+  auto const f = real<free_async_fn>(id);
+  if (!active() || p == nullptr) return f != nullptr ? f(p, s) : no_runtime;
+  CUstream const cs = ptsz ? ptsz_stream(s) : s;
+  auto const o = free_registered(p, cs, true, entry);
+  if (o.handled) return o.result == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+  if (f == nullptr) return no_runtime;
+  scoped_runtime_call marker{entry};
+  return f(p, s);
+}
+
+cudaError_t malloc_pool_impl(void** p, std::size_t n, cudaMemPool_t pool, cudaStream_t s, hook_id id,
+                             bool ptsz) noexcept {
+  const char* entry = "cudaMallocFromPoolAsync";
+  auto const f = real<malloc_pool_fn>(id);
+  if (f == nullptr) return no_runtime;
+  if (!interposing_allocations() || p == nullptr || pool == nullptr) {
+    scoped_runtime_call marker{entry};
+    return f(p, n, pool, s);
+  }
+  if (n == 0) {
+    *p = nullptr;
+    return cudaSuccess;
+  }
+  CUstream const cs = ptsz ? ptsz_stream(s) : s;
+  auto const pass = [&](alloc_kind kind) {
+    auto const start = event_clock();
+    cudaError_t const e = delegate(entry, CUDA_SUCCESS, [&] { return f(p, n, pool, s); });
+    after_runtime_alloc(e, *p, n, cs, kind, entry, start);
+    return e;
+  };
+  if (stream_capturing(cs)) return pass(alloc_kind::captured);
+  if (!is_default_pool(reinterpret_cast<CUmemoryPool>(pool))) return pass(alloc_kind::foreign_pool);
+  void* q = nullptr;
+  CUresult const r = chain_allocate(&q, n, cs, alloc_kind::async, entry, true);
+  if (r == CUDA_SUCCESS) {
+    *p = q;
+    return cudaSuccess;
+  }
+  return delegate(entry, r, [&] { return f(p, n, pool, s); });
+}
+
+}  // namespace
+}  // namespace gpumem::shim
+
+using namespace gpumem::shim;
+
+GPUMEM_HOOK(cudaError_t, cudaMalloc, (void** p, std::size_t n)) {
+  auto const f = real<malloc_fn>(hook_id::h_cudaMalloc);
+  if (!interposing_allocations()) return f != nullptr ? f(p, n) : no_runtime;
+  if (p != nullptr && n == 0) {
+    *p = nullptr;  // as CUDA: success and NULL
+    return cudaSuccess;
+  }
+  CUresult r = CUDA_ERROR_INVALID_VALUE;  // NULL out-pointer: the runtime says so itself
+  if (p != nullptr) {
+    void* q = nullptr;
+    r = chain_allocate(&q, n, nullptr, alloc_kind::sync, "cudaMalloc", true);
+    if (r == CUDA_SUCCESS) {
+      *p = q;
+      return cudaSuccess;
+    }
+  }
+  if (f == nullptr) return no_runtime;
+  return delegate("cudaMalloc", p == nullptr ? CUDA_SUCCESS : r, [&] { return f(p, n); });
+}
+
+GPUMEM_HOOK(cudaError_t, cudaFree, (void* p)) {
+  auto const f = real<free_fn>(hook_id::h_cudaFree);
+  // cudaFree(NULL) is the idiom that creates the context: the runtime's business.
+  if (!active() || p == nullptr) return f != nullptr ? f(p) : no_runtime;
+  auto const o = free_registered(p, nullptr, false, "cudaFree");
+  // A refused double free is answered here: handing a pool pointer to the real
+  // runtime could free the pool's slab.
+  if (o.handled) return o.result == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+  if (f == nullptr) return no_runtime;
+  scoped_runtime_call marker{"cudaFree"};
+  return f(p);
+}
+
+GPUMEM_HOOK(cudaError_t, cudaMallocAsync, (void** p, std::size_t n, cudaStream_t s)) {
+  return malloc_async_impl(p, n, s, hook_id::h_cudaMallocAsync, false, "cudaMallocAsync");
+}
+GPUMEM_HOOK(cudaError_t, cudaMallocAsync_ptsz, (void** p, std::size_t n, cudaStream_t s)) {
+  return malloc_async_impl(p, n, s, hook_id::h_cudaMallocAsync_ptsz, true, "cudaMallocAsync");
+}
+GPUMEM_HOOK(cudaError_t, cudaFreeAsync, (void* p, cudaStream_t s)) {
+  return free_async_impl(p, s, hook_id::h_cudaFreeAsync, false, "cudaFreeAsync");
+}
+GPUMEM_HOOK(cudaError_t, cudaFreeAsync_ptsz, (void* p, cudaStream_t s)) {
+  return free_async_impl(p, s, hook_id::h_cudaFreeAsync_ptsz, true, "cudaFreeAsync");
+}
+GPUMEM_HOOK(cudaError_t, cudaMallocFromPoolAsync, (void** p, std::size_t n, cudaMemPool_t pool, cudaStream_t s)) {
+  return malloc_pool_impl(p, n, pool, s, hook_id::h_cudaMallocFromPoolAsync, false);
+}
+GPUMEM_HOOK(cudaError_t, cudaMallocFromPoolAsync_ptsz,
+            (void** p, std::size_t n, cudaMemPool_t pool, cudaStream_t s)) {
+  return malloc_pool_impl(p, n, pool, s, hook_id::h_cudaMallocFromPoolAsync_ptsz, true);
+}
+
+GPUMEM_HOOK(cudaError_t, cudaMallocManaged, (void** p, std::size_t n, unsigned int flags)) {
+  using fn = cudaError_t (*)(void**, std::size_t, unsigned int);
+  auto const f = real<fn>(hook_id::h_cudaMallocManaged);
+  if (f == nullptr) return no_runtime;
+  if (!interposing_allocations()) return f(p, n, flags);
+  auto const start = event_clock();
+  cudaError_t const e = delegate("cudaMallocManaged", CUDA_SUCCESS, [&] { return f(p, n, flags); });
+  if (p != nullptr) after_runtime_alloc(e, *p, n, nullptr, alloc_kind::managed, "cudaMallocManaged", start);
+  return e;
+}
+
+GPUMEM_HOOK(cudaError_t, cudaMallocPitch, (void** p, std::size_t* pitch, std::size_t width, std::size_t height)) {
+  using fn = cudaError_t (*)(void**, std::size_t*, std::size_t, std::size_t);
+  auto const f = real<fn>(hook_id::h_cudaMallocPitch);
+  if (f == nullptr) return no_runtime;
+  if (!interposing_allocations()) return f(p, pitch, width, height);
+  // Odd shapes and bad pointers: the runtime's own answers.
+  if (p == nullptr || pitch == nullptr || width == 0 || height == 0) {
+    return delegate("cudaMallocPitch", CUDA_SUCCESS, [&] { return f(p, pitch, width, height); });
+  }
+  std::size_t const row = gpumem::align_up(width, pitch_alignment);
+  CUresult r = CUDA_ERROR_OUT_OF_MEMORY;
+  if (row >= width && height <= std::numeric_limits<std::size_t>::max() / row) {
+    void* q = nullptr;
+    r = chain_allocate(&q, row * height, nullptr, alloc_kind::pitch, "cudaMallocPitch", true);
+    if (r == CUDA_SUCCESS) {
+      *p = q;
+      *pitch = row;
+      return cudaSuccess;
+    }
+  }
+  return delegate("cudaMallocPitch", r, [&] { return f(p, pitch, width, height); });
+}
+
+GPUMEM_HOOK(cudaError_t, cudaMemGetInfo, (std::size_t * free_bytes, std::size_t* total_bytes)) {
+  using fn = cudaError_t (*)(std::size_t*, std::size_t*);
+  auto const f = real<fn>(hook_id::h_cudaMemGetInfo);
+  CUcontext ctx = nullptr;
+  if (active() && current_device(ctx) >= 0 && pool_mem_info(free_bytes, total_bytes) == CUDA_SUCCESS) {
+    return cudaSuccess;
+  }
+  if (f == nullptr) return no_runtime;
+  scoped_runtime_call marker{"cudaMemGetInfo"};  // its cuMemGetInfo reaches our hook
+  return f(free_bytes, total_bytes);
+}
+
+GPUMEM_HOOK(cudaError_t, cudaPointerGetAttributes, (cudaPointerAttributes * attributes, const void* ptr)) {
+  // CUDA's answer is right for pool memory (device memory of the slab's device); the
+  // device of a registered pointer is ours to vouch for.
+  using fn = cudaError_t (*)(cudaPointerAttributes*, const void*);
+  auto const f = real<fn>(hook_id::h_cudaPointerGetAttributes);
+  if (f == nullptr) return no_runtime;
+  cudaError_t const e = f(attributes, ptr);
+  if (e == cudaSuccess && attributes != nullptr && active()) {
+    if (auto const hit = registry().find_containing(reinterpret_cast<std::uintptr_t>(ptr)); hit && from_chain(hit->second.kind)) {
+      attributes->device = hit->second.device;
+    }
+  }
+  return e;
+}
+
+GPUMEM_HOOK(cudaError_t, cudaStreamDestroy, (cudaStream_t s)) {
+  using fn = cudaError_t (*)(cudaStream_t);
+  auto const f = real<fn>(hook_id::h_cudaStreamDestroy);
+  if (active()) notify_stream_destroyed(s);
+  return f != nullptr ? f(s) : no_runtime;
+}
+
+GPUMEM_HOOK(cudaError_t, cudaDeviceReset, ()) {
+  using fn = cudaError_t (*)();
+  auto const f = real<fn>(hook_id::h_cudaDeviceReset);
+  CUcontext ctx = nullptr;
+  if (active()) forget_device(current_device(ctx));
+  return f != nullptr ? f() : no_runtime;
+}
+
+GPUMEM_HOOK(cudaError_t, cudaIpcGetMemHandle, (cudaIpcMemHandle_t * handle, void* p)) {
+  using fn = cudaError_t (*)(cudaIpcMemHandle_t*, void*);
+  if (active() && !ipc_allowed(p, "cudaIpcGetMemHandle")) return cudaErrorNotSupported;
+  auto const f = real<fn>(hook_id::h_cudaIpcGetMemHandle);
+  if (f == nullptr) return no_runtime;
+  scoped_runtime_call marker{"cudaIpcGetMemHandle"};
+  return f(handle, p);
+}

@@ -1,0 +1,273 @@
+#include "serve.hpp"
+
+#include "capture_guard.hpp"
+#include "device_chains.hpp"
+#include "event_log.hpp"
+#include "shim_state.hpp"
+
+#include <gpumem/call_context.hpp>
+#include <gpumem/config.hpp>
+#include <gpumem/detail/driver_api.hpp>
+#include <gpumem/limiting_resource_adaptor.hpp>
+
+#include <algorithm>
+
+namespace gpumem::shim {
+namespace {
+
+thread_local runtime_call tl_runtime_call{};
+
+stream_ref to_ref(CUstream s) noexcept { return stream_ref{s}; }
+
+// One chain call, exceptions turned into the CUresult CUDA would give.
+CUresult try_allocate(device_chain& c, std::size_t bytes, CUstream stream, void*& p) noexcept {
+  try {
+    p = c.chain->top().allocate(bytes, to_ref(stream));
+    return p != nullptr ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+  } catch (bad_alloc const& e) {
+    return e.code();
+  } catch (cuda_error const& e) {
+    return e.code();
+  } catch (logic_error const&) {
+    return CUDA_ERROR_INVALID_VALUE;
+  } catch (std::bad_alloc const&) {
+    return CUDA_ERROR_OUT_OF_MEMORY;  // host memory for bookkeeping
+  } catch (...) {
+    return CUDA_ERROR_UNKNOWN;
+  }
+}
+
+void log_oom(device_chain& c, std::size_t bytes, const char* entry) noexcept {
+  if (!message_enabled(level::debug)) return;
+  try {
+    auto const info = c.chain->info();
+    message(level::debug,
+            "out of memory: %s(%zu bytes) on device %d after trimming; pool reserved %zu, free %zu, "
+            "largest free block %zu",
+            entry, bytes, c.device, info.reserved_bytes, info.free_bytes, info.largest_free_block);
+  } catch (...) {
+    message(level::debug, "out of memory: %s(%zu bytes) on device %d", entry, bytes, c.device);
+  }
+}
+
+}  // namespace
+
+runtime_call& current_runtime_call() noexcept { return tl_runtime_call; }
+
+scoped_runtime_call::scoped_runtime_call(const char* entry, CUresult forced) noexcept : saved_{tl_runtime_call} {
+  tl_runtime_call = runtime_call{entry, forced};
+}
+scoped_runtime_call::~scoped_runtime_call() { tl_runtime_call = saved_; }
+
+const char* attribute(const char* driver_entry) noexcept {
+  return tl_runtime_call.entry != nullptr ? tl_runtime_call.entry : driver_entry;
+}
+
+CUresult take_forced_result() noexcept {
+  CUresult const r = tl_runtime_call.forced;
+  tl_runtime_call.forced = CUDA_SUCCESS;
+  return r;
+}
+
+CUresult chain_allocate(void** out, std::size_t bytes, CUstream stream, alloc_kind kind, const char* entry,
+                        bool runtime_entry) noexcept {
+  CUcontext ctx = nullptr;
+  int const dev = current_device(ctx);
+  if (dev < 0) return CUDA_ERROR_INVALID_CONTEXT;
+  CUresult err = CUDA_SUCCESS;
+  device_chain* c = chain_for(dev, err);
+  if (c == nullptr) {
+    if (err != CUDA_ERROR_NOT_SUPPORTED) note_failed_allocation(bytes, stream, entry, err);
+    return err;
+  }
+  auto const start = event_clock();
+  void* p = nullptr;
+  CUresult r = CUDA_SUCCESS;
+  {
+    scoped_relaxed_capture relaxed;  // a pool growth must not break another thread's capture
+    scoped_call_context call{entry, dev};
+    r = try_allocate(*c, bytes, stream, p);
+    if (r == CUDA_ERROR_OUT_OF_MEMORY) {
+      // Trim what the chain caches (other streams' free blocks, empty slabs), retry once.
+      try {
+        (void)c->chain->top().release();
+      } catch (...) {
+      }
+      r = try_allocate(*c, bytes, stream, p);
+      if (r == CUDA_ERROR_OUT_OF_MEMORY) log_oom(*c, bytes, entry);
+    }
+  }
+  auto& st = state().stats;
+  if (r != CUDA_SUCCESS) {
+    st.failed_allocations.add();
+    log_event(event{log_action::allocate_failure, nullptr, bytes, stream, dev, entry, start, r});
+    return r;
+  }
+  try {
+    registry().insert(reinterpret_cast<std::uintptr_t>(p), allocation{bytes, stream, c, dev, kind, entry});
+  } catch (...) {
+    // No host memory to remember it: give the block back rather than lose track.
+    scoped_call_context call{entry, dev};
+    c->chain->top().deallocate(p, bytes, to_ref(stream));
+    st.failed_allocations.add();
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  st.chain_allocations.add();
+  if (runtime_entry) st.runtime_allocations.add();
+  log_event(event{log_action::allocate, p, bytes, stream, dev, entry, start, CUDA_SUCCESS});
+  *out = p;
+  return CUDA_SUCCESS;
+}
+
+free_outcome free_registered(void* p, CUstream stream, bool stream_ordered, const char* entry) noexcept {
+  allocation a{};
+  auto const start = event_clock();
+  switch (registry().take(reinterpret_cast<std::uintptr_t>(p), a)) {
+    case take_result::unknown:
+      return {};
+    case take_result::already_freed:
+      state().stats.double_frees.add();
+      message(level::error, "%s(%p): double free of a pointer gpumem handed out; refused (invalid value)", entry, p);
+      log_event(event{log_action::free, p, 0, stream, -1, entry, start, CUDA_ERROR_INVALID_VALUE});
+      return {true, CUDA_ERROR_INVALID_VALUE, false};
+    case take_result::taken:
+      break;
+  }
+  if (!from_chain(a.kind)) return {false, CUDA_SUCCESS, true};
+  device_chain& c = *a.chain;
+  {
+    scoped_chain_context ctx{c};
+    scoped_relaxed_capture relaxed;
+    if (stream_ordered && stream_capturing(stream)) {
+      // Freeing on a capturing stream: no event may be recorded there. The block
+      // waits until every capture ended.
+      park_until_captures_end(p, a.bytes, &c);
+    } else {
+      // cudaFree has no stream: the legacy stream (safe mode defers reuse anyway).
+      CUstream const s = stream_ordered ? stream : nullptr;
+      scoped_call_context call{entry, c.device, !stream_ordered};
+      c.chain->top().deallocate(p, a.bytes, to_ref(s));
+    }
+  }
+  state().stats.chain_frees.add();
+  log_event(event{log_action::free, p, a.bytes, stream, c.device, entry, start, CUDA_SUCCESS});
+  return {true, CUDA_SUCCESS, false};
+}
+
+void note_passthrough_allocation(void* p, std::size_t bytes, CUstream stream, alloc_kind kind, const char* entry,
+                                 CUresult result, std::int64_t start_ns) noexcept {
+  CUcontext ctx = nullptr;
+  int const dev = current_device(ctx);
+  auto& st = state().stats;
+  if (result != CUDA_SUCCESS) {
+    st.failed_allocations.add();
+    log_event(event{log_action::allocate_failure, nullptr, bytes, stream, dev, entry, start_ns, result});
+    return;
+  }
+  if (p == nullptr) return;  // a successful zero-byte request
+  try {
+    // Seen at both levels (a runtime hook and the driver hook the runtime called):
+    // counted once.
+    if (!registry().insert_if_absent(reinterpret_cast<std::uintptr_t>(p),
+                                     allocation{bytes, stream, nullptr, dev, kind, entry})) {
+      return;
+    }
+  } catch (...) {
+    // Unregistered, its free goes to CUDA as an unknown pointer: still correct.
+  }
+  st.passthrough_allocations.add();
+  if (kind == alloc_kind::captured) st.captured_passthroughs.add();
+  log_event(event{log_action::allocate, p, bytes, stream, dev, entry, start_ns, CUDA_SUCCESS});
+}
+
+void note_passthrough_free(void* p, CUstream stream, const char* entry, CUresult result, std::int64_t start_ns) noexcept {
+  state().stats.passthrough_frees.add();
+  CUcontext ctx = nullptr;
+  log_event(event{log_action::free, p, 0, stream, current_device(ctx), entry, start_ns, result});
+}
+
+void note_failed_allocation(std::size_t bytes, CUstream stream, const char* entry, CUresult result) noexcept {
+  state().stats.failed_allocations.add();
+  CUcontext ctx = nullptr;
+  log_event(event{log_action::allocate_failure, nullptr, bytes, stream, current_device(ctx), entry, event_clock(), result});
+}
+
+CUresult pool_mem_info(std::size_t* free_bytes, std::size_t* total_bytes) noexcept {
+  auto const& d = detail::driver();
+  std::size_t rf = 0;
+  std::size_t rt = 0;
+  if (CUresult r = d.cuMemGetInfo(&rf, &rt); r != CUDA_SUCCESS) return r;
+  CUcontext ctx = nullptr;
+  std::size_t f = rf;
+  std::size_t t = rt;
+  if (device_chain* c = built_chain(current_device(ctx))) {
+    try {
+      auto const info = c->chain->info();
+      std::size_t const available = std::min(rf + info.free_bytes, rt);
+      if (auto* lim = c->chain->limiter()) {
+        t = lim->limit();
+        std::size_t const used = lim->used_bytes();
+        f = std::min(t > used ? t - used : 0, available);
+      } else {
+        f = available;
+      }
+    } catch (...) {
+      // info() failed: CUDA's own numbers are still true, if pessimistic.
+    }
+  }
+  if (free_bytes != nullptr) *free_bytes = f;
+  if (total_bytes != nullptr) *total_bytes = t;
+  return CUDA_SUCCESS;
+}
+
+bool ipc_allowed(void* p, const char* entry) noexcept {
+  auto const hit = registry().find_containing(reinterpret_cast<std::uintptr_t>(p));
+  if (!hit || !from_chain(hit->second.kind)) return true;  // CUDA's own memory
+  auto const& d = detail::driver();
+  CUdeviceptr base = 0;
+  std::size_t size = 0;
+  auto const dp = reinterpret_cast<CUdeviceptr>(p);
+  // A block that is a whole upstream allocation opens to the right memory.
+  if (hit->first == dp && d.cuMemGetAddressRange(&base, &size, dp) == CUDA_SUCCESS && base == dp &&
+      size <= align_up(hit->second.bytes, allocation_alignment)) {
+    return true;
+  }
+  state().stats.ipc_refused.add();
+  message(level::error,
+          "%s(%p): the pointer is a block inside a gpumem pool; another process would open the whole pool "
+          "slab, not this allocation. Refused (not supported). Fix: run with GPUMEM_RESOURCE=cuda, or give "
+          "IPC buffers their own chain without a pool",
+          entry, p);
+  return false;
+}
+
+void notify_stream_destroyed(CUstream stream) noexcept {
+  try {
+    for_each_chain([stream](device_chain& c) {
+      scoped_chain_context ctx{c};
+      c.chain->top().stream_destroyed(to_ref(stream));
+    });
+  } catch (...) {
+  }
+}
+
+bool is_default_pool(CUmemoryPool pool) noexcept {
+  CUcontext ctx = nullptr;
+  int const dev = current_device(ctx);
+  auto const& d = detail::driver();
+  if (dev < 0 || d.cuDeviceGetDefaultMemPool == nullptr) return false;
+  if (device_chain* c = built_chain(dev); c != nullptr && c->default_pool != nullptr) return pool == c->default_pool;
+  CUmemoryPool def = nullptr;
+  return d.cuDeviceGetDefaultMemPool(&def, static_cast<CUdevice>(dev)) == CUDA_SUCCESS && def == pool;
+}
+
+void forget_device(int device) noexcept {
+  if (device < 0) return;
+  try {
+    registry().drop_device(device);
+  } catch (...) {
+  }
+  drop_chain(device);
+}
+
+}  // namespace gpumem::shim

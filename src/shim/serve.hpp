@@ -1,0 +1,103 @@
+#pragma once
+// Serving one allocation or free: the logic both interposition levels share.
+//
+// "Served once": a runtime hook (cudaMalloc) that can serve from the chain returns
+// directly. When it must hand the call to the real runtime instead (no current
+// context yet, bad arguments, or a failure whose error the runtime must record as
+// its last error), it marks the thread with scoped_runtime_call; the driver hook the
+// real runtime then calls serves the request (or replays the failure) and
+// attributes it to the runtime entry point.
+//
+// Thread safety: everything here is per-thread state or goes through thread-safe
+// registries and chains.
+
+#include "allocation_registry.hpp"
+
+#include <cuda.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace gpumem::shim {
+
+struct device_chain;
+
+/// The runtime entry point the calling thread is inside of (nullptr: none), and a
+/// result the next driver allocation/free hook must return instead of serving.
+struct runtime_call {
+  const char* entry = nullptr;
+  CUresult forced = CUDA_SUCCESS;
+};
+[[nodiscard]] runtime_call& current_runtime_call() noexcept;
+
+class scoped_runtime_call {
+ public:
+  explicit scoped_runtime_call(const char* entry, CUresult forced = CUDA_SUCCESS) noexcept;
+  ~scoped_runtime_call();
+  scoped_runtime_call(scoped_runtime_call const&) = delete;
+  scoped_runtime_call& operator=(scoped_runtime_call const&) = delete;
+
+ private:
+  runtime_call saved_;
+};
+
+/// The entry point to attribute a driver-level call to: the runtime entry the thread
+/// is inside of, else `driver_entry`.
+[[nodiscard]] const char* attribute(const char* driver_entry) noexcept;
+/// The forced result of the enclosing runtime call (consumed), or CUDA_SUCCESS.
+[[nodiscard]] CUresult take_forced_result() noexcept;
+
+/// Allocates `bytes` (> 0) from the chain of the current context's device on
+/// `stream` and registers it. CUDA_ERROR_INVALID_CONTEXT when no context is current;
+/// CUDA_ERROR_NOT_SUPPORTED when the device passes calls through (its config
+/// failed with on_error = passthrough): the caller then hands the call to CUDA.
+/// On out-of-memory the chain is trimmed and the allocation retried once.
+CUresult chain_allocate(void** out, std::size_t bytes, CUstream stream, alloc_kind kind, const char* entry,
+                        bool runtime_entry) noexcept;
+
+/// Outcome of a free of a registered pointer.
+struct free_outcome {
+  bool handled = false;  ///< true: `result` is the answer; false: hand the free to CUDA
+  CUresult result = CUDA_SUCCESS;
+  bool passthrough_allocation = false;  ///< not handled because CUDA made it (managed, captured, ...)
+};
+
+/// Frees `p` if the shim registered it. `stream_ordered`: cudaFreeAsync semantics on
+/// `stream`; else cudaFree semantics (synchronous_free, safe mode defers reuse).
+/// Double frees are refused with CUDA_ERROR_INVALID_VALUE and logged.
+free_outcome free_registered(void* p, CUstream stream, bool stream_ordered, const char* entry) noexcept;
+
+/// Counts and logs an allocation CUDA made for us (pass-through kinds), registering
+/// it on success so its free finds its way back.
+void note_passthrough_allocation(void* p, std::size_t bytes, CUstream stream, alloc_kind kind, const char* entry,
+                                 CUresult result, std::int64_t start_ns) noexcept;
+/// Counts and logs a free handed to CUDA.
+void note_passthrough_free(void* p, CUstream stream, const char* entry, CUresult result,
+                           std::int64_t start_ns) noexcept;
+/// Counts and logs an allocation refused before reaching a chain (bad arguments).
+void note_failed_allocation(std::size_t bytes, CUstream stream, const char* entry, CUresult result) noexcept;
+
+/// cuMemGetInfo as the pool sees it: cached free bytes count as free; with a limit,
+/// total = limit and free = limit - in use. Either pointer may be null.
+CUresult pool_mem_info(std::size_t* free_bytes, std::size_t* total_bytes) noexcept;
+
+/// Whether a pooled pointer may be exported by IPC: only a whole upstream allocation
+/// opens to the right memory in another process. Logs the refusal.
+[[nodiscard]] bool ipc_allowed(void* p, const char* entry) noexcept;
+
+/// Whether `pool` is the default memory pool of the current device (the only pool
+/// cuMemAllocFromPoolAsync is served from the chain for; the program's own pools
+/// keep their properties, so their allocations pass through).
+[[nodiscard]] bool is_default_pool(CUmemoryPool pool) noexcept;
+
+/// cudaStreamDestroy/cuStreamDestroy: tell every chain before the real destroy.
+void notify_stream_destroyed(CUstream stream) noexcept;
+/// cudaDeviceReset/cuDevicePrimaryCtxReset: forget the device's allocations and chain.
+void forget_device(int device) noexcept;
+
+/// The per-thread default stream handle for _ptsz entry points' stream 0.
+[[nodiscard]] inline CUstream ptsz_stream(CUstream s) noexcept {
+  return s == nullptr ? reinterpret_cast<CUstream>(std::uintptr_t{2}) : s;
+}
+
+}  // namespace gpumem::shim

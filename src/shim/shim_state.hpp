@@ -1,0 +1,63 @@
+#pragma once
+// The shim's process-wide state: the settings snapshot (read ONCE, at the first
+// interposed call), what the shim does with calls (mode), its counters, and the
+// fork handler that gives a child a clean start.
+//
+// Thread safety: state() is initialised once (function-local static); afterwards
+// everything here is read-only or atomic.
+
+#include <gpumem/config/settings.hpp>
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+namespace gpumem::shim {
+
+enum class shim_mode : int { active = 1, disabled = 2, config_error = 3 };
+
+/// Message levels, as settings::log_level spells them.
+enum class level : int { trace = 0, debug = 1, info = 2, warn = 3, error = 4, off = 5 };
+
+/// Relaxed counters; each on its own cache line so threads do not bounce one line.
+struct counters {
+  struct alignas(64) counter {
+    std::atomic<std::uint64_t> v{0};
+    void add(std::uint64_t n = 1) noexcept { v.fetch_add(n, std::memory_order_relaxed); }
+    [[nodiscard]] std::uint64_t get() const noexcept { return v.load(std::memory_order_relaxed); }
+    void reset() noexcept { v.store(0, std::memory_order_relaxed); }
+  };
+  counter chain_allocations, runtime_allocations, chain_frees, passthrough_allocations,
+      passthrough_frees, double_frees, failed_allocations, captured_passthroughs, ipc_refused;
+  void reset() noexcept;
+};
+
+struct shim_state {
+  shim_mode mode = shim_mode::active;
+  config::settings settings;
+  std::string config_message;  ///< the config error, when mode == config_error
+  config::on_error policy = config::on_error::fail;
+  level threshold = level::warn;
+  counters stats;
+};
+
+/// The state, loaded on first use. Never makes a CUDA call (it may run inside dlsym
+/// while libcuda is being loaded).
+[[nodiscard]] shim_state& state() noexcept;
+
+/// True when allocations go through the chains. On a config error with policy fail
+/// this prints the message and _exit(1)s: call it only from allocation entry points.
+[[nodiscard]] bool interposing_allocations() noexcept;
+/// True when the chains are in use (no exit, for frees and queries).
+[[nodiscard]] inline bool active() noexcept;
+/// True when handed-out function pointers should be the shim's hooks (everything
+/// but pure pass-through). Never exits.
+[[nodiscard]] bool hooks_wanted() noexcept;
+
+/// One line on stderr (prefixed "gpumem: "), if `lvl` passes settings.log_level.
+void message(level lvl, const char* fmt, ...) noexcept __attribute__((format(printf, 2, 3)));
+[[nodiscard]] bool message_enabled(level lvl) noexcept;
+
+inline bool active() noexcept { return state().mode == shim_mode::active; }
+
+}  // namespace gpumem::shim

@@ -1,0 +1,108 @@
+// Driver entry points that change what the chains may do: stream destruction
+// (pools drop per-stream state first), stream capture (counted, so nothing ever
+// synchronizes a capture away) and primary context reset (the device's chain goes).
+
+#include "capture_guard.hpp"
+#include "hook_macros.hpp"
+#include "hook_table.hpp"
+#include "serve.hpp"
+#include "shim_state.hpp"
+
+#include <gpumem/detail/driver_api.hpp>
+
+#include <cuda.h>
+
+namespace gpumem::shim {
+namespace {
+
+CUresult not_loaded() noexcept { return CUDA_ERROR_NOT_INITIALIZED; }
+
+CUresult destroy_impl(CUstream s, hook_id id) noexcept {
+  if (active()) notify_stream_destroyed(s);
+  auto const f = real<CUresult (*)(CUstream)>(id);
+  return f != nullptr ? f(s) : not_loaded();
+}
+
+template <class Call>
+CUresult begin_capture(Call&& call) noexcept {
+  CUresult const r = call();
+  if (r == CUDA_SUCCESS) note_capture_begun();
+  return r;
+}
+
+CUresult end_capture(CUstream s, CUgraph* graph, hook_id id, bool ptsz) noexcept {
+  auto const f = real<CUresult (*)(CUstream, CUgraph*)>(id);
+  if (f == nullptr) return not_loaded();
+  // Whether this ends a capture (also an invalidated one) is known only before.
+  auto const& d = detail::driver();
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  CUstream const query = ptsz ? ptsz_stream(s) : s;
+  bool const was_capturing = d.cuStreamIsCapturing != nullptr &&
+                             d.cuStreamIsCapturing(query, &status) == CUDA_SUCCESS &&
+                             status != CU_STREAM_CAPTURE_STATUS_NONE;
+  CUresult const r = f(s, graph);
+  if (was_capturing) note_capture_ended();
+  return r;
+}
+
+CUresult reset_impl(CUdevice dev, hook_id id) noexcept {
+  if (active()) forget_device(static_cast<int>(dev));
+  auto const f = real<CUresult (*)(CUdevice)>(id);
+  return f != nullptr ? f(dev) : not_loaded();
+}
+
+using begin_v1_fn = CUresult (*)(CUstream);
+using begin_v2_fn = CUresult (*)(CUstream, CUstreamCaptureMode);
+using begin_graph_fn = CUresult (*)(CUstream, CUgraph, const CUgraphNode*, const CUgraphEdgeData*, std::size_t,
+                                    CUstreamCaptureMode);
+
+}  // namespace
+}  // namespace gpumem::shim
+
+using namespace gpumem::shim;
+
+GPUMEM_HOOK(CUresult, cuStreamDestroy, (CUstream s)) { return destroy_impl(s, hook_id::h_cuStreamDestroy); }
+GPUMEM_HOOK(CUresult, cuStreamDestroy_v2, (CUstream s)) { return destroy_impl(s, hook_id::h_cuStreamDestroy_v2); }
+
+// v1 (CUDA 10.0 ABI): no mode argument.
+GPUMEM_HOOK(CUresult, cuStreamBeginCapture, (CUstream s)) {
+  auto const f = real<begin_v1_fn>(hook_id::h_cuStreamBeginCapture);
+  return f != nullptr ? begin_capture([&] { return f(s); }) : not_loaded();
+}
+GPUMEM_HOOK(CUresult, cuStreamBeginCapture_ptsz, (CUstream s)) {
+  auto const f = real<begin_v1_fn>(hook_id::h_cuStreamBeginCapture_ptsz);
+  return f != nullptr ? begin_capture([&] { return f(s); }) : not_loaded();
+}
+GPUMEM_HOOK(CUresult, cuStreamBeginCapture_v2, (CUstream s, CUstreamCaptureMode mode)) {
+  auto const f = real<begin_v2_fn>(hook_id::h_cuStreamBeginCapture_v2);
+  return f != nullptr ? begin_capture([&] { return f(s, mode); }) : not_loaded();
+}
+GPUMEM_HOOK(CUresult, cuStreamBeginCapture_v2_ptsz, (CUstream s, CUstreamCaptureMode mode)) {
+  auto const f = real<begin_v2_fn>(hook_id::h_cuStreamBeginCapture_v2_ptsz);
+  return f != nullptr ? begin_capture([&] { return f(s, mode); }) : not_loaded();
+}
+GPUMEM_HOOK(CUresult, cuStreamBeginCaptureToGraph,
+            (CUstream s, CUgraph g, const CUgraphNode* deps, const CUgraphEdgeData* edges, std::size_t n,
+             CUstreamCaptureMode mode)) {
+  auto const f = real<begin_graph_fn>(hook_id::h_cuStreamBeginCaptureToGraph);
+  return f != nullptr ? begin_capture([&] { return f(s, g, deps, edges, n, mode); }) : not_loaded();
+}
+GPUMEM_HOOK(CUresult, cuStreamBeginCaptureToGraph_ptsz,
+            (CUstream s, CUgraph g, const CUgraphNode* deps, const CUgraphEdgeData* edges, std::size_t n,
+             CUstreamCaptureMode mode)) {
+  auto const f = real<begin_graph_fn>(hook_id::h_cuStreamBeginCaptureToGraph_ptsz);
+  return f != nullptr ? begin_capture([&] { return f(s, g, deps, edges, n, mode); }) : not_loaded();
+}
+GPUMEM_HOOK(CUresult, cuStreamEndCapture, (CUstream s, CUgraph* graph)) {
+  return end_capture(s, graph, hook_id::h_cuStreamEndCapture, false);
+}
+GPUMEM_HOOK(CUresult, cuStreamEndCapture_ptsz, (CUstream s, CUgraph* graph)) {
+  return end_capture(s, graph, hook_id::h_cuStreamEndCapture_ptsz, true);
+}
+
+GPUMEM_HOOK(CUresult, cuDevicePrimaryCtxReset, (CUdevice dev)) {
+  return reset_impl(dev, hook_id::h_cuDevicePrimaryCtxReset);
+}
+GPUMEM_HOOK(CUresult, cuDevicePrimaryCtxReset_v2, (CUdevice dev)) {
+  return reset_impl(dev, hook_id::h_cuDevicePrimaryCtxReset_v2);
+}
