@@ -17,20 +17,14 @@ CUresult create_stream(CUstream* out, unsigned flags, int priority) {
   return CUDA_SUCCESS;
 }
 
-// Waits for everything queued on `s` so far. The legacy stream also waits for
-// earlier work of the blocking streams: sync through a marker operation.
+// Waits for everything queued on `s` so far (for the legacy stream that
+// includes the blocking-stream work its operations implicitly wait for).
 CUresult synchronize(stream* s) {
   if (capture_info const c = capture_status(s); c.status != CU_STREAM_CAPTURE_STATUS_NONE) {
     invalidate_if_active(c.c, "synchronize of a capturing stream");
     return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   }
-  if (s->kind == stream_kind::legacy) {
-    std::uint64_t seq = 0;
-    if (CUresult r = enqueue(s, [] {}, nullptr, &seq); r != CUDA_SUCCESS) return r;
-    run_until(s, seq + 1);
-  } else {
-    run_all(s);
-  }
+  run_all(s);
   return CUDA_SUCCESS;
 }
 
