@@ -8,6 +8,9 @@
 //   auto chain = gpumem::config::build_chain(s, device);       // device's context current
 //   void* p = chain->top().allocate(bytes, stream);
 // The file format is documented in config/default.toml and config/*.toml.
+//
+// Thread safety: every function here is reentrant (no global state); load() reads
+// only the environment snapshot it is given. Nothing is cached between calls.
 
 #include <gpumem/config/config_error.hpp>
 #include <gpumem/config/environment.hpp>

@@ -91,7 +91,7 @@ size_value parse_size(std::string_view const text) {
     if (bytes > max_u64 - frac_bytes) { fail(text, "too large (more than 2^64 - 1 bytes)"); }
     return size_value::of_bytes(bytes + frac_bytes);
   }
-  fail(text, fmt::format("unknown unit \"{}\" (B, KiB, MiB, GiB, TiB, kB, MB, GB, TB, K, M, G, T or %)", suffix));
+  fail(text, fmt::format("unknown unit \"{}\"", suffix));
 }
 
 std::size_t size_value::resolve(std::size_t const free_bytes) const noexcept {

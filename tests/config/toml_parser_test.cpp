@@ -369,3 +369,14 @@ TEST(Roles, EveryType) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(EnumNames, RoundTripTheTomlSpelling) {
+  EXPECT_EQ(gc::to_string(gc::sync_mode::safe), "safe");
+  EXPECT_EQ(gc::to_string(gc::sync_mode::stream), "stream");
+  EXPECT_EQ(gc::to_string(gc::on_error::fail), "fail");
+  EXPECT_EQ(gc::to_string(gc::on_error::passthrough), "passthrough");
+}
+
+}  // namespace

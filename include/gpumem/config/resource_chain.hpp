@@ -56,7 +56,7 @@ class resource_chain {
   [[nodiscard]] std::string describe() const;
   /// The entries' types outermost first, including the implicit ones
   /// ("statistics", ..., "deferred_free", ...): for tests and reports.
-  [[nodiscard]] std::vector<std::string> types() const { return types_; }
+  [[nodiscard]] std::vector<std::string> const& types() const noexcept { return types_; }
   [[nodiscard]] int device() const noexcept { return device_; }
 
  private:
