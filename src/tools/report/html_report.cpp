@@ -210,7 +210,7 @@ std::string html_report(report_data const& r) {
                       "body{{font-family:sans-serif;margin:2em;color:#282828;max-width:1000px}}\n"
                       "table{{border-collapse:collapse;margin:.5em 0}}\n"
                       "th,td{{border:1px solid #ccc;padding:2px 8px;text-align:right;font-size:13px}}\n"
-                      "table.summary th{{text-align:left;background:#f4f4f4}}\n"
+                      "table.summary th{{text-align:left;background:#f4f4f4}}\ntable.summary td{{text-align:left}}\n"
                       "section{{border-top:2px solid #1f77b4;margin-top:2em}}\n"
                       ".warnings{{color:#a00;font-family:monospace}}\nsvg.plot{{border:1px solid #ddd}}\n"
                       "</style></head><body>\n<h1>gpumem allocation report</h1>\n");
