@@ -13,9 +13,11 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <iterator>
-#include <sstream>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 namespace gpumem::config {
 namespace {
@@ -136,19 +138,35 @@ class overrides {
 };
 
 std::string read_file(overrides const& o, std::string const& path) {
-  std::ifstream in{path, std::ios::binary};
-  if (!in) {
-    int const err = errno;
-    o.fail("GPUMEM_CONFIG", fmt::format("cannot read \"{}\": {}", path, err != 0 ? std::strerror(err) : "open failed"),
+  // POSIX calls rather than a stream: a stream "opens" a directory and then reads
+  // nothing, which would silently mean an empty file.
+  auto fail = [&](int err) {
+    o.fail("GPUMEM_CONFIG", fmt::format("cannot read \"{}\": {}", path, std::strerror(err)),
            "set it to a readable TOML file, or unset it to use the embedded default");
+  };
+  int const fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) { fail(errno); }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    int const err = S_ISDIR(st.st_mode) ? EISDIR : errno != 0 ? errno : EINVAL;
+    ::close(fd);
+    fail(err);
   }
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) {
-    o.fail("GPUMEM_CONFIG", fmt::format("error reading \"{}\"", path),
-           "set it to a readable TOML file, or unset it to use the embedded default");
+  std::string text;
+  std::array<char, 4096> buf{};
+  for (;;) {
+    ssize_t const n = ::read(fd, buf.data(), buf.size());
+    if (n == 0) { break; }
+    if (n < 0) {
+      if (errno == EINTR) { continue; }
+      int const err = errno;
+      ::close(fd);
+      fail(err);
+    }
+    text.append(buf.data(), static_cast<std::size_t>(n));
   }
-  return std::move(text).str();
+  ::close(fd);
+  return text;
 }
 
 resource_spec env_entry(std::string type, resource_options options, std::string_view var) {

@@ -79,6 +79,13 @@ TEST(Load, UnreadableConfigFile) {
                 "(set it to a readable TOML file, or unset it to use the embedded default)");
 }
 
+TEST(Load, ConfigPathIsADirectory) {
+  std::string const dir = std::filesystem::path{data("adaptors.toml")}.parent_path().string();
+  EXPECT_EQ(error_of(env_of({{"GPUMEM_CONFIG", dir}})),
+            E + "environment: GPUMEM_CONFIG: cannot read \"" + dir + "\": Is a directory "
+                "(set it to a readable TOML file, or unset it to use the embedded default)");
+}
+
 TEST(Load, BrokenConfigFileNamesFileLineAndKey) {
   EXPECT_EQ(error_of(env_of({{"GPUMEM_CONFIG", data("broken.toml")}})),
             E + data("broken.toml") +

@@ -201,6 +201,8 @@ INSTANTIATE_TEST_SUITE_P(
                    E + "1:10: gpumem: expected a table, got an integer (write [gpumem] followed by its keys)"},
         error_case{"chain_not_array", "chain = \"pool\"\n",
                    E + "1:9: chain: expected an array of tables, got a string (write each entry as [[chain]])"},
+        error_case{"chain_single_table", "[chain]\ntype = \"cuda\"\n",
+                   E + "1:1: chain: expected an array of tables, got a table (write each entry as [[chain]])"},
         error_case{"chain_empty", "chain = []\n",
                    E + "1:9: chain: the chain is empty (list [[chain]] entries outermost first, ending in a "
                        "device resource: cuda | async | managed)"},

@@ -82,6 +82,7 @@ class resource_chain {
 /// templates are expanded with `device`. Throws config_error for values that only fail
 /// once resolved (maximum < initial after percentages, an unwritable log file), and the
 /// resources' own errors (cuda_error, out_of_memory) when they cannot be created.
+/// settings::disabled is not consulted: whether to build at all is the caller's choice.
 [[nodiscard]] std::unique_ptr<resource_chain> build_chain(settings const& s, int device);
 
 }  // namespace gpumem::config
