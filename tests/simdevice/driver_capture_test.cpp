@@ -114,8 +114,42 @@ TEST_F(CaptureTest, SyncAllocFreeAndContextSyncAreUnsafeDuringGlobalCapture) {
   EXPECT_EQ(drv.cuMemFree(before), CUDA_SUCCESS);
 }
 
+TEST_F(CaptureTest, QueriesOfOtherStreamsAndEventsAreUnsafeDuringGlobalCapture) {
+  CUstream other = nullptr;
+  ASSERT_EQ(drv.cuStreamCreate(&other, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  CUevent e = nullptr;
+  ASSERT_EQ(drv.cuEventCreate(&e, CU_EVENT_DISABLE_TIMING), CUDA_SUCCESS);
+  ASSERT_EQ(drv.cuEventRecord(e, other), CUDA_SUCCESS);
+  ASSERT_EQ(drv.cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+  EXPECT_EQ(drv.cuStreamQuery(other), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+  EXPECT_EQ(drv.cuEventQuery(e), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+  EXPECT_EQ(drv.cuEventSynchronize(e), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+  EXPECT_EQ(drv.cuStreamSynchronize(other), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+  CUgraph g = nullptr;
+  EXPECT_EQ(drv.cuStreamEndCapture(s, &g), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+  // A capturing stream may not wait on work recorded outside the capture.
+  ASSERT_EQ(drv.cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+  EXPECT_EQ(drv.cuStreamWaitEvent(s, e, 0), CUDA_ERROR_STREAM_CAPTURE_ISOLATION);
+  EXPECT_EQ(drv.cuStreamEndCapture(s, &g), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+  EXPECT_EQ(sim.violations(), 2);  // one per invalidated capture
+  ASSERT_EQ(drv.cuStreamSynchronize(other), CUDA_SUCCESS);
+  ASSERT_EQ(drv.cuStreamDestroy(other), CUDA_SUCCESS);
+  ASSERT_EQ(drv.cuEventDestroy(e), CUDA_SUCCESS);
+}
+
+TEST_F(CaptureTest, ContextSynchronizeIsIllegalDuringAnyCapture) {
+  ASSERT_EQ(drv.cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_RELAXED), CUDA_SUCCESS);
+  CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+  ASSERT_EQ(drv.cuThreadExchangeStreamCaptureMode(&mode), CUDA_SUCCESS);
+  EXPECT_EQ(drv.cuCtxSynchronize(), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+  ASSERT_EQ(drv.cuThreadExchangeStreamCaptureMode(&mode), CUDA_SUCCESS);
+  CUgraph g = nullptr;
+  EXPECT_EQ(drv.cuStreamEndCapture(s, &g), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+  EXPECT_EQ(sim.violations(), 1);
+}
+
 TEST_F(CaptureTest, RelaxedModesAllowUnsafeCalls) {
-  // A thread-local capture does not restrict other threads.
+  // A thread-local capture does not restrict other threads' allocations.
   ASSERT_EQ(drv.cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), CUDA_SUCCESS);
   CUresult other = CUDA_ERROR_UNKNOWN;
   std::thread([&] {

@@ -25,6 +25,9 @@ int child_main(CUipcMemHandle handle, CUdeviceptr parent_ptr) {
   std::strcpy(reinterpret_cast<char*>(mine), "from child");
   if (d.cuIpcCloseMemHandle(mine) != CUDA_SUCCESS) return 14;
   if (d.cuIpcCloseMemHandle(mine) != CUDA_ERROR_INVALID_VALUE) return 15;
+  // The inherited heaps are the parent's: the child may not allocate from them.
+  CUdeviceptr fresh = 0;
+  if (d.cuMemAlloc(&fresh, 256) != CUDA_ERROR_NOT_INITIALIZED) return 16;
   return 0;
 }
 

@@ -63,7 +63,14 @@ TEST_F(MemoryTest, EdgeCaseResults) {
   EXPECT_EQ(drv.cuMemAlloc(nullptr, 256), CUDA_ERROR_INVALID_VALUE);
   EXPECT_EQ(drv.cuMemAlloc(&p, ~std::size_t{0}), CUDA_ERROR_OUT_OF_MEMORY);
   EXPECT_EQ(drv.cuMemAlloc(&p, (std::size_t{1} << 30) + 1), CUDA_ERROR_OUT_OF_MEMORY);
-  EXPECT_EQ(drv.cuMemFree(0), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(drv.cuMemFree(0), CUDA_SUCCESS);
+  EXPECT_EQ(drv.cuMemFreeAsync(0, nullptr), CUDA_SUCCESS);
+  p = 1;
+  EXPECT_EQ(drv.cuMemAllocAsync(&p, 0, nullptr), CUDA_SUCCESS);
+  EXPECT_EQ(p, 0U);
+  std::size_t total = 0;
+  EXPECT_EQ(drv.cuMemGetInfo(nullptr, &total), CUDA_SUCCESS);
+  EXPECT_EQ(total, std::size_t{1} << 30);
   EXPECT_EQ(drv.cuMemAllocManaged(&p, 256, 0), CUDA_ERROR_INVALID_VALUE);  // flags must be GLOBAL or HOST
   std::size_t pitch = 0;
   EXPECT_EQ(drv.cuMemAllocPitch(&p, &pitch, 100, 10, 3), CUDA_ERROR_INVALID_VALUE);
@@ -225,6 +232,7 @@ TEST_F(MemoryTest, CallsNeedAContext) {
   std::size_t f = 0, t = 0;
   EXPECT_EQ(drv.cuMemAlloc(&p, 256), CUDA_ERROR_INVALID_CONTEXT);
   EXPECT_EQ(drv.cuMemGetInfo(&f, &t), CUDA_ERROR_INVALID_CONTEXT);
+  EXPECT_EQ(drv.cuMemFree(0), CUDA_SUCCESS);  // even without a context
   CUstream s = nullptr;
   EXPECT_EQ(drv.cuStreamCreate(&s, 0), CUDA_ERROR_INVALID_CONTEXT);
   EXPECT_EQ(drv.cuCtxSynchronize(), CUDA_ERROR_INVALID_CONTEXT);

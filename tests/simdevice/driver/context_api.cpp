@@ -261,7 +261,7 @@ CUresult cuCtxSynchronize() {
   SIM_ENTRY("cuCtxSynchronize");
   context* c = nullptr;
   if (CUresult r = require_context(&c); r != CUDA_SUCCESS) return r;
-  if (CUresult r = check_unsafe_call("cuCtxSynchronize"); r != CUDA_SUCCESS) return r;
+  if (CUresult r = check_context_sync(c); r != CUDA_SUCCESS) return r;
   run_context(c);
   return CUDA_SUCCESS;
 }

@@ -35,6 +35,7 @@ void device_heap::map(std::size_t bytes) {
     std::abort();
   }
   base_ = reinterpret_cast<std::uintptr_t>(p);
+  owner_pid_ = static_cast<int>(getpid());
   used_ = 0;
   free_by_addr_.clear();
   free_by_size_.clear();
@@ -85,6 +86,7 @@ void device_heap::discard_pages(std::uintptr_t addr, std::size_t size) noexcept 
 }
 
 CUresult device_heap::allocate(std::size_t bytes, allocation const& info, std::uintptr_t* out) {
+  if (static_cast<int>(getpid()) != owner_pid_) return CUDA_ERROR_NOT_INITIALIZED;
   if (bytes == 0 || bytes > capacity_) return CUDA_ERROR_OUT_OF_MEMORY;
   std::size_t const size = round_up(bytes, alignment);
   std::lock_guard lock(mutex_);

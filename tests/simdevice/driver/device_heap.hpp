@@ -45,7 +45,8 @@ class device_heap {
   device_heap(device_heap const&) = delete;
   device_heap& operator=(device_heap const&) = delete;
 
-  /// CUDA_ERROR_OUT_OF_MEMORY when no free block fits.
+  /// CUDA_ERROR_OUT_OF_MEMORY when no free block fits; CUDA_ERROR_NOT_INITIALIZED
+  /// in a fork()ed child (the mapping is shared with the parent).
   CUresult allocate(std::size_t bytes, allocation const& info, std::uintptr_t* out);
   /// Checks `ptr` is the base of a live allocation (not pending) and returns it.
   free_status check_free(std::uintptr_t ptr, allocation* out = nullptr);
@@ -82,6 +83,7 @@ class device_heap {
   std::map<std::uintptr_t, allocation>::iterator live_containing(std::uintptr_t ptr);
 
   int ordinal_;
+  int owner_pid_ = 0;  // a fork()ed child must not carve up its parent's shared heap
   int fd_ = -1;
   std::uintptr_t base_ = 0;
   std::size_t capacity_ = 0;

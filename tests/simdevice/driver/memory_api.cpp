@@ -92,10 +92,10 @@ CUresult allocate_on(context* ctx, std::size_t bytes, bool managed, mem_pool* po
 }
 
 CUresult sync_free(CUdeviceptr dptr, char const* entry) {
+  if (dptr == 0) return init_status();  // measured: success, even without a context
   context* ctx = nullptr;
   if (CUresult r = require_context(&ctx); r != CUDA_SUCCESS) return r;
   if (CUresult r = check_unsafe_call(entry); r != CUDA_SUCCESS) return r;
-  if (dptr == 0) return CUDA_ERROR_INVALID_VALUE;  // edge_cases.md: guessed
   auto const p = static_cast<std::uintptr_t>(dptr);
   device* d = device_of(p);
   if (d == nullptr) return report_bad_free(free_status::unknown, p, entry);
@@ -112,7 +112,11 @@ CUresult sync_free(CUdeviceptr dptr, char const* entry) {
 CUresult async_alloc(CUdeviceptr* dptr, std::size_t bytes, mem_pool* pool, CUstream h, bool ptsz, char const* entry) {
   stream* s = nullptr;
   if (CUresult r = resolve_stream(h, ptsz, entry, &s); r != CUDA_SUCCESS) return r;
-  if (dptr == nullptr || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (dptr == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (bytes == 0) {  // measured: success with a null pointer
+    *dptr = 0;
+    return CUDA_SUCCESS;
+  }
   if (pool == nullptr) pool = device_at(s->ctx->device)->current_pool.load();
   capture_info const cap = capture_status(s);
   if (cap.status == CU_STREAM_CAPTURE_STATUS_INVALIDATED) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
@@ -130,7 +134,7 @@ CUresult async_alloc(CUdeviceptr* dptr, std::size_t bytes, mem_pool* pool, CUstr
 CUresult async_free(CUdeviceptr dptr, CUstream h, bool ptsz, char const* entry) {
   stream* s = nullptr;
   if (CUresult r = resolve_stream(h, ptsz, entry, &s); r != CUDA_SUCCESS) return r;
-  if (dptr == 0) return CUDA_ERROR_INVALID_VALUE;  // edge_cases.md: guessed
+  if (dptr == 0) return CUDA_SUCCESS;  // measured
   auto const p = static_cast<std::uintptr_t>(dptr);
   device* d = device_of(p);
   if (d == nullptr) return report_bad_free(free_status::unknown, p, entry);
@@ -243,10 +247,10 @@ CUresult cuMemGetInfo_v2(size_t* free_bytes, size_t* total_bytes) {
   SIM_ENTRY("cuMemGetInfo_v2");
   context* ctx = nullptr;
   if (CUresult r = require_context(&ctx); r != CUDA_SUCCESS) return r;
-  if (free_bytes == nullptr || total_bytes == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  // Measured: either output may be NULL.
   device_heap& heap = *device_at(ctx->device)->heap;
-  *total_bytes = heap.total();
-  *free_bytes = heap.total() - heap.used();
+  if (total_bytes != nullptr) *total_bytes = heap.total();
+  if (free_bytes != nullptr) *free_bytes = heap.total() - heap.used();
   return CUDA_SUCCESS;
 }
 

@@ -160,9 +160,11 @@ CUresult resolve(char const* symbol, void** pfn, int version, cuuint64_t flags,
   }
   *pfn = nullptr;
   if (best == nullptr) {
-    if (status != nullptr)
-      *status = name_known ? CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
-    return CUDA_ERROR_NOT_FOUND;
+    // Measured (driver 580): _v2 succeeds and reports through the status; the v1
+    // entry point has no status, so it answers CUDA_ERROR_NOT_FOUND (guessed).
+    if (status == nullptr) return CUDA_ERROR_NOT_FOUND;
+    *status = name_known ? CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+    return CUDA_SUCCESS;
   }
   *pfn = per_thread && best->ptsz != nullptr ? best->ptsz : best->fn;
   if (status != nullptr) *status = CU_GET_PROC_ADDRESS_SUCCESS;

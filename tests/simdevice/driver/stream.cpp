@@ -296,7 +296,8 @@ CUresult check_unsafe_call(char const* entry) {
   std::lock_guard lock(g_capture_mutex);
   bool forbidden = false;
   for (capture* c : g_active_captures) {
-    if (c->invalidated || c->mode == CU_STREAM_CAPTURE_MODE_RELAXED) continue;
+    // An invalidated capture still forbids until it is ended (measured).
+    if (c->mode == CU_STREAM_CAPTURE_MODE_RELAXED) continue;
     bool const forbids = (c->mode == CU_STREAM_CAPTURE_MODE_GLOBAL && mode == CU_STREAM_CAPTURE_MODE_GLOBAL) ||
                          c->thread == me;
     if (!forbids) continue;
@@ -306,6 +307,17 @@ CUresult check_unsafe_call(char const* entry) {
     invalidate(c, why);
   }
   return forbidden ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED : CUDA_SUCCESS;
+}
+
+CUresult check_context_sync(context* ctx) {
+  std::lock_guard lock(g_capture_mutex);
+  bool capturing = false;
+  for (capture* c : g_active_captures) {
+    if (c->origin->ctx != ctx) continue;
+    capturing = true;
+    invalidate(c, "cuCtxSynchronize during capture");
+  }
+  return capturing ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED : CUDA_SUCCESS;
 }
 
 void reset_context_streams(context* ctx) {

@@ -124,6 +124,9 @@ void invalidate(capture* c, char const* why);
 /// and returns CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED.
 CUresult check_unsafe_call(char const* entry);
 CUstreamCaptureMode& thread_capture_mode() noexcept;
+/// Synchronizing a context with any capture in progress on it is illegal in
+/// every mode (measured): invalidates those captures.
+CUresult check_context_sync(context* ctx);
 
 /// Destroys the streams of `ctx` and drops their pending work (primary context reset).
 void reset_context_streams(context* ctx);

