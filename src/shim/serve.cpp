@@ -9,6 +9,7 @@
 #include <gpumem/config.hpp>
 #include <gpumem/detail/driver_api.hpp>
 #include <gpumem/limiting_resource_adaptor.hpp>
+#include <gpumem/statistics_resource_adaptor.hpp>
 
 #include <algorithm>
 
@@ -205,8 +206,11 @@ CUresult pool_mem_info(std::size_t* free_bytes, std::size_t* total_bytes) noexce
       auto const info = c->chain->info();
       std::size_t const available = std::min(rf + info.free_bytes, rt);
       if (auto* lim = c->chain->limiter()) {
+        // In use = what the program holds (the limiter may sit below a pool and
+        // count the pool's reservation too).
         t = lim->limit();
-        std::size_t const used = lim->used_bytes();
+        auto const live = c->chain->live_stats().bytes().current;
+        std::size_t const used = live > 0 ? static_cast<std::size_t>(live) : 0;
         f = std::min(t > used ? t - used : 0, available);
       } else {
         f = available;

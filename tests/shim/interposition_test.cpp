@@ -1,0 +1,118 @@
+// The shim on the simulated device: each program reaches CUDA one way real
+// programs do, runs under LD_PRELOAD with GPUMEM_SIM_STRICT=1 (the sim fails the
+// process on any rule it saw broken), checks its own results and reports the shim's
+// counters, which are checked here.
+
+#include "shim_process.hpp"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace gpumem::test {
+namespace {
+
+process_result run_app(std::string const& app, std::string const& scenario,
+                       std::map<std::string, std::string> env = {}) {
+  env.emplace("LD_PRELOAD", shim_path());
+  env.emplace("GPUMEM_SIM_STRICT", "1");
+  return run_process({program(app), scenario}, env);
+}
+
+void expect_pass(process_result const& r, std::string const& scenario) {
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("PASS " + scenario), std::string::npos) << r.output;
+}
+
+TEST(ShimRuntime, ServesEachAllocationOnceFromTheChain) {
+  auto const r = run_app("shim_rt_app", "served");
+  expect_pass(r, "served");
+  auto s = parse_stats(r.output);
+  EXPECT_EQ(s["mode"], 1);
+  EXPECT_EQ(s["chain_allocations"], 7);
+  EXPECT_EQ(s["runtime_allocations"], 7);
+  // The device saw pool growth only, not the program's seven allocations.
+  EXPECT_GE(s["sim_cuMemAlloc"], 1);
+  EXPECT_LE(s["sim_cuMemAlloc"], 2);
+  EXPECT_EQ(s["violations"], 0);
+}
+
+TEST(ShimRuntime, GivesCudasResultsForBadInputAndRefusesDoubleFrees) {
+  auto const r = run_app("shim_rt_app", "errors");
+  expect_pass(r, "errors");
+  EXPECT_NE(r.output.find("double free"), std::string::npos) << r.output;
+  EXPECT_EQ(parse_stats(r.output)["double_frees"], 2);
+}
+
+TEST(ShimRuntime, CrossApiFreesAndDriverEntryPoints) {
+  auto const r = run_app("shim_rt_app", "cross");
+  expect_pass(r, "cross");
+}
+
+TEST(ShimRuntime, SafeModeHoldsAFreedBlockUntilQueuedWorkRan) {
+  auto const r = run_app("shim_rt_app", "safe");
+  expect_pass(r, "safe");
+  EXPECT_NE(r.output.find("REUSED 0"), std::string::npos) << r.output;
+}
+
+TEST(ShimRuntime, StreamModeTrustsStreamOrderAndReusesAtOnce) {
+  // The opt-in mode's documented trade-off: the block comes back at once, and the
+  // late write of the still-queued work lands in the new allocation.
+  auto const r = run_app("shim_rt_app", "safe", {{"GPUMEM_SYNC_MODE", "stream"}});
+  EXPECT_NE(r.output.find("REUSED 1"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("CHECK FAILED"), std::string::npos) << r.output;
+}
+
+TEST(ShimRuntime, CaptureStaysValid) {
+  auto const r = run_app("shim_rt_app", "capture");
+  expect_pass(r, "capture");
+  auto s = parse_stats(r.output);
+  EXPECT_EQ(s["captured"], 1);
+  EXPECT_EQ(s["violations"], 0);
+}
+
+TEST(ShimRuntime, OneChainPerDeviceAndResetDropsIt) {
+  auto const r = run_app("shim_rt_app", "devices", {{"GPUMEM_SIM_DEVICES", "2"}});
+  expect_pass(r, "devices");
+}
+
+TEST(ShimRuntime, ForkedChildStartsClean) {
+  auto const r = run_app("shim_rt_app", "fork");
+  expect_pass(r, "fork");
+}
+
+TEST(ShimRuntime, MemGetInfoFollowsTheLimitAndPointerQueriesTheAllocation) {
+  auto const r = run_app("shim_rt_app", "queries", {{"GPUMEM_LIMIT", "64MiB"}});
+  expect_pass(r, "queries");
+  EXPECT_NE(r.output.find("MEMINFO free=50331648 total=67108864"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("GPUMEM_RESOURCE=cuda"), std::string::npos) << r.output;  // the IPC fix is named
+}
+
+TEST(ShimDriver, DlsymOnLibcudaHandsOutTheHooks) {
+  auto const r = run_app("shim_drv_app", "dlsym");
+  expect_pass(r, "dlsym");
+  EXPECT_EQ(parse_stats(r.output)["violations"], 0);
+}
+
+TEST(ShimDriver, CuGetProcAddressHandsOutTheHooks) {
+  auto const r = run_app("shim_drv_app", "gpa");
+  expect_pass(r, "gpa");
+}
+
+TEST(ShimDisable, PassesEverythingThrough) {
+  auto const r = run_app("shim_rt_app", "served", {{"GPUMEM_DISABLE", "1"}});
+  expect_pass(r, "served");
+  auto s = parse_stats(r.output);
+  EXPECT_EQ(s["mode"], 2);
+  EXPECT_EQ(s["chain_allocations"], 0);
+  EXPECT_EQ(s["sim_cuMemAlloc"], 5);  // each cudaMalloc reached the device (pitch: cuMemAllocPitch)
+}
+
+TEST(ShimDisable, DriverPathsGetTheRealFunctions) {
+  auto const r = run_app("shim_drv_app", "dlsym", {{"GPUMEM_DISABLE", "1"}});
+  EXPECT_EQ(parse_stats(r.output)["mode"], 2) << r.output;
+  EXPECT_EQ(parse_stats(r.output)["chain_allocations"], 0) << r.output;
+}
+
+}  // namespace
+}  // namespace gpumem::test

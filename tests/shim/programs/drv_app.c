@@ -1,0 +1,117 @@
+/* Test programs (b) and (c): a C program that links no CUDA library and reaches the
+ * driver the way CuPy, Numba and the static runtime do.
+ *   drv_app dlsym : dlsym(dlopen("libcuda.so.1"), "cuMemAlloc_v2") ...
+ *   drv_app gpa   : dlsym(libcuda, "cuGetProcAddress_v2"), which is asked for
+ *                   "cuGetProcAddress" itself and then for the memory functions at
+ *                   several cudaVersions and with the per-thread-stream flag. */
+#include "app_support.h"
+
+#include <cuda.h>
+#include <stdint.h>
+
+typedef CUresult (*init_fn)(unsigned);
+typedef CUresult (*dev_get_fn)(CUdevice*, int);
+typedef CUresult (*retain_fn)(CUcontext*, CUdevice);
+typedef CUresult (*set_ctx_fn)(CUcontext);
+typedef CUresult (*alloc_fn)(CUdeviceptr*, size_t);
+typedef CUresult (*free_fn)(CUdeviceptr);
+typedef CUresult (*alloc_async_fn)(CUdeviceptr*, size_t, CUstream);
+typedef CUresult (*free_async_fn)(CUdeviceptr, CUstream);
+typedef CUresult (*sync_fn)(void);
+typedef CUresult (*gpa_fn)(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*);
+
+static void* lib;
+
+static void make_context(void) {
+  APP_CHECK_EQ(((init_fn)dlsym(lib, "cuInit"))(0), CUDA_SUCCESS);
+  CUdevice dev = 0;
+  CUcontext ctx = NULL;
+  APP_CHECK_EQ(((dev_get_fn)dlsym(lib, "cuDeviceGet"))(&dev, 0), CUDA_SUCCESS);
+  APP_CHECK_EQ(((retain_fn)dlsym(lib, "cuDevicePrimaryCtxRetain"))(&ctx, dev), CUDA_SUCCESS);
+  APP_CHECK_EQ(((set_ctx_fn)dlsym(lib, "cuCtxSetCurrent"))(ctx), CUDA_SUCCESS);
+}
+
+/* Allocations and frees through whatever pointers the scenario resolved. */
+static void exercise(alloc_fn alloc, free_fn release, alloc_async_fn alloc_async, free_async_fn free_async) {
+  CUdeviceptr d[4] = {0, 0, 0, 0};
+  APP_CHECK_EQ(alloc(&d[0], 1024), CUDA_SUCCESS);
+  APP_CHECK_EQ(alloc(&d[1], 1 << 20), CUDA_SUCCESS);
+  APP_CHECK_EQ(alloc_async(&d[2], 4096, NULL), CUDA_SUCCESS);
+  APP_CHECK(d[0] != 0 && d[1] != 0 && d[2] != 0);
+  APP_CHECK_EQ(alloc(&d[3], 0), CUDA_ERROR_INVALID_VALUE);
+  APP_CHECK_EQ(alloc(NULL, 16), CUDA_ERROR_INVALID_VALUE);
+  APP_CHECK_EQ(release(0), CUDA_SUCCESS);
+  APP_CHECK_EQ(release((CUdeviceptr)0xdeadbeef00ULL), CUDA_ERROR_INVALID_VALUE); /* unknown: CUDA's answer */
+  APP_CHECK_EQ(release(d[0]), CUDA_SUCCESS);
+  APP_CHECK_EQ(release(d[0]), CUDA_ERROR_INVALID_VALUE); /* double */
+  APP_CHECK_EQ(free_async(d[1], NULL), CUDA_SUCCESS);    /* sync memory, stream-ordered free */
+  APP_CHECK_EQ(release(d[2]), CUDA_SUCCESS);             /* async memory, synchronous free */
+  APP_CHECK_EQ(free_async((CUdeviceptr)0xdeadbeef00ULL, NULL), CUDA_ERROR_INVALID_VALUE);
+  app_sim_reset_violations(); /* the unknown pointers above were on purpose */
+}
+
+static void by_dlsym(void) {
+  make_context();
+  exercise((alloc_fn)dlsym(lib, "cuMemAlloc_v2"), (free_fn)dlsym(lib, "cuMemFree_v2"),
+           (alloc_async_fn)dlsym(lib, "cuMemAllocAsync"), (free_async_fn)dlsym(lib, "cuMemFreeAsync"));
+  /* RTLD_DEFAULT binds to the shim's exports: the same hooks. */
+  APP_CHECK(dlsym(RTLD_DEFAULT, "cuMemAlloc_v2") == dlsym(lib, "cuMemAlloc_v2"));
+  /* Names that only start with "cu" are never touched. */
+  APP_CHECK(dlsym(lib, "cudnnCreate") == NULL);
+  gpumem_shim_stats st = app_stats();
+  APP_CHECK_EQ(st.chain_allocations, 3);
+  APP_CHECK_EQ(st.chain_frees, 3);
+  APP_CHECK_EQ(st.double_frees, 1);
+  APP_CHECK_EQ(st.live_allocations, 0);
+}
+
+static void by_proc_address(void) {
+  make_context();
+  gpa_fn gpa_v2 = (gpa_fn)dlsym(lib, "cuGetProcAddress_v2");
+  APP_CHECK(gpa_v2 != NULL);
+  void* self = NULL;
+  CUdriverProcAddressQueryResult q;
+  APP_CHECK_EQ(gpa_v2("cuGetProcAddress", &self, 13000, CU_GET_PROC_ADDRESS_DEFAULT, &q), CUDA_SUCCESS);
+  APP_CHECK(self == (void*)gpa_v2); /* asking for the resolver gives the shim's resolver */
+  gpa_fn gpa = (gpa_fn)self;
+  void* fns[8] = {0};
+  APP_CHECK_EQ(gpa("cuMemAlloc", &fns[0], 13000, CU_GET_PROC_ADDRESS_DEFAULT, &q), CUDA_SUCCESS);
+  APP_CHECK_EQ(gpa("cuMemAlloc", &fns[1], 12000, CU_GET_PROC_ADDRESS_DEFAULT, &q), CUDA_SUCCESS);
+  APP_CHECK_EQ(gpa("cuMemFree", &fns[2], 12000, CU_GET_PROC_ADDRESS_DEFAULT, &q), CUDA_SUCCESS);
+  APP_CHECK_EQ(gpa("cuMemAllocAsync", &fns[3], 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &q), CUDA_SUCCESS);
+  APP_CHECK_EQ(gpa("cuMemFreeAsync", &fns[4], 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &q), CUDA_SUCCESS);
+  APP_CHECK_EQ(gpa("cuMemAllocAsync", &fns[5], 12000, CU_GET_PROC_ADDRESS_DEFAULT, &q), CUDA_SUCCESS);
+  /* Old ABI and unknown names: whatever the real resolver says, never a hook. (Real
+   * CUDA: v1 pointer / success with SYMBOL_NOT_FOUND; a driver may also refuse.) */
+  CUresult const v1 = gpa("cuMemAlloc", &fns[6], 3000, CU_GET_PROC_ADDRESS_DEFAULT, &q);
+  CUresult const unknown = gpa("cuNoSuchThing", &fns[7], 13000, CU_GET_PROC_ADDRESS_DEFAULT, &q);
+  APP_CHECK(unknown != CUDA_SUCCESS || (q == CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND && fns[7] == NULL));
+  APP_CHECK(fns[0] == dlsym(RTLD_DEFAULT, "cuMemAlloc_v2"));
+  APP_CHECK(fns[0] == fns[1]);
+  APP_CHECK(fns[3] == dlsym(RTLD_DEFAULT, "cuMemAllocAsync_ptsz")); /* the ptsz hook for the ptsz ABI */
+  APP_CHECK(fns[5] == dlsym(RTLD_DEFAULT, "cuMemAllocAsync"));
+  APP_CHECK(v1 != CUDA_SUCCESS || fns[6] != fns[0]); /* the 32-bit v1 ABI (or none): never our hook */
+  exercise((alloc_fn)fns[0], (free_fn)fns[2], (alloc_async_fn)fns[3], (free_async_fn)fns[4]);
+  gpumem_shim_stats st = app_stats();
+  APP_CHECK_EQ(st.chain_allocations, 3);
+  APP_CHECK_EQ(st.chain_frees, 3);
+  APP_CHECK_EQ(st.live_allocations, 0);
+}
+
+int main(int argc, char** argv) {
+  const char* scenario = argc > 1 ? argv[1] : "dlsym";
+  lib = dlopen("libcuda.so.1", RTLD_NOW);
+  if (lib == NULL) {
+    fprintf(stderr, "no libcuda.so.1: %s\n", dlerror());
+    return 2;
+  }
+  if (strcmp(scenario, "dlsym") == 0) {
+    by_dlsym();
+  } else if (strcmp(scenario, "gpa") == 0) {
+    by_proc_address();
+  } else {
+    fprintf(stderr, "unknown scenario %s\n", scenario);
+    return 2;
+  }
+  return app_finish(scenario);
+}

@@ -1,0 +1,301 @@
+// Test program (a): linked against the toolkit's shared libcudart; at run time the
+// simulated runtime (or a real one) is loaded. argv[1] picks the scenario; every
+// scenario checks its own results and prints STATS for the gtest driver.
+
+#include "app_support.h"
+
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+constexpr std::size_t MiB = std::size_t{1} << 20U;
+
+// Served: allocations and frees at the runtime level, sync and stream-ordered.
+void served() {
+  std::vector<void*> ps;
+  for (std::size_t n : {256UL, 4096UL, 100000UL, MiB, 3 * MiB}) {
+    void* p = nullptr;
+    APP_CHECK_EQ(cudaMalloc(&p, n), cudaSuccess);
+    APP_CHECK(p != nullptr);
+    APP_CHECK_EQ(reinterpret_cast<std::uintptr_t>(p) % 256, 0);
+    ps.push_back(p);
+  }
+  cudaStream_t s = nullptr;
+  APP_CHECK_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  void* a = nullptr;
+  APP_CHECK_EQ(cudaMallocAsync(&a, 8192, s), cudaSuccess);
+  APP_CHECK_EQ(cudaMemsetAsync(a, 1, 8192, s), cudaSuccess);
+  APP_CHECK_EQ(cudaFreeAsync(a, s), cudaSuccess);
+  APP_CHECK_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  APP_CHECK_EQ(cudaStreamDestroy(s), cudaSuccess);
+  for (void* p : ps) APP_CHECK_EQ(cudaFree(p), cudaSuccess);
+  void* pitched = nullptr;
+  std::size_t pitch = 0;
+  APP_CHECK_EQ(cudaMallocPitch(&pitched, &pitch, 100, 10), cudaSuccess);
+  APP_CHECK_EQ(pitch, 512);
+  APP_CHECK_EQ(cudaFree(pitched), cudaSuccess);
+  if (!app_shim_active()) return;  // pass-through runs: the driver checks STATS
+  auto const st = app_stats();
+  APP_CHECK_EQ(st.chain_allocations, 7);
+  APP_CHECK_EQ(st.runtime_allocations, 7);
+  APP_CHECK_EQ(st.chain_frees, 7);
+  APP_CHECK_EQ(st.live_allocations, 0);
+}
+
+// Results real CUDA gives (docs/cuda-semantics.md), and refused double frees.
+void errors() {
+  void* p = reinterpret_cast<void*>(1);
+  APP_CHECK_EQ(cudaMalloc(&p, 0), cudaSuccess);
+  APP_CHECK(p == nullptr);
+  APP_CHECK_EQ(cudaMalloc(nullptr, 16), cudaErrorInvalidValue);
+  APP_CHECK_EQ(cudaGetLastError(), cudaErrorInvalidValue);
+  APP_CHECK_EQ(cudaMalloc(&p, std::size_t{1} << 62U), cudaErrorMemoryAllocation);
+  APP_CHECK_EQ(cudaGetLastError(), cudaErrorMemoryAllocation);
+  APP_CHECK_EQ(cudaGetLastError(), cudaSuccess);
+  APP_CHECK_EQ(cudaFree(reinterpret_cast<void*>(0xdeadbeef00)), cudaErrorInvalidValue);
+  void* q = nullptr;
+  APP_CHECK_EQ(cudaMalloc(&q, 4096), cudaSuccess);
+  APP_CHECK_EQ(cudaFree(static_cast<char*>(q) + 256), cudaErrorInvalidValue);  // interior
+  APP_CHECK_EQ(cudaFree(q), cudaSuccess);
+  APP_CHECK_EQ(cudaFree(q), cudaErrorInvalidValue);  // double
+  APP_CHECK_EQ(cudaFreeAsync(q, nullptr), cudaErrorInvalidValue);  // double, other entry
+  app_sim_reset_violations();  // the unknown and interior frees above were on purpose
+  APP_CHECK_EQ(cudaMallocAsync(&p, 0, nullptr), cudaSuccess);
+  APP_CHECK(p == nullptr);
+  APP_CHECK_EQ(cudaFreeAsync(nullptr, nullptr), cudaSuccess);
+  // The pool is intact: the freed block is handed out again and usable.
+  void* r = nullptr;
+  APP_CHECK_EQ(cudaMalloc(&r, 4096), cudaSuccess);
+  APP_CHECK_EQ(cudaMemset(r, 7, 4096), cudaSuccess);
+  APP_CHECK_EQ(cudaFree(r), cudaSuccess);
+  std::size_t f = 0;
+  std::size_t t = 0;
+  APP_CHECK_EQ(cudaMemGetInfo(nullptr, &t), cudaSuccess);
+  APP_CHECK_EQ(cudaMemGetInfo(&f, &t), cudaSuccess);
+  APP_CHECK(f <= t && t > 0);
+  auto const st = app_stats();
+  APP_CHECK_EQ(st.double_frees, 2);
+  APP_CHECK_EQ(st.live_allocations, 0);
+}
+
+// Cross-API frees: async memory by cudaFree, runtime memory by cudaFreeAsync and
+// by the driver's cuMemFree (found through cudaGetDriverEntryPoint), and back.
+void cross() {
+  using mem_free_fn = CUresult (*)(CUdeviceptr);
+  using mem_alloc_fn = CUresult (*)(CUdeviceptr*, std::size_t);
+  void* fp = nullptr;
+  void* ap = nullptr;
+  cudaDriverEntryPointQueryResult q{};
+  APP_CHECK_EQ(cudaGetDriverEntryPoint("cuMemFree", &fp, cudaEnableDefault, &q), cudaSuccess);
+  APP_CHECK_EQ(cudaGetDriverEntryPoint("cuMemAlloc", &ap, cudaEnableDefault, &q), cudaSuccess);
+  APP_CHECK(fp != nullptr && ap != nullptr);
+  // (d) the entry point handed out is the shim's: it serves from the chain.
+  APP_CHECK(ap == dlsym(RTLD_DEFAULT, "cuMemAlloc_v2"));
+  auto const mem_free = reinterpret_cast<mem_free_fn>(fp);
+  auto const mem_alloc = reinterpret_cast<mem_alloc_fn>(ap);
+
+  cudaStream_t s = nullptr;
+  APP_CHECK_EQ(cudaStreamCreate(&s), cudaSuccess);
+  void* a = nullptr;
+  APP_CHECK_EQ(cudaMallocAsync(&a, 4096, s), cudaSuccess);
+  APP_CHECK_EQ(cudaFree(a), cudaSuccess);
+  void* b = nullptr;
+  APP_CHECK_EQ(cudaMalloc(&b, 4096), cudaSuccess);
+  APP_CHECK_EQ(cudaFreeAsync(b, s), cudaSuccess);
+  void* c = nullptr;
+  APP_CHECK_EQ(cudaMalloc(&c, 4096), cudaSuccess);
+  APP_CHECK_EQ(mem_free(reinterpret_cast<CUdeviceptr>(c)), CUDA_SUCCESS);
+  APP_CHECK_EQ(mem_free(reinterpret_cast<CUdeviceptr>(c)), CUDA_ERROR_INVALID_VALUE);  // double
+  CUdeviceptr d = 0;
+  APP_CHECK_EQ(mem_alloc(&d, 4096), CUDA_SUCCESS);
+  APP_CHECK_EQ(cudaFree(reinterpret_cast<void*>(d)), cudaSuccess);
+  APP_CHECK_EQ(mem_alloc(&d, 0), CUDA_ERROR_INVALID_VALUE);
+  // Managed memory passes through and is freed by either level.
+  void* m = nullptr;
+  APP_CHECK_EQ(cudaMallocManaged(&m, 4096, cudaMemAttachGlobal), cudaSuccess);
+  APP_CHECK_EQ(mem_free(reinterpret_cast<CUdeviceptr>(m)), CUDA_SUCCESS);
+  APP_CHECK_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  APP_CHECK_EQ(cudaStreamDestroy(s), cudaSuccess);
+  auto const st = app_stats();
+  APP_CHECK_EQ(st.chain_allocations, 4);
+  APP_CHECK_EQ(st.chain_frees, 4);
+  APP_CHECK_EQ(st.passthrough_allocations, 1);
+  APP_CHECK_EQ(st.double_frees, 1);
+  APP_CHECK_EQ(st.live_allocations, 0);
+}
+
+unsigned char g_marker = 0xAB;
+void CUDART_CB late_write(void* user) {
+  // Stands in for a kernel still using the block after the program freed it.
+  std::memset(user, g_marker, 4096);
+}
+
+// Safe mode: a block cudaFree'd while queued work still uses it must not be
+// handed out before that work ran.
+void safe() {
+  cudaStream_t s = nullptr;
+  APP_CHECK_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  void* p = nullptr;
+  APP_CHECK_EQ(cudaMalloc(&p, 4096), cudaSuccess);
+  APP_CHECK_EQ(cudaLaunchHostFunc(s, late_write, p), cudaSuccess);
+  APP_CHECK_EQ(cudaFree(p), cudaSuccess);  // real CUDA: returns after the host function ran
+  void* q = nullptr;
+  APP_CHECK_EQ(cudaMalloc(&q, 4096), cudaSuccess);
+  APP_CHECK_EQ(cudaMemset(q, 0, 4096), cudaSuccess);
+  APP_CHECK_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  std::vector<unsigned char> host(4096, 1);
+  APP_CHECK_EQ(cudaMemcpy(host.data(), q, 4096, cudaMemcpyDeviceToHost), cudaSuccess);
+  bool intact = true;
+  for (auto v : host) intact = intact && v == 0;
+  APP_CHECK(intact);
+  printf("REUSED %d\n", p == q ? 1 : 0);
+  APP_CHECK_EQ(cudaFree(q), cudaSuccess);
+  APP_CHECK_EQ(cudaStreamDestroy(s), cudaSuccess);
+}
+
+// Capture: an allocation on the capturing stream passes through (graph memory), a
+// pool growth in another thread keeps the capture valid.
+void capture() {
+  cudaStream_t s = nullptr;
+  APP_CHECK_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  void* warm = nullptr;
+  APP_CHECK_EQ(cudaMalloc(&warm, 4096), cudaSuccess);  // the chain exists before the capture
+  APP_CHECK_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaSuccess);
+  void* g = nullptr;
+  APP_CHECK_EQ(cudaMallocAsync(&g, 4096, s), cudaSuccess);
+  APP_CHECK_EQ(cudaFreeAsync(g, s), cudaSuccess);
+  APP_CHECK_EQ(app_stats().active_captures, 1);
+  void* big = nullptr;
+  std::thread other([&] {
+    // Grows the pool (an upstream cuMemAlloc) while the capture is active, and
+    // frees with cudaFree semantics: no sync may happen now.
+    APP_CHECK_EQ(cudaMalloc(&big, 64 * MiB), cudaSuccess);
+    APP_CHECK_EQ(cudaFree(big), cudaSuccess);
+    APP_CHECK_EQ(cudaFree(warm), cudaSuccess);
+  });
+  other.join();
+  cudaGraph_t graph = nullptr;
+  APP_CHECK_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
+  APP_CHECK(graph != nullptr);
+  if (graph != nullptr) APP_CHECK_EQ(cudaGraphDestroy(graph), cudaSuccess);
+  APP_CHECK_EQ(app_stats().active_captures, 0);
+  APP_CHECK_EQ(cudaStreamDestroy(s), cudaSuccess);
+  auto const st = app_stats();
+  APP_CHECK_EQ(st.captured_passthroughs, 1);
+  APP_CHECK_EQ(st.chain_allocations, 2);
+  APP_CHECK_EQ(app_sim_violations(), 0);
+}
+
+// Two devices: one chain each; a pointer is freed by its own chain whatever device
+// is current.
+void devices() {
+  int n = 0;
+  APP_CHECK_EQ(cudaGetDeviceCount(&n), cudaSuccess);
+  APP_CHECK(n >= 2);
+  void* p0 = nullptr;
+  void* p1 = nullptr;
+  APP_CHECK_EQ(cudaSetDevice(0), cudaSuccess);
+  APP_CHECK_EQ(cudaMalloc(&p0, MiB), cudaSuccess);
+  APP_CHECK_EQ(cudaSetDevice(1), cudaSuccess);
+  APP_CHECK_EQ(cudaMalloc(&p1, MiB), cudaSuccess);
+  cudaPointerAttributes attr{};
+  APP_CHECK_EQ(cudaPointerGetAttributes(&attr, p0), cudaSuccess);
+  APP_CHECK_EQ(attr.device, 0);
+  APP_CHECK_EQ(cudaFree(p0), cudaSuccess);  // device 1 current
+  APP_CHECK_EQ(cudaSetDevice(0), cudaSuccess);
+  APP_CHECK_EQ(cudaFree(p1), cudaSuccess);
+  auto const st = app_stats();
+  APP_CHECK_EQ(st.chains, 2);
+  APP_CHECK_EQ(st.chain_frees, 2);
+  APP_CHECK_EQ(st.live_allocations, 0);
+  // The reset drops device 0's chain and its books; a new one serves afterwards.
+  void* leak = nullptr;
+  APP_CHECK_EQ(cudaMalloc(&leak, MiB), cudaSuccess);
+  APP_CHECK_EQ(cudaDeviceReset(), cudaSuccess);
+  APP_CHECK_EQ(app_stats().chains, 1);
+  APP_CHECK_EQ(app_stats().live_allocations, 0);
+  void* again = nullptr;
+  APP_CHECK_EQ(cudaMalloc(&again, MiB), cudaSuccess);
+  APP_CHECK_EQ(cudaFree(again), cudaSuccess);
+  APP_CHECK_EQ(app_stats().chains, 2);
+}
+
+// A forked child starts clean.
+void forked() {
+  void* p = nullptr;
+  APP_CHECK_EQ(cudaMalloc(&p, MiB), cudaSuccess);
+  APP_CHECK_EQ(app_stats().live_allocations, 1);
+  pid_t const pid = fork();
+  if (pid == 0) {
+    auto const st = app_stats();
+    int const clean = st.live_allocations == 0 && st.chains == 0 && st.chain_allocations == 0;
+    _exit(clean ? 0 : 3);
+  }
+  int status = 0;
+  APP_CHECK_EQ(waitpid(pid, &status, 0), pid);
+  APP_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  APP_CHECK_EQ(cudaFree(p), cudaSuccess);
+}
+
+// cudaMemGetInfo agrees with the pool and the limit; pointer queries describe the
+// allocation; IPC of a pooled block is refused.
+void queries() {
+  void* p = nullptr;
+  APP_CHECK_EQ(cudaMalloc(&p, 16 * MiB), cudaSuccess);
+  std::size_t f = 0;
+  std::size_t t = 0;
+  APP_CHECK_EQ(cudaMemGetInfo(&f, &t), cudaSuccess);
+  printf("MEMINFO free=%zu total=%zu\n", f, t);
+  void* q = nullptr;
+  APP_CHECK_EQ(cudaMalloc(&q, 4096), cudaSuccess);
+  using range_fn = CUresult (*)(CUdeviceptr*, std::size_t*, CUdeviceptr);
+  void* rp = nullptr;
+  cudaDriverEntryPointQueryResult qr{};
+  APP_CHECK_EQ(cudaGetDriverEntryPoint("cuMemGetAddressRange", &rp, cudaEnableDefault, &qr), cudaSuccess);
+  CUdeviceptr base = 0;
+  std::size_t size = 0;
+  APP_CHECK_EQ(reinterpret_cast<range_fn>(rp)(&base, &size, reinterpret_cast<CUdeviceptr>(q) + 100), CUDA_SUCCESS);
+  APP_CHECK_EQ(base, reinterpret_cast<CUdeviceptr>(q));
+  APP_CHECK_EQ(size, 4096);
+  cudaIpcMemHandle_t h{};
+  APP_CHECK_EQ(cudaIpcGetMemHandle(&h, q), cudaErrorNotSupported);
+  APP_CHECK_EQ(app_stats().ipc_refused, 1);
+  APP_CHECK_EQ(cudaFree(q), cudaSuccess);
+  APP_CHECK_EQ(cudaFree(p), cudaSuccess);
+}
+
+// Leaves allocations behind for the --report test.
+void leak() {
+  void* p = nullptr;
+  APP_CHECK_EQ(cudaMalloc(&p, 3 * MiB), cudaSuccess);
+  APP_CHECK_EQ(cudaMalloc(&p, 4096), cudaSuccess);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string const scenario = argc > 1 ? argv[1] : "served";
+  if (scenario == "served") served();
+  else if (scenario == "errors") errors();
+  else if (scenario == "cross") cross();
+  else if (scenario == "safe") safe();
+  else if (scenario == "capture") capture();
+  else if (scenario == "devices") devices();
+  else if (scenario == "fork") forked();
+  else if (scenario == "queries") queries();
+  else if (scenario == "leak") leak();
+  else {
+    fprintf(stderr, "unknown scenario %s\n", scenario.c_str());
+    return 2;
+  }
+  return app_finish(scenario.c_str());
+}
