@@ -156,9 +156,15 @@ void side_by_side(out_it out, report_data const& r) {
   row("never freed", [&](log_summary const& s) { return num(s.leaks.size()); }, num(c.leaked_allocations));
   row("unknown frees", [&](log_summary const& s) { return num(s.unknown_frees.size()); }, "");
 
+  if (c.peak_live_bytes == 0) {
+    fmt::format_to(out, "\n  combined peak live 0 B\n\n");
+    return;
+  }
   auto const& peak_log = r.logs[c.peak_log].summary;
   std::int64_t start = peak_log.first_time_ns;
-  for (auto const& a : r.logs) start = std::min(start, a.summary.first_time_ns);
+  for (auto const& a : r.logs) {
+    if (a.summary.events > 0) start = std::min(start, a.summary.first_time_ns);
+  }
   fmt::format_to(out, "\n  combined peak live {} at +{} on the merged timeline (reached by {} line {})\n\n",
                  bytes_exact(c.peak_live_bytes), human_duration(c.peak_time_ns - start), peak_log.path,
                  c.peak_at.line);

@@ -57,6 +57,7 @@ plot_layout::plot_layout(std::vector<plot_series> const& series, int w, int h) :
     }
   }
   if (t0 > t1) t0 = t1 = 0;
+  last_event = t1;
   if (t1 == t0) t1 = t0 + 1;
   tu = time_unit_for(t1 - t0);
   bu = byte_unit_for(vmax);
@@ -94,6 +95,7 @@ std::vector<std::pair<double, double>> plot_layout::path(plot_series const& s) c
     prev_y = y(v);
     pts.emplace_back(px, prev_y);
   }
+  if (!s.points.empty() && s.points.back().time_ns < last_event) pts.emplace_back(x(last_event), prev_y);
   return pts;
 }
 

@@ -33,7 +33,8 @@ class plot_layout {
 
   int width, height;
   int left = 90, right = 20, top = 40, bottom = 50;  ///< margins around the plot area
-  std::int64_t t0{}, t1{};                           ///< time range (ns)
+  std::int64_t t0{}, t1{};                           ///< time axis range (ns)
+  std::int64_t last_event{};                         ///< latest event of any series (ns)
   std::uint64_t vmax{};                              ///< top of the y axis (bytes)
   time_unit tu{};
   byte_unit bu{};
@@ -49,7 +50,8 @@ class plot_layout {
   [[nodiscard]] std::string y_label() const;  ///< "bytes (MiB)"
   [[nodiscard]] std::string x_tick_label(double v) const;
   [[nodiscard]] std::string y_tick_label(double v) const;
-  /// The series as a step line in pixel coordinates.
+  /// The series as a step line in pixel coordinates, held at its last value up to
+  /// the latest event of any series (a log's state persists after its last event).
   [[nodiscard]] std::vector<std::pair<double, double>> path(plot_series const& s) const;
 };
 
