@@ -29,10 +29,19 @@ namespace gpumem::config {
 /// The embedded default configuration (config/default.toml, compiled in).
 [[nodiscard]] std::string_view default_toml() noexcept;
 
-/// GPUMEM_CONFIG's file (else the embedded default) with the GPUMEM_* overrides applied.
-/// GPUMEM_DISABLE=1 returns at once with disabled = true (no file is read, so a broken
-/// file cannot stop a pass-through run). Unknown GPUMEM_* variables become warnings
-/// (printed to stderr, kept in settings::warnings). Throws config_error; its `policy`
+/// GPUMEM_CONFIG's file (else the embedded default) with the GPUMEM_* overrides applied:
+///  - GPUMEM_DISABLE=1|true|yes|on returns at once with disabled = true (no file is
+///    read, so a broken file cannot stop a pass-through run);
+///  - GPUMEM_SYNC_MODE, GPUMEM_ON_ERROR, GPUMEM_LOG_FILE, GPUMEM_LOG_LEVEL, GPUMEM_REPORT,
+///    GPUMEM_REPORT_FILE, GPUMEM_DEFERRED_FLUSH replace the [gpumem] values;
+///  - GPUMEM_RESOURCE=pool|binning|async|cuda|managed keeps the chain's adaptors (in
+///    written order, outermost) over that canonical chain: pool → cuda; binning(256 B..
+///    1 MiB) → pool → cuda; async; cuda; managed;
+///  - then GPUMEM_POOL_SIZE / GPUMEM_POOL_MAX set the first pool (error without one);
+///  - then GPUMEM_LIMIT sets the first limiting adaptor, or adds one outermost.
+/// Empty variables count as unset. Unknown GPUMEM_* variables become warnings (printed to
+/// stderr unless log_level is error/off, kept in settings::warnings). Throws
+/// config_error naming the variable, or the file, line, column and key; its `policy`
 /// says what the user asked to do about it.
 [[nodiscard]] settings load(environment const& env);
 

@@ -205,64 +205,26 @@ class parser {
         "pool|binning|fixed_size|async|cuda|managed|limiting|statistics|tracking|logging");
     resource_spec spec{type, cuda_spec{}, std::string{source_}, to_int(t.source().begin.line),
                        to_int(t.source().begin.column)};
-    entry_reader r{*this, t, prefix, type};
+    entry_reader const r{*this, t, prefix, type};
     if (type == "pool") {
       spec.options = read_pool(r);
     } else if (type == "binning") {
       spec.options = read_binning(r, t);
     } else if (type == "fixed_size") {
-      fixed_size_spec f;
-      r.each({"block_size", "preallocate"}, [&](std::string_view k, toml::node const& v, std::string const& key) {
-        if (k == "block_size") {
-          f.block_size = get_size(v, key, false);
-          if (f.block_size.bytes == 0) { fail(v.source(), key, "block size 0", "at least 256 B"); }
-        } else {
-          auto const* n = v.as_integer();
-          if (n == nullptr) { wrong_type(v, key, "an integer", "blocks reserved per growth, at least 1"); }
-          if (n->get() < 1) { fail(v.source(), key, fmt::format("{} blocks", n->get()), "at least 1"); }
-          f.preallocate = static_cast<std::size_t>(n->get());
-        }
-      });
-      spec.options = f;
+      spec.options = read_fixed_size(r);
     } else if (type == "async") {
-      async_spec as;
-      r.each({"release_threshold", "initial_size"}, [&](std::string_view k, toml::node const& v, std::string const& key) {
-        (k == "release_threshold" ? as.release_threshold : as.initial_size) = get_size(v, key);
-      });
-      spec.options = as;
-    } else if (type == "cuda") {
-      r.none();
-      spec.options = cuda_spec{};
-    } else if (type == "managed") {
-      r.none();
-      spec.options = managed_spec{};
+      spec.options = read_async(r);
     } else if (type == "limiting") {
-      limiting_spec l;
-      bool has_limit = false;
-      r.each({"limit"}, [&](std::string_view, toml::node const& v, std::string const& key) {
-        l.limit = get_size(v, key);
-        has_limit = true;
-      });
-      if (!has_limit) { fail(t.source(), prefix + ".limit", "missing", "e.g. limit = \"8GiB\" or \"80%\""); }
-      spec.options = l;
-    } else if (type == "statistics") {
-      r.none();
-      spec.options = statistics_spec{};
+      spec.options = read_limiting(r, t);
     } else if (type == "tracking") {
-      tracking_spec tr;
-      r.each({"capture_stacks"}, [&](std::string_view, toml::node const& v, std::string const& key) {
-        tr.capture_stacks = get_bool(v, key);
-      });
-      spec.options = tr;
-    } else {  // logging
-      logging_spec lg;
-      r.each({"file"}, [&](std::string_view, toml::node const& v, std::string const& key) {
-        lg.file = get_template(v, key);
-      });
-      if (lg.file.empty()) {
-        fail(t.source(), prefix + ".file", "missing", "e.g. file = \"gpumem-%p-%d.csv\"");
-      }
-      spec.options = lg;
+      spec.options = read_tracking(r);
+    } else if (type == "logging") {
+      spec.options = read_logging(r, t);
+    } else {
+      r.none();  // cuda, managed, statistics
+      spec.options = type == "cuda" ? resource_options{cuda_spec{}}
+                     : type == "managed" ? resource_options{managed_spec{}}
+                                         : resource_options{statistics_spec{}};
     }
     return spec;
   }
@@ -310,6 +272,58 @@ class parser {
              }
            });
     return p;
+  }
+
+  fixed_size_spec read_fixed_size(entry_reader const& r) const {
+    fixed_size_spec f;
+    r.each({"block_size", "preallocate"}, [&](std::string_view k, toml::node const& v, std::string const& key) {
+      if (k == "block_size") {
+        f.block_size = get_size(v, key, false);
+        if (f.block_size.bytes == 0) { fail(v.source(), key, "block size 0", "at least 256 B"); }
+        return;
+      }
+      auto const* n = v.as_integer();
+      if (n == nullptr) { wrong_type(v, key, "an integer", "blocks reserved per growth, at least 1"); }
+      if (n->get() < 1) { fail(v.source(), key, fmt::format("{} blocks", n->get()), "at least 1"); }
+      f.preallocate = static_cast<std::size_t>(n->get());
+    });
+    return f;
+  }
+
+  async_spec read_async(entry_reader const& r) const {
+    async_spec a;
+    r.each({"release_threshold", "initial_size"}, [&](std::string_view k, toml::node const& v, std::string const& key) {
+      (k == "release_threshold" ? a.release_threshold : a.initial_size) = get_size(v, key);
+    });
+    return a;
+  }
+
+  limiting_spec read_limiting(entry_reader const& r, toml::table const& t) const {
+    limiting_spec l;
+    bool has_limit = false;
+    r.each({"limit"}, [&](std::string_view, toml::node const& v, std::string const& key) {
+      l.limit = get_size(v, key);
+      has_limit = true;
+    });
+    if (!has_limit) { fail(t.source(), r.prefix + ".limit", "missing", "e.g. limit = \"8GiB\" or \"80%\""); }
+    return l;
+  }
+
+  tracking_spec read_tracking(entry_reader const& r) const {
+    tracking_spec tr;
+    r.each({"capture_stacks"}, [&](std::string_view, toml::node const& v, std::string const& key) {
+      tr.capture_stacks = get_bool(v, key);
+    });
+    return tr;
+  }
+
+  logging_spec read_logging(entry_reader const& r, toml::table const& t) const {
+    logging_spec lg;
+    r.each({"file"}, [&](std::string_view, toml::node const& v, std::string const& key) {
+      lg.file = get_template(v, key);
+    });
+    if (lg.file.empty()) { fail(t.source(), r.prefix + ".file", "missing", "e.g. file = \"gpumem-%p-%d.csv\""); }
+    return lg;
   }
 
   /// A bin size: absolute, at least 256 B, a multiple of 256 (the allocation granularity).
