@@ -131,6 +131,10 @@ void csv_log_writer::append(char const* data, std::size_t len) noexcept {
     return;
   }
   auto const end = off + len;
+  if ((end - 1) / window_bytes >= max_windows) {  // past the largest log we can map
+    shared_->dropped.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
   bool const mapped = end <= shared_->capacity.load(std::memory_order_acquire) &&
                       windows_[off / window_bytes].load(std::memory_order_acquire) != nullptr &&
                       windows_[(end - 1) / window_bytes].load(std::memory_order_acquire) != nullptr;
@@ -154,7 +158,7 @@ void csv_log_writer::copy_out(std::uint64_t offset, char const* data, std::size_
 }
 
 bool csv_log_writer::ensure_mapped(std::uint64_t end) noexcept {
-  if (end / window_bytes >= max_windows) {
+  if (end == 0 || (end - 1) / window_bytes >= max_windows) {
     errno = EFBIG;
     return false;
   }

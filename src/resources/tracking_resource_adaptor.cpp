@@ -60,10 +60,12 @@ void* tracking_resource_adaptor::do_allocate(std::size_t bytes, stream_ref strea
   try {
     std::lock_guard lock{s.mutex};
     if (!s.reported_unknown.empty()) s.reported_unknown.erase(p);
+    auto [it, inserted] = s.live.try_emplace(p, std::move(rec));
+    if (!inserted) {  // the upstream reused a pointer we thought live: trust the upstream
+      s.bytes -= it->second.bytes;
+      it->second = std::move(rec);  // try_emplace left rec untouched
+    }
     s.bytes += bytes;
-    auto [it, inserted] = s.live.insert_or_assign(p, std::move(rec));
-    if (!inserted) s.bytes -= bytes;  // cannot happen with a sane upstream; keep the books consistent
-    (void)it;
   } catch (...) {
     // Out of host memory for the record: give the allocation back rather than
     // hand out memory the tracker cannot account for.
