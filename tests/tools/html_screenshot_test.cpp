@@ -137,6 +137,8 @@ TEST(HtmlScreenshot, BrowserShowsTheTimelinePlot) {
       if (p[0] < 200 || p[1] < 200 || p[2] < 200) ++ink;
     }
   }
+  RecordProperty("blue_pixels", static_cast<int>(blue));
+  RecordProperty("ink_pixels", static_cast<int>(ink));
   EXPECT_GT(blue, 1000u) << "the live-bytes line is missing from the plot";
   EXPECT_GT(ink, 3000u) << "axes and labels are missing";
   // Above the plot (the page heading area, left of the text) stays white.
