@@ -22,6 +22,10 @@ constexpr int svg_height = 420;
 
 std::string css(rgb c) { return fmt::format("rgb({},{},{})", c.r, c.g, c.b); }
 
+std::string plural(std::uint64_t n, std::string_view one, std::string_view many) {
+  return fmt::format("{} {}", n, n == 1 ? one : many);
+}
+
 void timeline_svg(out_it out, std::vector<log_summary const*> const& logs, combined_summary const* combined) {
   plot_layout const probe{{}, svg_width, svg_height};
   auto const series = timeline_series(logs, combined, probe.plot_right() - probe.plot_left());
@@ -127,7 +131,8 @@ void one_log(out_it out, analysed_log const& a, std::size_t top_n) {
     fmt::format_to(out, "<tr><th>{}</th><td>{}</td></tr>\n", k, html_escape(v));
   };
   row("format", fmt::format("{} log, {} columns, {} lines", s.dialect, a.log.columns.count, a.log.lines));
-  row("events", fmt::format("{}: {} allocations, {} frees, {} failures", s.events, s.allocations, s.frees, s.failures));
+  row("events", fmt::format("{}: {}, {}, {}", s.events, plural(s.allocations, "allocation", "allocations"),
+                            plural(s.frees, "free", "frees"), plural(s.failures, "failure", "failures")));
   row("span", human_duration(s.last_time_ns - s.first_time_ns));
   row("peak live", s.peak_live_at ? fmt::format("{} ({} B) at {}, event #{}, line {}", human_bytes(s.peak_live_bytes),
                                                 s.peak_live_bytes, describe_when(*s.peak_live_at, s.first_time_ns),
@@ -137,7 +142,8 @@ void one_log(out_it out, analysed_log const& a, std::size_t top_n) {
                                                            *s.peak_reserved_bytes,
                                                            describe_when(*s.peak_reserved_at, s.first_time_ns))
                                              : std::string{"not in log"});
-  row("live at end", fmt::format("{} in {} allocations never freed", human_bytes(s.live_at_end_bytes), s.leaks.size()));
+  row("live at end", fmt::format("{} in {} never freed", human_bytes(s.live_at_end_bytes),
+                                 plural(s.leaks.size(), "allocation", "allocations")));
   row("frees of unknown pointers", fmt::format("{}", s.unknown_frees.size()));
   row("warnings", fmt::format("{}", a.log.warning_count));
   fmt::format_to(out, "</table>\n");
