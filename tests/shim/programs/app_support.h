@@ -5,6 +5,7 @@
 #define GPUMEM_TEST_APP_SUPPORT_H
 
 #include <dlfcn.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,6 +81,7 @@ static void app_print_stats(void) {
 
 static int app_finish(const char* scenario) {
   app_print_stats();
+  printf("PID %ld\n", (long)getpid());
   if (app_failures == 0) printf("PASS %s\n", scenario);
   fflush(stdout);
   return app_failures == 0 ? 0 : 1;

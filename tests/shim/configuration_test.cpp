@@ -1,0 +1,80 @@
+// A configuration the shim cannot use stops the program at its first allocation
+// with one clear message (exit 1) — never a run with a different configuration —
+// unless on_error = passthrough, which warns and passes everything to CUDA.
+
+#include "shim_process.hpp"
+
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+namespace gpumem::test {
+namespace {
+
+process_result run_served(std::map<std::string, std::string> env) {
+  env.emplace("LD_PRELOAD", shim_path());
+  env.emplace("GPUMEM_SIM_STRICT", "1");
+  return run_process({program("shim_rt_app"), "served"}, env);
+}
+
+std::string write_config(std::string const& name, std::string const& text) {
+  std::string const path = "/tmp/gpumem-shim-test-" + std::to_string(getpid()) + "-" + name;
+  std::ofstream{path} << text;
+  return path;
+}
+
+TEST(ShimConfiguration, BadEnvironmentValueExitsWithTheMessage) {
+  auto const r = run_served({{"GPUMEM_POOL_SIZE", "12XB"}});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("GPUMEM_POOL_SIZE"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("12XB"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("PASS"), std::string::npos) << r.output;
+}
+
+TEST(ShimConfiguration, BadFileNamesFileLineAndKey) {
+  auto const path = write_config("bad.toml", "[gpumem]\nsync_mode = \"fast\"\n");
+  auto const r = run_served({{"GPUMEM_CONFIG", path}});
+  std::remove(path.c_str());
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find(path + ":2"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("sync_mode"), std::string::npos) << r.output;
+}
+
+TEST(ShimConfiguration, MissingFileExits) {
+  auto const r = run_served({{"GPUMEM_CONFIG", "/nonexistent/gpumem.toml"}});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("/nonexistent/gpumem.toml"), std::string::npos) << r.output;
+}
+
+TEST(ShimConfiguration, BrokenTomlSyntaxExits) {
+  auto const path = write_config("syntax.toml", "[gpumem\nreport = true\n");
+  auto const r = run_served({{"GPUMEM_CONFIG", path}});
+  std::remove(path.c_str());
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find(path), std::string::npos) << r.output;
+}
+
+TEST(ShimConfiguration, PassthroughPolicyWarnsAndRunsOnPlainCuda) {
+  auto const r = run_served({{"GPUMEM_POOL_SIZE", "12XB"}, {"GPUMEM_ON_ERROR", "passthrough"}});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("GPUMEM_POOL_SIZE"), std::string::npos) << r.output;
+  auto s = parse_stats(r.output);
+  EXPECT_EQ(s["mode"], 3);
+  EXPECT_EQ(s["chain_allocations"], 0);
+  EXPECT_EQ(s["sim_cuMemAlloc"], 5);
+}
+
+TEST(ShimConfiguration, ProgramWithoutAllocationsIsNotStopped) {
+  // The error surfaces at the first allocation, not at load: a process that never
+  // allocates (a launcher, a shell) runs normally.
+  auto const r = run_process({"/bin/sh", "-c", "exit 0"},
+                             {{"LD_PRELOAD", shim_path()}, {"GPUMEM_POOL_SIZE", "12XB"}});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+}
+
+}  // namespace
+}  // namespace gpumem::test

@@ -1,0 +1,143 @@
+// gpumem-run: option parsing (unit) and end to end (exit codes, environment,
+// LD_PRELOAD, log templates, --report).
+
+#include "run_options.hpp"
+#include "shim_process.hpp"
+
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+namespace gpumem::test {
+namespace {
+
+std::string gpumem_run() { return build_dir() + "/bin/gpumem-run"; }
+
+TEST(RunOptions, MapsOptionsToEnvironment) {
+  auto const o = run::parse_arguments({"--pool-size", "8GiB", "--limit=50%", "--log", "a-%p.csv", "--report",
+                                       "--sync-mode", "stream", "--resource", "cuda", "--", "prog", "-x"});
+  ASSERT_EQ(o.env.size(), 6U);
+  EXPECT_EQ(o.env[0], (std::pair<std::string, std::string>{"GPUMEM_POOL_SIZE", "8GiB"}));
+  EXPECT_EQ(o.env[1], (std::pair<std::string, std::string>{"GPUMEM_LIMIT", "50%"}));
+  EXPECT_EQ(o.env[2], (std::pair<std::string, std::string>{"GPUMEM_LOG_FILE", "a-%p.csv"}));
+  EXPECT_EQ(o.env[3], (std::pair<std::string, std::string>{"GPUMEM_REPORT", "1"}));
+  EXPECT_EQ(o.env[4], (std::pair<std::string, std::string>{"GPUMEM_SYNC_MODE", "stream"}));
+  EXPECT_EQ(o.env[5], (std::pair<std::string, std::string>{"GPUMEM_RESOURCE", "cuda"}));
+  EXPECT_EQ(o.command, (std::vector<std::string>{"prog", "-x"}));
+}
+
+TEST(RunOptions, CommandMayFollowWithoutDoubleDash) {
+  auto const o = run::parse_arguments({"--disable", "python", "--pool-size", "1"});
+  EXPECT_EQ(o.env.size(), 1U);
+  EXPECT_EQ(o.command, (std::vector<std::string>{"python", "--pool-size", "1"}));
+}
+
+TEST(RunOptions, RejectsBadInput) {
+  EXPECT_THROW((void)run::parse_arguments({"--pool-size", "12XB", "--", "p"}), std::invalid_argument);
+  EXPECT_THROW((void)run::parse_arguments({"--pool-max", "-1", "--", "p"}), std::invalid_argument);
+  EXPECT_THROW((void)run::parse_arguments({"--sync-mode", "fast", "--", "p"}), std::invalid_argument);
+  EXPECT_THROW((void)run::parse_arguments({"--log-level", "loud", "--", "p"}), std::invalid_argument);
+  EXPECT_THROW((void)run::parse_arguments({"--frobnicate", "--", "p"}), std::invalid_argument);
+  EXPECT_THROW((void)run::parse_arguments({"--limit"}), std::invalid_argument);
+  EXPECT_THROW((void)run::parse_arguments({"--report=1", "p"}), std::invalid_argument);
+  EXPECT_THROW((void)run::parse_arguments({"--report", "--"}), std::invalid_argument);
+  try {
+    (void)run::parse_arguments({"--pool-size", "12XB", "p"});
+  } catch (std::invalid_argument const& e) {
+    EXPECT_NE(std::string{e.what()}.find("--pool-size"), std::string::npos);
+    EXPECT_NE(std::string{e.what()}.find("XB"), std::string::npos);
+  }
+  EXPECT_TRUE(run::parse_arguments({"--help"}).help);
+  EXPECT_TRUE(run::parse_arguments({"--version"}).version);
+}
+
+TEST(RunOptions, PrependsTheShimOnce) {
+  EXPECT_EQ(run::prepend_preload("/l/s.so", ""), "/l/s.so");
+  EXPECT_EQ(run::prepend_preload("/l/s.so", "/a.so /b.so"), "/l/s.so:/a.so:/b.so");
+  EXPECT_EQ(run::prepend_preload("/l/s.so", "/a.so:/l/s.so"), "/l/s.so:/a.so");
+}
+
+TEST(RunOptions, FindsTheShimNextToItselfOrAtGpumemShim) {
+  EXPECT_EQ(run::find_shim(build_dir() + "/bin", ""), build_dir() + "/lib/libgpumem_shim.so");
+  EXPECT_EQ(run::find_shim("/nonexistent", "/nonexistent/x.so"), "");
+  EXPECT_EQ(run::find_shim("/nonexistent", shim_path()), shim_path());
+}
+
+TEST(GpumemRun, ExitCodeAndEnvironmentPassThrough) {
+  auto const r = run_process({gpumem_run(), "--pool-size", "64MiB", "--", "/bin/sh", "-c",
+                              "echo \"PRELOAD=$LD_PRELOAD POOL=$GPUMEM_POOL_SIZE\"; exit 3"},
+                             {{"LD_PRELOAD", "/other.so"}});
+  EXPECT_EQ(r.exit_code, 3) << r.output;
+  EXPECT_NE(r.output.find("PRELOAD=" + shim_path() + ":/other.so POOL=64MiB"), std::string::npos) << r.output;
+}
+
+TEST(GpumemRun, RejectsABadSizeBeforeRunning) {
+  auto const r = run_process({gpumem_run(), "--limit", "lots", "--", "/bin/sh", "-c", "echo RAN"}, {});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_EQ(r.output.find("RAN"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--limit"), std::string::npos) << r.output;
+}
+
+TEST(GpumemRun, MissingProgramIs127) {
+  auto const r = run_process({gpumem_run(), "--", "/nonexistent/program"}, {});
+  EXPECT_EQ(r.exit_code, 127) << r.output;
+}
+
+TEST(GpumemRun, HelpShowsExamples) {
+  auto const r = run_process({gpumem_run(), "--help"}, {});
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_NE(r.output.find("torchrun"), std::string::npos);
+  EXPECT_NE(r.output.find("mpirun"), std::string::npos);
+  EXPECT_NE(r.output.find("PyTorch"), std::string::npos);
+}
+
+TEST(GpumemRun, LogTemplateExpandsPidRankHostAndDevice) {
+  char host[256] = {};
+  ASSERT_EQ(gethostname(host, sizeof host - 1), 0);
+  std::string const dir = "/tmp";
+  std::string const pattern = dir + "/gpumem-run-test-%p-r%r-%h-d%d.csv";
+  auto const r = run_process({gpumem_run(), "--log", pattern, "--", program("shim_rt_app"), "served"},
+                             {{"RANK", "3"}});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  // exec keeps the pid: the program's pid is the one printed by the program itself.
+  auto s = parse_stats(r.output);
+  EXPECT_EQ(s["chain_allocations"], 7);
+  std::string const pid_marker = "PID ";
+  auto const at = r.output.find(pid_marker);
+  ASSERT_NE(at, std::string::npos) << r.output;
+  std::string const pid = r.output.substr(at + pid_marker.size(), r.output.find('\n', at) - at - pid_marker.size());
+  std::string const path = dir + "/gpumem-run-test-" + pid + "-r3-" + host + "-d0.csv";
+  std::ifstream in{path};
+  ASSERT_TRUE(in.good()) << path;
+  std::string header;
+  std::getline(in, header);
+  EXPECT_EQ(header, "Thread,Time,Action,Pointer,Size,Stream,Device,Entry,TimeNs,DurationNs,Result");
+  int allocs = 0;
+  int frees = 0;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.find(",allocate,") != std::string::npos) ++allocs;
+    if (line.find(",free,") != std::string::npos) ++frees;
+  }
+  EXPECT_EQ(allocs, 7);
+  EXPECT_EQ(frees, 7);
+  std::remove(path.c_str());
+}
+
+TEST(GpumemRun, ReportListsPeaksAndLeaks) {
+  auto const r = run_process({gpumem_run(), "--report", "--", program("shim_rt_app"), "leak"}, {});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("gpumem report"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("peak live"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("leaks: 2 allocations"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("3 MiB  cudaMalloc"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace gpumem::test
