@@ -2,6 +2,7 @@
 // The process environment as gpumem sees it: a snapshot taken once (the shim reads it
 // at first use, never per call), so loading is testable with a hand-made map.
 
+#include <functional>
 #include <map>
 #include <string>
 #include <string_view>
