@@ -22,9 +22,14 @@ struct process_result {
   std::string output;
 };
 
+/// GPUMEM_BUILD_DIR, else the build tree this test binary lives in (<build>/bin).
 inline std::string build_dir() {
-  char const* b = std::getenv("GPUMEM_BUILD_DIR");
-  return b != nullptr ? b : ".";
+  if (char const* b = std::getenv("GPUMEM_BUILD_DIR"); b != nullptr && *b != '\0') return b;
+  char buf[4096] = {};
+  ssize_t const n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  std::string exe{buf, n > 0 ? static_cast<std::size_t>(n) : 0};
+  for (int up = 0; up < 2 && exe.rfind('/') != std::string::npos; ++up) exe.erase(exe.rfind('/'));
+  return exe.empty() ? std::string{"."} : exe;
 }
 inline std::string shim_path() { return build_dir() + "/lib/libgpumem_shim.so"; }
 inline std::string program(std::string const& name) { return build_dir() + "/tests/shim/programs/" + name; }
