@@ -39,7 +39,7 @@ struct size_value {
 };
 
 /// Parses a size (see the file comment). Throws config_error whose message is the
-/// problem only, e.g. `"12XB": unknown unit "XB"`.
+/// problem only, e.g. `"12XB": unknown unit "XB"` (add size_hint when showing it).
 [[nodiscard]] size_value parse_size(std::string_view text);
 
 /// Human-readable bytes with IEC units and at most two decimals: "0 B", "1000 B",
@@ -48,6 +48,7 @@ struct size_value {
 
 /// The accepted size forms, for hints in error messages.
 inline constexpr std::string_view size_hint =
-    "a size such as 4096, 512MiB, 8GiB, 1.5GB or 50% of free device memory";
+    "a size such as 4096, 512MiB, 8GiB, 1.5GB or 50% of free device memory; "
+    "units B, KiB/MiB/GiB/TiB or K/M/G/T (1024), kB/MB/GB/TB (1000)";
 
 }  // namespace gpumem::config
