@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Real-GPU check of libgpumem_shim.so: builds small CUDA programs with nvcc (static
+# runtime, the default, and -cudart shared) and runs them under the shim with the
+# shim's own counters checked by the programs (each prints PASS <scenario>).
+#
+# Usage: scripts/gpu-check-shim.sh [--build DIR] [--out DIR]
+#   --build DIR  a gpumem build holding lib/libgpumem_shim.so and bin/gpumem-run
+#                (default: $GPUMEM_BUILD, else .carry/build-gpu, else build)
+#   --out DIR    where programs and logs go (default: $OUT or ./gpu-check-shim-out)
+# Needs nvcc and a GPU; builds nothing of gpumem itself (carry a build here).
+set -uo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+build=${GPUMEM_BUILD:-}
+out=${OUT:-$PWD/gpu-check-shim-out}
+while (($#)); do
+  case $1 in
+    --build) build=$2; shift ;;
+    --out) out=$2; shift ;;
+    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+    *) echo "gpu-check-shim: unknown option $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+if [ -z "$build" ]; then
+  for b in "$here/.carry/build-gpu" "$here/.carry/shim" "$here/build"; do
+    [ -f "$b/lib/libgpumem_shim.so" ] && { build=$b; break; }
+  done
+fi
+shim=$build/lib/libgpumem_shim.so
+run=$build/bin/gpumem-run
+[ -f "$shim" ] || { echo "gpu-check-shim: no libgpumem_shim.so under '$build'" >&2; exit 2; }
+[ -d /usr/local/cuda/bin ] && export PATH=/usr/local/cuda/bin:$PATH
+command -v nvcc >/dev/null || { echo "gpu-check-shim: nvcc not found" >&2; exit 2; }
+nvidia-smi -L >/dev/null 2>&1 || { echo "gpu-check-shim: no GPU (nvidia-smi -L failed)" >&2; exit 2; }
+mkdir -p "$out"
+cuda_inc=$(dirname "$(command -v nvcc)")/../include
+arch=${CUDA_ARCH:-native}
+
+echo "== building test programs ($out)"
+set -e
+nvcc -O2 -arch="$arch" -o "$out/gpu_app_static" "$here/tests/shim/gpu/shim_gpu_app.cu" -ldl
+nvcc -O2 -arch="$arch" -cudart shared -o "$out/gpu_app_shared" "$here/tests/shim/gpu/shim_gpu_app.cu" -ldl
+nvcc -O2 -cudart shared -Xcompiler -Wno-deprecated-declarations -o "$out/rt_app" \
+  "$here/tests/shim/programs/rt_app.cpp" -ldl
+gcc -O2 -I"$cuda_inc" -o "$out/drv_app" "$here/tests/shim/programs/drv_app.c" -ldl
+set +e
+
+pass=0 fail=0
+# check NAME EXPECT -- ENV... -- PROGRAM ARGS: EXPECT is a regex the output must match.
+check() {
+  local name=$1 expect=$2; shift 2
+  local log="$out/$name.log"
+  env "$@" >"$log" 2>&1
+  local rc=$?
+  if [ $rc -eq 0 ] && grep -Eq "$expect" "$log"; then
+    pass=$((pass + 1)); echo "PASS  $name"
+  else
+    fail=$((fail + 1)); echo "FAIL  $name (exit $rc; $log)"; tail -5 "$log" | sed 's/^/      /'
+  fi
+}
+P="LD_PRELOAD=$shim"
+for app in gpu_app_static gpu_app_shared; do
+  for sc in served safe capture errors; do
+    check "$app-$sc" "PASS $sc" "$P" "$out/$app" "$sc"
+  done
+  # The pool served them (static runtime: through cuGetProcAddress; shared: cudaMalloc).
+  check "$app-served-counts" "chain_allocations=105 " "$P" "$out/$app" served
+  check "$app-disabled" "PASS served.*|mode=2" "$P" GPUMEM_DISABLE=1 "$out/$app" served
+done
+check "gpu_app_shared-served-runtime-entry" "runtime_allocations=105 " "$P" "$out/gpu_app_shared" served
+check "gpu_app_static-served-driver-entry" "runtime_allocations=0 " "$P" "$out/gpu_app_static" served
+# (rt_app's "safe" writes device memory from a host function: simulated device only.)
+for sc in served errors cross capture fork queries; do
+  check "rt_app-$sc" "PASS $sc" "$P" "$out/rt_app" "$sc"
+done
+check "rt_app-queries-limit" "MEMINFO free=50331648 total=67108864" "$P" GPUMEM_LIMIT=64MiB "$out/rt_app" queries
+for sc in dlsym gpa; do
+  check "drv_app-$sc" "PASS $sc" "$P" "$out/drv_app" "$sc"
+done
+if [ -x "$run" ]; then
+  check "gpumem-run-report" "gpumem report" "$run" --report -- "$out/gpu_app_shared" served
+  check "gpumem-run-log" "PASS served" "$run" --log "$out/log-%p-%d.csv" -- "$out/gpu_app_static" served
+fi
+echo "gpu-check-shim: $pass passed, $fail failed"
+[ $fail -eq 0 ]
