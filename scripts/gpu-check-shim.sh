@@ -43,6 +43,7 @@ nvcc -O2 -arch="$arch" -cudart shared -o "$out/gpu_app_shared" "$here/tests/shim
 nvcc -O2 -cudart shared -Xcompiler -Wno-deprecated-declarations -o "$out/rt_app" \
   "$here/tests/shim/programs/rt_app.cpp" -ldl
 gcc -O2 -I"$cuda_inc" -o "$out/drv_app" "$here/tests/shim/programs/drv_app.c" -ldl
+nvcc -O2 -cudart shared -o "$out/disable_overhead" "$here/tests/shim/gpu/disable_overhead.cpp"
 set +e
 
 pass=0 fail=0
@@ -81,5 +82,25 @@ if [ -x "$run" ]; then
   check "gpumem-run-report" "gpumem report" "$run" --report -- "$out/gpu_app_shared" served
   check "gpumem-run-log" "PASS served" "$run" --log "$out/log-%p-%d.csv" -- "$out/gpu_app_static" served
 fi
+if python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" >/dev/null 2>&1; then
+  # PyTorch with its own cache off: every tensor allocation reaches the shim
+  # (shared libcudart from its wheel, exported cudaMalloc/cudaFree).
+  cat >"$out/torch_check.py" <<'PY'
+import torch
+x = torch.randn(2048, 2048, device="cuda")
+for _ in range(20):
+    y = (x @ x).relu_()
+    x = y / y.norm()
+torch.cuda.synchronize()
+free, total = torch.cuda.mem_get_info()
+assert 0 < free <= total
+print("TORCH OK", float(x.sum()))
+PY
+  check "pytorch-no-caching" "TORCH OK" "$P" PYTORCH_NO_CUDA_MEMORY_CACHING=1 GPUMEM_REPORT=1 python3 "$out/torch_check.py"
+  grep -E "allocations [0-9]+" "$out/pytorch-no-caching.log" | sed 's/^/      /'
+fi
+echo "== GPUMEM_DISABLE=1 overhead (informational; best of 3 each)"
+for i in 1 2 3; do echo "  no shim:          $("$out/disable_overhead")"; done
+for i in 1 2 3; do echo "  shim, disabled:   $(env "$P" GPUMEM_DISABLE=1 "$out/disable_overhead")"; done
 echo "gpu-check-shim: $pass passed, $fail failed"
 [ $fail -eq 0 ]
