@@ -14,14 +14,22 @@
 //   (until cuEventQuery says it completed). s is never named again.
 // - A capturing stream (cuStreamIsCapturing) never gets an event recorded on it
 //   and is never made to wait: the pool grows instead.
-// - The per-thread default stream (0x2) is a different stream on every thread:
-//   its free list is per thread, and only its own thread can order other streams
-//   after it.
+// - The per-thread default stream (0x2) is a different stream on every thread,
+//   so its free list is per thread. Only its thread can name it: other threads
+//   order after it with an event on the legacy stream, which waits for every
+//   blocking stream (per-thread default streams included).
 //
 // Thread safety: every member is thread-safe. Threads working on different
 // streams contend on no common lock in allocate/deallocate (one mutex per stream's
 // free list; the stream table and the slab table are read under shared locks).
 // Growth takes a separate growth mutex. release() and info() lock everything.
+//
+// Growth: on a miss that no other stream's free memory can serve, the pool takes
+// a slab of max(request, min_growth, what this stream has grown so far capped at
+// the pool size) — geometric per stream — within maximum_size. If the upstream
+// is out of memory it tries max(request, min_growth), then takes every other
+// stream's free memory, returns fully free slabs upstream and retries the
+// request alone; only then it throws out_of_memory saying what it holds.
 //
 // Complexity: allocate/deallocate O(log n) in the number of free blocks of the
 // stream (best fit from a size-ordered set, coalescing through an address map).

@@ -69,6 +69,7 @@ struct pool_memory_resource::impl {
     if (base == nullptr) {
       throw out_of_memory{"gpumem: pool_memory_resource could not reserve its initial " + mib(initial) + " from upstream"};
     }
+    e->grown += initial;
     std::lock_guard lock{e->mutex};
     e->list.insert({base, initial, base});
   }
@@ -152,11 +153,16 @@ struct pool_memory_resource::impl {
   /// The miss path: grow geometrically; if the upstream is out of memory (or the
   /// maximum is reached), take everything other streams hold, give fully free
   /// slabs back and retry the smallest sufficient growth.
+  ///
+  /// The geometric step is what this stream has grown so far (at most the pool
+  /// size): each stream's share doubles with its own demand. Doubling the whole
+  /// pool on every stream's miss would multiply memory by the number of streams.
   char* grow_and_take(entry& e, std::size_t size, stream_ref s) {
     std::lock_guard growth{growth_mutex};
     if (char* p = take(e, size)) return p;  // another thread on this stream grew meanwhile
 
-    std::size_t const geometric = growth_step(size, std::max(min_growth, reserved.load(std::memory_order_relaxed)));
+    std::size_t const share = std::min(e.grown, reserved.load(std::memory_order_relaxed));
+    std::size_t const geometric = growth_step(size, std::max(min_growth, share));
     std::size_t const modest = growth_step(size, min_growth);
     if (geometric != 0) {
       if (char* base = grow(geometric, s)) return carve(e, base, geometric, size);
@@ -209,7 +215,9 @@ struct pool_memory_resource::impl {
   }
 
   /// Hands out the front of a new slab and files the rest under the stream.
+  /// Caller holds growth_mutex.
   static char* carve(entry& e, char* base, std::size_t slab_size, std::size_t size) {
+    e.grown += slab_size;
     if (slab_size > size) {
       std::lock_guard lock{e.mutex};
       e.list.insert({base + size, slab_size - size, base});

@@ -395,24 +395,18 @@ TEST(Pool, EightThreadsNeverShareABlock) {
   EXPECT_EQ(arena.bad_frees(), 0U);
 }
 
-TEST(Pool, PerThreadDefaultStreamIsPerThread) {
+TEST(Pool, PerThreadDefaultStreamReusesWithinItsThread) {
   test::arena_test_resource arena{16 * MiB};
   pool_memory_resource pool{&arena, opts(0)};
   stream_ref const ptds{reinterpret_cast<cudaStream_t>(per_thread_stream_handle)};
-  void* mine = nullptr;
   std::thread other{[&] {
-    mine = pool.allocate(4 * KiB, ptds);
-    pool.deallocate(mine, 4 * KiB, ptds);
-    EXPECT_EQ(pool.allocate(4 * KiB, ptds), mine);  // same thread: reused at once
-    pool.deallocate(mine, 4 * KiB, ptds);
+    void* p = pool.allocate(4 * KiB, ptds);
+    pool.deallocate(p, 4 * KiB, ptds);
+    EXPECT_EQ(pool.allocate(4 * KiB, ptds), p);  // same thread, same stream: at once
+    pool.deallocate(p, 4 * KiB, ptds);
   }};
   other.join();
-  // Another thread's per-thread stream is another stream: it cannot reuse that
-  // block without ordering, and nothing can order it from here.
-  void* here = pool.allocate(4 * KiB, ptds);
-  EXPECT_NE(here, mine);
-  EXPECT_EQ(arena.allocations().size(), 2U);
-  pool.deallocate(here, 4 * KiB, ptds);
+  EXPECT_EQ(arena.allocations().size(), 1U);
 }
 
 // ---- stream ordering on the simulated device -------------------------------------------
@@ -532,6 +526,39 @@ TEST_F(PoolOnSim, TakerRunsOnlyAfterTheFreeingStreamsWork) {
   ASSERT_EQ(detail::driver().cuStreamSynchronize(b_), CUDA_SUCCESS);
   EXPECT_EQ(o.seen, 42);  // B waited for A's write
   pool.deallocate(q, 256, ref(b_));
+}
+
+TEST_F(PoolOnSim, AnotherThreadsPerThreadStreamIsOrderedThroughTheLegacyStream) {
+  pool_memory_resource pool{&arena_, opts(0)};
+  stream_ref const ptds{reinterpret_cast<cudaStream_t>(per_thread_stream_handle)};
+  int* p = nullptr;
+  std::thread other{[&] {
+    ASSERT_EQ(detail::ensure_context(), CUDA_SUCCESS);
+    p = static_cast<int*>(pool.allocate(256, ptds));
+    *p = 0;
+    // Pending work on that thread's per-thread stream, which only it can name.
+    ASSERT_EQ(detail::driver().cuLaunchHostFunc(reinterpret_cast<CUstream>(per_thread_stream_handle),
+                                                [](void* d) { *static_cast<int*>(d) = 42; }, p),
+              CUDA_SUCCESS);
+    pool.deallocate(p, 256, ptds);
+  }};
+  other.join();
+
+  auto const before = snapshot();
+  auto* q = static_cast<int*>(pool.allocate(256, ref(a_)));
+  ASSERT_EQ(q, p);
+  EXPECT_EQ(since(before).record, 1);  // on the legacy stream
+  EXPECT_EQ(since(before).wait, 1);
+  struct observe {
+    int* q;
+    int seen;
+  } o{q, -1};
+  ASSERT_EQ(detail::driver().cuLaunchHostFunc(
+                a_, [](void* d) { auto* ob = static_cast<observe*>(d); ob->seen = *ob->q; }, &o),
+            CUDA_SUCCESS);
+  ASSERT_EQ(detail::driver().cuStreamSynchronize(a_), CUDA_SUCCESS);
+  EXPECT_EQ(o.seen, 42);
+  pool.deallocate(q, 256, ref(a_));
 }
 
 TEST_F(PoolOnSim, CapturingStreamsAreNeverRecordedOnOrMadeToWait) {

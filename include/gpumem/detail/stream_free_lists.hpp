@@ -15,6 +15,9 @@
 //   recorded on s; the entry is dropped, so a new stream reusing the handle starts
 //   clean. If no event can be recorded (s capturing, driver failure), the blocks
 //   are quarantined: never reused, returned only when the resource is destroyed.
+// - The per-thread default stream has one entry per thread. Another thread
+//   cannot name it, so it orders after it through the legacy stream
+//   (stream_identity::record_handle()).
 //
 // Locking (lock order, outermost first): the owner's growth mutex -> table_mutex_
 // (shared for lookups and gathers, exclusive to add/drop a stream) -> entry
@@ -30,12 +33,13 @@
 #include <gpumem/detail/stream_ordering.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <shared_mutex>
 #include <unordered_map>
-#include <set>
 #include <utility>
 #include <vector>
 
@@ -59,6 +63,8 @@ class stream_free_lists {
     std::mutex mutex;
     List list;         ///< guarded by mutex
     CUevent event{};   ///< guarded by mutex
+    /// Bytes the owner grew on behalf of this stream; the owner's growth mutex guards it.
+    std::size_t grown{};
   };
   using entry_ptr = std::shared_ptr<entry>;
 
@@ -138,6 +144,7 @@ class stream_free_lists {
       std::lock_guard flock{foreign_mutex_};
       if (recorded) {
         foreign_.push_back(foreign_batch{ev, std::move(e->list)});
+        foreign_count_.store(foreign_.size(), std::memory_order_relaxed);
       } else {
         quarantine_.merge_from(std::move(e->list));
       }
@@ -152,7 +159,7 @@ class stream_free_lists {
   /// each with a stream ordered after every stream that holds part of it (one
   /// holder's stream, made to wait on the others' events; no driver call when a
   /// single live stream holds it all). region_size(base) gives a region's size.
-  /// Regions held partly by a capturing or another thread's per-thread stream stay.
+  /// Regions held partly by a capturing stream stay.
   template <class RegionSize>
   std::vector<free_region> extract_free_regions(locked_view& v, RegionSize&& region_size) {
     struct holdings {
@@ -162,7 +169,6 @@ class stream_free_lists {
     };
     std::unordered_map<char*, holdings> by_region;
     for (entry* e : v.entries) {
-      if (!e->id.usable_from_this_thread()) continue;
       e->list.for_each_piece([&](char* base, std::size_t n) {
         auto& h = by_region[base];
         h.bytes += n;
@@ -189,18 +195,25 @@ class stream_free_lists {
     for (auto& [base, h] : by_region) {
       std::size_t const size = region_size(base);
       if (h.bytes != size) continue;
-      CUstream const target = h.streams.empty() ? reinterpret_cast<CUstream>(legacy_stream_handle)
-                                                : h.streams.front()->id.handle;
+      // Given back on a holder's stream this thread can name (others are ordered
+      // before it), else on the legacy stream.
+      auto const own = std::find_if(h.streams.begin(), h.streams.end(),
+                                    [](entry* e) { return e->id.usable_from_this_thread(); });
+      if (own != h.streams.end()) std::iter_swap(h.streams.begin(), own);
+      CUstream const target = own != h.streams.end() ? h.streams.front()->id.handle
+                                                     : reinterpret_cast<CUstream>(legacy_stream_handle);
+      std::size_t const first_other = own != h.streams.end() ? 1 : 0;
       // Never hand a capturing stream to the upstream (without a driver nothing captures).
       if (driver_available() && is_capturing(target)) continue;
       bool const needs_order =
-          h.streams.size() > 1 || std::any_of(h.batches.begin(), h.batches.end(), [&](auto* b) { return !is_done(b); });
+          h.streams.size() > first_other || std::any_of(h.batches.begin(), h.batches.end(), [&](auto* b) { return !is_done(b); });
       if (needs_order) {
         bool ok = true;
-        for (std::size_t i = 1; ok && i < h.streams.size(); ++i) {
+        for (std::size_t i = first_other; ok && i < h.streams.size(); ++i) {
           entry* o = h.streams[i];
           if (ordered.contains(pair_key(o, target))) continue;
-          ok = !is_capturing(o->id.handle) && order_after(o->event, o->id.handle, target) == CUDA_SUCCESS;
+          CUstream const from = o->id.record_handle();
+          ok = !is_capturing(from) && order_after(o->event, from, target) == CUDA_SUCCESS;
           if (ok) ordered.insert(pair_key(o, target));
         }
         for (auto* b : h.batches) {
@@ -214,15 +227,14 @@ class stream_free_lists {
     }
     if (out.empty()) return out;
     std::sort(out.begin(), out.end());
-    for (entry* e : v.entries) {
-      if (e->id.usable_from_this_thread()) e->list.remove_regions(out);
-    }
+    for (entry* e : v.entries) e->list.remove_regions(out);
     for (auto& b : v.foreign) b.list.remove_regions(out);
     std::erase_if(v.foreign, [](foreign_batch& b) {
       if (!b.list.empty()) return false;
       destroy_event(b.event);
       return true;
     });
+    foreign_count_.store(v.foreign.size(), std::memory_order_relaxed);
     return out;
   }
 
@@ -252,6 +264,7 @@ class stream_free_lists {
 
  private:
   bool take_foreign(entry& taker, std::size_t bytes, gather_mode mode, List& out) {
+    if (foreign_count_.load(std::memory_order_relaxed) == 0) return false;  // the usual case: no lock
     std::lock_guard lock{foreign_mutex_};
     bool any = false;
     for (auto it = foreign_.begin(); it != foreign_.end();) {
@@ -267,6 +280,7 @@ class stream_free_lists {
       out.merge_from(std::move(it->list));
       destroy_event(it->event);  // safe while the taker's wait is pending
       it = foreign_.erase(it);
+      foreign_count_.store(foreign_.size(), std::memory_order_relaxed);
       any = true;
       if (mode == gather_mode::first_fit) break;
     }
@@ -277,11 +291,12 @@ class stream_free_lists {
     std::shared_lock lock{table_mutex_};
     bool any = false;
     for (auto const& [key, victim] : table_) {
-      if (victim.get() == &taker || !victim->id.usable_from_this_thread()) continue;
+      if (victim.get() == &taker) continue;
       std::lock_guard vlock{victim->mutex};
       if (victim->list.empty() || (mode == gather_mode::first_fit && !victim->list.can_serve(bytes))) continue;
-      if (is_capturing(victim->id.handle)) continue;
-      if (order_after(victim->event, victim->id.handle, taker.id.handle) != CUDA_SUCCESS) continue;
+      CUstream const from = victim->id.record_handle();
+      if (is_capturing(from)) continue;
+      if (order_after(victim->event, from, taker.id.handle) != CUDA_SUCCESS) continue;
       out.merge_from(std::move(victim->list));
       any = true;
       if (mode == gather_mode::first_fit) break;
@@ -293,6 +308,7 @@ class stream_free_lists {
   std::unordered_map<std::uintptr_t, entry_ptr> table_;
   std::mutex foreign_mutex_;
   std::vector<foreign_batch> foreign_;  // guarded by foreign_mutex_
+  std::atomic<std::size_t> foreign_count_{0};  // foreign_.size(), read without the lock
   List quarantine_;                     // guarded by foreign_mutex_
 };
 

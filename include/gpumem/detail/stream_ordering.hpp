@@ -21,6 +21,13 @@ struct stream_identity {
 
   /// Only the owning thread can name a per-thread default stream to the driver.
   [[nodiscard]] bool usable_from_this_thread() const noexcept;
+  /// Where the calling thread records an event to order after this stream: the
+  /// stream itself, or, for another thread's per-thread default stream, the
+  /// legacy stream — which waits for all prior work of every blocking stream,
+  /// per-thread default streams included (CUDA's legacy-stream semantics).
+  [[nodiscard]] CUstream record_handle() const noexcept {
+    return usable_from_this_thread() ? handle : reinterpret_cast<CUstream>(legacy_stream_handle);
+  }
   /// The legacy and per-thread default streams are never destroyed.
   [[nodiscard]] bool is_default_stream() const noexcept {
     return key == legacy_stream_handle || owner_thread != 0;
