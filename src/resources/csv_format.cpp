@@ -15,14 +15,68 @@ char* put_text(char* o, std::string_view s) noexcept {
   return o + s.size();
 }
 
+// "00" .. "99": two digits per division halves the dependent divide chain.
+constexpr char digit_pairs[] =
+    "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+    "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+    "8081828384858687888990919293949596979899";
+
+constexpr std::uint64_t powers_of_10[20] = {1ULL,
+                                            10ULL,
+                                            100ULL,
+                                            1000ULL,
+                                            10000ULL,
+                                            100000ULL,
+                                            1000000ULL,
+                                            10000000ULL,
+                                            100000000ULL,
+                                            1000000000ULL,
+                                            10000000000ULL,
+                                            100000000000ULL,
+                                            1000000000000ULL,
+                                            10000000000000ULL,
+                                            100000000000000ULL,
+                                            1000000000000000ULL,
+                                            10000000000000000ULL,
+                                            100000000000000000ULL,
+                                            1000000000000000000ULL,
+                                            10000000000000000000ULL};
+
+// Digits of v without a loop: log10 from the bit length (1233/4096 ~ log10 2),
+// corrected by one comparison. v|1 makes 0 count as one digit.
+int decimal_digits(std::uint64_t v) noexcept {
+  v |= 1;
+  int const t = ((64 - __builtin_clzll(v)) * 1233) >> 12;
+  return t - (v < powers_of_10[t] ? 1 : 0) + 1;
+}
+
+// Writes v in decimal straight into place, last digits first. Most values fit
+// 32 bits, where division by a constant is cheaper.
+template <class U>
+void put_digits_backwards(char* w, U v) noexcept {
+  while (v >= 100) {
+    auto const r = static_cast<std::size_t>(v % 100) * 2;
+    v /= 100;
+    w -= 2;
+    w[0] = digit_pairs[r];
+    w[1] = digit_pairs[r + 1];
+  }
+  if (v >= 10) {
+    w[-2] = digit_pairs[v * 2];
+    w[-1] = digit_pairs[v * 2 + 1];
+  } else {
+    w[-1] = static_cast<char>('0' + v);
+  }
+}
+
 char* put_u64(char* o, std::uint64_t v) noexcept {
-  char tmp[20];
-  int i = 20;
-  do {
-    tmp[--i] = static_cast<char>('0' + v % 10);
-    v /= 10;
-  } while (v != 0);
-  return put_text(o, {tmp + i, static_cast<std::size_t>(20 - i)});
+  char* const end = o + decimal_digits(v);
+  if (v <= UINT32_MAX) {
+    put_digits_backwards(end, static_cast<std::uint32_t>(v));
+  } else {
+    put_digits_backwards(end, v);
+  }
+  return end;
 }
 
 char* put_i64(char* o, std::int64_t v) noexcept {
@@ -34,22 +88,26 @@ char* put_i64(char* o, std::int64_t v) noexcept {
 }
 
 char* put_hex(char* o, std::uint64_t v) noexcept {
-  char tmp[16];
-  int i = 16;
-  do {
-    tmp[--i] = "0123456789abcdef"[v & 0xf];
-    v >>= 4;
-  } while (v != 0);
+  int const digits = v == 0 ? 1 : (64 - __builtin_clzll(v) + 3) / 4;
   *o++ = '0';
   *o++ = 'x';
-  return put_text(o, {tmp + i, static_cast<std::size_t>(16 - i)});
+  for (int i = digits - 1; i >= 0; --i) {
+    o[i] = "0123456789abcdef"[v & 0xf];
+    v >>= 4;
+  }
+  return o + digits;
 }
 
-char* put_fixed(char* o, std::uint64_t v, int digits) noexcept {
-  for (int i = digits - 1; i >= 0; --i) {
-    o[i] = static_cast<char>('0' + v % 10);
-    v /= 10;
+// Exactly `digits` digits, zero-padded (2, 6 or 9 here; v < 10^9).
+char* put_fixed(char* o, std::uint32_t v, int digits) noexcept {
+  int i = digits;
+  for (; i >= 2; i -= 2) {
+    auto const r = static_cast<std::size_t>(v % 100) * 2;
+    v /= 100;
+    o[i - 2] = digit_pairs[r];
+    o[i - 1] = digit_pairs[r + 1];
   }
+  if (i == 1) o[0] = static_cast<char>('0' + v % 10);
   return o + digits;
 }
 
@@ -75,11 +133,11 @@ char* put_hms(char* o, std::int64_t local_sec) noexcept {
     std::int64_t sod = local_sec % 86400;
     if (sod < 0) sod += 86400;
     char* t = m.text;
-    t = put_fixed(t, static_cast<std::uint64_t>(sod / 3600), 2);
+    t = put_fixed(t, static_cast<std::uint32_t>(sod / 3600), 2);
     *t++ = ':';
-    t = put_fixed(t, static_cast<std::uint64_t>(sod / 60 % 60), 2);
+    t = put_fixed(t, static_cast<std::uint32_t>(sod / 60 % 60), 2);
     *t++ = ':';
-    put_fixed(t, static_cast<std::uint64_t>(sod % 60), 2);
+    put_fixed(t, static_cast<std::uint32_t>(sod % 60), 2);
     m.sec = local_sec;
   }
   return put_text(o, {m.text, 8});
@@ -92,16 +150,16 @@ std::size_t format_row(char* out, log_row const& row) noexcept {
   o = put_u64(o, row.thread_id);
   *o++ = ',';
 
-  std::int64_t const local_ns = row.time_ns + std::int64_t{row.utc_offset_s} * 1'000'000'000;
-  std::int64_t sec = local_ns / 1'000'000'000;
-  std::int64_t frac = local_ns % 1'000'000'000;
+  // Split before adding the (whole-second) local offset: no overflow at the extremes.
+  std::int64_t sec = row.time_ns / 1'000'000'000;
+  std::int64_t frac = row.time_ns % 1'000'000'000;
   if (frac < 0) {  // floor, for times before the epoch
     frac += 1'000'000'000;
     --sec;
   }
-  o = put_hms(o, sec);
+  o = put_hms(o, sec + row.utc_offset_s);
   *o++ = '.';
-  o = put_fixed(o, static_cast<std::uint64_t>(frac / 1000), 6);
+  o = put_fixed(o, static_cast<std::uint32_t>(frac / 1000), 6);
   *o++ = ',';
 
   switch (row.action) {
@@ -125,11 +183,23 @@ std::size_t format_row(char* out, log_row const& row) noexcept {
     o = put_text(o, row.action == log_action::free ? "free" : "allocate");
   }
   *o++ = ',';
-  o = put_i64(o, row.time_ns);
+  // TimeNs as seconds and a 9-digit fraction: two short divide chains instead of
+  // one of 19 digits. The local offset is whole seconds, so the fraction is the
+  // one computed for the Time column.
+  if (row.time_ns >= 0) {
+    o = put_u64(o, static_cast<std::uint64_t>(row.time_ns / 1'000'000'000));
+    if (row.time_ns >= 1'000'000'000) {
+      o = put_fixed(o, static_cast<std::uint32_t>(frac), 9);
+    } else {  // below one second: no leading zeros
+      o = put_u64(o - 1, static_cast<std::uint64_t>(frac));
+    }
+  } else {
+    o = put_i64(o, row.time_ns);
+  }
   *o++ = ',';
   o = put_u64(o, row.duration_ns);
   *o++ = ',';
-  o = put_name(o, row.result != nullptr ? row.result : "CUDA_SUCCESS");
+  o = row.result != nullptr ? put_name(o, row.result) : put_text(o, "CUDA_SUCCESS");
   *o++ = '\n';
   return static_cast<std::size_t>(o - out);
 }
