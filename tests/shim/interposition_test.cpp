@@ -88,6 +88,12 @@ TEST(ShimRuntime, MemGetInfoFollowsTheLimitAndPointerQueriesTheAllocation) {
   EXPECT_NE(r.output.find("GPUMEM_RESOURCE=cuda"), std::string::npos) << r.output;  // the IPC fix is named
 }
 
+TEST(ShimRuntime, ConcurrentThreadsEachServedAndFreedOnce) {
+  auto const r = run_app("shim_rt_app", "threads");
+  expect_pass(r, "threads");
+  EXPECT_EQ(parse_stats(r.output)["violations"], 0);
+}
+
 TEST(ShimDriver, DlsymOnLibcudaHandsOutTheHooks) {
   auto const r = run_app("shim_drv_app", "dlsym");
   expect_pass(r, "dlsym");

@@ -273,6 +273,52 @@ void queries() {
   APP_CHECK_EQ(cudaFree(p), cudaSuccess);
 }
 
+// Many threads allocating and freeing at once (sync and stream-ordered, with frees
+// crossing threads): every allocation served, registered and freed exactly once.
+void threads() {
+  constexpr int thread_count = 8;
+  constexpr int rounds = 500;
+  std::vector<std::vector<void*>> handed(thread_count);
+  std::vector<std::thread> pool;
+  for (int t = 0; t < thread_count; ++t) {
+    pool.emplace_back([t, &handed] {
+      cudaStream_t s = nullptr;
+      APP_CHECK_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+      for (int i = 0; i < rounds; ++i) {
+        std::size_t const n = 256U << static_cast<unsigned>((t + i) % 12);
+        void* p = nullptr;
+        if (i % 2 == 0) {
+          APP_CHECK_EQ(cudaMalloc(&p, n), cudaSuccess);
+        } else {
+          APP_CHECK_EQ(cudaMallocAsync(&p, n, s), cudaSuccess);
+        }
+        if (i % 3 == 0) {
+          handed[static_cast<std::size_t>(t)].push_back(p);  // freed later by another thread
+        } else if (i % 2 == 0) {
+          APP_CHECK_EQ(cudaFree(p), cudaSuccess);
+        } else {
+          APP_CHECK_EQ(cudaFreeAsync(p, s), cudaSuccess);
+        }
+      }
+      APP_CHECK_EQ(cudaStreamSynchronize(s), cudaSuccess);
+      APP_CHECK_EQ(cudaStreamDestroy(s), cudaSuccess);
+    });
+  }
+  for (auto& th : pool) th.join();
+  pool.clear();
+  for (int t = 0; t < thread_count; ++t) {
+    pool.emplace_back([t, &handed] {
+      for (void* p : handed[static_cast<std::size_t>((t + 1) % thread_count)]) APP_CHECK_EQ(cudaFree(p), cudaSuccess);
+    });
+  }
+  for (auto& th : pool) th.join();
+  auto const st = app_stats();
+  APP_CHECK_EQ(st.chain_allocations, thread_count * rounds);
+  APP_CHECK_EQ(st.chain_frees, thread_count * rounds);
+  APP_CHECK_EQ(st.double_frees, 0);
+  APP_CHECK_EQ(st.live_allocations, 0);
+}
+
 // Leaves allocations behind for the --report test.
 void leak() {
   void* p = nullptr;
@@ -293,6 +339,7 @@ int main(int argc, char** argv) {
   else if (scenario == "fork") forked();
   else if (scenario == "queries") queries();
   else if (scenario == "leak") leak();
+  else if (scenario == "threads") threads();
   else {
     fprintf(stderr, "unknown scenario %s\n", scenario.c_str());
     return 2;
