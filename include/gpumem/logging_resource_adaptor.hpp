@@ -6,7 +6,9 @@
 // name, then rethrown unchanged. Device and Entry come from call_context()
 // (set by the shim); for library calls Entry is allocate/free and Device the
 // current context's device. deallocate rows are written after the upstream
-// returns, with the time the upstream took.
+// returns, with the time the upstream took. Every call is logged as it passed
+// through, allocate(0) (a "(nil)" allocate row) and deallocate(nullptr) included,
+// so the log replays exactly what the program asked for.
 // Thread safety: as thread-safe as the upstream; the writer is lock-free on its
 // fast path. Streams: passed through unchanged and logged.
 
