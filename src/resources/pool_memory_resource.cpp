@@ -247,6 +247,10 @@ struct pool_memory_resource::impl {
     });
   }
 
+  // Lock order, outermost first: growth_mutex -> the stream table, one stream's
+  // mutex (all of them, ascending, in release/info), the foreign batches (see
+  // stream_free_lists.hpp) -> slabs_mutex, a leaf. allocate and deallocate take
+  // growth_mutex only to grow; deallocate reads slabs under a shared lock.
   device_memory_resource* const upstream;
   pool_options const opts;
   std::size_t maximum{};     ///< opts.maximum_size rounded down to 256, or the largest request
