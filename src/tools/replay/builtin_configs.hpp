@@ -1,6 +1,6 @@
 #pragma once
 // Configurations gpumem-replay compares when no --config is given: the embedded
-// default and a few canonical chains.
+// default and a few canonical chains. Thread safety: pure functions.
 
 #include <gpumem/config.hpp>
 

@@ -4,6 +4,8 @@
 // process start can arrange. So the tool re-executes itself once with the sim
 // directory first on LD_LIBRARY_PATH (and the sim's device size in
 // GPUMEM_SIM_DEVICE_MEMORY); the child sees GPUMEM_REPLAY_SIM_DIR and goes on.
+// Thread safety: reexec_on_sim changes the environment: call it single-threaded,
+// before any other thread exists (gpumem-replay does so at start).
 
 #include <cstddef>
 #include <optional>

@@ -2,6 +2,7 @@
 // Minimal PNG writer with no library behind it: 8-bit RGB, filter 0 on every row,
 // the zlib stream made of "stored" (uncompressed) deflate blocks. Files are large
 // (3 bytes per pixel) but any viewer reads them.
+// Thread safety: pure functions (the CRC table is a constant).
 
 #include <cstddef>
 #include <cstdint>

@@ -2,6 +2,7 @@
 // An RGB pixel canvas with the few primitives a plot needs: rectangles, lines of
 // some thickness, and text in the built-in 5x7 bitmap font (scaled by whole pixels).
 // Drawing outside the canvas is clipped, never an error.
+// Thread safety: a canvas is a plain value (no shared state); one writer at a time.
 
 #include <cstdint>
 #include <string>

@@ -3,6 +3,7 @@
 // x = time since the earliest event (unit picked from the span), y = bytes (binary
 // unit picked from the maximum), "nice" ticks on both axes, and each series as a
 // step line (bytes stay constant between events).
+// Thread safety: plain values and pure functions.
 
 #include <gpumem/tools/log_analysis.hpp>
 

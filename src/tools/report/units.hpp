@@ -1,5 +1,5 @@
 #pragma once
-// Human-readable numbers shared by the text, HTML and PNG renderings.
+// Human-readable numbers shared by the text, HTML and PNG renderings (pure functions).
 
 #include <cstdint>
 #include <string>
