@@ -2,6 +2,7 @@
 #include "bitmap_font.hpp"
 #include "png_encoder.hpp"
 #include "raster.hpp"
+#include "timeline_plot.hpp"
 #include "report.hpp"
 #include "units.hpp"
 
@@ -200,4 +201,41 @@ TEST(PngReport, PlotShowsTheLiveLineInsideThePlotArea) {
   // along the top grid line.
   EXPECT_EQ(at(300, 40), blue);
   EXPECT_NE(at(200, 40), blue);
+}
+
+TEST(TimelineSeries, ReservedAndCombinedSeriesWhenThereAreSeveralLogs) {
+  auto const with_reserved = parse_log("Action,Pointer,Size,TimeNs,Reserved\nallocate,0x100,10,1,4096\n", "dir/a.csv");
+  auto const plain = parse_log("Action,Pointer,Size,TimeNs\nallocate,0x200,20,2\n", "b.csv");
+  auto const sa = analyze(with_reserved), sb = analyze(plain);
+  auto const c = combine({&sa, &sb});
+  auto const series = timeline_series({&sa, &sb}, &c, 300);
+  ASSERT_EQ(series.size(), 4u);
+  EXPECT_EQ(series[0].label, "a.csv reserved");
+  EXPECT_TRUE(series[0].reserved);
+  EXPECT_EQ(series[1].label, "a.csv live");
+  EXPECT_EQ(series[2].label, "b.csv live");
+  EXPECT_EQ(series[3].label, "all logs live");
+  EXPECT_EQ(series[3].points.size(), 2u);
+  plot_layout const l{series, 400, 300};
+  EXPECT_EQ(l.vmax, 4096u);  // reserved 4096 B: y axis 0..4 KiB in 1 KiB ticks
+  EXPECT_EQ(l.yticks.values.size(), 5u);
+  EXPECT_EQ(l.y_label(), "bytes (KiB)");
+  EXPECT_EQ(l.x_label(), "time since first event (ns)");
+  // A single log: no file names, no combined series.
+  auto const one = timeline_series({&sb}, nullptr, 300);
+  ASSERT_EQ(one.size(), 1u);
+  EXPECT_EQ(one[0].label, "live");
+}
+
+TEST(HtmlReport, EscapesTextFromTheLog) {
+  EXPECT_EQ(html_escape("<a href=\"x\">&'"), "&lt;a href=&quot;x&quot;&gt;&amp;&#39;");
+  report_data r;
+  auto log = parse_log("Action,Pointer,Size,TimeNs,Entry\nallocate,0x100,10,1,<script>\n", "<b>.csv");
+  auto summary = analyze(log);
+  r.logs.push_back({std::move(log), std::move(summary)});
+  std::string const page = html_report(r);
+  EXPECT_EQ(page.find("<script>"), std::string::npos);
+  EXPECT_EQ(page.find("<b>.csv"), std::string::npos);
+  EXPECT_NE(page.find("&lt;script&gt;"), std::string::npos);
+  EXPECT_NE(page.find("<h2>&lt;b&gt;.csv</h2>"), std::string::npos);
 }
