@@ -3,6 +3,7 @@
 #include <gpumem/detail/stream_free_lists.hpp>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <limits>
@@ -144,14 +145,8 @@ struct fixed_size_memory_resource::impl {
   void deallocate(void* ptr, std::size_t bytes, stream_ref s) noexcept {
     if (ptr == nullptr || bytes == 0 || bytes > block_size) return;
     auto* p = static_cast<char*>(ptr);
-    chunk* c = nullptr;
-    {
-      std::shared_lock lock{chunks_mutex};
-      auto it = chunks.upper_bound(p);
-      if (it == chunks.begin()) return;
-      --it;
-      c = it->second.get();
-    }
+    chunk* const c = find_chunk(p);
+    if (c == nullptr) return;
     auto const offset = reinterpret_cast<std::uintptr_t>(p) - reinterpret_cast<std::uintptr_t>(c->base);
     if (offset >= c->bytes() || offset % block_size != 0) return;  // not a block of ours
     if (!c->mark_free(offset / block_size)) return;                // double free: ignored
@@ -162,6 +157,29 @@ struct fixed_size_memory_resource::impl {
     } catch (...) {
       // Out of host memory for the bookkeeping: the block is lost (never handed out twice).
     }
+  }
+
+  /// The chunk at or below p (nullptr if none). The calling thread's last answer
+  /// is cached: chunks only leave under chunks_generation, so the common case
+  /// takes no lock.
+  chunk* find_chunk(char* p) {
+    struct hint {
+      std::uint64_t instance{};
+      std::uint64_t generation{};
+      chunk* c{};
+    };
+    thread_local std::array<hint, detail::thread_cache_slots> hints{};
+    auto& h = hints[instance % detail::thread_cache_slots];
+    auto const generation = chunks_generation.load(std::memory_order_acquire);  // before the lookup
+    if (h.instance == instance && h.generation == generation && p >= h.c->base && p < h.c->base + h.c->bytes()) {
+      return h.c;
+    }
+    std::shared_lock lock{chunks_mutex};
+    auto it = chunks.upper_bound(p);
+    if (it == chunks.begin()) return nullptr;
+    --it;
+    h = {instance, generation, it->second.get()};
+    return it->second.get();
   }
 
   /// Pops a block from the stream's own stack.
@@ -202,7 +220,10 @@ struct fixed_size_memory_resource::impl {
       for (std::size_t i = n; i-- > 0;) e.list.push({base + i * block_size, owner});
     } catch (...) {
       std::unique_lock lock{chunks_mutex};
-      if (chunks.erase(base) != 0) reserved.fetch_sub(bytes, std::memory_order_relaxed);
+      if (chunks.erase(base) != 0) {
+        reserved.fetch_sub(bytes, std::memory_order_relaxed);
+        chunks_generation.fetch_add(1, std::memory_order_release);
+      }
       upstream->deallocate(raw, bytes, s);
       throw;
     }
@@ -222,6 +243,7 @@ struct fixed_size_memory_resource::impl {
         {
           std::unique_lock lock{chunks_mutex};
           chunks.erase(r.base);
+          chunks_generation.fetch_add(1, std::memory_order_release);  // invalidates find_chunk hints
         }
         reserved.fetch_sub(r.size, std::memory_order_relaxed);
         upstream->deallocate(r.base, r.size, stream_ref{r.stream});
@@ -259,7 +281,9 @@ struct fixed_size_memory_resource::impl {
 
   std::mutex growth_mutex;  ///< serialises growth, release and info; outermost lock
   std::atomic<std::size_t> reserved{0};
-  std::shared_mutex chunks_mutex;                       ///< leaf lock
+  std::uint64_t const instance = detail::next_instance_id();
+  std::atomic<std::uint64_t> chunks_generation{0};  ///< bumped whenever a chunk leaves
+  std::shared_mutex chunks_mutex;                   ///< leaf lock
   std::map<char*, std::unique_ptr<chunk>> chunks;  ///< chunk base -> chunk
   lists_type lists;
 };

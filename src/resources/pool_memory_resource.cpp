@@ -5,6 +5,7 @@
 #include <gpumem/detail/stream_free_lists.hpp>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <limits>
@@ -13,6 +14,7 @@
 #include <optional>
 #include <shared_mutex>
 #include <string>
+#include <utility>
 
 namespace gpumem {
 namespace {
@@ -93,16 +95,11 @@ struct pool_memory_resource::impl {
     if (ptr == nullptr || bytes == 0 || bytes > largest_request) return;
     auto* p = static_cast<char*>(ptr);
     std::size_t const size = align_up(bytes, allocation_alignment);
-    char* slab = nullptr;
-    {
-      std::shared_lock lock{slabs_mutex};
-      auto it = slabs.upper_bound(p);
-      if (it == slabs.begin()) return;  // not ours
-      --it;
-      auto const offset = reinterpret_cast<std::uintptr_t>(p) - reinterpret_cast<std::uintptr_t>(it->first);
-      if (offset >= it->second || size > it->second - offset) return;  // not ours, or a wrong size
-      slab = it->first;
-    }
+    auto const found = find_slab(p);
+    if (!found) return;  // not ours
+    auto const [slab, slab_size] = *found;
+    auto const offset = reinterpret_cast<std::uintptr_t>(p) - reinterpret_cast<std::uintptr_t>(slab);
+    if (size > slab_size - offset) return;  // runs past its slab: a wrong size
     try {
       auto const e = lists.get(s);
       std::lock_guard lock{e->mutex};
@@ -111,6 +108,35 @@ struct pool_memory_resource::impl {
     } catch (...) {
       // Out of host memory for the bookkeeping: the block is lost to the pool (never corrupts it).
     }
+  }
+
+  /// The slab holding p. The calling thread's last answer is cached: slabs only
+  /// leave under slabs_generation, so the common case takes no lock.
+  std::optional<std::pair<char*, std::size_t>> find_slab(char* p) {
+    struct hint {
+      std::uint64_t instance{};
+      std::uint64_t generation{};
+      char* base{};
+      std::size_t size{};
+    };
+    thread_local std::array<hint, detail::thread_cache_slots> hints{};
+    auto& h = hints[instance % detail::thread_cache_slots];
+    auto const generation = slabs_generation.load(std::memory_order_acquire);  // before the lookup
+    auto const inside = [p](char* base, std::size_t size) {
+      auto const at = reinterpret_cast<std::uintptr_t>(p);
+      auto const b = reinterpret_cast<std::uintptr_t>(base);
+      return at >= b && at - b < size;
+    };
+    if (h.instance == instance && h.generation == generation && inside(h.base, h.size)) {
+      return std::pair{h.base, h.size};
+    }
+    std::shared_lock lock{slabs_mutex};
+    auto it = slabs.upper_bound(p);
+    if (it == slabs.begin()) return std::nullopt;
+    --it;
+    if (!inside(it->first, it->second)) return std::nullopt;
+    h = {instance, generation, it->first, it->second};
+    return std::pair{it->first, it->second};
   }
 
   std::size_t release() {
@@ -238,6 +264,7 @@ struct pool_memory_resource::impl {
         {
           std::unique_lock lock{slabs_mutex};
           slabs.erase(r.base);
+          slabs_generation.fetch_add(1, std::memory_order_release);  // invalidates find_slab hints
         }
         reserved.fetch_sub(r.size, std::memory_order_relaxed);
         upstream->deallocate(r.base, r.size, stream_ref{r.stream});
@@ -258,8 +285,10 @@ struct pool_memory_resource::impl {
 
   std::mutex growth_mutex;  ///< serialises growth, release and info; outermost lock
   std::atomic<std::size_t> reserved{0};
-  std::shared_mutex slabs_mutex;    ///< leaf lock: readers in deallocate, writers under growth_mutex
+  std::uint64_t const instance = detail::next_instance_id();
+  std::shared_mutex slabs_mutex;       ///< leaf lock: readers in deallocate, writers under growth_mutex
   std::map<char*, std::size_t> slabs;  ///< slab base -> size
+  std::atomic<std::uint64_t> slabs_generation{0};  ///< bumped whenever a slab leaves
   lists_type lists;
 };
 

@@ -33,6 +33,7 @@
 #include <gpumem/detail/stream_ordering.hpp>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstddef>
 #include <memory>
@@ -93,17 +94,17 @@ class stream_free_lists {
     for (auto& b : foreign_) destroy_event(b.event);
   }
 
-  /// The entry of `s`, created on first use. Shared lock unless the stream is new.
+  /// The entry of `s`, created on first use. The calling thread's last lookups
+  /// are cached: the hot path touches no shared cache line but generation_,
+  /// which changes only when a stream is dropped.
   [[nodiscard]] entry_ptr get(stream_ref s) {
     auto const id = identify(s);
-    {
-      std::shared_lock lock{table_mutex_};
-      if (auto it = table_.find(id.key); it != table_.end()) return it->second;
-    }
-    std::unique_lock lock{table_mutex_};
-    auto [it, inserted] = table_.try_emplace(id.key);
-    if (inserted) it->second = std::make_shared<entry>(id);
-    return it->second;
+    auto& hint = lookup_hints()[instance_ % thread_cache_slots];
+    auto const generation = generation_.load(std::memory_order_acquire);  // before the lookup
+    if (hint.instance == instance_ && hint.key == id.key && hint.generation == generation) return hint.e;
+    entry_ptr e = find_or_add(id);
+    hint = {instance_, generation, id.key, e};
+    return e;
   }
 
   /// Moves memory freed on other streams into taker.list, ordering the taker after
@@ -131,6 +132,7 @@ class stream_free_lists {
       if (it == table_.end()) return;
       e = std::move(it->second);
       table_.erase(it);
+      generation_.fetch_add(1, std::memory_order_release);  // invalidates every thread's hint
     }
     std::lock_guard lock{e->mutex};
     CUevent ev = std::exchange(e->event, nullptr);
@@ -263,6 +265,28 @@ class stream_free_lists {
   }
 
  private:
+  struct lookup_hint {
+    std::uint64_t instance{};
+    std::uint64_t generation{};
+    std::uintptr_t key{};
+    entry_ptr e;  ///< keeps a dropped entry alive while a hint names it (host memory only)
+  };
+  static std::array<lookup_hint, thread_cache_slots>& lookup_hints() noexcept {
+    thread_local std::array<lookup_hint, thread_cache_slots> hints{};
+    return hints;
+  }
+
+  entry_ptr find_or_add(stream_identity const& id) {
+    {
+      std::shared_lock lock{table_mutex_};
+      if (auto it = table_.find(id.key); it != table_.end()) return it->second;
+    }
+    std::unique_lock lock{table_mutex_};
+    auto [it, inserted] = table_.try_emplace(id.key);
+    if (inserted) it->second = std::make_shared<entry>(id);
+    return it->second;
+  }
+
   bool take_foreign(entry& taker, std::size_t bytes, gather_mode mode, List& out) {
     if (foreign_count_.load(std::memory_order_relaxed) == 0) return false;  // the usual case: no lock
     std::lock_guard lock{foreign_mutex_};
@@ -304,6 +328,8 @@ class stream_free_lists {
     return any;
   }
 
+  std::uint64_t const instance_ = next_instance_id();
+  std::atomic<std::uint64_t> generation_{0};  ///< bumped whenever an entry leaves the table
   std::shared_mutex table_mutex_;
   std::unordered_map<std::uintptr_t, entry_ptr> table_;
   std::mutex foreign_mutex_;

@@ -6,6 +6,7 @@
 
 #include <cuda.h>
 
+#include <cstddef>
 #include <cstdint>
 
 namespace gpumem::detail {
@@ -36,6 +37,13 @@ struct stream_identity {
 
 /// Nonzero, unique per thread for the life of the process.
 [[nodiscard]] std::uint64_t this_thread_tag() noexcept;
+
+/// Nonzero, unique per call: names a resource instance in thread-local caches
+/// (an address could be reused by a later instance).
+[[nodiscard]] std::uint64_t next_instance_id() noexcept;
+
+/// Thread-local hints must not all collide: a few slots, picked by instance id.
+inline constexpr std::size_t thread_cache_slots = 4;
 
 [[nodiscard]] stream_identity identify(stream_ref s) noexcept;
 
