@@ -232,3 +232,24 @@ TEST(LogAnalysis, DownsampleKeepsPeaksAndEnds) {
   for (std::size_t i = 1; i < d.size(); ++i) EXPECT_LT(d[i - 1].time_ns, d[i].time_ns);
   EXPECT_EQ(downsample(tl, 20000).size(), tl.size());
 }
+
+TEST(LogAnalysis, PerDeviceCountsOnlyWithADeviceColumn) {
+  auto const log = parse_log(
+      "Action,Pointer,Size,TimeNs,Device\n"
+      "allocate,0x100,10,1,0\n"
+      "allocate,0x200,20,2,1\n"
+      "free,0x100,10,3,0\n"
+      "allocate,0x300,30,4,1\n",
+      "d.csv");
+  auto const s = analyze(log);
+  ASSERT_EQ(s.devices.size(), 2u);
+  EXPECT_EQ(s.devices[0].key, 0u);
+  EXPECT_EQ(s.devices[0].allocations, 1u);
+  EXPECT_EQ(s.devices[0].frees, 1u);
+  EXPECT_EQ(s.devices[1].key, 1u);
+  EXPECT_EQ(s.devices[1].allocations, 2u);
+  EXPECT_EQ(s.devices[1].bytes_allocated, 50u);
+  EXPECT_EQ(s.peak_live_bytes, 50u);  // live bytes are summed over the devices
+  auto const rmm = analyze(parse_log("Thread,Time,Action,Pointer,Size,Stream\n1,10:00:00,allocate,0x1,8,0\n", "r"));
+  EXPECT_TRUE(rmm.devices.empty());
+}

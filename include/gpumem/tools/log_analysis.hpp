@@ -93,6 +93,7 @@ struct log_summary {
   std::vector<unknown_free_record> unknown_frees;
   std::uint64_t reused_live_pointers{};       ///< allocate of a pointer already live
   std::vector<key_counts> threads, streams;   ///< ascending key
+  std::vector<key_counts> devices;            ///< ascending ordinal; empty without a Device column
   std::optional<std::uint64_t> peak_reserved_bytes;  ///< only if the log has Reserved
   std::optional<log_position> peak_reserved_at;
   std::int64_t first_time_ns{}, last_time_ns{};

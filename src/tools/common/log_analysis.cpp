@@ -54,7 +54,7 @@ log_summary analyze(parsed_log const& log, std::size_t top_n) {
 
   std::unordered_map<std::uint64_t, std::size_t> live;  // pointer -> index of its allocate
   std::array<histogram_bucket, 65> hist{};
-  std::unordered_map<std::uint64_t, key_counts> threads, streams;
+  std::unordered_map<std::uint64_t, key_counts> threads, streams, devices;
 
   // Min-heap on "how large": its top is the smallest of the current top_n.
   using ranked = std::pair<std::uint64_t, std::size_t>;  // size, event index
@@ -75,6 +75,7 @@ log_summary analyze(parsed_log const& log, std::size_t top_n) {
     s.last_time_ns = std::max(s.last_time_ns, ev.time_ns);
     count(threads, ev.thread, ev);
     count(streams, ev.stream, ev);
+    if (log.columns.device) count(devices, static_cast<std::uint64_t>(ev.device), ev);
     switch (ev.action) {
       case log_action::allocate: {
         ++s.allocations;
@@ -151,6 +152,7 @@ log_summary analyze(parsed_log const& log, std::size_t top_n) {
   }
   s.threads = sorted_counts(threads);
   s.streams = sorted_counts(streams);
+  s.devices = sorted_counts(devices);
   return s;
 }
 

@@ -185,10 +185,10 @@ void one_log(out_it out, analysed_log const& a, std::size_t top_n) {
     fmt::format_to(out, "<tr><td>{}</td><td>{}</td><td>{}</td></tr>\n", html_escape(range), b.count, human_bytes(b.bytes));
   }
   fmt::format_to(out, "</table>\n");
-  auto keyed = [&](char const* title, std::vector<key_counts> const& rows, bool hex_key) {
+  auto keyed = [&](char const* title, std::vector<key_counts> const& rows, bool hex_key, char const* key_name) {
     fmt::format_to(out, "<h3>{}</h3>\n<table><tr><th>{}</th><th>allocations</th><th>frees</th><th>failures</th>"
                         "<th>allocated</th></tr>\n",
-                   title, hex_key ? "stream" : "thread");
+                   title, key_name);
     for (auto const& k : rows) {
       fmt::format_to(out, "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
                      hex_key ? hex(k.key) : fmt::format("{}", k.key), k.allocations, k.frees, k.failures,
@@ -196,8 +196,9 @@ void one_log(out_it out, analysed_log const& a, std::size_t top_n) {
     }
     fmt::format_to(out, "</table>\n");
   };
-  keyed("Per thread", s.threads, false);
-  keyed("Per stream", s.streams, true);
+  keyed("Per thread", s.threads, false, "thread");
+  keyed("Per stream", s.streams, true, "stream");
+  if (!s.devices.empty()) keyed("Per device", s.devices, false, "device");
   if (!a.log.warnings.empty()) {
     fmt::format_to(out, "<h3>Warnings ({})</h3>\n<ul class=\"warnings\">\n", a.log.warning_count);
     for (auto const& w : a.log.warnings) fmt::format_to(out, "<li>{}</li>\n", html_escape(w.text()));

@@ -100,6 +100,8 @@ void one_log(out_it out, analysed_log const& a) {
   array(out, s.threads, keyed);
   fmt::format_to(out, R"(,"streams":)");
   array(out, s.streams, keyed);
+  fmt::format_to(out, R"(,"devices":)");
+  array(out, s.devices, keyed);
   fmt::format_to(out, R"(,"warning_count":{},"warnings":)", log.warning_count);
   array(out, log.warnings, [](log_diagnostic const& d) { return json_string(d.text()); });
   fmt::format_to(out, "}}");

@@ -106,17 +106,17 @@ void one_log(out_it out, analysed_log const& a, std::size_t top_n) {
       fmt::format_to(out, "    {:<24} {:>10} {:>12}\n", range, b.count, human_bytes(b.bytes));
     }
   }
-  auto keyed = [&](char const* title, std::vector<key_counts> const& rows, bool hex_key) {
+  auto keyed = [&](char const* title, std::vector<key_counts> const& rows, bool hex_key, char const* key_name) {
     fmt::format_to(out, "\n  {} ({}):\n", title, rows.size());
-    fmt::format_to(out, "    {:>18} {:>10} {:>10} {:>9} {:>12}\n", hex_key ? "stream" : "thread", "allocs", "frees",
-                   "failures", "bytes");
+    fmt::format_to(out, "    {:>18} {:>10} {:>10} {:>9} {:>12}\n", key_name, "allocs", "frees", "failures", "bytes");
     for (auto const& k : rows) {
       fmt::format_to(out, "    {:>18} {:>10} {:>10} {:>9} {:>12}\n", hex_key ? hex(k.key) : fmt::format("{}", k.key),
                      k.allocations, k.frees, k.failures, human_bytes(k.bytes_allocated));
     }
   };
-  keyed("per thread", s.threads, false);
-  keyed("per stream", s.streams, true);
+  keyed("per thread", s.threads, false, "thread");
+  keyed("per stream", s.streams, true, "stream");
+  if (!s.devices.empty()) keyed("per device", s.devices, false, "device");
   if (log.warning_count > 0) {
     fmt::format_to(out, "\n  {} (see stderr)\n", plural(log.warning_count, "warning", "warnings"));
   }
