@@ -228,6 +228,8 @@ class log_parser {
     return true;
   }
 
+  /// Entry/Result texts repeat a handful of values (entry points, result codes): a
+  /// last-hit check and a short linear scan beat a hash map here.
   std::uint16_t intern(std::string_view s) {
     if (s.empty()) return 0;
     auto& strings = log_.strings;

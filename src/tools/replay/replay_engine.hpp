@@ -39,7 +39,8 @@ struct replay_result {
   std::uint64_t failed{};           ///< allocations the chain refused
   std::uint64_t upstream_calls{};   ///< allocations made from the device
   std::uint64_t skipped_frees{};    ///< frees of pointers not live in the replay
-  std::uint64_t allocations{}, frees{};
+  std::uint64_t allocations{};              ///< successful allocate calls (logged failures that now succeed too)
+  std::uint64_t frees{};                    ///< deallocate calls replayed
   double mean_allocate_ns{}, mean_free_ns{};  ///< host time per call (meaningful on a real GPU only)
 };
 
