@@ -188,6 +188,20 @@ TEST(Pool, ReleaseReturnsExactlyTheFreeSlabs) {
   EXPECT_EQ(i.free_bytes, 0U);
 }
 
+TEST(Pool, FreesFindANewSlabAtAReleasedSlabsAddress) {
+  test::arena_test_resource arena{8 * MiB};
+  pool_memory_resource pool{&arena, opts(0)};
+  void* a = pool.allocate(MiB);
+  pool.deallocate(a, MiB);  // this thread now knows a's slab: [a, a + 1 MiB)
+  EXPECT_EQ(pool.release(), MiB);
+  void* b = pool.allocate(2 * MiB);  // a new, larger slab at the same address
+  ASSERT_EQ(b, a);
+  pool.deallocate(b, 2 * MiB);  // must not be judged against the old slab's size
+  auto const i = pool.info();
+  EXPECT_EQ(i.used_bytes, 0U);
+  EXPECT_EQ(i.largest_free_block, 2 * MiB);
+}
+
 TEST(Pool, ReleaseKeepsPartlyUsedSlabs) {
   test::arena_test_resource arena{8 * MiB};
   pool_memory_resource pool{&arena, opts(2 * MiB)};
@@ -619,6 +633,21 @@ TEST_F(PoolOnSim, DestroyedStreamsBlocksWaitOnItsLastEvent) {
   EXPECT_EQ(since(before).record, 0);
   EXPECT_EQ(arena_.allocations().size(), 1U);
   pool.deallocate(q, KiB, ref(a_));
+}
+
+TEST_F(PoolOnSim, AHandleSeenAgainAfterStreamDestroyedStartsAFreshList) {
+  pool_memory_resource pool{&arena_, opts(0)};
+  CUstream c = make_stream();
+  void* p = pool.allocate(KiB, ref(c));
+  void* q = pool.allocate(KiB, ref(c));
+  pool.deallocate(p, KiB, ref(c));
+  pool.stream_destroyed(ref(c));  // as if c died and the driver handed its handle out again
+  pool.deallocate(q, KiB, ref(c));  // a fresh list for the "new" stream, visible to info()
+  auto const i = pool.info();
+  EXPECT_EQ(i.used_bytes, 0U);
+  EXPECT_EQ(i.free_bytes, pool.pool_size());
+  pool.stream_destroyed(ref(c));
+  ASSERT_EQ(detail::driver().cuStreamDestroy(c), CUDA_SUCCESS);
 }
 
 TEST_F(PoolOnSim, CompletedDestroyedStreamBlocksNeedNoWait) {
