@@ -3,6 +3,7 @@
 // simulated device (events, waits, capture, destroyed streams).
 
 #include <gpumem/detail/driver_api.hpp>
+#include <gpumem/detail/free_list.hpp>
 #include <gpumem/detail/real_dlsym.hpp>
 #include <gpumem/pool_memory_resource.hpp>
 
@@ -38,6 +39,62 @@ std::vector<std::size_t> sizes_of(std::vector<test::arena_test_resource::call> c
 }
 
 char* as_char(void* p) { return static_cast<char*>(p); }
+
+// ---- the free list alone -------------------------------------------------------
+
+TEST(CoalescingFreeList, MergesNeighboursOfOneSlabOnly) {
+  alignas(256) static char mem[8192];
+  char* const s1 = mem;          // slab 1: [0, 4096)
+  char* const s2 = mem + 4096;   // slab 2: [4096, 8192), adjacent to slab 1
+  detail::coalescing_free_list l;
+  EXPECT_TRUE(l.insert({s1, 1024, s1}));
+  EXPECT_TRUE(l.insert({s1 + 2048, 2048, s1}));
+  EXPECT_TRUE(l.insert({s1 + 1024, 1024, s1}));  // fills the gap: one block of 4096
+  EXPECT_EQ(l.block_count(), 1U);
+  EXPECT_EQ(l.largest(), 4096U);
+  EXPECT_TRUE(l.insert({s2, 4096, s2}));  // adjacent, other slab: stays apart
+  EXPECT_EQ(l.block_count(), 2U);
+  EXPECT_EQ(l.total_bytes(), 8192U);
+  EXPECT_FALSE(l.insert({s1 + 256, 256, s1}));  // overlaps a free block: refused
+  EXPECT_FALSE(l.insert({s2 + 3840, 512, s2}));
+  EXPECT_EQ(l.total_bytes(), 8192U);
+}
+
+TEST(CoalescingFreeList, BestFitSplitsAndPrefersLowAddresses) {
+  alignas(256) static char mem[16384];
+  detail::coalescing_free_list l;
+  ASSERT_TRUE(l.insert({mem, 2048, mem}));
+  ASSERT_TRUE(l.insert({mem + 4096, 1024, mem}));
+  ASSERT_TRUE(l.insert({mem + 8192, 1024, mem}));
+  auto b = l.take_best_fit(768);
+  ASSERT_TRUE(b.has_value());
+  EXPECT_EQ(b->ptr, mem + 4096);  // the tightest (1024), lower of the two
+  EXPECT_EQ(b->size, 768U);
+  EXPECT_EQ(l.total_bytes(), 2048U + 256U + 1024U);
+  EXPECT_FALSE(l.take_best_fit(4096).has_value());
+  EXPECT_TRUE(l.remove(mem + 4096 + 768));  // the split's rest is a block of its own
+  EXPECT_FALSE(l.remove(mem + 4096));
+}
+
+TEST(CoalescingFreeList, MergeAndRemoveRegions) {
+  alignas(256) static char mem[8192];
+  detail::coalescing_free_list a;
+  detail::coalescing_free_list b;
+  ASSERT_TRUE(a.insert({mem, 1024, mem}));
+  ASSERT_TRUE(b.insert({mem + 1024, 1024, mem}));
+  ASSERT_TRUE(b.insert({mem + 4096, 4096, mem + 4096}));
+  a.merge_from(std::move(b));
+  EXPECT_TRUE(b.empty());
+  EXPECT_EQ(a.block_count(), 2U);  // [0, 2048) coalesced, and the second slab
+  EXPECT_EQ(a.largest(), 4096U);
+  struct region {
+    char* base;
+    std::size_t size;
+  };
+  a.remove_regions(std::vector<region>{{mem + 4096, 4096}});
+  EXPECT_EQ(a.block_count(), 1U);
+  EXPECT_EQ(a.total_bytes(), 2048U);
+}
 
 // ---- construction and sizing ----------------------------------------------------
 

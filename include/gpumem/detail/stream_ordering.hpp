@@ -49,7 +49,9 @@ inline constexpr std::size_t thread_cache_slots = 4;
 
 /// True if `s` is capturing (or its capture was invalidated), or if the driver
 /// cannot tell — e.g. no driver, or the legacy stream while another stream
-/// captures in global mode. Callers then leave the stream alone.
+/// captures in global mode. Callers then leave the stream alone. False when the
+/// thread has no current context: nothing it names can capture then (and any
+/// record or wait fails by itself).
 [[nodiscard]] bool is_capturing(CUstream s) noexcept;
 
 /// Makes `to` wait for all work submitted to `from` so far: records `ev` on
