@@ -148,6 +148,20 @@ TEST_F(CaptureTest, ContextSynchronizeIsIllegalDuringAnyCapture) {
   EXPECT_EQ(sim.violations(), 1);
 }
 
+TEST_F(CaptureTest, DestroyingTheCapturingStreamEndsTheCapture) {
+  CUstream doomed = nullptr;
+  ASSERT_EQ(drv.cuStreamCreate(&doomed, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  ASSERT_EQ(drv.cuStreamBeginCapture(doomed, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+  CUdeviceptr p = 0;
+  ASSERT_EQ(drv.cuMemAllocAsync(&p, 512, doomed), CUDA_SUCCESS);
+  ASSERT_EQ(drv.cuMemFreeAsync(p, doomed), CUDA_SUCCESS);
+  ASSERT_EQ(drv.cuStreamDestroy(doomed), CUDA_SUCCESS);
+  EXPECT_EQ(sim.violations(), 1);
+  EXPECT_EQ(sim.live_allocations(0), 0U);  // the graph's memory went with it
+  p = alloc(256);  // no capture left to forbid it
+  EXPECT_EQ(drv.cuMemFree(p), CUDA_SUCCESS);
+}
+
 TEST_F(CaptureTest, RelaxedModesAllowUnsafeCalls) {
   // A thread-local capture does not restrict other threads' allocations.
   ASSERT_EQ(drv.cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), CUDA_SUCCESS);

@@ -19,7 +19,9 @@ graph_registry& graphs() {
   return *r;
 }
 
-void dispose(graph* g) {
+}  // namespace
+
+void gpumemsim::discard_graph(graph* g) {
   std::vector<std::uintptr_t> allocations;
   std::vector<std::uintptr_t> frees;
   {
@@ -31,6 +33,8 @@ void dispose(graph* g) {
   }
   dispose_graph_memory(g->device, allocations, frees);
 }
+
+namespace {
 
 CUresult begin(CUstream h, CUstreamCaptureMode mode, bool ptsz, char const* entry) {
   stream* s = nullptr;
@@ -45,7 +49,7 @@ CUresult end(CUstream h, CUgraph* out, bool ptsz, char const* entry) {
   graph* g = nullptr;
   CUresult const r = end_capture(s, &g);
   if (r == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED) {
-    dispose(g);
+    discard_graph(g);
     *out = nullptr;
     return r;
   }
@@ -145,7 +149,7 @@ CUresult cuGraphDestroy(CUgraph h) {
     std::lock_guard lock(reg.mutex);
     if (reg.live.erase(h) == 0) return CUDA_ERROR_INVALID_VALUE;
   }
-  dispose(reinterpret_cast<graph*>(h));
+  discard_graph(reinterpret_cast<graph*>(h));
   return CUDA_SUCCESS;
 }
 

@@ -275,9 +275,9 @@ CUresult cuCtxGetApiVersion(CUcontext ctx, unsigned int* version) {
   return CUDA_SUCCESS;
 }
 
-CUresult cuGetErrorName(CUresult error, const char** str) {
-  SIM_ENTRY("cuGetErrorName");
-  if (str == nullptr) return CUDA_ERROR_INVALID_VALUE;
+namespace {
+
+CUresult error_name(CUresult error, const char** str) {
   switch (error) {
 #define SIM_ERROR_NAME(e) \
   case e: *str = #e; return CUDA_SUCCESS;
@@ -310,6 +310,14 @@ CUresult cuGetErrorName(CUresult error, const char** str) {
   }
 }
 
+}  // namespace
+
+CUresult cuGetErrorName(CUresult error, const char** str) {
+  SIM_ENTRY("cuGetErrorName");
+  if (str == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  return error_name(error, str);
+}
+
 CUresult cuGetErrorString(CUresult error, const char** str) {
   SIM_ENTRY("cuGetErrorString");
   if (str == nullptr) return CUDA_ERROR_INVALID_VALUE;
@@ -324,5 +332,5 @@ CUresult cuGetErrorString(CUresult error, const char** str) {
     default: break;
   }
   // Everything else: the name is a readable enough description.
-  return cuGetErrorName(error, str);
+  return error_name(error, str);
 }

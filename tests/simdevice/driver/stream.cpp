@@ -323,6 +323,9 @@ CUresult check_context_sync(context* ctx) {
 void reset_context_streams(context* ctx) {
   std::vector<stream*> all = streams_of(ctx);
   all.push_back(ctx->legacy);
+  for (stream* s : all) {
+    if (graph* g = abandon_capture(s); g != nullptr) discard_graph(g);
+  }
   {
     auto& r = streams_registry();
     std::lock_guard lock(r.mutex);
@@ -426,6 +429,17 @@ capture_info capture_status(stream* s) {
   info.g = c->g;
   info.c = c;
   return info;
+}
+
+graph* abandon_capture(stream* s) {
+  std::lock_guard lock(g_capture_mutex);
+  capture* c = capture_of(s);
+  if (c == nullptr || !c->active || c->origin != s) return nullptr;
+  invalidate(c, "capturing stream destroyed before cuStreamEndCapture");
+  c->active = false;
+  for (stream* m : c->members) m->cap.store(nullptr, std::memory_order_release);
+  std::erase(g_active_captures, c);
+  return c->g;
 }
 
 bool invalidate_if_active(capture* c, char const* why) {

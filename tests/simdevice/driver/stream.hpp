@@ -155,6 +155,11 @@ CUresult end_capture(stream* s, graph** out);
 /// `s` waits on an event recorded in capture `c`: it joins the capture.
 CUresult join_capture(stream* s, capture* c);
 capture_info capture_status(stream* s);
+/// Ends (invalidated) a capture that `s` began, when `s` is destroyed or reset;
+/// returns its graph for discard_graph, or nullptr.
+graph* abandon_capture(stream* s);
+/// Frees what a graph owns (capture_api.cpp).
+void discard_graph(graph* g);
 /// Invalidates `c` if it is still active; true if it was.
 bool invalidate_if_active(capture* c, char const* why);
 

@@ -158,6 +158,7 @@ CUresult cuStreamDestroy_v2(CUstream h) {
   }
   stream* s = nullptr;
   if (CUresult r = resolve_stream(h, false, "cuStreamDestroy_v2", &s); r != CUDA_SUCCESS) return r;
+  if (graph* g = abandon_capture(s); g != nullptr) discard_graph(g);  // edge_cases.md: guessed
   destroy_stream(s);
   return CUDA_SUCCESS;
 }
