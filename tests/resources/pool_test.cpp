@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <deque>
@@ -480,13 +481,13 @@ TEST(Pool, PerThreadDefaultStreamReusesWithinItsThread) {
   EXPECT_EQ(arena.allocations().size(), 1U);
 }
 
-// ---- stream ordering on the simulated device -------------------------------------------
+// ---- stream ordering on a device (the simulated one, or a real GPU) -------------------
 
-class PoolOnSim : public ::testing::Test {
+class PoolOnDevice : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!sim().present() || !detail::driver_available()) {
-      GTEST_SKIP() << "needs the simulated device";
+    if (!detail::driver_available()) {
+      GTEST_SKIP() << "needs a driver (the simulated device or a GPU)";
     }
     ASSERT_EQ(detail::ensure_context(), CUDA_SUCCESS);
     a_ = make_stream();
@@ -495,6 +496,7 @@ class PoolOnSim : public ::testing::Test {
   void TearDown() override {
     for (CUstream s : {a_, b_}) {
       if (s != nullptr) {
+        EXPECT_EQ(detail::driver().cuStreamSynchronize(s), CUDA_SUCCESS);
         EXPECT_EQ(detail::driver().cuStreamDestroy(s), CUDA_SUCCESS);
       }
     }
@@ -526,6 +528,39 @@ class PoolOnSim : public ::testing::Test {
   test::arena_test_resource arena_{64 * MiB};
   CUstream a_{};
   CUstream b_{};
+};
+
+/// The event and call counts are the simulated device's.
+class PoolOnSim : public PoolOnDevice {
+ protected:
+  void SetUp() override {
+    if (!sim().present()) {
+      GTEST_SKIP() << "needs the simulated device";
+    }
+    PoolOnDevice::SetUp();
+  }
+};
+
+/// Host work that writes *p = 42 once `open` is set: on a GPU it holds its stream
+/// until the test opens the gate; on the simulated device it runs at a sync.
+struct gated_write {
+  std::atomic<bool>* open;
+  int* p;
+  static void run(void* d) {
+    auto* g = static_cast<gated_write*>(d);
+    while (!g->open->load()) std::this_thread::yield();
+    *g->p = 42;
+  }
+};
+
+/// Host work that records what *q holds when it runs.
+struct observe {
+  int* q;
+  int seen;
+  static void run(void* d) {
+    auto* o = static_cast<observe*>(d);
+    o->seen = *o->q;
+  }
 };
 
 TEST_F(PoolOnSim, SameStreamReuseNeedsNoEvent) {
@@ -577,56 +612,55 @@ TEST_F(PoolOnSim, CrossStreamTakeRecordsOneEventAndOneWait) {
   pool.deallocate(p, KiB, ref(b_));
 }
 
-TEST_F(PoolOnSim, TakerRunsOnlyAfterTheFreeingStreamsWork) {
+TEST_F(PoolOnDevice, TakerRunsOnlyAfterTheFreeingStreamsWork) {
   pool_memory_resource pool{&arena_, opts(0)};
   auto* p = static_cast<int*>(pool.allocate(256, ref(a_)));
   *p = 0;
   auto const cuLaunchHostFunc = detail::driver().cuLaunchHostFunc;
-  // Pending work on A still writes p when A frees it.
-  ASSERT_EQ(cuLaunchHostFunc(a_, [](void* d) { *static_cast<int*>(d) = 42; }, p), CUDA_SUCCESS);
+  std::atomic<bool> open{false};
+  gated_write w{&open, p};
+  // Work still pending on A writes p when A frees it.
+  ASSERT_EQ(cuLaunchHostFunc(a_, &gated_write::run, &w), CUDA_SUCCESS);
   pool.deallocate(p, 256, ref(a_));
 
   auto* q = static_cast<int*>(pool.allocate(256, ref(b_)));
   ASSERT_EQ(q, p);
-  struct observe {
-    int* q;
-    int seen;
-  } o{q, -1};
-  ASSERT_EQ(cuLaunchHostFunc(b_, [](void* d) { auto* ob = static_cast<observe*>(d); ob->seen = *ob->q; }, &o),
-            CUDA_SUCCESS);
+  observe o{q, -1};
+  ASSERT_EQ(cuLaunchHostFunc(b_, &observe::run, &o), CUDA_SUCCESS);
+  open.store(true);
   ASSERT_EQ(detail::driver().cuStreamSynchronize(b_), CUDA_SUCCESS);
   EXPECT_EQ(o.seen, 42);  // B waited for A's write
   pool.deallocate(q, 256, ref(b_));
 }
 
-TEST_F(PoolOnSim, AnotherThreadsPerThreadStreamIsOrderedThroughTheLegacyStream) {
+TEST_F(PoolOnDevice, AnotherThreadsPerThreadStreamIsOrderedThroughTheLegacyStream) {
   pool_memory_resource pool{&arena_, opts(0)};
   stream_ref const ptds{reinterpret_cast<cudaStream_t>(per_thread_stream_handle)};
-  int* p = nullptr;
+  std::atomic<bool> open{false};
+  gated_write w{&open, nullptr};
   std::thread other{[&] {
     ASSERT_EQ(detail::ensure_context(), CUDA_SUCCESS);
-    p = static_cast<int*>(pool.allocate(256, ptds));
-    *p = 0;
-    // Pending work on that thread's per-thread stream, which only it can name.
+    w.p = static_cast<int*>(pool.allocate(256, ptds));
+    *w.p = 0;
+    // Work pending on that thread's per-thread stream, which only it can name.
     ASSERT_EQ(detail::driver().cuLaunchHostFunc(reinterpret_cast<CUstream>(per_thread_stream_handle),
-                                                [](void* d) { *static_cast<int*>(d) = 42; }, p),
+                                                &gated_write::run, &w),
               CUDA_SUCCESS);
-    pool.deallocate(p, 256, ptds);
+    pool.deallocate(w.p, 256, ptds);
   }};
   other.join();
 
-  auto const before = snapshot();
+  long const records = sim().call_count("cuEventRecord");
+  long const waits = sim().call_count("cuStreamWaitEvent");
   auto* q = static_cast<int*>(pool.allocate(256, ref(a_)));
-  ASSERT_EQ(q, p);
-  EXPECT_EQ(since(before).record, 1);  // on the legacy stream
-  EXPECT_EQ(since(before).wait, 1);
-  struct observe {
-    int* q;
-    int seen;
-  } o{q, -1};
-  ASSERT_EQ(detail::driver().cuLaunchHostFunc(
-                a_, [](void* d) { auto* ob = static_cast<observe*>(d); ob->seen = *ob->q; }, &o),
-            CUDA_SUCCESS);
+  ASSERT_EQ(q, w.p);
+  if (sim().present()) {
+    EXPECT_EQ(sim().call_count("cuEventRecord") - records, 1);  // on the legacy stream
+    EXPECT_EQ(sim().call_count("cuStreamWaitEvent") - waits, 1);
+  }
+  observe o{q, -1};
+  ASSERT_EQ(detail::driver().cuLaunchHostFunc(a_, &observe::run, &o), CUDA_SUCCESS);
+  open.store(true);
   ASSERT_EQ(detail::driver().cuStreamSynchronize(a_), CUDA_SUCCESS);
   EXPECT_EQ(o.seen, 42);
   pool.deallocate(q, 256, ref(a_));
