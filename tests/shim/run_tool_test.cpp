@@ -130,6 +130,29 @@ TEST(GpumemRun, LogTemplateExpandsPidRankHostAndDevice) {
   std::remove(path.c_str());
 }
 
+TEST(GpumemRun, LogRecordsFailuresAndRefusedDoubleFrees) {
+  std::string const path = "/tmp/gpumem-run-test-errors-" + std::to_string(getpid()) + ".csv";
+  auto const r = run_process({gpumem_run(), "--log", path, "--", program("shim_rt_app"), "errors"}, {});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::ifstream in{path};
+  ASSERT_TRUE(in.good()) << path;
+  int double_frees = 0;
+  int failed_allocs = 0;
+  for (std::string line; std::getline(in, line);) {
+    if (line.find(",free,") != std::string::npos && line.find(",cudaFree,") != std::string::npos &&
+        line.ends_with(",CUDA_ERROR_INVALID_VALUE")) {
+      ++double_frees;
+    }
+    if (line.find(",allocate failure,") != std::string::npos &&
+        line.ends_with(",CUDA_ERROR_OUT_OF_MEMORY")) {
+      ++failed_allocs;
+    }
+  }
+  EXPECT_GE(double_frees, 1);  // the refused double free (and CUDA's answer to the unknown one)
+  EXPECT_EQ(failed_allocs, 1);  // cudaMalloc(1 << 62), logged once although replayed
+  std::remove(path.c_str());
+}
+
 TEST(GpumemRun, ReportListsPeaksAndLeaks) {
   auto const r = run_process({gpumem_run(), "--report", "--", program("shim_rt_app"), "leak"}, {});
   EXPECT_EQ(r.exit_code, 0) << r.output;
