@@ -44,6 +44,7 @@ nvcc -O2 -cudart shared -Xcompiler -Wno-deprecated-declarations -o "$out/rt_app"
   "$here/tests/shim/programs/rt_app.cpp" -ldl
 gcc -O2 -I"$cuda_inc" -o "$out/drv_app" "$here/tests/shim/programs/drv_app.c" -ldl
 nvcc -O2 -cudart shared -o "$out/disable_overhead" "$here/tests/shim/gpu/disable_overhead.cpp"
+nvcc -O2 -cudart shared -o "$out/alloc_latency" "$here/tests/shim/gpu/alloc_latency.cpp"
 set +e
 
 pass=0 fail=0
@@ -102,5 +103,9 @@ fi
 echo "== GPUMEM_DISABLE=1 overhead (informational; best of 3 each)"
 for i in 1 2 3; do echo "  no shim:          $("$out/disable_overhead")"; done
 for i in 1 2 3; do echo "  shim, disabled:   $(env "$P" GPUMEM_DISABLE=1 "$out/disable_overhead")"; done
+echo "== allocation latency (informational)"
+echo "  plain CUDA:"; "$out/alloc_latency" | sed 's/^/    /'
+echo "  gpumem (default config, safe mode):"; env "$P" "$out/alloc_latency" | sed 's/^/    /'
+echo "  gpumem (stream mode):"; env "$P" GPUMEM_SYNC_MODE=stream "$out/alloc_latency" | sed 's/^/    /'
 echo "gpu-check-shim: $pass passed, $fail failed"
 [ $fail -eq 0 ]
