@@ -252,6 +252,10 @@ TEST_F(RuntimeTest, DeviceResetDestroysAllocationsAndPools) {
   EXPECT_EQ(sim.live_allocations(0), 2U);
   ASSERT_EQ(cudaDeviceReset(), cudaSuccess);
   EXPECT_EQ(sim.live_allocations(0), 0U);
+  EXPECT_EQ(cudaMemPoolTrimTo(pool, 0), cudaErrorInvalidValue);  // the pool went with the reset
+  cudaGetLastError();
+  EXPECT_EQ(sim.violations(), 1);  // using its handle afterwards
+  sim.reset_violations();
   // The runtime keeps working after a reset.
   ASSERT_EQ(cudaMalloc(&p, 256), cudaSuccess);
   ASSERT_EQ(cudaFree(p), cudaSuccess);

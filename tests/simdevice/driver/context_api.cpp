@@ -153,14 +153,8 @@ void reset_primary(device& d) {
   run_context(&d.ctx);
   reset_context_streams(&d.ctx);
   d.heap->release_all(&d.ctx);
-  mem_pool* def = d.default_pool;
-  {
-    std::lock_guard lock(def->mutex);
-    def->used = 0;
-    def->used_high = 0;
-  }
-  mem_pool* current = d.current_pool.exchange(def);
-  if (current != def) retire_pool(current);
+  d.current_pool.store(d.default_pool);
+  reset_pools_of(d.ordinal);
 }
 
 }  // namespace

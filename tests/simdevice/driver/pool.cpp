@@ -57,4 +57,26 @@ void retire_pool(mem_pool* p) {
   p->destroyed = true;
 }
 
+void reset_pools_of(int device) {
+  auto& r = pools();
+  std::lock_guard lock(r.mutex);
+  for (auto it = r.live.begin(); it != r.live.end();) {
+    auto* p = static_cast<mem_pool*>(const_cast<void*>(*it));
+    if (p->device != device) {
+      ++it;
+      continue;
+    }
+    std::lock_guard plock(p->mutex);
+    p->used = 0;
+    p->used_high = 0;
+    if (p->is_default) {
+      ++it;
+      continue;
+    }
+    p->destroyed = true;
+    r.dead.insert(p);
+    it = r.live.erase(it);
+  }
+}
+
 }  // namespace gpumemsim

@@ -38,6 +38,9 @@ inline CUmemoryPool to_handle(mem_pool* p) noexcept { return reinterpret_cast<CU
 }  // namespace gpumemsim
 
 namespace gpumemsim {
-/// Makes a pool handle invalid (cuMemPoolDestroy, primary context reset).
+/// Makes a pool handle invalid (cuMemPoolDestroy).
 void retire_pool(mem_pool* p);
+/// Retires every created (non-default) pool of a device and restarts the
+/// default pool's counters (primary context reset).
+void reset_pools_of(int device);
 }  // namespace gpumemsim
