@@ -8,6 +8,7 @@
 #include "serve.hpp"
 #include "shim_state.hpp"
 
+#include <gpumem/deferred_free_resource_adaptor.hpp>
 #include <gpumem/detail/driver_api.hpp>
 
 #include <cuda.h>
@@ -17,10 +18,23 @@ namespace {
 
 CUresult not_loaded() noexcept { return CUDA_ERROR_NOT_INITIALIZED; }
 
+bool is_capturing(CUstream s) noexcept {
+  auto const& d = detail::driver();
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  return d.cuStreamIsCapturing != nullptr && d.cuStreamIsCapturing(s, &status) == CUDA_SUCCESS &&
+         status != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
 CUresult destroy_impl(CUstream s, hook_id id) noexcept {
   if (active()) notify_stream_destroyed(s);
   auto const f = real<CUresult (*)(CUstream)>(id);
-  return f != nullptr ? f(s) : not_loaded();
+  if (f == nullptr) return not_loaded();
+  // Destroying a capturing stream ends its capture: keep the count true, or safe
+  // mode would never synchronize again.
+  bool const ends_capture = deferred_free_resource_adaptor::capture_active() && is_capturing(s);
+  CUresult const r = f(s);
+  if (ends_capture && r == CUDA_SUCCESS) note_capture_ended();
+  return r;
 }
 
 template <class Call>
@@ -34,12 +48,7 @@ CUresult end_capture(CUstream s, CUgraph* graph, hook_id id, bool ptsz) noexcept
   auto const f = real<CUresult (*)(CUstream, CUgraph*)>(id);
   if (f == nullptr) return not_loaded();
   // Whether this ends a capture (also an invalidated one) is known only before.
-  auto const& d = detail::driver();
-  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-  CUstream const query = ptsz ? ptsz_stream(s) : s;
-  bool const was_capturing = d.cuStreamIsCapturing != nullptr &&
-                             d.cuStreamIsCapturing(query, &status) == CUDA_SUCCESS &&
-                             status != CU_STREAM_CAPTURE_STATUS_NONE;
+  bool const was_capturing = is_capturing(ptsz ? ptsz_stream(s) : s);
   CUresult const r = f(s, graph);
   if (was_capturing) note_capture_ended();
   return r;

@@ -188,6 +188,14 @@ void capture() {
   APP_CHECK(graph != nullptr);
   if (graph != nullptr) APP_CHECK_EQ(cudaGraphDestroy(graph), cudaSuccess);
   APP_CHECK_EQ(app_stats().active_captures, 0);
+  // A capture ended by destroying its stream is no longer counted either.
+  cudaStream_t c = nullptr;
+  APP_CHECK_EQ(cudaStreamCreateWithFlags(&c, cudaStreamNonBlocking), cudaSuccess);
+  APP_CHECK_EQ(cudaStreamBeginCapture(c, cudaStreamCaptureModeRelaxed), cudaSuccess);
+  APP_CHECK_EQ(app_stats().active_captures, 1);
+  (void)cudaStreamDestroy(c);  // a program error CUDA answers; the sim counts it
+  app_sim_reset_violations();
+  APP_CHECK_EQ(app_stats().active_captures, 0);
   APP_CHECK_EQ(cudaStreamDestroy(s), cudaSuccess);
   auto const st = app_stats();
   APP_CHECK_EQ(st.captured_passthroughs, 1);
