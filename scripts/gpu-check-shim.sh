@@ -72,7 +72,7 @@ done
 check "gpu_app_shared-served-runtime-entry" "runtime_allocations=105 " "$P" "$out/gpu_app_shared" served
 check "gpu_app_static-served-driver-entry" "runtime_allocations=0 " "$P" "$out/gpu_app_static" served
 # (rt_app's "safe" writes device memory from a host function: simulated device only.)
-for sc in served errors cross capture fork queries threads; do
+for sc in served errors cross capture fork queries threads pools; do
   check "rt_app-$sc" "PASS $sc" "$P" "$out/rt_app" "$sc"
 done
 check "rt_app-queries-limit" "MEMINFO free=50331648 total=67108864" "$P" GPUMEM_LIMIT=64MiB "$out/rt_app" queries

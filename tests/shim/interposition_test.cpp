@@ -94,6 +94,11 @@ TEST(ShimRuntime, ConcurrentThreadsEachServedAndFreedOnce) {
   EXPECT_EQ(parse_stats(r.output)["violations"], 0);
 }
 
+TEST(ShimRuntime, DefaultPoolServedOwnPoolsAndManagedPassThrough) {
+  auto const r = run_app("shim_rt_app", "pools");
+  expect_pass(r, "pools");
+}
+
 TEST(ShimDriver, DlsymOnLibcudaHandsOutTheHooks) {
   auto const r = run_app("shim_drv_app", "dlsym");
   expect_pass(r, "dlsym");

@@ -327,6 +327,42 @@ void threads() {
   APP_CHECK_EQ(st.live_allocations, 0);
 }
 
+// cudaMallocFromPoolAsync: the device's default pool is served by the chain, a pool
+// the program made keeps its properties (CUDA serves it); managed memory passes
+// through; all freed by whichever entry point.
+void pools() {
+  cudaStream_t s = nullptr;
+  APP_CHECK_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  cudaMemPool_t def = nullptr;
+  APP_CHECK_EQ(cudaDeviceGetDefaultMemPool(&def, 0), cudaSuccess);
+  void* a = nullptr;
+  APP_CHECK_EQ(cudaMallocFromPoolAsync(&a, 4096, def, s), cudaSuccess);
+  cudaMemPoolProps props{};
+  props.allocType = cudaMemAllocationTypePinned;
+  props.location.type = cudaMemLocationTypeDevice;
+  props.location.id = 0;
+  cudaMemPool_t own = nullptr;
+  APP_CHECK_EQ(cudaMemPoolCreate(&own, &props), cudaSuccess);
+  void* b = nullptr;
+  APP_CHECK_EQ(cudaMallocFromPoolAsync(&b, 4096, own, s), cudaSuccess);
+  void* m = nullptr;
+  APP_CHECK_EQ(cudaMallocManaged(&m, 4096, cudaMemAttachGlobal), cudaSuccess);
+  auto st = app_stats();
+  APP_CHECK_EQ(st.chain_allocations, 1);
+  APP_CHECK_EQ(st.passthrough_allocations, 2);
+  APP_CHECK_EQ(st.live_allocations, 3);
+  APP_CHECK_EQ(cudaFreeAsync(a, s), cudaSuccess);
+  APP_CHECK_EQ(cudaFreeAsync(b, s), cudaSuccess);
+  APP_CHECK_EQ(cudaFree(m), cudaSuccess);
+  APP_CHECK_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  APP_CHECK_EQ(cudaMemPoolDestroy(own), cudaSuccess);
+  APP_CHECK_EQ(cudaStreamDestroy(s), cudaSuccess);
+  st = app_stats();
+  APP_CHECK_EQ(st.chain_frees, 1);
+  APP_CHECK_EQ(st.passthrough_frees, 2);
+  APP_CHECK_EQ(st.live_allocations, 0);
+}
+
 // Leaves allocations behind for the --report test.
 void leak() {
   void* p = nullptr;
@@ -348,6 +384,7 @@ int main(int argc, char** argv) {
   else if (scenario == "queries") queries();
   else if (scenario == "leak") leak();
   else if (scenario == "threads") threads();
+  else if (scenario == "pools") pools();
   else {
     fprintf(stderr, "unknown scenario %s\n", scenario.c_str());
     return 2;
