@@ -199,6 +199,22 @@ TEST_F(RuntimeTest, StreamsEventsAndStreamOrderedMemory) {
   ASSERT_EQ(cudaStreamDestroy(s), cudaSuccess);
 }
 
+extern "C" cudaError_t cudaMallocAsync_ptsz(void**, size_t, cudaStream_t);
+extern "C" cudaError_t cudaFreeAsync_ptsz(void*, cudaStream_t);
+extern "C" cudaError_t cudaStreamQuery_ptsz(cudaStream_t);
+
+TEST_F(RuntimeTest, PerThreadExportsUseThePerThreadStream) {
+  void* p = nullptr;
+  ASSERT_EQ(cudaMallocAsync_ptsz(&p, 512, nullptr), cudaSuccess);
+  ASSERT_EQ(cudaFreeAsync_ptsz(p, nullptr), cudaSuccess);  // queued on this thread's stream
+  EXPECT_EQ(cudaStreamQuery(cudaStreamPerThread), cudaErrorNotReady);
+  EXPECT_EQ(cudaStreamQuery(nullptr), cudaSuccess);  // the legacy stream has nothing
+  EXPECT_EQ(sim.live_allocations(0), 1U);
+  ASSERT_EQ(cudaStreamSynchronize(cudaStreamPerThread), cudaSuccess);
+  EXPECT_EQ(cudaStreamQuery_ptsz(nullptr), cudaSuccess);
+  EXPECT_EQ(sim.live_allocations(0), 0U);
+}
+
 TEST_F(RuntimeTest, MemcpyAndMemset) {
   void* d = nullptr;
   ASSERT_EQ(cudaMalloc(&d, 64), cudaSuccess);
