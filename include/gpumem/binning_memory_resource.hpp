@@ -40,8 +40,9 @@ class binning_memory_resource final : public device_memory_resource {
 
   /// Adds (or replaces) the bin for requests up to `allocation_size` bytes
   /// (rounded up to 256). bin_resource == nullptr: an owned
-  /// fixed_size_memory_resource over the upstream (an existing bin of that size is
-  /// kept). Not thread-safe (see above).
+  /// fixed_size_memory_resource over the upstream that grows in chunks of about
+  /// 2 MiB (between 2 and 128 blocks; an existing bin of that size is kept).
+  /// Not thread-safe (see above).
   void add_bin(std::size_t allocation_size, device_memory_resource* bin_resource = nullptr);
 
   [[nodiscard]] device_memory_resource* upstream() const noexcept { return upstream_; }

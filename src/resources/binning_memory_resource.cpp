@@ -4,6 +4,10 @@
 #include <string>
 
 namespace gpumem {
+namespace {
+constexpr std::size_t owned_bin_chunk_bytes = std::size_t{2} << 20;
+}  // namespace
+
 
 binning_memory_resource::binning_memory_resource(device_memory_resource* upstream) : upstream_{upstream} {
   if (upstream_ == nullptr) throw logic_error{"gpumem: binning_memory_resource needs an upstream resource"};
@@ -31,7 +35,10 @@ void binning_memory_resource::add_bin(std::size_t allocation_size, device_memory
   bool const exists = it != bins_.end() && it->first == size;
   if (bin_resource == nullptr) {
     if (exists) return;  // as RMM: an existing bin of that size is kept
-    owned_bins_.push_back(std::make_unique<fixed_size_memory_resource>(upstream_, size));
+    // Chunks of about 2 MiB (128 blocks at most, 2 at least): RMM's flat 128 blocks
+    // would make a 256 B..1 MiB binning chain reserve 255 MiB before its first call.
+    std::size_t const blocks = std::clamp<std::size_t>(owned_bin_chunk_bytes / size, 2, 128);
+    owned_bins_.push_back(std::make_unique<fixed_size_memory_resource>(upstream_, size, blocks));
     bin_resource = owned_bins_.back().get();
   }
   if (exists) {

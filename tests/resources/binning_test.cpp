@@ -50,6 +50,16 @@ TEST(Binning, ExponentsMakePowerOfTwoBins) {
   EXPECT_EQ(chunks, (std::vector<std::size_t>{32 * KiB, 64 * KiB, 128 * KiB, 256 * KiB, 512 * KiB}));
 }
 
+TEST(Binning, LargeOwnedBinsGrowInChunksOfAboutTwoMiB) {
+  test::arena_test_resource arena{64 * MiB};
+  binning_memory_resource b{&arena, 14, 20};
+  std::vector<std::size_t> chunks;
+  for (auto const& c : arena.allocations()) chunks.push_back(c.bytes);
+  // 16 KiB x 128 = 2 MiB; from 32 KiB up, 2 MiB / size blocks, at least 2.
+  EXPECT_EQ(chunks, (std::vector<std::size_t>{2 * MiB, 2 * MiB, 2 * MiB, 2 * MiB, 2 * MiB, 2 * MiB, 2 * MiB}));
+  EXPECT_EQ(b.info().reserved_bytes, 14 * MiB);
+}
+
 TEST(Binning, RoutesBySize) {
   test::arena_test_resource arena{8 * MiB};
   binning_memory_resource b{&arena, 8, 12};
