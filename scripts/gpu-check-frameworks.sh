@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Real frameworks under gpumem on a GPU machine: PyTorch (caching allocator off),
+# CuPy (pool off), Numba — each checks its results and, through the shim's
+# counters, that the chain served its allocations. Then the FIELD_NOTES §2 MLP
+# side by side (caching allocator / cudaMalloc per tensor / gpumem safe / gpumem
+# stream), and the allocation-log worked example (log, report, replay).
+#
+# Usage: scripts/gpu-check-frameworks.sh [--build DIR] [--out DIR] [--quick]
+set -uo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+build=${GPUMEM_BUILD:-$here/.carry/build-gpu} out=${OUT:-$PWD/gpu-check-frameworks-out} quick=0
+while (($#)); do
+  case $1 in
+    --build) build=$2; shift ;;
+    --out) out=$2; shift ;;
+    --quick) quick=1 ;;
+    *) echo "gpu-check-frameworks: unknown option $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+run=$build/bin/gpumem-run
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1 PYTHONPATH="$here/tests/frameworks${PYTHONPATH:+:$PYTHONPATH}"
+pass=0 fail=0
+verdict() { if [ "$2" -eq 0 ]; then pass=$((pass + 1)); echo "PASS  $1"; else fail=$((fail + 1)); echo "FAIL  $1 (exit $2)"; fi; }
+fw=$here/tests/frameworks
+
+echo "== frameworks: results equal without and with gpumem; the chain served them"
+ref=$(PYTORCH_NO_CUDA_MEMORY_CACHING=1 python3 "$fw/torch_step.py" | sed -n 's/^TORCH loss=\([^ ]*\).*/\1/p')
+echo "  pytorch reference loss (no shim): $ref"
+PYTORCH_NO_CUDA_MEMORY_CACHING=1 "$run" -- python3 "$fw/torch_step.py" "$ref" 2>&1 | tee "$out/fw-pytorch.log"
+verdict pytorch "${PIPESTATUS[0]}"
+"$run" -- python3 "$fw/cupy_check.py" --expect-shim 2>&1 | tee "$out/fw-cupy.log"; verdict cupy "${PIPESTATUS[0]}"
+"$run" -- python3 "$fw/numba_check.py" --expect-shim 2>&1 | tee "$out/fw-numba.log"; verdict numba "${PIPESTATUS[0]}"
+
+echo "== MLP of FIELD_NOTES §2, side by side (ms/step)"
+steps=100; ((quick)) && steps=20
+mlp=(python3 "$here/bench/frameworks/pytorch_mlp.py" --steps $steps)
+{
+  MLP_LABEL=caching "${mlp[@]}"
+  PYTORCH_NO_CUDA_MEMORY_CACHING=1 MLP_LABEL=cudaMalloc "${mlp[@]}"
+  PYTORCH_NO_CUDA_MEMORY_CACHING=1 MLP_LABEL=gpumem-safe "$run" -- "${mlp[@]}"
+  PYTORCH_NO_CUDA_MEMORY_CACHING=1 MLP_LABEL=gpumem-stream "$run" --sync-mode stream -- "${mlp[@]}"
+  PYTORCH_NO_CUDA_MEMORY_CACHING=1 MLP_LABEL=gpumem-safe-logging "$run" --log "$out/mlp-bench-%p.csv" -- "${mlp[@]}"
+} 2>&1 | tee "$out/mlp.txt"
+grep -q "label=gpumem-safe " "$out/mlp.txt"; verdict mlp-under-gpumem $?
+rm -f "$out"/mlp-bench-*.csv  # large; the worked example below keeps a small log
+
+echo "== worked example: log a training step, report it, replay it through three chains"
+PYTORCH_NO_CUDA_MEMORY_CACHING=1 MLP_LABEL=logged "$run" --log "$out/mlp-train.csv" --report -- \
+  python3 "$here/bench/frameworks/pytorch_mlp.py" --batches 256 --steps 3 --warmup 1 2>&1 | tee "$out/example-run.txt"
+"$build/bin/gpumem-report" "$out/mlp-train.csv" --html "$out/mlp-train.html" --png "$out/mlp-train.png" \
+  >"$out/example-report.txt" 2>&1
+verdict report $?
+"$build/bin/gpumem-replay" "$out/mlp-train.csv" --config "$here/config/default.toml" \
+  --config "$here/config/binning.toml" --config "$here/config/limited-pool.toml" >"$out/example-replay.txt" 2>&1
+verdict replay $?
+cat "$out/example-replay.txt"
+gzip -f "$out/mlp-train.csv"
+
+echo "gpu-check-frameworks: $pass passed, $fail failed"
+[ $fail -eq 0 ]
