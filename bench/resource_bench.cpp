@@ -8,7 +8,7 @@
 // stream-ordered pool). items_per_second is the aggregate pair rate over all
 // threads, so 16-thread scaling = its value / the 1-thread value.
 //
-//   resource_bench [--benchmark_filter=pool] [--benchmark_min_time=0.2s]
+//   resource_bench [--benchmark_filter=pool] [--benchmark_min_time=0.2]
 #include <gpumem/async_memory_resource.hpp>
 #include <gpumem/binning_memory_resource.hpp>
 #include <gpumem/cuda_memory_resource.hpp>

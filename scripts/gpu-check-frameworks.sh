@@ -8,7 +8,7 @@
 # Usage: scripts/gpu-check-frameworks.sh [--build DIR] [--out DIR] [--quick]
 set -uo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
-build=${GPUMEM_BUILD:-$here/.carry/build-gpu} out=${OUT:-$PWD/gpu-check-frameworks-out} quick=0
+build=$here/.carry/build-gpu out=${OUT:-$PWD/gpu-check-frameworks-out} quick=0
 while (($#)); do
   case $1 in
     --build) build=$2; shift ;;

@@ -5,12 +5,12 @@
 #
 # Usage: scripts/gpu-check-shim.sh [--build DIR] [--out DIR]
 #   --build DIR  a gpumem build holding lib/libgpumem_shim.so and bin/gpumem-run
-#                (default: $GPUMEM_BUILD, else .carry/build-gpu, else build)
+#                (default: .carry/build-gpu, else build)
 #   --out DIR    where programs and logs go (default: $OUT or ./gpu-check-shim-out)
 # Needs nvcc and a GPU; builds nothing of gpumem itself (carry a build here).
 set -uo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
-build=${GPUMEM_BUILD:-}
+build=
 out=${OUT:-$PWD/gpu-check-shim-out}
 while (($#)); do
   case $1 in

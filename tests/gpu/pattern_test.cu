@@ -95,7 +95,10 @@ unsigned long long exercise(gpumem::device_memory_resource& mr, std::size_t max_
   check(cudaDeviceSynchronize());
   unsigned long long const result = *bad;
   check(cudaFree(bad));
-  for (auto s : streams) check(cudaStreamDestroy(s));
+  for (auto s : streams) {
+    mr.stream_destroyed(gpumem::stream_ref{s});  // the contract: before the stream goes away
+    check(cudaStreamDestroy(s));
+  }
   return result;
 }
 
