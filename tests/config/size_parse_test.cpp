@@ -43,7 +43,8 @@ INSTANTIATE_TEST_SUITE_P(
                       good_case{"1.KiB", 1024}, good_case{"0GiB", 0},
                       good_case{"18446744073709551615", 18'446'744'073'709'551'615ULL},
                       good_case{"17179869183.99999GiB", 18'446'744'073'709'540'878ULL},
-                      good_case{"15.99999999999999999999TiB", 17'592'186'044'415ULL}));
+                      good_case{"15.99999999999999999999TiB", 17'592'186'044'415ULL}),
+    [](auto const& param_info) { return "Case" + std::to_string(param_info.index); });
 
 struct bad_case {
   std::string text;
@@ -77,7 +78,8 @@ INSTANTIATE_TEST_SUITE_P(
         bad_case{"17179869184GiB", R"("17179869184GiB": too large (more than 2^64 - 1 bytes))"},
         bad_case{"18446744.99TB", R"("18446744.99TB": too large (more than 2^64 - 1 bytes))"},
         bad_case{"100.5%", R"("100.5%": percentage above 100%)"},
-        bad_case{"101%", R"("101%": percentage above 100%)"}, bad_case{"-5%", R"("-5%": negative size)"}));
+        bad_case{"101%", R"("101%": percentage above 100%)"}, bad_case{"-5%", R"("-5%": negative size)"}),
+    [](auto const& param_info) { return "Case" + std::to_string(param_info.index); });
 
 TEST(SizeParse, Percentages) {
   EXPECT_EQ(gc::parse_size("50%"), gc::size_value::of_percent(50.0));
