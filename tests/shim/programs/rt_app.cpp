@@ -9,7 +9,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -370,6 +373,25 @@ void leak() {
   APP_CHECK_EQ(cudaMalloc(&p, 4096), cudaSuccess);
 }
 
+// Logs a known number of events, then dies the way argv[2] says (kill, segv,
+// abort) without any chance to flush: the log must still hold every row.
+// 40 allocations, 20 frees, 1 failed allocation = 61 rows.
+[[noreturn]] void die(std::string const& how) {
+  std::vector<void*> ps(40);
+  for (std::size_t i = 0; i < ps.size(); ++i) APP_CHECK_EQ(cudaMalloc(&ps[i], 4096 * (i + 1)), cudaSuccess);
+  for (std::size_t i = 0; i < ps.size(); i += 2) APP_CHECK_EQ(cudaFree(ps[i]), cudaSuccess);
+  void* huge = nullptr;
+  APP_CHECK_EQ(cudaMalloc(&huge, std::size_t{1} << 62U), cudaErrorMemoryAllocation);
+  std::printf("EVENTS 61\n");
+  std::fflush(stdout);
+  if (how == "kill") kill(getpid(), SIGKILL);
+  if (how == "segv") {
+    volatile int* bad = nullptr;
+    *bad = 1;  // a real segmentation fault, not raise(): no handler runs first
+  }
+  std::abort();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -385,6 +407,7 @@ int main(int argc, char** argv) {
   else if (scenario == "leak") leak();
   else if (scenario == "threads") threads();
   else if (scenario == "pools") pools();
+  else if (scenario == "die") die(argc > 2 ? argv[2] : "abort");
   else {
     fprintf(stderr, "unknown scenario %s\n", scenario.c_str());
     return 2;
