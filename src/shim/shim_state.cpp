@@ -12,6 +12,7 @@
 #include <pthread.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
@@ -39,11 +40,27 @@ void on_fork_child() noexcept {
   state().stats.reset();
 }
 
+// An unwritable log path is a configuration error at start — not a log that
+// silently stays empty while the program runs for hours. The file itself is opened
+// at the first event (its name may hold %d, the device); its folder is checked now.
+void check_log_path(config::settings const& st) {
+  if (st.log_file.empty() || st.disabled) return;
+  std::string const path = config::expand_template(st.log_file, 0);
+  auto const slash = path.rfind('/');
+  std::string const dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  if (access(dir.c_str(), W_OK | X_OK) != 0) {
+    throw config::config_error{"gpumem: config error: log_file: cannot write the allocation log '" + path +
+                                   "': folder '" + dir + "': " + std::strerror(errno),
+                               st.on_config_error};
+  }
+}
+
 void load_state(shim_state& s) noexcept {
   try {
     auto const env = config::environment::from_process();
     try {
       s.settings = config::load(env);
+      check_log_path(s.settings);
       s.mode = s.settings.disabled ? shim_mode::disabled : shim_mode::active;
       s.threshold = parse_level(s.settings.log_level);
     } catch (config::config_error const& e) {

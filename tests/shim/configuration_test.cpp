@@ -35,6 +35,19 @@ TEST(ShimConfiguration, BadEnvironmentValueExitsWithTheMessage) {
   EXPECT_EQ(r.output.find("PASS"), std::string::npos) << r.output;
 }
 
+TEST(ShimConfiguration, UnwritableLogPathStopsAtStartNamingThePath) {
+  auto const r = run_served({{"GPUMEM_LOG_FILE", "/nonexistent-gpumem-dir/alloc-%p.csv"}});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("cannot write the allocation log '/nonexistent-gpumem-dir/alloc-"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("No such file or directory"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("PASS"), std::string::npos) << r.output;
+
+  auto const passthrough = run_served(
+      {{"GPUMEM_LOG_FILE", "/nonexistent-gpumem-dir/alloc.csv"}, {"GPUMEM_ON_ERROR", "passthrough"}});
+  EXPECT_NE(passthrough.output.find("cannot write the allocation log"), std::string::npos) << passthrough.output;
+}
+
 TEST(ShimConfiguration, BadFileNamesFileLineAndKey) {
   auto const path = write_config("bad.toml", "[gpumem]\nsync_mode = \"fast\"\n");
   auto const r = run_served({{"GPUMEM_CONFIG", path}});
