@@ -2,10 +2,18 @@
 // coalescing_free_list: the free blocks of one stream in pool_memory_resource.
 //
 // Two indexes over the same blocks: a size-ordered set (size, address) for best
-// fit, and an address-ordered map for coalescing with neighbours. Every
+// fit, and a map keyed by each block's END address for coalescing with
+// neighbours (blocks are disjoint, so that order is also address order). Every
 // operation is O(log n). Blocks coalesce only when they are adjacent AND come
 // from the same slab (a slab is one upstream allocation: memory of two slabs
 // that happen to be adjacent must go back upstream separately).
+//
+// The hot path allocates no host memory and re-keys little: keyed by its end, a
+// block keeps its address-map node when its front is handed out and when a freed
+// block joins it from below (the common split and LIFO-free cases); other
+// changes re-key the existing nodes (extract, change, re-insert), and the nodes
+// freed by an exact fit or a three-way merge are kept (one spare pair) for the
+// next new block.
 //
 // Not thread-safe: the owner (one stream's entry) guards it with its mutex.
 
@@ -29,21 +37,33 @@ class coalescing_free_list {
   /// Inserts `b`, merging it with free neighbours of the same slab. Returns false
   /// (and changes nothing) if `b` overlaps a block already free: a double free.
   bool insert(free_block b) {
-    auto next = by_addr_.lower_bound(b.ptr);
-    if (next != by_addr_.end() && next->first < b.end()) return false;
-    auto prev = next == by_addr_.begin() ? by_addr_.end() : std::prev(next);
-    if (prev != by_addr_.end() && prev->first + prev->second.size > b.ptr) return false;
+    // next: the first block ending after b starts; every block before it ends at
+    // or before b.ptr, so only next can overlap.
+    auto next = by_end_.upper_bound(b.ptr);
+    if (next != by_end_.end() && next->second.ptr < b.end()) return false;
+    auto prev = next == by_end_.begin() ? by_end_.end() : std::prev(next);
 
-    if (prev != by_addr_.end() && prev->second.slab == b.slab && prev->first + prev->second.size == b.ptr) {
-      b.ptr = prev->first;
-      b.size += prev->second.size;
-      erase(prev);
+    bool const join_prev = prev != by_end_.end() && prev->second.slab == b.slab && prev->first == b.ptr;
+    bool const join_next = next != by_end_.end() && next->second.slab == b.slab && next->second.ptr == b.end();
+    if (join_next) {
+      // next keeps its end, so its node stays; it grows downwards over b (and prev).
+      char* const start = join_prev ? prev->second.ptr : b.ptr;
+      if (join_prev) retire(prev);
+      rekey_size({size_of(next), next->second.ptr}, {static_cast<std::size_t>(next->first - start), start});
+      next->second.ptr = start;
+    } else if (join_prev) {
+      // prev's end moves up to b.end(): nothing lies between, so its place stays
+      // (the hint makes the re-insert O(1)).
+      std::size_t const old_size = size_of(prev);
+      auto node = extract_node(by_end_, prev);
+      node.key() = b.end();
+      by_end_.insert(next, std::move(node));
+      rekey_size({old_size, b.ptr - old_size}, {old_size + b.size, b.ptr - old_size});
+    } else {
+      emplace(b);
+      return true;
     }
-    if (next != by_addr_.end() && next->second.slab == b.slab && next->first == b.end()) {
-      b.size += next->second.size;
-      erase(next);
-    }
-    emplace(b);
+    total_ += b.size;
     return true;
   }
 
@@ -52,17 +72,26 @@ class coalescing_free_list {
   std::optional<free_block> take_best_fit(std::size_t size) {
     auto it = by_size_.lower_bound({size, nullptr});
     if (it == by_size_.end()) return std::nullopt;
-    auto const a = by_addr_.find(it->second);
-    free_block const b{a->first, a->second.size, a->second.slab};
-    erase(a);
-    if (b.size > size) emplace({b.ptr + size, b.size - size, b.slab});  // neighbours are not free
-    return free_block{b.ptr, size, b.slab};
+    auto const [block_size, ptr] = *it;
+    auto const a = by_end_.find(ptr + block_size);
+    free_block const b{ptr, size, a->second.slab};
+    total_ -= size;
+    if (block_size == size) {
+      drop(a, it);  // keeps the nodes for the free that will likely follow
+      return b;
+    }
+    // The rest keeps the block's end (and so its address-map node); in by_size_ it moves down.
+    a->second.ptr = ptr + size;
+    auto node = extract_node(by_size_, it);
+    node.value() = {block_size - size, ptr + size};
+    by_size_.insert(std::move(node));
+    return b;
   }
 
   /// Removes exactly the free block starting at `ptr`; false if there is none.
   bool remove(char* ptr) {
-    auto const a = by_addr_.find(ptr);
-    if (a == by_addr_.end()) return false;
+    auto const a = by_end_.upper_bound(ptr);
+    if (a == by_end_.end() || a->second.ptr != ptr) return false;
     erase(a);
     return true;
   }
@@ -70,8 +99,8 @@ class coalescing_free_list {
   /// Moves every block of `other` here (coalescing); `other` ends empty.
   /// Overlapping blocks (a double free across streams) are dropped.
   void merge_from(coalescing_free_list&& other) {
-    if (other.by_addr_.size() > by_addr_.size()) std::swap(*this, other);  // insert the fewer
-    for (auto const& [ptr, rec] : other.by_addr_) insert({ptr, rec.size, rec.slab});
+    if (other.by_end_.size() > by_end_.size()) std::swap(*this, other);  // insert the fewer
+    for (auto const& [end, rec] : other.by_end_) insert({rec.ptr, static_cast<std::size_t>(end - rec.ptr), rec.slab});
     other.clear();
   }
 
@@ -80,10 +109,10 @@ class coalescing_free_list {
     return by_size_.empty() ? 0 : by_size_.rbegin()->first;
   }
   [[nodiscard]] std::size_t total_bytes() const noexcept { return total_; }
-  [[nodiscard]] std::size_t block_count() const noexcept { return by_addr_.size(); }
-  [[nodiscard]] bool empty() const noexcept { return by_addr_.empty(); }
+  [[nodiscard]] std::size_t block_count() const noexcept { return by_end_.size(); }
+  [[nodiscard]] bool empty() const noexcept { return by_end_.empty(); }
   void clear() noexcept {
-    by_addr_.clear();
+    by_end_.clear();
     by_size_.clear();
     total_ = 0;
   }
@@ -91,45 +120,94 @@ class coalescing_free_list {
   /// Calls f(slab base, bytes) for each block (stream_free_lists' region view).
   template <class F>
   void for_each_piece(F&& f) const {
-    for (auto const& [ptr, rec] : by_addr_) f(rec.slab, rec.size);
+    for (auto const& [end, rec] : by_end_) f(rec.slab, static_cast<std::size_t>(end - rec.ptr));
   }
 
   /// Removes every block inside the given regions (anything with .base, .size).
   template <class Regions>
   void remove_regions(Regions const& regions) {
     for (auto const& r : regions) {
-      auto it = by_addr_.lower_bound(r.base);
-      while (it != by_addr_.end() && it->first < r.base + r.size) erase(it++);
+      auto it = by_end_.upper_bound(r.base);  // the first block ending after the region starts
+      while (it != by_end_.end() && it->second.ptr < r.base + r.size) erase(it++);
     }
   }
 
   /// Calls f(free_block) for each block in address order.
   template <class F>
   void for_each(F&& f) const {
-    for (auto const& [ptr, rec] : by_addr_) f(free_block{ptr, rec.size, rec.slab});
+    for (auto const& [end, rec] : by_end_) f(free_block{rec.ptr, static_cast<std::size_t>(end - rec.ptr), rec.slab});
   }
 
  private:
   struct record {
-    std::size_t size;
+    char* ptr;   ///< the block's start
     char* slab;
   };
-  using addr_map = std::map<char*, record>;
+  using end_map = std::map<char*, record>;  ///< block end -> record
+  using size_set = std::set<std::pair<std::size_t, char*>>;
+
+  static std::size_t size_of(end_map::const_iterator a) noexcept {
+    return static_cast<std::size_t>(a->first - a->second.ptr);
+  }
 
   void emplace(free_block b) {
-    by_addr_.emplace(b.ptr, record{b.size, b.slab});
-    by_size_.emplace(b.size, b.ptr);
+    if (spare_end_.empty()) {
+      by_end_.emplace(b.end(), record{b.ptr, b.slab});
+    } else {
+      spare_end_.key() = b.end();
+      spare_end_.mapped() = record{b.ptr, b.slab};
+      by_end_.insert(std::move(spare_end_));  // leaves the spare empty
+    }
+    if (spare_size_.empty()) {
+      by_size_.emplace(b.size, b.ptr);
+    } else {
+      spare_size_.value() = {b.size, b.ptr};
+      by_size_.insert(std::move(spare_size_));
+    }
     total_ += b.size;
   }
-  void erase(addr_map::iterator a) {
-    by_size_.erase({a->second.size, a->first});
-    total_ -= a->second.size;
-    by_addr_.erase(a);
+  void erase(end_map::iterator a) {
+    std::size_t const size = size_of(a);
+    by_size_.erase({size, a->second.ptr});
+    total_ -= size;
+    by_end_.erase(a);
+  }
+  /// Drops the block at `a` from both indexes, its bytes merged into a neighbour
+  /// (so total_ stays).
+  void retire(end_map::iterator a) { drop(a, by_size_.find({size_of(a), a->second.ptr})); }
+  /// Removes one block's two nodes (`s` is its entry in by_size_), keeping them as spares if there are none.
+  void drop(end_map::iterator a, size_set::iterator s) {
+    if (spare_size_.empty()) {
+      spare_size_ = by_size_.extract(s);
+    } else {
+      by_size_.erase(s);
+    }
+    if (spare_end_.empty()) {
+      spare_end_ = by_end_.extract(a);
+    } else {
+      by_end_.erase(a);
+    }
+  }
+  /// Changes a by_size_ entry (both indexes always hold every block, so `from` exists).
+  void rekey_size(std::pair<std::size_t, char*> from, std::pair<std::size_t, char*> to) {
+    auto node = extract_node(by_size_, by_size_.find(from));
+    node.value() = to;
+    by_size_.insert(std::move(node));
+  }
+  /// extract() of an element's iterator never returns an empty handle; telling the
+  /// compiler so costs nothing and spares -Wnull-dereference false positives.
+  template <class Tree>
+  static typename Tree::node_type extract_node(Tree& tree, typename Tree::const_iterator it) {
+    auto node = tree.extract(it);
+    if (node.empty()) __builtin_unreachable();
+    return node;
   }
 
-  addr_map by_addr_;
-  std::set<std::pair<std::size_t, char*>> by_size_;
+  end_map by_end_;
+  size_set by_size_;
   std::size_t total_ = 0;
+  end_map::node_type spare_end_;  ///< empty, or a node a merge freed (reused by emplace)
+  size_set::node_type spare_size_;
 };
 
 }  // namespace gpumem::detail
