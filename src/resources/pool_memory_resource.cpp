@@ -83,8 +83,8 @@ struct pool_memory_resource::impl {
                           " bytes exceeds the pool's maximum size of " + std::to_string(maximum) + " bytes"};
     }
     std::size_t const size = align_up(bytes, allocation_alignment);
-    auto const e = lists.get(s);
-    if (char* p = take(*e, size)) return p;
+    if (char* p = take(lists.borrow(s), size)) return p;  // the hit path: no refcount traffic
+    auto const e = lists.get(s);  // owned from here: growing calls the upstream
     if (lists.gather_into(*e, size, gather_mode::first_fit)) {
       if (char* p = take(*e, size)) return p;
     }
@@ -101,10 +101,10 @@ struct pool_memory_resource::impl {
     auto const offset = reinterpret_cast<std::uintptr_t>(p) - reinterpret_cast<std::uintptr_t>(slab);
     if (size > slab_size - offset) return;  // runs past its slab: a wrong size
     try {
-      auto const e = lists.get(s);
-      std::lock_guard lock{e->mutex};
+      auto& e = lists.borrow(s);  // nothing below re-enters a resource
+      std::lock_guard lock{e.mutex};
       // false: overlaps a free block (a double free); ignored, the pool stays consistent.
-      static_cast<void>(e->list.insert({p, size, slab}));
+      static_cast<void>(e.list.insert({p, size, slab}));
     } catch (...) {
       // Out of host memory for the bookkeeping: the block is lost to the pool (never corrupts it).
     }
