@@ -1,0 +1,84 @@
+// Cost of the CSV allocation log (issue target: at most 100 ns more per
+// allocate+free pair, i.e. per two rows, than running without a log).
+//
+//   format_row     one row formatted into a buffer (no I/O)
+//   write          csv_log_writer::write on a fresh file, 1 and 8 threads: the
+//                  format plus the append (offset reservation, copy, the page
+//                  faults of the MAP_SHARED mapping and the file growth)
+//
+// items_per_second is rows/s over all threads. The file goes to $TMPDIR (or /tmp)
+// and is removed after each run. The shim-level cost (cudaMalloc+cudaFree with
+// and without GPUMEM_LOG_FILE) is measured by log_shim_pair.
+//
+//   log_bench [--benchmark_min_time=0.5s]
+#include <gpumem/csv_log_writer.hpp>
+#include <gpumem/detail/os_thread.hpp>
+
+#include <benchmark/benchmark.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+
+namespace {
+
+std::string log_path() {
+  char const* dir = std::getenv("TMPDIR");
+  return std::string{dir != nullptr && *dir != '\0' ? dir : "/tmp"} + "/gpumem_log_bench.csv";
+}
+
+// A typical row: a 1 MiB allocation on the legacy stream, as the shim logs it.
+gpumem::log_row sample_row(std::uint64_t i) {
+  auto const now = gpumem::detail::realtime_ns();
+  return gpumem::log_row{.thread_id = gpumem::detail::os_thread_id(),
+                         .time_ns = now,
+                         .utc_offset_s = gpumem::detail::local_utc_offset(now),
+                         .action = (i & 1) != 0 ? gpumem::log_action::free : gpumem::log_action::allocate,
+                         .pointer = reinterpret_cast<void const*>(std::uintptr_t{0x7f3a40000000} + (i % 4096) * 256),
+                         .size = 1 << 20,
+                         .stream = 0x1,
+                         .device = 0,
+                         .entry = "cudaMalloc",
+                         .duration_ns = 412 + i % 100,
+                         .result = nullptr};
+}
+
+void format_row(benchmark::State& state) {
+  char buf[gpumem::max_row_bytes];
+  auto row = sample_row(0);
+  std::uint64_t i = 0;
+  for (auto _ : state) {
+    row.time_ns += 997;  // a new fraction every row, the same second most rows
+    row.duration_ns = 400 + (++i & 63);
+    benchmark::DoNotOptimize(gpumem::format_row(buf, row));
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(format_row);
+
+std::unique_ptr<gpumem::csv_log_writer> shared_writer;
+
+void write(benchmark::State& state) {
+  if (state.thread_index() == 0) shared_writer = std::make_unique<gpumem::csv_log_writer>(log_path());
+  auto row = sample_row(static_cast<std::uint64_t>(state.thread_index()));
+  std::uint64_t i = 0;
+  for (auto _ : state) {
+    row.time_ns += 997;
+    row.duration_ns = 400 + (++i & 63);
+    shared_writer->write(row);
+  }
+  state.SetItemsProcessed(state.iterations());
+  if (state.thread_index() == 0) {
+    state.counters["MB"] = static_cast<double>(shared_writer->bytes_written()) / 1e6;
+    state.counters["dropped"] = static_cast<double>(shared_writer->dropped_rows());
+    shared_writer.reset();
+    std::remove(log_path().c_str());
+  }
+}
+BENCHMARK(write)->Threads(1)->Threads(8)->UseRealTime();
+
+}  // namespace
+
+BENCHMARK_MAIN();
