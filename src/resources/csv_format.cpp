@@ -3,6 +3,7 @@
 
 #include <gpumem/csv_log_writer.hpp>
 
+#include <array>
 #include <cstring>
 
 namespace gpumem {
@@ -13,6 +14,15 @@ constexpr std::size_t max_text = 64;  // entry / result columns are cut here
 char* put_text(char* o, std::string_view s) noexcept {
   std::memcpy(o, s.data(), s.size());
   return o + s.size();
+}
+
+// Copies a memoized number's digits: all `N` bytes of its buffer (a fixed-size
+// copy is a couple of moves, a variable one a call), of which `len` count. The
+// bytes past `len` land inside the row's max_row_bytes and are overwritten.
+template <std::size_t N>
+char* put_memo(char* o, char const (&text)[N], std::size_t len) noexcept {
+  std::memcpy(o, text, N);
+  return o + len;
 }
 
 // "00" .. "99": two digits per division halves the dependent divide chain.
@@ -87,13 +97,29 @@ char* put_i64(char* o, std::int64_t v) noexcept {
   return put_u64(o, static_cast<std::uint64_t>(v));
 }
 
+// "00" .. "ff": two hex digits per step.
+constexpr auto hex_pairs = [] {
+  std::array<char, 512> t{};
+  for (std::size_t i = 0; i < 256; ++i) {
+    t[2 * i] = "0123456789abcdef"[i >> 4];
+    t[2 * i + 1] = "0123456789abcdef"[i & 0xf];
+  }
+  return t;
+}();
+
 char* put_hex(char* o, std::uint64_t v) noexcept {
   int const digits = v == 0 ? 1 : (64 - __builtin_clzll(v) + 3) / 4;
   *o++ = '0';
   *o++ = 'x';
-  for (int i = digits - 1; i >= 0; --i) {
-    o[i] = "0123456789abcdef"[v & 0xf];
-    v >>= 4;
+  char* w = o + digits;
+  for (; v >= 0x100; v >>= 8) {
+    w -= 2;
+    std::memcpy(w, &hex_pairs[(v & 0xff) * 2], 2);
+  }
+  if (v >= 0x10) {
+    std::memcpy(w - 2, &hex_pairs[v * 2], 2);
+  } else {
+    w[-1] = hex_pairs[v * 2 + 1];
   }
   return o + digits;
 }
@@ -111,45 +137,66 @@ char* put_fixed(char* o, std::uint32_t v, int digits) noexcept {
   return o + digits;
 }
 
-// Copies a name, keeping the row parseable: separators, quotes and control
-// characters become '_'.
+// A name's characters as written: separators, quotes and control characters
+// become '_' (the row stays parseable); NUL ends the name.
+constexpr auto name_chars = [] {
+  std::array<char, 256> t{};
+  for (std::size_t c = 1; c < 256; ++c) {
+    t[c] = (c < 0x20 || c == ',' || c == '"' || c == 0x7f) ? '_' : static_cast<char>(c);
+  }
+  return t;
+}();
+
 char* put_name(char* o, const char* s) noexcept {
-  for (std::size_t i = 0; i < max_text && s[i] != '\0'; ++i) {
-    auto const c = static_cast<unsigned char>(s[i]);
-    *o++ = (c < 0x20 || c == ',' || c == '"' || c == 0x7f) ? '_' : static_cast<char>(c);
+  for (std::size_t i = 0; i < max_text; ++i) {
+    char const c = name_chars[static_cast<unsigned char>(s[i])];
+    if (c == '\0') break;
+    *o++ = c;
   }
   return o;
 }
 
-// HH:MM:SS of a local second-of-epoch, memoized per thread: consecutive rows
-// almost always fall in the same second.
-char* put_hms(char* o, std::int64_t local_sec) noexcept {
-  struct memo {
-    std::int64_t sec = INT64_MIN;
-    char text[8]{};
-  };
-  static thread_local memo m;
-  if (m.sec != local_sec) {
-    std::int64_t sod = local_sec % 86400;
+// Text that changes at most once a second (or never) for a thread's rows,
+// memoized per thread: consecutive rows almost always fall in the same second.
+struct row_memo {
+  std::uint64_t thread_id = 0;
+  std::uint8_t thread_len = 0;
+  char thread_text[24]{};
+  std::int64_t sec = INT64_MIN;  // UTC second of epoch the texts below are for
+  std::int32_t utc_offset = 0;
+  std::uint8_t epoch_len = 0;
+  char hms[8]{};         // local HH:MM:SS
+  char epoch_text[24]{};  // sec in decimal (sec >= 1 only)
+};
+
+row_memo& memo_for(std::uint64_t thread_id, std::int64_t sec, std::int32_t utc_offset) noexcept {
+  static thread_local row_memo m;
+  if (m.thread_len == 0 || m.thread_id != thread_id) {
+    m.thread_len = static_cast<std::uint8_t>(put_u64(m.thread_text, thread_id) - m.thread_text);
+    m.thread_id = thread_id;
+  }
+  if (m.sec != sec || m.utc_offset != utc_offset) {
+    std::int64_t sod = (sec + utc_offset) % 86400;
     if (sod < 0) sod += 86400;
-    char* t = m.text;
+    char* t = m.hms;
     t = put_fixed(t, static_cast<std::uint32_t>(sod / 3600), 2);
     *t++ = ':';
     t = put_fixed(t, static_cast<std::uint32_t>(sod / 60 % 60), 2);
     *t++ = ':';
     put_fixed(t, static_cast<std::uint32_t>(sod % 60), 2);
-    m.sec = local_sec;
+    m.epoch_len = 0;
+    if (sec > 0) {
+      m.epoch_len = static_cast<std::uint8_t>(put_u64(m.epoch_text, static_cast<std::uint64_t>(sec)) - m.epoch_text);
+    }
+    m.sec = sec;
+    m.utc_offset = utc_offset;
   }
-  return put_text(o, {m.text, 8});
+  return m;
 }
 
 }  // namespace
 
 std::size_t format_row(char* out, log_row const& row) noexcept {
-  char* o = out;
-  o = put_u64(o, row.thread_id);
-  *o++ = ',';
-
   // Split before adding the (whole-second) local offset: no overflow at the extremes.
   std::int64_t sec = row.time_ns / 1'000'000'000;
   std::int64_t frac = row.time_ns % 1'000'000'000;
@@ -157,9 +204,17 @@ std::size_t format_row(char* out, log_row const& row) noexcept {
     frac += 1'000'000'000;
     --sec;
   }
-  o = put_hms(o, sec + row.utc_offset_s);
+  auto const& m = memo_for(row.thread_id, sec, row.utc_offset_s);
+  // The nanosecond fraction once: Time shows its first 6 digits, TimeNs all 9.
+  char frac_text[9];
+  put_fixed(frac_text, static_cast<std::uint32_t>(frac), 9);
+
+  char* o = out;
+  o = put_memo(o, m.thread_text, m.thread_len);
+  *o++ = ',';
+  o = put_text(o, {m.hms, 8});
   *o++ = '.';
-  o = put_fixed(o, static_cast<std::uint32_t>(frac / 1000), 6);
+  o = put_text(o, {frac_text, 6});
   *o++ = ',';
 
   switch (row.action) {
@@ -183,16 +238,12 @@ std::size_t format_row(char* out, log_row const& row) noexcept {
     o = put_text(o, row.action == log_action::free ? "free" : "allocate");
   }
   *o++ = ',';
-  // TimeNs as seconds and a 9-digit fraction: two short divide chains instead of
-  // one of 19 digits. The local offset is whole seconds, so the fraction is the
-  // one computed for the Time column.
-  if (row.time_ns >= 0) {
-    o = put_u64(o, static_cast<std::uint64_t>(row.time_ns / 1'000'000'000));
-    if (row.time_ns >= 1'000'000'000) {
-      o = put_fixed(o, static_cast<std::uint32_t>(frac), 9);
-    } else {  // below one second: no leading zeros
-      o = put_u64(o - 1, static_cast<std::uint64_t>(frac));
-    }
+  // TimeNs: the memoized seconds digits and the 9-digit fraction.
+  if (row.time_ns >= 1'000'000'000) {
+    o = put_memo(o, m.epoch_text, m.epoch_len);
+    o = put_text(o, {frac_text, 9});
+  } else if (row.time_ns >= 0) {  // below one second: no leading zeros
+    o = put_u64(o, static_cast<std::uint64_t>(frac));
   } else {
     o = put_i64(o, row.time_ns);
   }

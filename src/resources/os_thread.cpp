@@ -10,32 +10,26 @@
 namespace gpumem::detail {
 namespace {
 
-// Bumped in every forked child, so thread-local caches taken in the parent are
-// recognised as stale (the child's thread has a new id).
-std::atomic<std::uint32_t> fork_generation{1};
+// 0: not read yet. Read on every logged row, so the hit path is one TLS load.
+thread_local std::uint64_t tl_thread_id = 0;
 
-void on_fork_child() noexcept { fork_generation.fetch_add(1, std::memory_order_relaxed); }
+// A forked child runs only the thread that forked: forgetting that thread's id is
+// enough to make every id the child reports its own.
+void on_fork_child() noexcept { tl_thread_id = 0; }
 
-std::uint32_t current_generation() noexcept {
+std::uint64_t read_thread_id() noexcept {
+  // Registered before any id is cached, so no cached id can outlive a fork.
   static std::once_flag once;
   std::call_once(once, [] { pthread_atfork(nullptr, nullptr, &on_fork_child); });
-  return fork_generation.load(std::memory_order_relaxed);
+  tl_thread_id = static_cast<std::uint64_t>(::syscall(SYS_gettid));
+  return tl_thread_id;
 }
 
 }  // namespace
 
 std::uint64_t os_thread_id() noexcept {
-  struct cache {
-    std::uint32_t generation = 0;
-    std::uint64_t tid = 0;
-  };
-  static thread_local cache c;
-  auto const g = current_generation();
-  if (c.generation != g) {
-    c.tid = static_cast<std::uint64_t>(::syscall(SYS_gettid));
-    c.generation = g;
-  }
-  return c.tid;
+  if (std::uint64_t const id = tl_thread_id; id != 0) [[likely]] return id;
+  return read_thread_id();
 }
 
 std::int32_t local_utc_offset(std::int64_t time_ns) noexcept {

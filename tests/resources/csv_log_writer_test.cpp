@@ -83,6 +83,34 @@ TEST(FormatRow, LocalOffsetWrapsAroundMidnight) {
   EXPECT_EQ(split_csv_field(format(row), 1), "00:00:00.000000");
 }
 
+// format_row memoizes per thread the text of the thread id and of the second
+// (Time's HH:MM:SS, TimeNs's seconds): rows that alternate them must not mix.
+TEST(FormatRow, InterleavedThreadsSecondsAndOffsetsKeepTheirOwnText) {
+  auto const a = example_row();
+  auto b = example_row();
+  b.thread_id = 7;
+  b.time_ns += 1'000'000'000 + 1000;  // the next second
+  b.utc_offset_s = 3600;
+  auto c = a;
+  c.utc_offset_s = -3600;  // same second as a, another offset
+  std::string const line_a =
+      "140245,14:02:07.123456,allocate,0x7f3a40000000,1048576,0x1,0,cudaMalloc,1763733727123456789,412,"
+      "CUDA_SUCCESS\n";
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(format(a), line_a);
+    EXPECT_EQ(format(b),
+              "7,15:02:08.123457,allocate,0x7f3a40000000,1048576,0x1,0,cudaMalloc,1763733728123457789,412,"
+              "CUDA_SUCCESS\n");
+    EXPECT_EQ(split_csv_field(format(c), 1), "13:02:07.123456");
+  }
+  auto early = a;
+  early.time_ns = 999'999'999;  // below one second: TimeNs has no leading zeros
+  EXPECT_EQ(split_csv_field(format(early), 8), "999999999");
+  early.time_ns = 1'000'000'007;  // one second: zero-padded fraction
+  EXPECT_EQ(split_csv_field(format(early), 8), "1000000007");
+  EXPECT_EQ(format(a), line_a);
+}
+
 TEST(FormatRow, NamesAreSanitizedAndCut) {
   auto row = example_row();
   row.entry = "evil,entry\n\"x\"";

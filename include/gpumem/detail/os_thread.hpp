@@ -7,8 +7,9 @@
 
 namespace gpumem::detail {
 
-/// The OS thread id (gettid), cached per thread. Correct in a forked child: the
-/// cache is keyed by a fork generation bumped by a pthread_atfork child handler.
+/// The OS thread id (gettid), cached per thread (one TLS load per call). Correct
+/// in a forked child: a pthread_atfork child handler clears the forking thread's
+/// cache, the only thread the child has.
 [[nodiscard]] std::uint64_t os_thread_id() noexcept;
 
 /// CLOCK_REALTIME in nanoseconds since the epoch (vDSO, no syscall).
