@@ -17,6 +17,14 @@
 // on the write offset and the row memcpy'd in; only when the reserved space runs
 // out does one writer extend the file (others wait just then).
 //
+// Page faults: the first store to each 4 KiB page of a shared file mapping is a
+// page fault (~1-2 us, i.e. tens of ns per row). A helper thread ("gpumem-log",
+// all signals blocked) keeps the file grown and its pages populated for writing
+// (MADV_POPULATE_WRITE) a few MiB ahead of the write offset, woken by the writer
+// whose row crosses a 128 KiB boundary, so writers normally neither fault nor
+// grow the file. Without the helper (kernel before 5.14, no thread could be
+// started, or in a forked child) writers fault the pages in themselves.
+//
 // READERS MUST IGNORE NUL BYTES. After a crash the file ends in NULs past the
 // last row (space reserved ahead), and a row whose writer died mid-copy leaves a
 // NUL hole or an incomplete line; skip lines that contain NUL or do not have 11
@@ -30,6 +38,8 @@
 // Thread safety: write() and flush() from any number of threads. close() (and the
 // destructor) must not race with write() on other threads; write() after close()
 // drops the row.
+
+#include <pthread.h>
 
 #include <atomic>
 #include <cstddef>
@@ -104,9 +114,16 @@ class csv_log_writer {
   void copy_out(std::uint64_t offset, char const* data, std::size_t len) noexcept;
   void truncate_and_unmap(bool unmap) noexcept;
   static void truncate_all_at_exit() noexcept;  // atexit hook over the live writers
+  void start_prefault() noexcept;
+  void stop_prefault() noexcept;
+  void prefault_loop() noexcept;
+  /// Populates file bytes [from, to) for writing; false when the helper must stop.
+  bool populate(std::uint64_t from, std::uint64_t to) noexcept;
 
   static constexpr std::size_t window_bytes = std::size_t{256} << 20;  // 256 MiB of address space
   static constexpr std::size_t max_windows = 4096;                      // 1 TiB of log
+  static constexpr std::uint64_t prefault_ahead = std::uint64_t{4} << 20;  // populated past the write offset
+  static constexpr unsigned prefault_grain_shift = 17;                       // writers wake the helper every 128 KiB
 
   std::string path_;
   int fd_{-1};
@@ -119,6 +136,11 @@ class csv_log_writer {
   std::uint64_t final_dropped_{};
   csv_log_writer* next_live_{};   ///< registry for the atexit truncation
   csv_log_writer* prev_live_{};
+  pthread_t prefault_thread_{};
+  bool prefault_started_{false};       ///< by this process (owner_pid_); a forked child has no helper
+  std::atomic<bool> prefault_on_{false};  ///< writers wake the helper
+  std::atomic<bool> prefault_stop_{false};
+  std::atomic<std::uint32_t> prefault_wake_{0};  ///< bumped (and notified) to wake the helper
 };
 
 }  // namespace gpumem

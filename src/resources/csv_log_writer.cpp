@@ -11,6 +11,7 @@
 
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -37,6 +38,11 @@ namespace {
 constexpr std::uint64_t closed_bit = std::uint64_t{1} << 63;
 constexpr std::uint64_t min_chunk = std::uint64_t{1} << 20;   // first growth: 1 MiB
 constexpr std::uint64_t max_chunk = std::uint64_t{64} << 20;  // then by the file's size, up to 64 MiB
+constexpr std::uint64_t page_bytes = 4096;  // populate granularity (larger pages are multiples)
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23  // Linux 5.14; older kernels answer EINVAL and the helper stops
+#endif
 
 [[noreturn]] void throw_open_error(std::string const& path, const char* what, int err) {
   throw logic_error{"gpumem: cannot " + std::string{what} + " log file '" + path + "': " + std::strerror(err)};
@@ -87,6 +93,7 @@ csv_log_writer::csv_log_writer(std::string path) : path_{std::move(path)}, owner
     throw_open_error(path_, "extend", err);
   }
   append(csv_log_header.data(), csv_log_header.size());
+  start_prefault();
 
   pthread_once(&atexit_once, [] { std::atexit(&csv_log_writer::truncate_all_at_exit); });
   pthread_mutex_lock(&registry_mutex);
@@ -109,7 +116,8 @@ void csv_log_writer::truncate_all_at_exit() noexcept {
   pthread_mutex_lock(&registry_mutex);
   for (auto* w = registry_head; w != nullptr; w = w->next_live_) {
     // Keep the mappings: a thread still running at exit may be mid-copy.
-    w->truncate_and_unmap(false);
+    w->prefault_on_.store(false, std::memory_order_relaxed);
+    w->truncate_and_unmap(false);  // the helper sees the closed log and ends
   }
   pthread_mutex_unlock(&registry_mutex);
 }
@@ -139,6 +147,88 @@ void csv_log_writer::append(char const* data, std::size_t len) noexcept {
     return;
   }
   copy_out(off, data, len);
+  // Crossed a grain boundary: the helper populates the next pages before we get there.
+  if (((off ^ end) >> prefault_grain_shift) != 0 && prefault_on_.load(std::memory_order_relaxed)) {
+    prefault_wake_.fetch_add(1, std::memory_order_release);
+    prefault_wake_.notify_one();
+  }
+}
+
+void csv_log_writer::start_prefault() noexcept {
+  // All signals blocked in the helper: the program's handlers never run on it.
+  sigset_t all;
+  sigset_t old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  prefault_on_.store(true, std::memory_order_relaxed);
+  int const r = pthread_create(
+      &prefault_thread_, nullptr,
+      [](void* self) -> void* {
+        static_cast<csv_log_writer*>(self)->prefault_loop();
+        return nullptr;
+      },
+      this);
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  prefault_started_ = r == 0;
+  if (r != 0) {
+    prefault_on_.store(false, std::memory_order_relaxed);  // writers fault pages in themselves
+    return;
+  }
+  pthread_setname_np(prefault_thread_, "gpumem-log");
+}
+
+void csv_log_writer::stop_prefault() noexcept {
+  prefault_on_.store(false, std::memory_order_relaxed);
+  if (!prefault_started_) return;
+  prefault_started_ = false;
+  // In a forked child the thread does not exist (joining would wait forever).
+  if (::getpid() != owner_pid_) return;
+  prefault_stop_.store(true, std::memory_order_relaxed);
+  prefault_wake_.fetch_add(1, std::memory_order_release);
+  prefault_wake_.notify_all();
+  pthread_join(prefault_thread_, nullptr);
+}
+
+void csv_log_writer::prefault_loop() noexcept {
+  std::uint64_t done = 0;  // [0, done) populated in this process
+  while (!prefault_stop_.load(std::memory_order_relaxed)) {
+    auto const seen = prefault_wake_.load(std::memory_order_acquire);
+    auto const tail = shared_->tail.load(std::memory_order_relaxed);
+    if ((tail & closed_bit) != 0) break;
+    auto const want = tail + prefault_ahead;
+    if (want > done) {
+      // Grow the file ahead too (under the growth lock, as writers would).
+      if (want > shared_->capacity.load(std::memory_order_acquire) && !ensure_mapped(want)) {
+        break;  // disk full: writers count their dropped rows
+      }
+      auto const from = std::max(done, tail / page_bytes * page_bytes);
+      auto const to = std::min(want, shared_->capacity.load(std::memory_order_acquire)) / page_bytes * page_bytes;
+      if (from < to) {
+        if (!populate(from, to)) break;
+        done = to;
+      }
+    }
+    prefault_wake_.wait(seen, std::memory_order_acquire);
+  }
+  prefault_on_.store(false, std::memory_order_relaxed);
+}
+
+bool csv_log_writer::populate(std::uint64_t from, std::uint64_t to) noexcept {
+  while (from < to) {
+    auto const k = from / window_bytes;
+    auto const in = from % window_bytes;
+    auto const n = std::min<std::uint64_t>(to - from, window_bytes - in);
+    char* w = windows_[k].load(std::memory_order_acquire);
+    if (w == nullptr) {  // the file was grown by another process (a forked child): map it here
+      if (!ensure_mapped(from + n)) return false;
+      w = windows_[k].load(std::memory_order_acquire);
+    }
+    // Write-faults the pages in without storing to them: rows already copied
+    // there are kept. EFAULT: the file was truncated under us (closed).
+    if (::madvise(w + in, n, MADV_POPULATE_WRITE) != 0 && errno != EINTR && errno != EAGAIN) return false;
+    from += n;
+  }
+  return true;
 }
 
 void csv_log_writer::copy_out(std::uint64_t offset, char const* data, std::size_t len) noexcept {
@@ -206,7 +296,10 @@ void csv_log_writer::flush() noexcept {
   }
 }
 
-void csv_log_writer::close() noexcept { truncate_and_unmap(true); }
+void csv_log_writer::close() noexcept {
+  stop_prefault();  // before the windows it populates go away
+  truncate_and_unmap(true);
+}
 
 void csv_log_writer::truncate_and_unmap(bool unmap) noexcept {
   if (shared_ == nullptr) return;

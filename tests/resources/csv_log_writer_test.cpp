@@ -13,9 +13,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <csignal>
 #include <cstdint>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -205,6 +208,34 @@ TEST(CsvLogWriter, ConcurrentWritersLoseNothingAcrossGrowth) {
     ++next[t];
   }
   for (auto n : next) EXPECT_EQ(n, static_cast<std::size_t>(per_thread));
+}
+
+// Threads of this process named `name` (/proc/self/task/*/comm).
+int threads_named(std::string const& name) {
+  int n = 0;
+  for (auto const& e : std::filesystem::directory_iterator{"/proc/self/task"}) {
+    std::ifstream comm{e.path() / "comm"};
+    std::string s;
+    if (std::getline(comm, s) && s == name) ++n;
+  }
+  return n;
+}
+
+TEST(CsvLogWriter, PrefaultHelperRunsWhileOpenAndIsJoinedAtClose) {
+  test::temp_file tmp;
+  int const before = threads_named("gpumem-log");
+  csv_log_writer w{tmp.path()};
+  EXPECT_EQ(threads_named("gpumem-log"), before + 1);
+  for (int i = 0; i < 5000; ++i) w.write(example_row());  // crosses several wake-up boundaries
+  w.close();
+  // Joined: the kernel may list the finished task a moment longer.
+  for (int i = 0; i < 100 && threads_named("gpumem-log") != before; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds{10});
+  }
+  EXPECT_EQ(threads_named("gpumem-log"), before);
+  auto const log = test::read_csv_log(tmp.path());
+  EXPECT_EQ(log.nul_bytes, 0u);
+  EXPECT_EQ(log.rows.size(), 5000u);
 }
 
 TEST(CsvLogWriter, UnwritablePathThrowsLogicErrorNamingPathAndReason) {
