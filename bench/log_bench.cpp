@@ -5,6 +5,9 @@
 //   write          csv_log_writer::write on a fresh file, 1 and 8 threads: the
 //                  format plus the append (offset reservation, copy, the page
 //                  faults of the MAP_SHARED mapping and the file growth)
+//   clock          one CLOCK_REALTIME read (the shim takes two per row: start, end)
+//   event_row      what the shim pays per row: two clock reads, the thread id,
+//                  the local offset, then write()
 //
 // items_per_second is rows/s over all threads. The file goes to $TMPDIR (or /tmp)
 // and is removed after each run. The shim-level cost (cudaMalloc+cudaFree with
@@ -78,6 +81,32 @@ void write(benchmark::State& state) {
   }
 }
 BENCHMARK(write)->Threads(1)->Threads(8)->UseRealTime();
+
+void clock(benchmark::State& state) {
+  for (auto _ : state) benchmark::DoNotOptimize(gpumem::detail::realtime_ns());
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(clock);
+
+void event_row(benchmark::State& state) {
+  if (state.thread_index() == 0) shared_writer = std::make_unique<gpumem::csv_log_writer>(log_path());
+  auto row = sample_row(static_cast<std::uint64_t>(state.thread_index()));
+  for (auto _ : state) {
+    auto const start = gpumem::detail::realtime_ns();
+    auto const end = gpumem::detail::realtime_ns();
+    row.thread_id = gpumem::detail::os_thread_id();
+    row.time_ns = start;
+    row.utc_offset_s = gpumem::detail::local_utc_offset(start);
+    row.duration_ns = static_cast<std::uint64_t>(end - start);
+    shared_writer->write(row);
+  }
+  state.SetItemsProcessed(state.iterations());
+  if (state.thread_index() == 0) {
+    shared_writer.reset();
+    std::remove(log_path().c_str());
+  }
+}
+BENCHMARK(event_row)->Threads(1)->Threads(8)->UseRealTime();
 
 }  // namespace
 
