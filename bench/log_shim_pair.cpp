@@ -2,7 +2,7 @@
 // log: run it under the shim with and without GPUMEM_LOG_FILE and compare the
 // pair times (issue target: the log adds at most 100 ns per pair).
 //
-//   LD_PRELOAD=<build>/lib/libgpumem_shim.so LD_LIBRARY_PATH=<build>/simdevice \
+//   LD_PRELOAD=<build>/lib/libgpumem_shim.so LD_LIBRARY_PATH=<build>/simdevice
 //     [GPUMEM_LOG_FILE=/tmp/pair.csv] bin/log_shim_pair
 //
 // Linked against libcudart.so.13 (the simulated device's on this machine, the
