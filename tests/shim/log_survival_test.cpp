@@ -3,43 +3,29 @@
 // under the shim logs 61 known events (40 allocations, 20 frees, 1 failure) and
 // dies; the test reads the log back and counts complete rows.
 #include "shim_process.hpp"
+#include "support/csv_log_reader.hpp"
 
 #include <gtest/gtest.h>
 
 #include <csignal>
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 #include <string>
-#include <vector>
 
 namespace gpumem::test {
 namespace {
 
+// Complete rows by action; read_csv_log skips the NUL padding a crash may leave
+// after the last row (csv_log_writer.hpp) and counts incomplete lines as bad.
 struct log_counts {
-  int header = 0, allocate = 0, free = 0, failure = 0, partial = 0;
+  int allocate = 0, free = 0, failure = 0;
 };
 
-// Rows end in '\n'; a crash may leave NUL padding after the last row (documented in
-// csv_log_writer.hpp) — anything after the last newline must be NULs only.
-log_counts count_rows(std::string const& path) {
-  std::ifstream in{path, std::ios::binary};
-  std::stringstream ss;
-  ss << in.rdbuf();
-  std::string text = ss.str();
+log_counts count_actions(csv_log_contents const& log) {
   log_counts c;
-  auto const last_nl = text.rfind('\n');
-  std::string const tail = last_nl == std::string::npos ? text : text.substr(last_nl + 1);
-  if (tail.find_first_not_of('\0') != std::string::npos) ++c.partial;
-  text.resize(last_nl == std::string::npos ? 0 : last_nl + 1);
-  std::istringstream lines{text};
-  std::string line;
-  while (std::getline(lines, line)) {
-    if (line.rfind("Thread,Time,Action,Pointer,Size,Stream", 0) == 0) ++c.header;
-    else if (line.find(",allocate failure,") != std::string::npos) ++c.failure;
-    else if (line.find(",allocate,") != std::string::npos) ++c.allocate;
-    else if (line.find(",free,") != std::string::npos) ++c.free;
-    else ++c.partial;
+  for (auto const& row : log.rows) {
+    if (row[2] == "allocate") ++c.allocate;
+    else if (row[2] == "free") ++c.free;
+    else if (row[2] == "allocate failure") ++c.failure;
   }
   return c;
 }
@@ -54,12 +40,14 @@ TEST_P(LogSurvival, EveryCompletedEventIsInTheLog) {
                              {{"LD_PRELOAD", shim_path()}, {"GPUMEM_LOG_FILE", log}});
   ASSERT_NE(r.output.find("EVENTS 61"), std::string::npos) << r.output;
   EXPECT_EQ(r.exit_code, 128 + signal) << r.output;
-  auto const c = count_rows(log);
-  EXPECT_EQ(c.header, 1);
+  auto const contents = read_csv_log(log);
+  EXPECT_EQ(contents.header.rfind("Thread,Time,Action,Pointer,Size,Stream,", 0), 0U) << contents.header;
+  EXPECT_EQ(contents.bad_lines, 0U);
+  EXPECT_EQ(contents.rows.size(), 61U);
+  auto const c = count_actions(contents);
   EXPECT_EQ(c.allocate, 40);
   EXPECT_EQ(c.free, 20);
   EXPECT_EQ(c.failure, 1);
-  EXPECT_EQ(c.partial, 0);
   std::remove(log.c_str());
 }
 
