@@ -54,12 +54,10 @@ void deferred_free_resource_adaptor::do_deallocate(void* p, std::size_t bytes, s
     std::lock_guard lock{s.mtx};
     s.blocks.push_back(pending_block{p, bytes, stream});
   } catch (...) {
-    // No host memory for the list: keep the promise the slow way, if allowed.
-    if (!capture_active() && synchronize_device()) {
-      upstream_->deallocate(p, bytes, stream);
-      return;
-    }
-    upstream_->deallocate(p, bytes, stream);  // capture active: stream order is all we can give
+    // No host memory for the list: keep the promise the slow way (one sync) unless a
+    // capture forbids it; then stream order is all we can give.
+    if (!capture_active()) (void)synchronize_device();
+    upstream_->deallocate(p, bytes, stream);
     return;
   }
   if (pending_bytes_.fetch_add(bytes, std::memory_order_relaxed) + bytes > threshold_) flush();
