@@ -130,10 +130,14 @@ struct fixed_size_memory_resource::impl {
       if (char* p = take(*e)) return p;
     }
     std::lock_guard growth{growth_mutex};
-    if (char* p = take(*e)) return p;  // another thread on this stream grew meanwhile
-    // A whole chunk, else a single block, else whatever other streams hold.
-    if (add_chunk(*e, blocks_per_chunk, s) || (blocks_per_chunk > 1 && add_chunk(*e, 1, s))) {
-      if (char* p = take(*e)) return p;
+    // A whole chunk, else a single block, else whatever other streams hold. Threads
+    // on the same stream take from this list without the growth lock, so they may
+    // empty a chunk before this thread gets a block from it: grow again until this
+    // thread has one or the upstream refuses — never report out of memory while the
+    // upstream still gives.
+    for (;;) {
+      if (char* p = take(*e)) return p;  // another thread on this stream grew meanwhile
+      if (!add_chunk(*e, blocks_per_chunk, s) && !(blocks_per_chunk > 1 && add_chunk(*e, 1, s))) break;
     }
     if (lists.gather_into(*e, block_size, gather_mode::everything)) {
       if (char* p = take(*e)) return p;
