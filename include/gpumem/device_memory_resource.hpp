@@ -39,6 +39,9 @@ struct resource_info {
   std::size_t used_bytes{};          ///< handed out to callers and not yet deallocated
   std::size_t free_bytes{};          ///< reserved but not used (cached), reusable
   std::size_t largest_free_block{};  ///< biggest single request the cache can serve now
+  /// Freed with synchronous semantics and not reusable until the next reclamation
+  /// barrier (call_context::synchronous); counted in free_bytes too.
+  std::size_t pending_bytes{};
   /// (free - largest free) / free, in [0, 1]: TensorFlow BFC's fragmentation measure.
   [[nodiscard]] double fragmentation() const noexcept {
     return free_bytes == 0 ? 0.0

@@ -5,8 +5,8 @@
 #include "shim_state.hpp"
 
 #include <gpumem/config.hpp>
-#include <gpumem/deferred_free_resource_adaptor.hpp>
 #include <gpumem/statistics_resource_adaptor.hpp>
+#include <gpumem/stream_tracker.hpp>
 
 #include <fmt/format.h>
 #include <unistd.h>
@@ -41,15 +41,16 @@ std::string build_report() {
                        bytes(u(dev.bytes().peak)), bytes(u(live.bytes().current)), bytes(info.reserved_bytes));
     out += fmt::format("  pool: cached free {}  largest free block {}  fragmentation {:.2f}\n",
                        bytes(info.free_bytes), bytes(info.largest_free_block), info.fragmentation());
-    if (auto* d = c.chain->deferred()) {
-      out += fmt::format("  safe mode: {} device syncs, {} waiting for one\n", d->flush_count(),
-                         bytes(d->pending_bytes()));
+    if (st.settings.sync == config::sync_mode::safe) {
+      out += fmt::format("  safe mode: {} reclamation barriers (GPU-side, no host wait), {} waiting for one\n",
+                         stream_tracker::of(c.device).barrier_count(), bytes(info.pending_bytes));
     }
   });
   if (!any_chain) out += "no device chain was built (no allocation reached gpumem)\n";
   out += fmt::format("pass-through: {} allocations ({} captured), {} frees; double frees refused: {}; IPC refused: {}\n",
                      st.stats.passthrough_allocations.get(), st.stats.captured_passthroughs.get(),
                      st.stats.passthrough_frees.get(), st.stats.double_frees.get(), st.stats.ipc_refused.get());
+  out += fmt::format("device synchronizations made by gpumem: {}\n", st.stats.device_syncs.get());
 
   struct leak {
     std::uintptr_t p;

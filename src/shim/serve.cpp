@@ -10,6 +10,7 @@
 #include <gpumem/detail/driver_api.hpp>
 #include <gpumem/limiting_resource_adaptor.hpp>
 #include <gpumem/statistics_resource_adaptor.hpp>
+#include <gpumem/stream_tracker.hpp>
 
 #include <algorithm>
 
@@ -86,7 +87,9 @@ CUresult chain_allocate(void** out, std::size_t bytes, CUstream stream, alloc_ki
   CUresult r = CUDA_SUCCESS;
   {
     scoped_relaxed_capture relaxed;  // a pool growth must not break another thread's capture
-    scoped_call_context call{entry, dev};
+    // cudaMalloc's memory may be used at once on any stream (safe mode keeps that promise).
+    bool const synchronous = safe_mode() && kind != alloc_kind::async;
+    scoped_call_context call{entry, dev, synchronous};
     r = try_allocate(*c, bytes, stream, p);
     if (r == CUDA_ERROR_OUT_OF_MEMORY) {
       // Trim what the chain caches (other streams' free blocks, empty slabs), retry once.
@@ -144,9 +147,12 @@ free_outcome free_registered(void* p, CUstream stream, bool stream_ordered, cons
       // waits until every capture ended.
       park_until_captures_end(p, a.bytes, &c);
     } else {
-      // cudaFree has no stream: the legacy stream (safe mode defers reuse anyway).
+      // Stream order is kept only when both the allocation and the free were
+      // stream-ordered; any other mix keeps cudaFree's promise (safe mode): the
+      // block waits for a device-wide barrier. cudaFree has no stream: legacy.
+      bool const synchronous = safe_mode() && (!stream_ordered || a.kind != alloc_kind::async);
       CUstream const s = stream_ordered ? stream : nullptr;
-      scoped_call_context call{entry, c.device, !stream_ordered};
+      scoped_call_context call{entry, c.device, synchronous};
       c.chain->top().deallocate(p, a.bytes, to_ref(s));
     }
   }
@@ -234,6 +240,10 @@ bool ipc_allowed(void* p, const char* entry) noexcept {
   // A block that is a whole upstream allocation opens to the right memory.
   if (hit->first == dp && d.cuMemGetAddressRange(&base, &size, dp) == CUDA_SUCCESS && base == dp &&
       size <= align_up(hit->second.bytes, allocation_alignment)) {
+    // The block may have been reused behind a GPU-side barrier while its previous
+    // owner's work still ran; another process's work is ordered by nothing of ours,
+    // so let that work finish first (exporting is rare; never during a capture).
+    if (!stream_tracker::capture_active() && d.cuCtxSynchronize() == CUDA_SUCCESS) state().stats.device_syncs.add();
     return true;
   }
   state().stats.ipc_refused.add();
@@ -246,6 +256,7 @@ bool ipc_allowed(void* p, const char* entry) noexcept {
 }
 
 void notify_stream_destroyed(CUstream stream) noexcept {
+  for (int d = 0; d < stream_tracker::max_devices; ++d) stream_tracker::of(d).stream_destroying(stream);
   try {
     for_each_chain([stream](device_chain& c) {
       scoped_chain_context ctx{c};
@@ -267,6 +278,7 @@ bool is_default_pool(CUmemoryPool pool) noexcept {
 
 void forget_device(int device) noexcept {
   if (device < 0) return;
+  stream_tracker::of(device).context_reset();
   try {
     registry().drop_device(device);
   } catch (...) {

@@ -57,18 +57,18 @@ class ReplayEngine : public ::testing::Test {
 
 TEST_F(ReplayEngine, PoolNumbersMatchTheHandComputation) {
   // Pool of 4 MiB: A takes [0,1), B [1,3). A is freed: free blocks [0,1) and [3,4).
-  // C (3 MiB) fits neither: the pool grows geometrically by max(3 MiB, reserved 4 MiB)
-  // = 4 MiB and carves C from the new slab's front, leaving [3,4) of slab 2 free.
-  // Peak reserved 8 MiB in 2 upstream calls; peak live B + C = 5 MiB; at that peak
-  // free = 3 x 1 MiB blocks, largest 1 MiB: fragmentation (3 - 1) / 3 = 2/3.
+  // C (3 MiB) fits neither: the pool grows by max(3 MiB, min growth 2 MiB, 1/16 of
+  // 4 MiB) = 3 MiB, all of it C's. Peak reserved 7 MiB in 2 upstream calls; peak live
+  // B + C = 5 MiB; at that peak free = 2 x 1 MiB blocks, largest 1 MiB: fragmentation
+  // (2 - 1) / 2 = 1/2.
   auto const log = tiny();
   auto const r = replay(log, replay_order(log), gpumem::config::parse_toml(pool_4mib_toml, "test"), "pool4");
   ASSERT_FALSE(r.error) << *r.error;
   EXPECT_EQ(r.name, "pool4");
-  EXPECT_EQ(r.peak_reserved, 8 * MiB);
+  EXPECT_EQ(r.peak_reserved, 7 * MiB);
   EXPECT_EQ(r.upstream_calls, 2u);
   EXPECT_EQ(r.peak_live, 5 * MiB);
-  EXPECT_DOUBLE_EQ(r.fragmentation_at_peak, 2.0 / 3.0);
+  EXPECT_DOUBLE_EQ(r.fragmentation_at_peak, 1.0 / 2.0);
   EXPECT_EQ(r.failed, 0u);
   EXPECT_EQ(r.allocations, 3u);
   EXPECT_EQ(r.frees, 1u);
@@ -177,7 +177,7 @@ TEST(ReplayCli, CsvRowsForAConfigFile) {
   ASSERT_EQ(r.out.substr(0, header.size()), header);
   std::string const row = r.out.substr(header.size());
   EXPECT_EQ(row.substr(0, 6), "pool4,");
-  EXPECT_NE(row.find(",8388608,5242880,0.666667,0,2,0,\n"), std::string::npos) << row;
+  EXPECT_NE(row.find(",7340032,5242880,0.500000,0,2,0,\n"), std::string::npos) << row;
 }
 
 TEST(ReplayCli, DeviceMemoryOptionSizesTheSimulatedDevice) {
