@@ -201,7 +201,8 @@ static void contexts(size_t limit) {
         ++app_failures;
       }
       APP_CHECK(holds(b->p, b->bytes, b->seed));
-      if (i % 3 == 0) {
+      if (b->pooled && i % 3 == 0) {
+        /* A pool block, stream-ordered on a stream of another device's created context. */
         APP_CHECK_EQ(cu.free_async(b->p, NULL), CUDA_SUCCESS);
       } else {
         APP_CHECK_EQ(cu.release(b->p), CUDA_SUCCESS);
