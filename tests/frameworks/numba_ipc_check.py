@@ -4,9 +4,9 @@ kernel: device arrays and copies only, so it runs with the machine's NumPy).
     python3 numba_ipc_check.py refused   # under gpumem's default pool
     python3 numba_ipc_check.py shared    # without gpumem, or under GPUMEM_RESOURCE=cuda
 
-`refused`: get_ipc_handle() of an array inside a gpumem pool slab fails with
-CUDA_ERROR_NOT_SUPPORTED (gpumem's message names the fix) and the consumer receives
-nothing. `shared`: the consumer opens the handle, sees exactly the producer's values,
+`refused` (run with gpumem-run --pool-size 1GiB, so the array is a block inside a
+pool slab): get_ipc_handle() fails with CUDA_ERROR_NOT_SUPPORTED (gpumem's message
+names the fix) and the consumer receives nothing. `shared`: the consumer opens the handle, sees exactly the producer's values,
 writes its answer into the same memory, and the producer reads it back.
 """
 import os
@@ -53,7 +53,7 @@ def main():
 
     from numba import cuda
     import shim_stats
-    warm = cuda.device_array(1 << 18, dtype=numpy.float32)  # the array below does not start a pool slab
+    warm = cuda.device_array(1 << 18, dtype=numpy.float32)  # the array below does not start its slab
     d = cuda.to_device(expected())
     error = None
     handle = None

@@ -3,14 +3,17 @@
     python3 torch_ipc_check.py refused   # under gpumem's default pool
     python3 torch_ipc_check.py shared    # without gpumem, or under GPUMEM_RESOURCE=cuda
 
-`refused`: the tensor's memory is a block inside a gpumem pool slab, whose IPC handle
-would open the whole slab; gpumem refuses the handle (its message names the fix), the
-send fails in the producer with "operation not supported", and the consumer receives
+PyTorch shares the caching-allocator segment that holds the tensor (one cudaMalloc)
+and sends the tensor's offset in it; its cache must be on (with
+PYTORCH_NO_CUDA_MEMORY_CACHING=1 PyTorch cannot share CUDA tensors at all).
+
+`refused`: run under gpumem with a pool larger than the segment (gpumem-run
+--pool-size 1GiB), so the segment is a block inside a pool slab whose IPC handle would
+open the whole slab; gpumem refuses the handle (its message names the fix), the send
+fails in the producer with "operation not supported", and the consumer receives
 nothing. `shared`: the consumer opens the handle, finds exactly the producer's values
 (a view at an offset inside a larger storage) and writes its answer into the same
-memory, which the producer then reads. Run with PYTORCH_NO_CUDA_MEMORY_CACHING=1 so
-the tensor's storage is its own cudaMalloc (with PyTorch's cache on, whether a
-caching segment happens to be a whole pool slab depends on the pool's history).
+memory, which the producer then reads.
 """
 import os
 import sys
@@ -49,13 +52,13 @@ def consumer(conn):
 
 def main():
     mode = sys.argv[1] if len(sys.argv) > 1 else "shared"
-    assert os.environ.get("PYTORCH_NO_CUDA_MEMORY_CACHING") == "1", "run with PYTORCH_NO_CUDA_MEMORY_CACHING=1"
+    assert os.environ.get("PYTORCH_NO_CUDA_MEMORY_CACHING") != "1", "PyTorch shares CUDA tensors only with its cache on"
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe()
     proc = ctx.Process(target=consumer, args=(child,))
     proc.start()
 
-    warm = torch.ones(1 << 18, device="cuda")  # the storage below does not start a pool slab
+    warm = torch.ones(1 << 18, device="cuda")  # another segment, live meanwhile
     storage = torch.arange(N + 2 * OFFSET, dtype=torch.float32, device="cuda") * 0.5
     x = storage[OFFSET:OFFSET + N]
     torch.cuda.synchronize()
