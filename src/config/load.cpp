@@ -260,8 +260,11 @@ settings load(environment const& env) {
     }
     if (auto const* v = o.path_template("GPUMEM_LOG_FILE")) { s.log_file = *v; }
     if (auto const* v = o.choice("GPUMEM_LOG_LEVEL", "trace|debug|info|warn|error|off")) { s.log_level = *v; }
+    if (auto const* v = o.path_template("GPUMEM_REPORT_FILE")) {
+      s.report_file = *v;
+      s.report = true;  // naming where the report goes asks for it (gpumem-run --report-file)
+    }
     if (auto const v = o.boolean("GPUMEM_REPORT")) { s.report = *v; }
-    if (auto const* v = o.path_template("GPUMEM_REPORT_FILE")) { s.report_file = *v; }
     if (o.size("GPUMEM_DEFERRED_FLUSH", false)) {
       warnings.emplace_back(
           "GPUMEM_DEFERRED_FLUSH no longer has an effect (safe mode reclaims freed memory with GPU-side barriers, "

@@ -76,10 +76,26 @@ std::string build_report() {
   return out;
 }
 
+namespace {
+
+// Whether any call of this process reached gpumem (a chain, a pass-through, a refusal).
+bool reached_gpumem() {
+  bool any = false;
+  for_each_chain([&](device_chain&) { any = true; });
+  auto const& st = state().stats;
+  return any || st.passthrough_allocations.get() != 0 || st.passthrough_frees.get() != 0 ||
+         st.failed_allocations.get() != 0 || st.double_frees.get() != 0 || st.ipc_refused.get() != 0;
+}
+
+}  // namespace
+
 void print_report_at_exit() noexcept {
   try {
-    std::string const text = build_report();
     auto const& file = state().settings.report_file;
+    // A launcher under gpumem-run (torchrun, mpirun) loads the shim but allocates
+    // nothing; its report file would replace its first rank's (same name: rank 0).
+    if (!file.empty() && !reached_gpumem()) return;
+    std::string const text = build_report();
     if (!file.empty()) {
       auto const path = config::expand_template(file, 0);
       if (std::FILE* f = std::fopen(path.c_str(), "w")) {

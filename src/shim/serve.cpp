@@ -248,9 +248,11 @@ bool ipc_allowed(void* p, const char* entry) noexcept {
   }
   state().stats.ipc_refused.add();
   message(level::error,
-          "%s(%p): the pointer is a block inside a gpumem pool; another process would open the whole pool "
-          "slab, not this allocation. Refused (not supported). Fix: run with GPUMEM_RESOURCE=cuda, or give "
-          "IPC buffers their own chain without a pool",
+          "%s(%p): refused (operation not supported): the pointer is a block inside a gpumem pool, and an IPC "
+          "handle names a whole CUDA allocation, so another process would open the pool's slab, not this block. "
+          "To share device memory between processes, run the program with GPUMEM_RESOURCE=cuda (gpumem-run "
+          "--resource cuda): every allocation is then its own cudaMalloc, which IPC exports exactly; limits, "
+          "logs and statistics still apply",
           entry, p);
   return false;
 }

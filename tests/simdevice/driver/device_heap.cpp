@@ -176,7 +176,7 @@ bool device_heap::find(std::uintptr_t ptr, allocation* out) {
   return true;
 }
 
-std::size_t device_heap::release_all(context const* ctx) {
+std::size_t device_heap::release_all(context const* ctx, std::vector<allocation>* released) {
   std::lock_guard lock(mutex_);
   std::size_t n = 0;
   for (auto it = live_.begin(); it != live_.end();) {
@@ -184,6 +184,7 @@ std::size_t device_heap::release_all(context const* ctx) {
       ++it;
       continue;
     }
+    if (released != nullptr) released->push_back(it->second);
     std::uintptr_t const ptr = it->first;
     std::size_t const size = it->second.size;
     it = live_.erase(it);

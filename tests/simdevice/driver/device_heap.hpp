@@ -61,8 +61,9 @@ class device_heap {
   bool contains(std::uintptr_t ptr) const noexcept {
     return ptr >= base_ && ptr < base_ + capacity_;
   }
-  /// Frees every allocation of `ctx` (primary context reset); returns how many.
-  std::size_t release_all(context const* ctx);
+  /// Frees every allocation of `ctx` (primary context reset, cuCtxDestroy); returns
+  /// how many, and what they were in `released` if given.
+  std::size_t release_all(context const* ctx, std::vector<allocation>* released = nullptr);
 
   std::size_t total() const noexcept { return capacity_; }
   std::size_t used();
