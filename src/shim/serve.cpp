@@ -3,6 +3,7 @@
 #include "capture_guard.hpp"
 #include "device_chains.hpp"
 #include "event_log.hpp"
+#include "live_streams.hpp"
 #include "shim_state.hpp"
 
 #include <gpumem/call_context.hpp>
@@ -126,7 +127,8 @@ CUresult chain_allocate(void** out, std::size_t bytes, CUstream stream, alloc_ki
 free_outcome free_registered(void* p, CUstream stream, bool stream_ordered, const char* entry) noexcept {
   allocation a{};
   auto const start = event_clock();
-  switch (registry().take(reinterpret_cast<std::uintptr_t>(p), a)) {
+  auto const key = reinterpret_cast<std::uintptr_t>(p);
+  switch (registry().take(key, a)) {
     case take_result::unknown:
       return {};
     case take_result::already_freed:
@@ -137,7 +139,17 @@ free_outcome free_registered(void* p, CUstream stream, bool stream_ordered, cons
     case take_result::taken:
       break;
   }
-  if (!from_chain(a.kind)) return {false, CUDA_SUCCESS, true};
+  // CUDA's own memory: CUDA frees it and answers (restore_registration() if it fails).
+  if (!from_chain(a.kind)) return {false, CUDA_SUCCESS, true, a};
+  if (stream_ordered) {
+    // A destroyed or made-up stream: CUDA's error, and the pointer stays allocated
+    // (a later, valid free must still find it).
+    if (CUresult const bad = check_stream(stream); bad != CUDA_SUCCESS) {
+      restore_registration(p, a);
+      log_event(event{log_action::free, p, a.bytes, stream, a.device, entry, start, bad});
+      return {true, bad, false};
+    }
+  }
   device_chain& c = *a.chain;
   {
     scoped_chain_context ctx{c};
@@ -159,6 +171,16 @@ free_outcome free_registered(void* p, CUstream stream, bool stream_ordered, cons
   state().stats.chain_frees.add();
   log_event(event{log_action::free, p, a.bytes, stream, c.device, entry, start, CUDA_SUCCESS});
   return {true, CUDA_SUCCESS, false};
+}
+
+void restore_registration(void* p, allocation const& a) noexcept {
+  try {
+    registry().insert(reinterpret_cast<std::uintptr_t>(p), a);
+  } catch (...) {
+    // No host memory: a later free of p goes to CUDA as an unknown pointer, which
+    // is CUDA's own answer for CUDA's memory (this is only used for that, and for
+    // chain memory whose free was refused before anything changed).
+  }
 }
 
 void note_passthrough_allocation(void* p, std::size_t bytes, CUstream stream, alloc_kind kind, const char* entry,
@@ -258,6 +280,7 @@ bool ipc_allowed(void* p, const char* entry) noexcept {
 }
 
 void notify_stream_destroyed(CUstream stream) noexcept {
+  stream_gone(stream);
   for (int d = 0; d < stream_tracker::max_devices; ++d) stream_tracker::of(d).stream_destroying(stream);
   try {
     for_each_chain([stream](device_chain& c) {

@@ -60,11 +60,17 @@ struct free_outcome {
   bool handled = false;  ///< true: `result` is the answer; false: hand the free to CUDA
   CUresult result = CUDA_SUCCESS;
   bool passthrough_allocation = false;  ///< not handled because CUDA made it (managed, captured, ...)
+  allocation taken{};  ///< passthrough_allocation: its record, for restore_registration()
 };
 
+/// Re-registers a pointer whose free failed (CUDA refused a pass-through free): a
+/// failed free never consumes the pointer's registration.
+void restore_registration(void* p, allocation const& a) noexcept;
+
 /// Frees `p` if the shim registered it. `stream_ordered`: cudaFreeAsync semantics on
-/// `stream`; else cudaFree semantics (synchronous_free, safe mode defers reuse).
-/// Double frees are refused with CUDA_ERROR_INVALID_VALUE and logged.
+/// `stream`; else cudaFree semantics (call_context::synchronous in safe mode).
+/// Double frees are refused with CUDA_ERROR_INVALID_VALUE and logged; a free on a
+/// destroyed or made-up stream gets CUDA's error and leaves the pointer allocated.
 free_outcome free_registered(void* p, CUstream stream, bool stream_ordered, const char* entry) noexcept;
 
 /// Counts and logs an allocation CUDA made for us (pass-through kinds), registering

@@ -3,6 +3,7 @@
 #include "allocation_registry.hpp"
 #include "capture_guard.hpp"
 #include "device_chains.hpp"
+#include "live_streams.hpp"
 #include "event_log.hpp"
 #include "report.hpp"
 
@@ -36,6 +37,7 @@ void on_fork_child() noexcept {
   registry().reset_after_fork();
   reset_chains_after_fork();
   stream_tracker::reset_after_fork();
+  reset_streams_after_fork();
   reset_parked_blocks_after_fork();
   state().stats.reset();
 }

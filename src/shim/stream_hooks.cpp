@@ -9,6 +9,7 @@
 #include "device_chains.hpp"
 #include "hook_macros.hpp"
 #include "hook_table.hpp"
+#include "live_streams.hpp"
 #include "serve.hpp"
 #include "shim_state.hpp"
 
@@ -33,6 +34,7 @@ bool is_capturing(CUstream s) noexcept {
 /// its device's primary context (the one the chains' memory lives in).
 void track_created(CUstream s, unsigned flags) noexcept {
   if (!active() || s == nullptr) return;
+  stream_created(s);
   CUcontext ctx = nullptr;
   int const dev = current_device(ctx);
   if (dev < 0) return;
