@@ -229,7 +229,12 @@ CUresult pool_mem_info(std::size_t* free_bytes, std::size_t* total_bytes) noexce
   CUcontext ctx = nullptr;
   std::size_t f = rf;
   std::size_t t = rt;
-  if (device_chain* c = built_chain(current_device(ctx))) {
+  // Built here if this is the device's first gpumem call: frameworks size themselves
+  // from the first cudaMemGetInfo, which must already show the limit.
+  int const dev = current_device(ctx);
+  CUresult err = CUDA_SUCCESS;
+  device_chain* const c = dev >= 0 ? chain_for(dev, err) : nullptr;
+  if (c != nullptr) {
     try {
       auto const info = c->chain->info();
       std::size_t const available = std::min(rf + info.free_bytes, rt);

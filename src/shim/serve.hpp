@@ -84,7 +84,9 @@ void note_passthrough_free(void* p, CUstream stream, const char* entry, CUresult
 void note_failed_allocation(std::size_t bytes, CUstream stream, const char* entry, CUresult result) noexcept;
 
 /// cuMemGetInfo as the pool sees it: cached free bytes count as free; with a limit,
-/// total = limit and free = limit - in use. Either pointer may be null.
+/// total = limit and free = limit - in use. Either pointer may be null. Builds the
+/// current device's chain if this is its first gpumem call (a broken configuration
+/// stops the program here, as at a first allocation).
 CUresult pool_mem_info(std::size_t* free_bytes, std::size_t* total_bytes) noexcept;
 
 /// Whether a pooled pointer may be exported by IPC: only a whole upstream allocation

@@ -211,6 +211,13 @@ std::size_t free_on(int device, std::size_t* total = nullptr) {
 void limit(std::size_t cap) {
   APP_CHECK(device_count() >= 2);
   APP_CHECK(cap >= 8 * MiB);
+  // Before any allocation: frameworks size themselves from this first answer.
+  for (int d = 0; d < 2; ++d) {
+    std::size_t total = 0;
+    std::size_t const f = free_on(d, &total);
+    APP_CHECK_EQ(total, cap);
+    APP_CHECK_EQ(f, cap);
+  }
   void* first[2] = {nullptr, nullptr};
   for (int d = 0; d < 2; ++d) {
     APP_CHECK_EQ(cudaSetDevice(d), cudaSuccess);
