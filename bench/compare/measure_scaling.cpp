@@ -9,8 +9,37 @@
 
 namespace gpumem_compare {
 
+namespace {
+
+/// The machine's own ceiling: the same harness, threads doing ~60 ns of dependent
+/// arithmetic per "pair" and touching no shared memory. No allocator can scale better
+/// than this on the same cores (hyperthreads, all-core clocks, a VM's vCPUs).
+void cpu_control(run_context const& ctx, int threads, double target) {
+  auto make_pair = [](int i) {
+    return [x = std::uint64_t{0x9e3779b97f4a7c15} + static_cast<std::uint64_t>(i)]() mutable {
+      for (int k = 0; k < 32; ++k) {
+        x ^= x << 13U;
+        x ^= x >> 7U;
+        x ^= x << 17U;
+      }
+      asm volatile("" : "+r"(x));  // keep the chain: its result is never read
+      return true;
+    };
+  };
+  scaling_result const r = thread_scaling(threads, make_pair, target);
+  json_object params;
+  params.add("size", 0).add("threads", threads);
+  ctx.out.sample("scaling", cpu_control_name, params, "pairs_per_s", r.timed.pairs_per_second(threads));
+  ctx.out.sample("scaling", cpu_control_name, params, "mean_thread_pairs_per_s", r.timed.mean_thread_rate(threads));
+  ctx.out.sample("scaling", cpu_control_name, params, "slowest_over_fastest",
+                 r.timed.fastest_thread_s > 0 ? r.timed.slowest_thread_s / r.timed.fastest_thread_s : 0);
+}
+
+}  // namespace
+
 void measure_scaling(run_context const& ctx) {
   double const target = ctx.target(0.04, 0.01);
+  for (int const threads : ctx.options.scaling_threads) cpu_control(ctx, threads, target);
   for (std::uint64_t const size : ctx.options.scaling_sizes) {
     for (int const threads : ctx.options.scaling_threads) {
       for (auto const& kind : ctx.kinds) {

@@ -28,7 +28,7 @@ from collections import OrderedDict, defaultdict
 BASELINE = "gpumem pool"
 
 # Row order of every table: gpumem first, then the alternatives, then the references.
-FAMILY_ORDER = ["gpumem", "rmm", "torch", "cuda", "shim", "other"]
+FAMILY_ORDER = ["control", "gpumem", "rmm", "torch", "cuda", "shim", "other"]
 
 
 # ---------------------------------------------------------------------------- reading
@@ -146,6 +146,8 @@ def fmt_bytes(b):
 
 def fmt_size(b):
     b = int(b)
+    if b == 0:
+        return "control"
     for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if b >= scale and b % scale == 0:
             return f"{b // scale} {unit}"
@@ -187,6 +189,8 @@ def family_of(name, contender_meta):
         return info["family"]
     if name.startswith(("plain", "shim")) or ":" in name:
         return "shim"
+    if name.startswith("("):
+        return "control"
     return "other"
 
 
@@ -296,7 +300,9 @@ def scaling_section(summary, samples, meta):
         "Each thread on its own non-blocking stream, one shared allocator, `allocate` + `free` pairs of one "
         "size; every thread does the same number of pairs, and the rate is all pairs over the time from the "
         "first thread's start to the last thread's end (what a program with that much work per thread sees); "
-        f"in parentheses, the ratio to one thread ({rounds_note(summary, samples, m)}).",
+        f"in parentheses, the ratio to one thread ({rounds_note(summary, samples, m)}). The *control* row is the "
+        "same harness with no allocator: each \"pair\" is ~60 ns of arithmetic touching no shared memory, so its "
+        "ratio is the most any allocator can reach on these cores (hyperthreads, all-core clocks, vCPUs).",
         "",
         table(header, rows),
         "",

@@ -11,7 +11,8 @@
 // the two disagree (see docs/benchmarks.md, "Why two harnesses disagree").
 //
 // Nothing here allocates, locks or writes shared memory inside a timed loop: per-thread
-// results go to separate cache lines after the loop.
+// results go to separate cache lines after the loop. Workers wait between rounds
+// blocked (not spinning), and are released together from a spin gate.
 
 #include <algorithm>
 #include <atomic>
@@ -114,9 +115,15 @@ scaling_result thread_scaling(int threads, MakePair&& make_pair, double target_s
     bool failed = false;
   };
   std::vector<slot> slots(static_cast<std::size_t>(threads));
-  std::atomic<int> round{-1};      // the gate: threads run round r once round == r
-  std::atomic<int> finished{0};    // threads done with the current round
-  std::atomic<int> ready{0};       // threads past make_pair
+  // Each round: the main thread arms it (workers wake from a blocking wait and spin),
+  // waits until every worker spins, then opens the gate, so all start within
+  // nanoseconds. A worker that finished blocks instead of spinning: on a machine
+  // with fewer free cores (or hyperthreads) it must not slow the others down.
+  std::atomic<int> armed{-1};      // round the workers should get ready for
+  std::atomic<int> gate{-1};       // round the workers may start
+  std::atomic<int> spinning{0};    // workers ready at the gate of the armed round
+  std::atomic<int> finished{0};    // workers done with the current round
+  std::atomic<int> ready{0};       // workers past make_pair
   std::atomic<std::uint64_t> round_pairs{probe};
   constexpr int rounds = 4;        // cold, warm-up, calibration, timed
 
@@ -125,7 +132,11 @@ scaling_result thread_scaling(int threads, MakePair&& make_pair, double target_s
     ready.fetch_add(1, std::memory_order_acq_rel);
     auto& s = slots[static_cast<std::size_t>(i)];
     for (int r = 0; r < rounds; ++r) {
-      while (round.load(std::memory_order_acquire) < r) cpu_relax();
+      for (int a = armed.load(std::memory_order_acquire); a < r; a = armed.load(std::memory_order_acquire)) {
+        armed.wait(a, std::memory_order_acquire);
+      }
+      spinning.fetch_add(1, std::memory_order_acq_rel);
+      while (gate.load(std::memory_order_acquire) < r) cpu_relax();
       std::uint64_t const n = round_pairs.load(std::memory_order_acquire);
       bool ok = !s.failed;
       s.t0 = bench_clock::now();
@@ -142,7 +153,11 @@ scaling_result thread_scaling(int threads, MakePair&& make_pair, double target_s
 
   auto run_round = [&](int r) -> scaling_round {
     finished.store(0, std::memory_order_release);
-    round.store(r, std::memory_order_release);
+    spinning.store(0, std::memory_order_release);
+    armed.store(r, std::memory_order_release);
+    armed.notify_all();
+    while (spinning.load(std::memory_order_acquire) < threads) std::this_thread::yield();
+    gate.store(r, std::memory_order_release);
     // Sleep rather than spin: the main thread must not take a core from the workers.
     while (finished.load(std::memory_order_acquire) < threads) std::this_thread::sleep_for(std::chrono::microseconds(200));
     scaling_round out;
@@ -168,7 +183,9 @@ scaling_result thread_scaling(int threads, MakePair&& make_pair, double target_s
   result.cold = run_round(0);
   run_round(1);  // warm-up
   scaling_round const calib = run_round(2);
-  double const per_pair = calib.makespan_s / static_cast<double>(probe);  // per pair, per thread, all running
+  // Per pair, per thread, all running: from each thread's own loop time, so that a late
+  // start (a thread without a core for a moment) does not shrink the timed round.
+  double const per_pair = calib.mean_thread_s / static_cast<double>(probe);
   auto const n = static_cast<std::uint64_t>(target_seconds / std::max(per_pair, 1e-10));
   round_pairs.store(std::clamp<std::uint64_t>(n, probe, std::uint64_t{1} << 32), std::memory_order_release);
   result.timed = calib.failed ? calib : run_round(3);
