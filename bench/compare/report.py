@@ -228,7 +228,8 @@ def latency_section(summary, samples, meta):
     names = contenders_in(samples, m, meta)
     if not names:
         return None
-    sizes = values_of(samples, m, "size")
+    one_stream = [s for s in samples if s["measurement"] == m and "streams" not in s["params"]]
+    sizes = values_of(one_stream, m, "size")
     rows, ratio_rows = [], []
     for name in names:
         row, rrow = [name], [name]
@@ -254,6 +255,20 @@ def latency_section(summary, samples, meta):
         "",
         table(header, ratio_rows),
     ]
+    two = [s for s in samples if s["measurement"] == m and s["params"].get("streams") == 2]
+    if two:
+        two_sizes = values_of(two, m, "size")
+        two_rows = []
+        for name in ordered_contenders([s["contender"] for s in two], meta):
+            row = [name]
+            for size in two_sizes:
+                v = summary.median(m, name, {"size": size, "streams": 2}, "ns_per_pair")
+                one = summary.median(m, name, {"size": size}, "ns_per_pair")
+                row.append("—" if v is None else fmt_time_ns(v) + (f" ({fmt_ratio(v / one)} one stream)" if one else ""))
+            two_rows.append(row)
+        text += ["", "One thread alternating its pairs between two streams (a compute and a copy stream, say); "
+                 "in parentheses, against the same pairs on one stream:", "",
+                 table(["contender"] + [fmt_size(s) for s in two_sizes], two_rows)]
     return "\n".join(text)
 
 
@@ -497,6 +512,7 @@ def xml_escape(s):
 def latency_svg(summary, samples, meta, title):
     """Log-scale lines of latency(contender) / latency(gpumem pool), one per contender."""
     m = "latency"
+    samples = [s for s in samples if s["measurement"] == m and "streams" not in s["params"]]
     sizes = values_of(samples, m, "size")
     names = [n for n in contenders_in(samples, m, meta) if n != BASELINE]
     series = []

@@ -33,6 +33,7 @@ def fake_run():
             recs.append(sample("latency", "rmm pool", {"size": size}, "ns_per_pair", rmm, rep))
             recs.append(sample("latency", "cudaMallocAsync", {"size": size}, "ns_per_pair", drv, rep))
             recs.append(sample("latency", "shim stream: cudaMalloc", {"size": size}, "ns_per_pair", 2 * pool, rep))
+        recs.append(sample("latency", "gpumem pool", {"size": 256, "streams": 2}, "ns_per_pair", 3000, rep))
         for threads, rate in ((1, 15e6), (16, 150e6)):
             p = {"size": 256, "threads": threads}
             recs.append(sample("scaling", "gpumem pool", p, "pairs_per_s", rate, rep))
@@ -103,6 +104,10 @@ class ReportTest(unittest.TestCase):
         rows = [l for l in self.md.splitlines() if l.startswith("| rmm pool |")]
         self.assertIn("6.46×", rows[1])  # 420 / 65
         self.assertIn("| cudaMallocAsync | 700 ns | 700 ns |", self.md)
+
+    def test_two_streams_table_apart_from_the_sizes(self):
+        self.assertIn("| gpumem pool | 3.00 µs (46.2× one stream) |", self.md)
+        self.assertEqual(self.row(["gpumem pool"])[1:], ["65 ns", "65 ns"])  # not mixed into the one-stream row
 
     def test_row_order_gpumem_first_shim_last(self):
         lat = self.md.split("## 1.")[1].split("##")[0]
