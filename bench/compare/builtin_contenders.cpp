@@ -56,7 +56,7 @@ class gpumem_binning final : public gpumem_resource_contender {
 };
 
 /// What the shim builds with no configuration: build_chain over the embedded default
-/// (statistics -> deferred_free (safe mode) -> pool -> statistics -> cuda).
+/// (statistics -> pool -> statistics -> cuda).
 class gpumem_default_chain final : public contender {
  public:
   gpumem_default_chain()
@@ -161,7 +161,7 @@ std::vector<contender_kind> builtin_contender_kinds() {
        &make<gpumem_pool>},
       {"gpumem binning", "gpumem", "binning_memory_resource, bins 256 B..1 MiB, over such a pool", &make<gpumem_binning>},
       {"gpumem default chain", "gpumem",
-       "config::build_chain(embedded default): statistics, deferred_free (safe mode), pool, statistics, cuda",
+       "config::build_chain(embedded default): statistics, pool, statistics, cuda",
        &make<gpumem_default_chain>},
       {"cudaMallocAsync", "cuda", "cudaMallocAsync/cudaFreeAsync on the device's default memory pool",
        &make<driver_pool>},

@@ -184,7 +184,7 @@ void replay(settings const& st, sample_writer& out, shim_probe const& shim) {
     for (std::size_t i = 0; i < created.size(); ++i) streams.push_back(created[i]);
     cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
     std::uint64_t const used_before = query_device_memory().used();
-    unsigned long long const syncs_before = shim.read().deferred_flushes;
+    gpumem_shim_stats const before = shim.read();
     replay_tally t;
     std::vector<void*> slot(plan.slots, nullptr);
     std::chrono::nanoseconds in_calls{};
@@ -251,7 +251,8 @@ void replay(settings const& st, sample_writer& out, shim_probe const& shim) {
                t.calls > 0 ? std::chrono::duration<double, std::nano>(in_calls).count() / static_cast<double>(t.calls) : 0);
     if (shim.loaded()) {
       gpumem_shim_stats const s = shim.read();
-      out.sample("replay", st.label, params, "device_syncs", static_cast<double>(s.deferred_flushes - syncs_before));
+      out.sample("replay", st.label, params, "device_syncs", static_cast<double>(s.device_syncs - before.device_syncs));
+      out.sample("replay", st.label, params, "barriers", static_cast<double>(s.reclaim_barriers - before.reclaim_barriers));
     }
   }
 }
