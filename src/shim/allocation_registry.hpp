@@ -51,11 +51,14 @@
 // against the chains, not the registry's. Pass-through kinds leave no tombstone:
 // CUDA recognises a second free of its own memory.
 //
-// A failed free must not consume the entry. Callers validate first with lookup()
-// (exact, consumes nothing) and call take() only when the free will go ahead;
-// take() re-checks, so its answer is the one that counts (a racing second free of
-// the same pointer gets already_freed). A failure found only after take() is undone
-// with restore().
+// A failed free must not consume the entry. Two orders, by who frees the memory:
+// - a chain (nothing can reuse the address before the chain's deallocate): validate
+//   with lookup() (exact, consumes nothing), then take() only when the free goes
+//   ahead; take() re-checks, so its answer is the one that counts (a racing second
+//   free of the same pointer gets already_freed);
+// - CUDA (pass-through kinds): take() before calling CUDA, restore() if CUDA fails.
+//   Taking after CUDA succeeded would race with CUDA handing the address to another
+//   thread, whose insert_if_absent would still find the old entry live.
 //
 // Memory bound. Tables: 16 + 40 bytes a slot, capacity at most 8/3 of the shard's
 // peak entry count (live + its <= 32 tombstones), at least 16 slots once the shard
@@ -140,7 +143,8 @@ class allocation_registry {
   [[nodiscard]] lookup_result lookup(std::uintptr_t p, allocation& out) const noexcept;
   /// Undoes a take() whose free then failed: `p` is live again with `a`. Returns
   /// false, changing nothing, if `p` is live (handed out again meanwhile) or the
-  /// shard could not grow (only possible when the tombstone was evicted).
+  /// shard could not grow (possible only when the entry had left the table: a
+  /// pass-through kind, or a tombstone evicted since).
   bool restore(std::uintptr_t p, allocation const& a) noexcept;
   /// The live allocation containing `p` (interior pointers included; a zero-byte
   /// allocation contains its base).
