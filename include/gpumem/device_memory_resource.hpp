@@ -81,6 +81,12 @@ class device_memory_resource {
   /// stream again. Adaptors forward. Never throws.
   void stream_destroyed(stream_ref stream) noexcept { do_stream_destroyed(stream); }
 
+  /// Whether `p` lies in memory this resource (or a caching resource below it) holds
+  /// from its upstream: a caching resource's slabs or chunks, in use or free. The shim
+  /// refuses a free of such a pointer it has no record of (a second free) instead of
+  /// handing it to CUDA, which could free a whole slab. Adaptors forward. Never throws.
+  [[nodiscard]] bool owns(void const* p) const noexcept { return do_owns(p); }
+
   [[nodiscard]] bool is_equal(device_memory_resource const& other) const noexcept {
     return this == &other || do_is_equal(other);
   }
@@ -127,6 +133,7 @@ class device_memory_resource {
   virtual std::size_t do_release() { return 0; }
   [[nodiscard]] virtual resource_info do_info() const { return {}; }
   virtual void do_stream_destroyed(stream_ref) noexcept {}
+  [[nodiscard]] virtual bool do_owns(void const*) const noexcept { return false; }
   [[nodiscard]] virtual bool do_is_equal(device_memory_resource const&) const noexcept { return false; }
 };
 

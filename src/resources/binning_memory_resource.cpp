@@ -101,6 +101,13 @@ resource_info binning_memory_resource::do_info() const {
   return r;
 }
 
+bool binning_memory_resource::do_owns(void const* p) const noexcept {
+  for (auto const& [size, bin] : bins_) {
+    if (bin != upstream_ && bin->owns(p)) return true;
+  }
+  return upstream_->owns(p);
+}
+
 void binning_memory_resource::do_stream_destroyed(stream_ref stream) noexcept {
   for (auto const& [size, bin] : bins_) bin->stream_destroyed(stream);  // each is idempotent
   upstream_->stream_destroyed(stream);

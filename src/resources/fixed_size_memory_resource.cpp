@@ -375,6 +375,11 @@ void fixed_size_memory_resource::do_deallocate(void* p, std::size_t bytes, strea
 }
 std::size_t fixed_size_memory_resource::do_release() { return impl_->release(); }
 resource_info fixed_size_memory_resource::do_info() const { return impl_->info(); }
+bool fixed_size_memory_resource::do_owns(void const* p) const noexcept {
+  auto* const at = const_cast<char*>(static_cast<char const*>(p));
+  chunk const* c = impl_->find_chunk(at);
+  return (c != nullptr && at < c->base + c->bytes()) || impl_->upstream->owns(p);
+}
 void fixed_size_memory_resource::do_stream_destroyed(stream_ref stream) noexcept {
   impl_->lists.stream_destroyed(stream);
   impl_->upstream->stream_destroyed(stream);

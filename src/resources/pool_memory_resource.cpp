@@ -396,6 +396,9 @@ void pool_memory_resource::do_deallocate(void* p, std::size_t bytes, stream_ref 
 }
 std::size_t pool_memory_resource::do_release() { return impl_->release(); }
 resource_info pool_memory_resource::do_info() const { return impl_->info(); }
+bool pool_memory_resource::do_owns(void const* p) const noexcept {
+  return impl_->find_slab(const_cast<char*>(static_cast<char const*>(p))).has_value() || impl_->upstream->owns(p);
+}
 void pool_memory_resource::do_stream_destroyed(stream_ref stream) noexcept {
   impl_->lists.stream_destroyed(stream);
   impl_->upstream->stream_destroyed(stream);

@@ -124,32 +124,66 @@ CUresult chain_allocate(void** out, std::size_t bytes, CUstream stream, alloc_ki
   return CUDA_SUCCESS;
 }
 
+namespace {
+
+free_outcome refuse_double_free(void* p, CUstream stream, const char* entry, std::int64_t start) noexcept {
+  state().stats.double_frees.add();
+  message(level::error, "%s(%p): double free of a pointer gpumem handed out; refused (invalid value)", entry, p);
+  log_event(event{log_action::free, p, 0, stream, -1, entry, start, CUDA_ERROR_INVALID_VALUE});
+  return {true, CUDA_ERROR_INVALID_VALUE, false};
+}
+
+/// Whether a chain holds the memory at p (its pool slabs, free or in use).
+bool inside_a_chain(void const* p) noexcept {
+  bool owned = false;
+  try {
+    for_each_chain([&](device_chain& c) { owned = owned || c.chain->top().owns(p); });
+  } catch (...) {
+  }
+  return owned;
+}
+
+}  // namespace
+
 free_outcome free_registered(void* p, CUstream stream, bool stream_ordered, const char* entry) noexcept {
   allocation a{};
   auto const start = event_clock();
   auto const key = reinterpret_cast<std::uintptr_t>(p);
-  switch (registry().take(key, a)) {
-    case take_result::unknown:
+  switch (registry().lookup(key, a)) {
+    case lookup_result::unknown:
+      // Not a pointer we handed out, or one freed so long ago that its record is gone:
+      // inside a chain's memory it can only be a second free (CUDA would free the
+      // whole slab if it got it); anything else is CUDA's to answer.
+      if (inside_a_chain(p)) {
+        message(level::error,
+                "%s(%p): not the start of an allocation gpumem handed out (an interior pointer, or a free of an "
+                "allocation freed long ago); refused (invalid value)",
+                entry, p);
+        log_event(event{log_action::free, p, 0, stream, -1, entry, start, CUDA_ERROR_INVALID_VALUE});
+        return {true, CUDA_ERROR_INVALID_VALUE, false};
+      }
       return {};
-    case take_result::already_freed:
-      state().stats.double_frees.add();
-      message(level::error, "%s(%p): double free of a pointer gpumem handed out; refused (invalid value)", entry, p);
-      log_event(event{log_action::free, p, 0, stream, -1, entry, start, CUDA_ERROR_INVALID_VALUE});
-      return {true, CUDA_ERROR_INVALID_VALUE, false};
-    case take_result::taken:
+    case lookup_result::already_freed:
+      return refuse_double_free(p, stream, entry, start);
+    case lookup_result::live:
       break;
   }
-  // CUDA's own memory: CUDA frees it and answers (restore_registration() if it fails).
-  if (!from_chain(a.kind)) return {false, CUDA_SUCCESS, true, a};
+  if (!from_chain(a.kind)) {
+    // CUDA's own memory: taken now, before CUDA can hand the address to someone else;
+    // the caller restores it if CUDA refuses the free.
+    if (registry().take(key, a) != take_result::taken) return refuse_double_free(p, stream, entry, start);
+    return {false, CUDA_SUCCESS, true, a};
+  }
+  // A destroyed or made-up stream: CUDA's error, and nothing consumed (a later, valid
+  // free must still find the pointer).
   if (stream_ordered) {
-    // A destroyed or made-up stream: CUDA's error, and the pointer stays allocated
-    // (a later, valid free must still find it).
     if (CUresult const bad = check_stream(stream); bad != CUDA_SUCCESS) {
-      restore_registration(p, a);
       log_event(event{log_action::free, p, a.bytes, stream, a.device, entry, start, bad});
       return {true, bad, false};
     }
   }
+  // Consumed only now; take() checks again, so of two racing frees one is refused.
+  if (registry().take(key, a) != take_result::taken) return refuse_double_free(p, stream, entry, start);
   device_chain& c = *a.chain;
   {
     scoped_chain_context ctx{c};
@@ -174,13 +208,9 @@ free_outcome free_registered(void* p, CUstream stream, bool stream_ordered, cons
 }
 
 void restore_registration(void* p, allocation const& a) noexcept {
-  try {
-    registry().insert(reinterpret_cast<std::uintptr_t>(p), a);
-  } catch (...) {
-    // No host memory: a later free of p goes to CUDA as an unknown pointer, which
-    // is CUDA's own answer for CUDA's memory (this is only used for that, and for
-    // chain memory whose free was refused before anything changed).
-  }
+  // Never over a new live owner of the address; without host memory, a later free of
+  // p goes to CUDA as an unknown pointer, which is CUDA's own answer for its memory.
+  static_cast<void>(registry().restore(reinterpret_cast<std::uintptr_t>(p), a));
 }
 
 void note_passthrough_allocation(void* p, std::size_t bytes, CUstream stream, alloc_kind kind, const char* entry,

@@ -63,8 +63,8 @@ struct free_outcome {
   allocation taken{};  ///< passthrough_allocation: its record, for restore_registration()
 };
 
-/// Re-registers a pointer whose free failed (CUDA refused a pass-through free): a
-/// failed free never consumes the pointer's registration.
+/// Re-registers CUDA's memory whose free CUDA refused: a failed free never consumes
+/// the pointer's registration.
 void restore_registration(void* p, allocation const& a) noexcept;
 
 /// Frees `p` if the shim registered it. `stream_ordered`: cudaFreeAsync semantics on

@@ -77,5 +77,12 @@ TEST(SafeMode, DestroyedAndMadeUpStreamsGetCudasErrorAndKeepThePointer) {
   EXPECT_EQ(parse_stats(r.output)["double_frees"], 2);  // the two deliberate ones only
 }
 
+TEST(SafeMode, AStaleSecondFreeInsidePoolMemoryNeverReachesCuda) {
+  auto const r = run_safe("stale_double_free", {{"GPUMEM_POOL_SIZE", "8MiB"}, {"GPUMEM_POOL_MAX", "8MiB"}});
+  EXPECT_EQ(r.exit_code, 0) << r.output;  // strict mode: the sim saw no unknown free either
+  EXPECT_NE(r.output.find("PASS stale_double_free"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("not the start of an allocation gpumem handed out"), std::string::npos) << r.output;
+}
+
 }  // namespace
 }  // namespace gpumem::test

@@ -258,6 +258,23 @@ void bad_streams() {
   APP_CHECK_EQ(cudaStreamDestroy(good), cudaSuccess);
 }
 
+// A second free long after the first (the shim's record of the first is gone) of a
+// block at the start of a pool slab: CUDA would free the whole slab if it got it.
+void stale_double_free() {
+  void* first = nullptr;
+  APP_CHECK_EQ(cudaMalloc(&first, 256), cudaSuccess);
+  std::vector<void*> others(12000, nullptr);  // more distinct frees than the registry remembers
+  for (auto& q : others) APP_CHECK_EQ(cudaMalloc(&q, 256), cudaSuccess);
+  APP_CHECK_EQ(cudaFree(first), cudaSuccess);
+  for (auto q : others) APP_CHECK_EQ(cudaFree(q), cudaSuccess);
+  APP_CHECK_EQ(cudaFree(first), cudaErrorInvalidValue);  // refused, never handed to CUDA
+  // The pool is intact: its memory is still there and usable.
+  void* again = nullptr;
+  APP_CHECK_EQ(cudaMalloc(&again, 256), cudaSuccess);
+  APP_CHECK_EQ(cudaMemset(again, 1, 256), cudaSuccess);
+  APP_CHECK_EQ(cudaFree(again), cudaSuccess);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -268,6 +285,7 @@ int main(int argc, char** argv) {
   else if (scenario == "cross_family") cross_family();
   else if (scenario == "threads") threads();
   else if (scenario == "bad_streams") bad_streams();
+  else if (scenario == "stale_double_free") stale_double_free();
   else {
     fprintf(stderr, "unknown scenario %s\n", scenario.c_str());
     return 2;
