@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -32,13 +33,15 @@ constexpr std::uint64_t rows = 5'000'000;
 struct child_result {
   int status = -1;
   long max_rss_kib = 0;
+  bool input_complete = false;
   std::string out, err;
 };
 
-/// Runs `argv` with a synthetic log of `shape` written into its standard input,
-/// and its own peak resident memory (wait4's ru_maxrss: across its exec() too).
-child_result run_on_generated_log(std::vector<std::string> const& argv, gpumem::test::synthetic_log_shape const& shape,
-                                  gpumem::test::synthetic_log_facts& facts, temp_file const& tmp) {
+/// Runs `argv` with what `write` writes into its standard input, and its own peak
+/// resident memory (wait4's ru_maxrss: across its exec() too). `write` returns
+/// false if the tool stopped reading.
+child_result run_with_input(std::vector<std::string> const& argv, std::function<bool(std::FILE*)> const& write,
+                            temp_file const& tmp) {
   child_result r;
   std::string const out_path = tmp.dir() + "/out", err_path = tmp.dir() + "/err";
   int fds[2];
@@ -60,9 +63,9 @@ child_result run_on_generated_log(std::vector<std::string> const& argv, gpumem::
   }
   ::close(fds[0]);
   std::signal(SIGPIPE, SIG_IGN);  // a tool that quits early must fail the test, not kill it
-  std::FILE* log = ::fdopen(fds[1], "wb");
-  bool const written = gpumem::test::synthetic_log_writer::write(log, shape, &facts);
-  std::fclose(log);
+  std::FILE* in = ::fdopen(fds[1], "wb");
+  r.input_complete = write(in);
+  r.input_complete = std::fclose(in) == 0 && r.input_complete;
   int status = 0;
   rusage usage{};
   ::wait4(pid, &status, 0, &usage);
@@ -70,7 +73,15 @@ child_result run_on_generated_log(std::vector<std::string> const& argv, gpumem::
   r.max_rss_kib = usage.ru_maxrss;
   r.out = read_file(out_path);
   r.err = read_file(err_path);
-  EXPECT_TRUE(written) << "the tool stopped reading its input";
+  return r;
+}
+
+/// run_with_input with a synthetic log of `shape`, which the tool must read whole.
+child_result run_on_generated_log(std::vector<std::string> const& argv, gpumem::test::synthetic_log_shape const& shape,
+                                  gpumem::test::synthetic_log_facts& facts, temp_file const& tmp) {
+  auto r = run_with_input(
+      argv, [&](std::FILE* f) { return gpumem::test::synthetic_log_writer::write(f, shape, &facts); }, tmp);
+  EXPECT_TRUE(r.input_complete) << "the tool stopped reading its input";
   return r;
 }
 
@@ -126,4 +137,26 @@ TEST(Scale, ReplayStreamsFiveMillionRowsInBoundedMemory) {
     ++rows_seen;
   }
   EXPECT_EQ(rows_seen, 4u);
+}
+
+TEST(Scale, BinaryGarbageIsRefusedWithoutBeingHeld) {
+  // 256 MiB of pseudo-random bytes (NULs and newlines included) on standard input:
+  // an unusable header ends the reading at once, with nothing held.
+  temp_file tmp;
+  auto const r = run_with_input(
+      {GPUMEM_REPORT_BIN, "-"},
+      [](std::FILE* f) {
+        std::vector<std::uint64_t> block(1 << 16);
+        std::uint64_t x = 0x9E3779B97F4A7C15ull;
+        for (int i = 0; i < 512; ++i) {
+          for (auto& w : block) w = (x = x * 6364136223846793005ull + 1442695040888963407ull) >> 7;
+          if (std::fwrite(block.data(), sizeof(std::uint64_t), block.size(), f) != block.size()) return false;
+        }
+        return true;
+      },
+      tmp);
+  EXPECT_EQ(r.status, 2) << r.err;
+  EXPECT_NE(r.err.find("(standard input):"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("gpumem-report: no log could be read"), std::string::npos) << r.err;
+  EXPECT_LT(r.max_rss_kib, 50 * 1024) << "gpumem-report peaked at " << r.max_rss_kib / 1024 << " MiB";
 }

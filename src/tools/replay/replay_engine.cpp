@@ -143,10 +143,26 @@ struct chain_replayer::impl {
   std::uint64_t live_bytes = 0, peak_seen = 0;
   std::chrono::nanoseconds alloc_time{}, free_time{};
 
+  std::uint64_t last_stream = 0, last_thread = 0;
+  stream_ref last_ref{};
+  bool have_last = false;
+
   [[nodiscard]] bool usable() const noexcept { return chain != nullptr && !r.error; }
 
+  /// The replay stream of an event; the last one is remembered (consecutive events
+  /// mostly share a stream), so the table's lock is taken only on a change.
+  stream_ref stream_of(log_event const& ev) {
+    if (!have_last || ev.stream != last_stream || (ev.stream == per_thread_stream_handle && ev.thread != last_thread)) {
+      last_ref = streams->get(ev.stream, ev.thread);
+      last_stream = ev.stream;
+      last_thread = ev.thread;
+      have_last = true;
+    }
+    return last_ref;
+  }
+
   void* allocate(log_event const& ev, std::string_view entry) {
-    stream_ref const st = streams->get(ev.stream, ev.thread);
+    stream_ref const st = stream_of(ev);
     scoped_call_context const call{entry.empty() ? nullptr : entry.data(), device};
     auto const t0 = timed ? replay_clock::now() : replay_clock::time_point{};
     void* p = nullptr;
@@ -165,7 +181,7 @@ struct chain_replayer::impl {
   }
 
   void deallocate(live_block const& b, log_event const& ev, std::string_view entry) {
-    stream_ref const st = streams->get(ev.stream, ev.thread);
+    stream_ref const st = stream_of(ev);
     scoped_call_context const call{entry.empty() ? nullptr : entry.data(), device, is_synchronous_free(entry)};
     auto const t0 = timed ? replay_clock::now() : replay_clock::time_point{};
     chain->top().deallocate(b.p, b.size, st);
