@@ -192,6 +192,40 @@ TEST(PngReport, PlotShowsTheLiveLineInsideThePlotArea) {
   EXPECT_NE(at(200, 40), blue);
 }
 
+TEST(PngReport, ReservedIsDrawnAboveLiveWhenTheLogHasIt) {
+  // Live 1 MiB then 3 MiB; reserved 8 MiB throughout: the reserved line (lighter
+  // blue) runs along the top of the plot (axis 0..8 MiB), the live line below it.
+  std::string const text =
+      "Action,Pointer,Size,TimeNs,Reserved\n"
+      "allocate,0x100,1048576,0,8388608\n"
+      "allocate,0x200,2097152,1000000000,8388608\n"
+      "free,0x100,1048576,2000000000,8388608\n";
+  auto const d = decode(png_report(one_log(text, "r.csv"), 400, 300));
+  auto at = [&](int x, int y) {
+    auto const i = (static_cast<std::size_t>(y) * d.width + static_cast<std::size_t>(x)) * 3;
+    return rgb{static_cast<std::uint8_t>(d.pixels[i]), static_cast<std::uint8_t>(d.pixels[i + 1]),
+               static_cast<std::uint8_t>(d.pixels[i + 2])};
+  };
+  rgb const live{31, 119, 180}, reserved{143, 187, 217};
+  int live_pixels = 0, reserved_top = 0;
+  for (int y = 40; y <= 250; ++y) {
+    for (int x = 91; x <= 380; ++x) live_pixels += at(x, y) == live;
+  }
+  for (int x = 120; x <= 380; ++x) reserved_top += at(x, 40) == reserved || at(x, 41) == reserved;
+  EXPECT_GT(live_pixels, 300);
+  EXPECT_GT(reserved_top, 200) << "no reserved line along the 8 MiB top of the plot";
+  // The same log without its Reserved column: no reserved line.
+  auto const plain = decode(png_report(
+      one_log("Action,Pointer,Size,TimeNs\nallocate,0x100,1048576,0\nallocate,0x200,2097152,1000000000\n", "p.csv"),
+      400, 300));
+  int reserved_pixels = 0;
+  for (std::size_t i = 0; i + 2 < plain.pixels.size(); i += 3) {
+    reserved_pixels += rgb{static_cast<std::uint8_t>(plain.pixels[i]), static_cast<std::uint8_t>(plain.pixels[i + 1]),
+                           static_cast<std::uint8_t>(plain.pixels[i + 2])} == reserved;
+  }
+  EXPECT_EQ(reserved_pixels, 0);
+}
+
 TEST(TimelineSeries, ReservedAndCombinedSeriesWhenThereAreSeveralLogs) {
   std::string const with_reserved = "Action,Pointer,Size,TimeNs,Reserved\nallocate,0x100,10,1,4096\n";
   std::string const plain = "Action,Pointer,Size,TimeNs\nallocate,0x200,20,2\n";

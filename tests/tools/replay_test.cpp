@@ -377,3 +377,13 @@ TEST(ReplayCli, APipeNeedsTheDeviceSize) {
   EXPECT_EQ(sized.status, 0) << sized.err;
   EXPECT_NE(sized.out.find("\npool,"), std::string::npos) << sized.out;
 }
+
+TEST(ReplayCli, OutputThatCannotBeWrittenIsAnError) {
+  temp_file tmp{"tiny.csv"};
+  write_file(tmp.path(), tiny_log().text());
+  auto const r = run_command(replay_bin() + tmp.path() + " --config " + GPUMEM_SOURCE_DIR +
+                                 "/config/default.toml > /dev/full",
+                             tmp.path());
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.err, "gpumem-replay: cannot write to standard output: No space left on device\n");
+}
