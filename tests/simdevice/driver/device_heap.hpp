@@ -1,7 +1,8 @@
 #pragma once
 // One simulated device's memory: a memfd-backed host mapping (so another process
 // can map it for IPC) sub-allocated by a best-fit allocator over an
-// address-ordered free map with coalescing.
+// address-ordered free map with coalescing. A size the host cannot map leaves the
+// device with no memory (total 0, every allocation CUDA_ERROR_OUT_OF_MEMORY).
 //
 // Thread safety: every member function locks the heap's own mutex; one heap per
 // device, so devices never contend with each other.
