@@ -1,6 +1,6 @@
 #include "replay_plan.hpp"
 
-#include <gpumem/tools/alloc_log.hpp>
+#include <gpumem/tools/log_reader.hpp>
 
 #include <algorithm>
 #include <map>
@@ -24,8 +24,7 @@ bool synchronous_entry(std::string_view e) {
 }
 
 /// Event indices: each thread's in file order, threads merged by (time, file position).
-std::vector<std::uint32_t> merged_order(gpumem::tools::parsed_log const& log) {
-  auto const& ev = log.events;
+std::vector<std::uint32_t> merged_order(std::vector<gpumem::tools::log_event> const& ev) {
   std::map<std::uint64_t, std::vector<std::uint32_t>> per_thread;
   for (std::uint32_t i = 0; i < ev.size(); ++i) per_thread[ev[i].thread].push_back(i);
   std::vector<std::vector<std::uint32_t> const*> queues;
@@ -51,14 +50,18 @@ std::vector<std::uint32_t> merged_order(gpumem::tools::parsed_log const& log) {
 }  // namespace
 
 replay_plan plan_replay(std::string const& path, std::string name) {
-  auto const log = gpumem::tools::read_log(path);
-  if (!log.readable) {
-    throw std::runtime_error("cannot replay '" + path + "': " + (log.fatal ? log.fatal->text() : std::string{"unreadable"}));
+  // A benchmark's logs are small: all events are read first, then merged by time.
+  gpumem::tools::log_reader reader{path};
+  if (!reader.readable()) {
+    throw std::runtime_error("cannot replay '" + path + "': " +
+                             (reader.fatal() ? reader.fatal()->text() : std::string{"unreadable"}));
   }
+  std::vector<gpumem::tools::log_event> events;
+  for (gpumem::tools::log_event e; reader.next(e);) events.push_back(e);
   replay_plan plan;
   plan.name = std::move(name);
   plan.source = path;
-  plan.dialect = std::string{log.dialect()};
+  plan.dialect = std::string{reader.dialect()};
 
   std::map<std::pair<std::uint64_t, std::uint64_t>, std::uint32_t> stream_index;  // (handle, thread) -> index
   auto stream_of = [&](gpumem::tools::log_event const& e) -> std::uint32_t {
@@ -91,12 +94,12 @@ replay_plan plan_replay(std::string const& path, std::string name) {
     live_bytes -= b.bytes;
   };
 
-  for (std::uint32_t const i : merged_order(log)) {
-    auto const& e = log.events[i];
+  for (std::uint32_t const i : merged_order(events)) {
+    auto const& e = events[i];
     threads[e.thread] = true;
-    bool const sync = synchronous_entry(log.string(e.entry));
-    switch (e.action) {
-      case gpumem::tools::log_action::allocate: {
+    bool const sync = synchronous_entry(reader.string(e.entry));
+    switch (e.kind) {
+      case gpumem::tools::event_kind::allocate: {
         if (e.size == 0) break;
         std::uint32_t const st = stream_of(e);
         if (auto it = live.find(e.pointer); it != live.end()) {  // the log lost a free
@@ -111,11 +114,11 @@ replay_plan plan_replay(std::string const& path, std::string name) {
         ++plan.allocations;
         break;
       }
-      case gpumem::tools::log_action::allocate_failure:
+      case gpumem::tools::event_kind::allocate_failure:
         if (e.size == 0) break;
         plan.ops.push_back({replay_op::kind::try_allocate, sync, 0, stream_of(e), e.size});
         break;
-      case gpumem::tools::log_action::free: {
+      case gpumem::tools::event_kind::free: {
         if (e.pointer == 0) break;
         auto it = live.find(e.pointer);
         if (it == live.end()) {

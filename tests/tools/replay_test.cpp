@@ -162,7 +162,7 @@ TEST_F(ReplayEngine, ChainsSideBySideInOnePassMatchEachAlone) {
   ASSERT_EQ(rows.size(), 2u);
   for (auto const& r : rows) ASSERT_FALSE(r.error) << r.name << ": " << *r.error;
   EXPECT_EQ(rows[0].name, "a");
-  EXPECT_EQ(rows[0].peak_reserved, 8 * MiB);
+  EXPECT_EQ(rows[0].peak_reserved, 7 * MiB);
   EXPECT_EQ(rows[0].upstream_calls, 2u);
   EXPECT_EQ(rows[0].peak_live, 5 * MiB);
   EXPECT_EQ(rows[0].failed, 0u);
