@@ -173,10 +173,18 @@ TEST(Pool, GrowthStepsFollowTheRequestAndThePool) {
   EXPECT_EQ(i.used_bytes, used);
   EXPECT_EQ(i.free_bytes, 9 * MiB - used);
   EXPECT_EQ(i.largest_free_block, MiB - 2 * KiB);  // the rest of the first slab
-  void* f = pool.allocate(64 * MiB);  // the request: larger than 1/16 of the pool
+  void* f = pool.allocate(64 * MiB);  // the request: larger than 1/64 of the pool
   EXPECT_EQ(pool.pool_size(), 73 * MiB);
-  void* g = pool.allocate(MiB);  // 1/16 of a 73 MiB pool, rounded to 256: more than the request
-  EXPECT_EQ(pool.pool_size(), 73 * MiB + ((73 * MiB / 16) & ~std::size_t{255}));
+  void* g = pool.allocate(MiB);  // 1/64 of a 73 MiB pool, rounded to 256: more than the request
+  EXPECT_EQ(pool.pool_size(), 73 * MiB + ((73 * MiB / 64) & ~std::size_t{255}));
+  // 1/64 of a large pool is capped: a 4 GiB pool grows by 32 MiB for a small request.
+  test::arena_test_resource big_arena{8ULL << 30};
+  pool_memory_resource big{&big_arena, opts(0)};
+  void* h = big.allocate(4ULL << 30);
+  void* i = big.allocate(KiB);
+  EXPECT_EQ(big.pool_size(), (4ULL << 30) + 32 * MiB);
+  big.deallocate(i, KiB);
+  big.deallocate(h, 4ULL << 30);
   for (auto [p, n] : {std::pair{a, std::size_t{1000}}, {b, MiB}, {c, 3 * MiB}, {d, 4 * MiB}, {e, KiB}, {f, 64 * MiB}, {g, MiB}}) {
     pool.deallocate(p, n);
   }
