@@ -181,9 +181,9 @@ TEST(Pool, GrowthStepsFollowTheRequestAndThePool) {
   test::arena_test_resource big_arena{8ULL << 30};
   pool_memory_resource big{&big_arena, opts(0)};
   void* h = big.allocate(4ULL << 30);
-  void* i = big.allocate(KiB);
+  void* small = big.allocate(KiB);
   EXPECT_EQ(big.pool_size(), (4ULL << 30) + 32 * MiB);
-  big.deallocate(i, KiB);
+  big.deallocate(small, KiB);
   big.deallocate(h, 4ULL << 30);
   for (auto [p, n] : {std::pair{a, std::size_t{1000}}, {b, MiB}, {c, 3 * MiB}, {d, 4 * MiB}, {e, KiB}, {f, 64 * MiB}, {g, MiB}}) {
     pool.deallocate(p, n);
