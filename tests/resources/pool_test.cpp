@@ -604,11 +604,13 @@ TEST_F(PoolOnSim, CrossStreamTakeRecordsOneEventAndOneWait) {
   // B now owns A's whole list: reuse on B is free of events.
   before = snapshot();
   pool.deallocate(q, KiB, ref(b_));
-  EXPECT_EQ(pool.allocate(2 * KiB, ref(b_)), p);
+  EXPECT_EQ(pool.allocate(KiB, ref(b_)), p);
+  void* more = pool.allocate(2 * KiB, ref(b_));  // the rest of A's list, also B's now
   d = since(before);
   EXPECT_EQ(d.record, 0);
   EXPECT_EQ(d.wait, 0);
-  pool.deallocate(p, 2 * KiB, ref(b_));
+  pool.deallocate(more, 2 * KiB, ref(b_));
+  pool.deallocate(p, KiB, ref(b_));
 
   // Back to A: B's event is created once, then reused.
   before = snapshot();
