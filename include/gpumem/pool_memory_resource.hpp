@@ -23,6 +23,10 @@
 // - An allocation is served only from the CLEAN list: memory no queued GPU work
 //   can touch (fresh slabs, and memory reclaimed by a barrier). So the program may
 //   use it at once on any stream, as cudaMalloc's memory.
+// - Once the pending memory reaches the reclamation threshold (below), a synchronous
+//   request that finds no exact fit in the clean list reclaims before it splits a
+//   clean block: the waiting memory often holds the better fit, and splitting
+//   meanwhile fragments the pool.
 // - A free files the block as PENDING: work on any stream may still use it (real
 //   cudaFree synchronizes the device first). Pending blocks become clean only by
 //   reclamation: one device-wide GPU-side barrier (stream_tracker::barrier(): the

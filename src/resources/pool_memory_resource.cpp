@@ -100,6 +100,11 @@ struct pool_memory_resource::impl {
     std::size_t const size = align_up(bytes, allocation_alignment);
     bool const sync = current_call().synchronous;
     if (sync) {
+      // Once enough freed memory waits for a barrier, it may hold a better fit than
+      // a split clean block (a training step frees and allocates the same shapes):
+      // splitting meanwhile fragments the pool (measured on a PyTorch transformer
+      // with varying shapes: 2.2x its live memory instead of 1.7x).
+      if (lists.pending_bytes() >= reclaim_threshold(size)) return reclaim_then_take(size);
       if (char* p = take(lists.clean(), size)) return p;  // the synchronous hot path
       return grow_and_take(nullptr, size);
     }
@@ -231,6 +236,27 @@ struct pool_memory_resource::impl {
     return adopt_clean(*e, size);
   }
 
+  /// Waiting memory worth a barrier for a request of `size`: at least the request,
+  /// and min(1/32 of the pool, 8 MiB), so tight loops batch many frees per barrier.
+  [[nodiscard]] std::size_t reclaim_threshold(std::size_t size) const noexcept {
+    return std::max(size, std::min(reserved.load(std::memory_order_relaxed) / reclaim_divisor, reclaim_cap));
+  }
+
+  /// A synchronous request while freed memory waits: an exact fit if the clean list
+  /// has one, else reclaim first and take the best fit of everything.
+  GPUMEM_COLD char* reclaim_then_take(std::size_t size) {
+    {
+      std::lock_guard lock{lists.clean().mutex};
+      if (auto b = lists.clean().list.take_exact(size)) return b->ptr;
+    }
+    {
+      std::lock_guard growth{growth_mutex};
+      reclaim();
+    }
+    if (char* p = take(lists.clean(), size)) return p;
+    return grow_and_take(nullptr, size);
+  }
+
   /// The stream tracker of the pool's device, resolved when the pool first grew.
   stream_tracker& tracker() noexcept { return stream_tracker::of(device); }
 
@@ -253,7 +279,7 @@ struct pool_memory_resource::impl {
     // synchronous request also what streams hold (an ordered request reaches that
     // with events, which gather_into tried already).
     std::size_t const waiting = lists.pending_bytes() + (e == nullptr ? lists.stream_bytes() : 0);
-    if (waiting >= size && waiting >= std::min(pool / reclaim_divisor, reclaim_cap) && reclaim()) {
+    if (waiting >= reclaim_threshold(size) && reclaim()) {
       if (char* p = take_either(e, size)) return p;
     }
 

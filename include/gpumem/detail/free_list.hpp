@@ -122,6 +122,13 @@ class coalescing_tree {
     return b;
   }
 
+  /// Removes a block of exactly `size` bytes (the lowest address), if there is one.
+  std::optional<free_block> take_exact(std::size_t size) {
+    auto it = by_size_.lower_bound({size, nullptr});
+    if (it == by_size_.end() || it->first != size) return std::nullopt;
+    return take_best_fit(size);
+  }
+
   /// Removes the smallest block of at least `size` bytes (lowest address among
   /// equals) whole, without splitting it.
   std::optional<free_block> take_whole_best_fit(std::size_t size) {
@@ -354,6 +361,19 @@ class coalescing_free_list {
     if (quick_n_ == 0) return std::nullopt;
     flush();  // smaller cached blocks, coalesced with their neighbours, may fit
     return tree_.take_best_fit(size);
+  }
+
+  /// A block of exactly `size` bytes (cache first, then the tree), if there is one.
+  std::optional<free_block> take_exact(std::size_t size) {
+    for (std::size_t i = quick_n_; i-- > 0;) {
+      if (quick_[i].size == size) {
+        free_block const b = quick_[i];
+        for (std::size_t j = i + 1; j < quick_n_; ++j) quick_[j - 1] = quick_[j];
+        --quick_n_;
+        return b;
+      }
+    }
+    return tree_.take_exact(size);
   }
 
   /// The smallest block of at least `size` bytes whole, without splitting it.
