@@ -5,9 +5,12 @@
 //   write          csv_log_writer::write on a fresh file, 1 and 8 threads: the
 //                  format plus the append (offset reservation, copy, the page
 //                  faults of the MAP_SHARED mapping and the file growth)
-//   clock          one CLOCK_REALTIME read (the shim takes two per row: start, end)
-//   event_row      what the shim pays per row: two clock reads, the thread id,
-//                  the local offset, then write()
+//   clock          one CLOCK_REALTIME read (what a row used to take twice)
+//   ticks          one detail::log_ticks() read (cycle counter; a row takes two)
+//   row_time       detail::log_row_time(): the end read and the conversion of
+//                  both ends to TimeNs and DurationNs
+//   event_row      what the shim pays per row: the start and end ticks, the
+//                  thread id, the local offset, then write()
 //
 // items_per_second is rows/s over all threads. The file goes to $TMPDIR (or /tmp)
 // and is removed after each run. The shim-level cost (cudaMalloc+cudaFree with
@@ -15,6 +18,7 @@
 //
 //   log_bench [--benchmark_min_time=0.5s]
 #include <gpumem/csv_log_writer.hpp>
+#include <gpumem/detail/log_clock.hpp>
 #include <gpumem/detail/os_thread.hpp>
 
 #include <benchmark/benchmark.h>
@@ -44,7 +48,8 @@ gpumem::log_row sample_row(std::uint64_t i) {
                          .device = 0,
                          .entry = "cudaMalloc",
                          .duration_ns = 412 + i % 100,
-                         .result = nullptr};
+                         .result = nullptr,
+                         .reserved = std::int64_t{3} << 30};
 }
 
 void format_row(benchmark::State& state) {
@@ -88,16 +93,30 @@ void clock(benchmark::State& state) {
 }
 BENCHMARK(clock);
 
+void ticks(benchmark::State& state) {
+  for (auto _ : state) benchmark::DoNotOptimize(gpumem::detail::log_ticks());
+  state.SetItemsProcessed(state.iterations());
+  state.SetLabel(gpumem::detail::log_tick_source() == gpumem::detail::tick_source::cycle_counter ? "cycle counter"
+                                                                                                  : "CLOCK_MONOTONIC");
+}
+BENCHMARK(ticks);
+
+void row_time(benchmark::State& state) {
+  for (auto _ : state) benchmark::DoNotOptimize(gpumem::detail::log_row_time(gpumem::detail::log_ticks()));
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(row_time);
+
 void event_row(benchmark::State& state) {
   if (state.thread_index() == 0) shared_writer = std::make_unique<gpumem::csv_log_writer>(log_path());
   auto row = sample_row(static_cast<std::uint64_t>(state.thread_index()));
   for (auto _ : state) {
-    auto const start = gpumem::detail::realtime_ns();
-    auto const end = gpumem::detail::realtime_ns();
+    auto const start = gpumem::detail::log_ticks();
+    auto const when = gpumem::detail::log_row_time(start);
     row.thread_id = gpumem::detail::os_thread_id();
-    row.time_ns = start;
-    row.utc_offset_s = gpumem::detail::local_utc_offset(start);
-    row.duration_ns = static_cast<std::uint64_t>(end - start);
+    row.time_ns = when.start_ns;
+    row.utc_offset_s = gpumem::detail::local_utc_offset(when.start_ns);
+    row.duration_ns = when.duration_ns;
     shared_writer->write(row);
   }
   state.SetItemsProcessed(state.iterations());
