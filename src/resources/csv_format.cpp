@@ -122,31 +122,28 @@ char* put_i64(char* o, std::int64_t v) noexcept {
   return put_u64(o, static_cast<std::uint64_t>(v));
 }
 
-// 8 hex digits of a 32-bit value, most significant first, as one 64-bit word
-// (SWAR: each nibble spread to a byte, then turned into its ASCII digit).
-std::uint64_t hex8(std::uint32_t v) noexcept {
-  std::uint64_t x = v;
-  x = ((x & 0xffff0000ULL) << 16) | (x & 0x0000ffffULL);
-  x = ((x & 0x0000ff000000ff00ULL) << 8) | (x & 0x000000ff000000ffULL);
-  x = ((x & 0x00f000f000f000f0ULL) << 4) | (x & 0x000f000f000f000fULL);
-  // Now byte i holds nibble i (least significant first); 10..15 get 'a' - '0' - 10 more.
-  std::uint64_t const letters = ((x + 0x0606060606060606ULL) >> 4) & 0x0101010101010101ULL;
-  x += 0x3030303030303030ULL + letters * ('a' - '0' - 10);
-  return __builtin_bswap64(x);  // most significant digit first in memory
-}
+// "00" .. "ff": two hex digits per lookup.
+constexpr auto hex_pairs = [] {
+  std::array<char, 512> t{};
+  for (std::size_t i = 0; i < 256; ++i) {
+    t[2 * i] = "0123456789abcdef"[i >> 4];
+    t[2 * i + 1] = "0123456789abcdef"[i & 0xf];
+  }
+  return t;
+}();
 
-// "0x" and v in hex without leading zeros (as %p writes it), branch-free: all 16
-// digits into a scratch buffer, then a fixed-size copy of the significant tail.
+// "0x" and v in hex without leading zeros (as %p writes it), without a loop or
+// a branch: all 16 digits (8 independent lookups) into a scratch buffer, then a
+// fixed-size copy of the significant tail.
 char* put_hex(char* o, std::uint64_t v) noexcept {
   int const digits = v == 0 ? 1 : (64 - __builtin_clzll(v) + 3) / 4;
-  char scratch[32] = {};
-  std::uint64_t const hi = hex8(static_cast<std::uint32_t>(v >> 32));
-  std::uint64_t const lo = hex8(static_cast<std::uint32_t>(v));
-  std::memcpy(scratch, &hi, 8);
-  std::memcpy(scratch + 8, &lo, 8);
+  char scratch[32];
+  std::memset(scratch + 16, 0, 16);  // read by the tail copy, then overwritten in the row
+  int const bytes = v >> 48 == 0 ? 6 : 8;  // user-space and device addresses fit 48 bits
+  for (int i = 0; i < bytes; ++i) std::memcpy(scratch + 14 - 2 * i, &hex_pairs[((v >> (8 * i)) & 0xff) * 2], 2);
   *o++ = '0';
   *o++ = 'x';
-  std::memcpy(o, scratch + 16 - digits, 16);  // reads within scratch; bytes past `digits` are overwritten later
+  std::memcpy(o, scratch + 16 - digits, 16);  // bytes past `digits` are overwritten by what follows
   return o + digits;
 }
 
@@ -248,8 +245,16 @@ char* put_remembered(char* o, std::uint64_t v, std::uint64_t& last, std::uint8_t
   return put_memo(o, text, len);
 }
 
-row_memo& memo_for(std::uint64_t thread_id, std::int64_t sec, std::int32_t utc_offset) noexcept {
+// The calling thread's memo. Out of line on purpose: in a shared library every
+// access to a thread_local can become a __tls_get_addr call (nine per row when
+// this was inlined); through the returned reference there is one.
+[[gnu::noinline]] row_memo& thread_memo() noexcept {
   static thread_local row_memo m;
+  return m;
+}
+
+row_memo& memo_for(std::uint64_t thread_id, std::int64_t sec, std::int32_t utc_offset) noexcept {
+  row_memo& m = thread_memo();
   if (m.thread_len == 0 || m.thread_id != thread_id) {
     m.thread_len = static_cast<std::uint8_t>(put_u64(m.thread_text, thread_id) - m.thread_text);
     m.thread_id = thread_id;

@@ -169,7 +169,11 @@ struct anchor {
   std::uint64_t mult = 0;
   std::uint64_t life = 0;
 };
-thread_local anchor tl_anchor;
+// Out of line: one __tls_get_addr per row in a shared library, not one per use.
+[[gnu::noinline]] anchor& thread_anchor() noexcept {
+  static thread_local anchor a;
+  return a;
+}
 
 [[gnu::noinline]] void reanchor(anchor& a) noexcept {
   std::uint64_t const t0 = log_ticks();
@@ -191,7 +195,7 @@ std::uint64_t log_ticks_first() noexcept {
 
 row_time log_row_time(std::uint64_t start_ticks) noexcept {
   std::uint64_t const end = log_ticks();
-  anchor& a = tl_anchor;
+  anchor& a = thread_anchor();
   if (end - a.ticks >= a.life) [[unlikely]] reanchor(a);
   auto const from_anchor = static_cast<std::int64_t>(start_ticks - a.ticks);
   auto const elapsed = static_cast<std::int64_t>(end - start_ticks);
