@@ -14,6 +14,12 @@
 // clock goes back by more than one hour (midnight wrap-around); smaller steps back
 // are threads racing to the log, not a new day.
 //
+// Lines starting with '#' are metadata, not data. The shim ends a log that lost
+// rows (disk full, truncated under it) with one line
+//   #gpumem incomplete,dropped_rows=<N>,reason=<short text>
+// (no other commas; the last such line counts); such a log is incomplete, and
+// leaks or peaks read from it are not to be trusted (csv_log_writer.hpp).
+//
 // Damage is reported, never fatal for the rest of the file: each bad line becomes a
 // diagnostic naming file:line and the problem, and is skipped. A process killed
 // while logging leaves trailing NUL bytes (ignored) and/or a last line without its
