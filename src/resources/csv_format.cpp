@@ -203,8 +203,12 @@ struct row_memo {
   std::uint8_t epoch_len = 0;
   char hms[8]{};         // local HH:MM:SS
   char epoch_text[24]{};  // sec in decimal (sec >= 1 only)
-  // The last Size and Reserved written by this thread: a free repeats its
-  // allocation's size, and Reserved changes only when the chain grows or shrinks.
+  // The last Pointer, Size and Reserved written by this thread: a free repeats
+  // its allocation's pointer and size, and Reserved changes only when the chain
+  // grows or shrinks.
+  std::uintptr_t pointer = 0;
+  std::uint8_t pointer_len = 0;
+  char pointer_text[24]{};
   std::uint64_t size = ~std::uint64_t{0};
   std::uint64_t reserved = ~std::uint64_t{0};
   std::uint8_t size_len = 0;
@@ -308,7 +312,16 @@ std::size_t format_row(char* out, log_row const& row) noexcept {
   }
   *o++ = ',';
 
-  o = row.pointer == nullptr ? put_text(o, "(nil)") : put_hex(o, reinterpret_cast<std::uintptr_t>(row.pointer));
+  if (row.pointer == nullptr) {
+    o = put_text(o, "(nil)");
+  } else {
+    auto const p = reinterpret_cast<std::uintptr_t>(row.pointer);
+    if (p != m.pointer || m.pointer_len == 0) {
+      m.pointer_len = static_cast<std::uint8_t>(put_hex(m.pointer_text, p) - m.pointer_text);
+      m.pointer = p;
+    }
+    o = put_memo(o, m.pointer_text, m.pointer_len);
+  }
   *o++ = ',';
   o = put_remembered(o, row.size, m.size, m.size_len, m.size_text);
   *o++ = ',';

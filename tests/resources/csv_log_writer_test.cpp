@@ -129,15 +129,19 @@ TEST(FormatRow, InterleavedThreadsSecondsAndOffsetsKeepTheirOwnText) {
   EXPECT_EQ(format(a), line_a);
 }
 
-// Size and Reserved are remembered per thread too: each row must show its own.
-TEST(FormatRow, SizeAndReservedFollowEveryRow) {
+// Pointer, Size and Reserved are remembered per thread too: each row must show its own.
+TEST(FormatRow, PointerSizeAndReservedFollowEveryRow) {
   auto row = example_row();
   for (std::uint64_t v : {1ULL, 1ULL, 123456789ULL, 7ULL, 0ULL, 18446744073709551615ULL, 7ULL}) {
     row.size = v;
     row.reserved = static_cast<std::int64_t>(v >> 1);
+    row.pointer = reinterpret_cast<void const*>(static_cast<std::uintptr_t>(v));
     auto const line = format(row);
     EXPECT_EQ(split_csv_field(line, 4), std::to_string(v));
     EXPECT_EQ(split_csv_field(line, 11), std::to_string(v >> 1));
+    std::ostringstream hex;
+    hex << "0x" << std::hex << v;
+    EXPECT_EQ(split_csv_field(line, 3), v == 0 ? "(nil)" : hex.str());
   }
   row.reserved = -1;
   EXPECT_EQ(split_csv_field(format(row), 11), "");
