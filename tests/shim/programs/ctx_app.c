@@ -197,7 +197,11 @@ static void contexts(size_t limit) {
     for (int i = 0; i < per_thread; ++i) {
       block const* b = &blocks[d][i];
       if (!owner_is(b->p, b->owner)) {
-        fprintf(stderr, "device %d block %d (%s): wrong owning context\n", d, i, b->pooled ? "primary" : "created");
+        CUcontext owner = NULL;
+        CUresult const r = cu.attribute(&owner, CU_POINTER_ATTRIBUTE_CONTEXT, b->p);
+        fprintf(stderr, "device %d block %d (%s%s, %zu bytes): wrong owning context (attribute %d: %p, expected %p)\n",
+                d, i, b->pooled ? "primary" : "created", (!b->pooled && i % 4 == 0) ? ", stream-ordered" : "",
+                b->bytes, (int)r, (void*)owner, (void*)b->owner);
         ++app_failures;
       }
       APP_CHECK(holds(b->p, b->bytes, b->seed));
