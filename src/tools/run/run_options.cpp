@@ -1,6 +1,6 @@
 #include "run_options.hpp"
 
-#include <gpumem/size_parse.hpp>
+#include <gpumem/config/size_parse.hpp>
 
 #include <unistd.h>
 
