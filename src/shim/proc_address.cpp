@@ -39,15 +39,15 @@ Result resolve(hook_id id, Result ok, Result unavailable, void** pfn, Args... ar
 using namespace gpumem::shim;
 
 GPUMEM_HOOK(CUresult, cuGetProcAddress, (const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags)) {
-  return resolve<gpa_v1_fn>(hook_id::h_cuGetProcAddress, CUDA_SUCCESS, CUDA_ERROR_NOT_INITIALIZED, pfn, symbol,
-                            pfn, cudaVersion, flags);
+  return resolve<gpa_v1_fn>(hook_id::h_cuGetProcAddress, CUDA_SUCCESS, CUDA_ERROR_NOT_INITIALIZED, pfn, symbol, pfn,
+                            cudaVersion, flags);
 }
 
 GPUMEM_HOOK(CUresult, cuGetProcAddress_v2,
             (const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags,
              CUdriverProcAddressQueryResult* status)) {
-  return resolve<gpa_v2_fn>(hook_id::h_cuGetProcAddress_v2, CUDA_SUCCESS, CUDA_ERROR_NOT_INITIALIZED, pfn, symbol,
-                            pfn, cudaVersion, flags, status);
+  return resolve<gpa_v2_fn>(hook_id::h_cuGetProcAddress_v2, CUDA_SUCCESS, CUDA_ERROR_NOT_INITIALIZED, pfn, symbol, pfn,
+                            cudaVersion, flags, status);
 }
 
 // cuda_runtime_api.h may map these names to their _ptsz twins by macro; GPUMEM_HOOK
@@ -68,8 +68,8 @@ GPUMEM_HOOK(cudaError_t, cudaGetDriverEntryPoint_ptsz,
 GPUMEM_HOOK(cudaError_t, cudaGetDriverEntryPointByVersion,
             (const char* symbol, void** pfn, unsigned int version, unsigned long long flags,
              cudaDriverEntryPointQueryResult* status)) {
-  return resolve<entry_by_version_fn>(hook_id::h_cudaGetDriverEntryPointByVersion, cudaSuccess,
-                                      cudaErrorNotSupported, pfn, symbol, pfn, version, flags, status);
+  return resolve<entry_by_version_fn>(hook_id::h_cudaGetDriverEntryPointByVersion, cudaSuccess, cudaErrorNotSupported,
+                                      pfn, symbol, pfn, version, flags, status);
 }
 
 GPUMEM_HOOK(cudaError_t, cudaGetDriverEntryPointByVersion_ptsz,

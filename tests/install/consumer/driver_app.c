@@ -58,8 +58,7 @@ int main(void) {
     return 1;
   }
   gpumem_shim_stats st;
-  if (get_stats(&st) != 0 || st.mode != GPUMEM_SHIM_MODE_ACTIVE || st.chain_allocations != 8 ||
-      st.chain_frees != 8) {
+  if (get_stats(&st) != 0 || st.mode != GPUMEM_SHIM_MODE_ACTIVE || st.chain_allocations != 8 || st.chain_frees != 8) {
     fprintf(stderr, "driver_app: shim mode %d served %llu allocations and %llu frees, expected 8 and 8\n", st.mode,
             st.chain_allocations, st.chain_frees);
     return 1;

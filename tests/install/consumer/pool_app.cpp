@@ -56,9 +56,7 @@ int main() try {
   bool refused = false;
   try {
     (void)pool.allocate(std::size_t{1} << 30);  // above maximum_size
-  } catch (gpumem::out_of_memory const&) {
-    refused = true;
-  }
+  } catch (gpumem::out_of_memory const&) { refused = true; }
   if (!refused) fail("an allocation above the pool's maximum was not refused");
   auto const info = pool.info();
   std::printf("pool_app: ok (pool reserved %zu bytes, %lld upstream allocations)\n", info.reserved_bytes,
