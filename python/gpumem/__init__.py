@@ -84,7 +84,9 @@ def mode():
 
 
 def active():
-    """Whether the shim is loaded and serves allocations through its resource chains."""
+    """Whether the shim is loaded and serves allocations through its resource chains.
+    False until the process's first CUDA call, when the shim reads its configuration
+    (mode() is "uninitialized" then)."""
     return mode() == "active"
 
 
