@@ -6,7 +6,10 @@ namespace gpumem::run {
 
 std::string check_shim(std::string const& path) {
   ::dlerror();  // clear a stale message
-  void* const handle = ::dlopen(path.c_str(), RTLD_LAZY | RTLD_LOCAL);
+  // RTLD_NODELETE: the shim carries its own static libstdc++, whose start-up
+  // allocations would be lost (and reported as leaks) if it were unmapped again;
+  // gpumem-run execs the program right after anyway.
+  void* const handle = ::dlopen(path.c_str(), RTLD_LAZY | RTLD_LOCAL | RTLD_NODELETE);
   if (handle == nullptr) {
     char const* why = ::dlerror();
     return path + ": not a loadable shared library (" + (why != nullptr ? why : "dlopen failed") + ")";

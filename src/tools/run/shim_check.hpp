@@ -9,7 +9,7 @@
 namespace gpumem::run {
 
 /// Empty when `path` loads (dlopen, RTLD_LAZY | RTLD_LOCAL: nothing of it becomes
-/// visible to this process) and exports gpumem_shim_get_stats; otherwise one line
+/// visible to this process; it stays loaded) and exports gpumem_shim_get_stats; otherwise one line
 /// naming the problem ("/etc/passwd: not a loadable shared library (...: invalid ELF
 /// header)"). Loading runs the shim's static initializers, which make no CUDA call.
 [[nodiscard]] std::string check_shim(std::string const& path);
