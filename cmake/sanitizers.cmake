@@ -4,7 +4,7 @@
 # Instrumented: libgpumem (checked in process by the resource, configuration and
 # tool tests), the tools, the test drivers. Not instrumented: everything that runs
 # inside a process the shim is preloaded into -- libgpumem_shim.so (with its own
-# uninstrumented copy of libgpumem, src/shim/CMakeLists.txt), the simulated
+# uninstrumented copy of libgpumem, gpumem_preload in src/CMakeLists.txt), the simulated
 # device's libcuda/libcudart and the shim's test programs. A sanitizer runtime
 # cannot start in such a process: it resolves its interceptors with
 # dlsym(RTLD_NEXT, ...) before any other library is initialized, that call reaches

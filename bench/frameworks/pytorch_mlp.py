@@ -50,9 +50,17 @@ def main() -> None:
     ap.add_argument("--depth", type=int, default=8)
     ap.add_argument("--label", default=os.environ.get("MLP_LABEL", "run"))
     a = ap.parse_args()
+    caching = os.environ.get("PYTORCH_NO_CUDA_MEMORY_CACHING", "") not in ("1", "true", "True")
     for b in (int(s) for s in a.batches.split(",")):
+        if caching:
+            torch.cuda.reset_peak_memory_stats()
         ms, loss = run(b, a.steps, a.warmup, a.width, a.depth)
-        print(f"mlp label={a.label} batch={b} ms_per_step={ms:.3f} final_loss={loss:.6f}", flush=True)
+        memory = ""
+        if caching:  # PyTorch's own peaks; with its cache off gpumem's report has them
+            memory = (f" max_reserved={torch.cuda.max_memory_reserved()}"
+                      f" max_allocated={torch.cuda.max_memory_allocated()}")
+            torch.cuda.empty_cache()
+        print(f"mlp label={a.label} batch={b} ms_per_step={ms:.3f} final_loss={loss:.6f}{memory}", flush=True)
 
 
 if __name__ == "__main__":

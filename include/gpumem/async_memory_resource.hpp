@@ -13,6 +13,22 @@
 //
 // Streams: allocate/deallocate are ordered on the given stream, with the driver's
 // own cross-stream reuse rules (it inserts the dependencies).
+//
+// Synchronous calls (call_context::synchronous; the shim's safe mode): the
+// driver's cross-stream rules only order the legacy stream, not the non-blocking
+// stream a program may use cudaMalloc's memory on. So with an owned pool:
+// - a synchronous allocation comes from a second pool of this resource (created at
+//   the first such allocation) that reuses
+//   only frees the driver has seen complete (opportunistic reuse; no event or
+//   internal dependencies): fresh memory or memory no queued work touches;
+// - a synchronous free waits, on the host side only, in a pending list; once the
+//   pending bytes pass 1/32 of what both pools reserve (at least 64 MiB), or an
+//   allocation fails, one stream_tracker barrier orders the legacy stream after
+//   every stream and the blocks are freed on the legacy stream behind it.
+// With a pool it was given (not owned), a synchronous allocation is followed by a
+// synchronization of the legacy stream (slow, but correct) and a synchronous free
+// by a barrier and a free on the legacy stream behind it.
+//
 // Thread safety: fully thread-safe; the driver serializes inside the pool.
 
 #include <gpumem/device_memory_resource.hpp>
@@ -21,7 +37,10 @@
 
 #include <atomic>
 #include <cstddef>
+#include <mutex>
 #include <optional>
+#include <utility>
+#include <vector>
 
 namespace gpumem {
 
@@ -43,6 +62,8 @@ class async_memory_resource final : public device_memory_resource {
   ~async_memory_resource() override;
 
   [[nodiscard]] CUmemoryPool pool_handle() const noexcept { return pool_; }
+  /// Bytes freed with synchronous semantics that wait for a barrier.
+  [[nodiscard]] std::size_t pending_bytes() const noexcept { return pending_bytes_.load(std::memory_order_relaxed); }
   [[nodiscard]] bool owns_pool() const noexcept { return owned_; }
   /// Frees the driver rejected (counted, reported on stderr).
   [[nodiscard]] std::size_t failed_deallocations() const noexcept {
@@ -60,9 +81,24 @@ class async_memory_resource final : public device_memory_resource {
   /// Equal when allocating from the same pool.
   [[nodiscard]] bool do_is_equal(device_memory_resource const& other) const noexcept override;
 
+  void* allocate_from(CUmemoryPool pool, std::size_t bytes, CUstream stream);
+  /// The pool of synchronous allocations, created on first use (owned pools only).
+  CUmemoryPool sync_pool();
+  void free_on(void* p, CUstream stream) noexcept;
+  /// One barrier, then every pending block freed on the legacy stream behind it.
+  /// false (blocks stay pending) when no barrier can be made.
+  bool reclaim() noexcept;
+
   CUmemoryPool pool_{};
+  std::atomic<CUmemoryPool> sync_pool_{};  ///< owned pools only: synchronous allocations
+  std::mutex sync_pool_mutex_;             ///< creates sync_pool_ once
+  cuuint64_t release_threshold_{};
   bool owned_{false};
+  int device_{-1};
   std::atomic<std::size_t> failed_frees_{0};
+  std::mutex pending_mutex_;
+  std::vector<std::pair<void*, std::size_t>> pending_;  ///< (block, bytes); guarded by pending_mutex_
+  std::atomic<std::size_t> pending_bytes_{0};
 };
 
 }  // namespace gpumem

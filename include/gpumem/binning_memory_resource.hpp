@@ -60,6 +60,7 @@ class binning_memory_resource final : public device_memory_resource {
   std::size_t do_release() override;
   [[nodiscard]] resource_info do_info() const override;
   void do_stream_destroyed(stream_ref stream) noexcept override;
+  [[nodiscard]] bool do_owns(void const* p) const noexcept override;
 
   /// Each distinct bin resource once.
   [[nodiscard]] std::vector<device_memory_resource*> distinct_bins() const;

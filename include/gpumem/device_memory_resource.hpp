@@ -39,6 +39,9 @@ struct resource_info {
   std::size_t used_bytes{};          ///< handed out to callers and not yet deallocated
   std::size_t free_bytes{};          ///< reserved but not used (cached), reusable
   std::size_t largest_free_block{};  ///< biggest single request the cache can serve now
+  /// Freed with synchronous semantics and not reusable until the next reclamation
+  /// barrier (call_context::synchronous); counted in free_bytes too.
+  std::size_t pending_bytes{};
   /// (free - largest free) / free, in [0, 1]: TensorFlow BFC's fragmentation measure.
   [[nodiscard]] double fragmentation() const noexcept {
     return free_bytes == 0 ? 0.0
@@ -77,6 +80,12 @@ class device_memory_resource {
   /// per-stream state (pool free lists) orders or moves it so it never names the
   /// stream again. Adaptors forward. Never throws.
   void stream_destroyed(stream_ref stream) noexcept { do_stream_destroyed(stream); }
+
+  /// Whether `p` lies in memory this resource (or a caching resource below it) holds
+  /// from its upstream: a caching resource's slabs or chunks, in use or free. The shim
+  /// refuses a free of such a pointer it has no record of (a second free) instead of
+  /// handing it to CUDA, which could free a whole slab. Adaptors forward. Never throws.
+  [[nodiscard]] bool owns(void const* p) const noexcept { return do_owns(p); }
 
   [[nodiscard]] bool is_equal(device_memory_resource const& other) const noexcept {
     return this == &other || do_is_equal(other);
@@ -124,6 +133,7 @@ class device_memory_resource {
   virtual std::size_t do_release() { return 0; }
   [[nodiscard]] virtual resource_info do_info() const { return {}; }
   virtual void do_stream_destroyed(stream_ref) noexcept {}
+  [[nodiscard]] virtual bool do_owns(void const*) const noexcept { return false; }
   [[nodiscard]] virtual bool do_is_equal(device_memory_resource const&) const noexcept { return false; }
 };
 

@@ -49,6 +49,8 @@ class fixed_size_memory_resource final : public device_memory_resource {
   std::size_t do_release() override;
   [[nodiscard]] resource_info do_info() const override;
   void do_stream_destroyed(stream_ref stream) noexcept override;
+  /// p inside one of the resource's chunks (or a caching upstream's memory).
+  [[nodiscard]] bool do_owns(void const* p) const noexcept override;
 
   std::unique_ptr<impl> impl_;
 };

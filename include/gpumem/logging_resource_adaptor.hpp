@@ -40,6 +40,7 @@ class logging_resource_adaptor final : public device_memory_resource {
   std::size_t do_release() override { return upstream_->release(); }
   [[nodiscard]] resource_info do_info() const override { return upstream_->info(); }
   void do_stream_destroyed(stream_ref s) noexcept override { upstream_->stream_destroyed(s); }
+  [[nodiscard]] bool do_owns(void const* p) const noexcept override { return upstream_->owns(p); }
 
   /// Writes one row; the duration runs from `start_ns` to now.
   void log(log_action action, void const* p, std::size_t bytes, stream_ref stream, std::int64_t start_ns,

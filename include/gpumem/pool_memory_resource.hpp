@@ -1,8 +1,9 @@
 #pragma once
 // pool_memory_resource: a coalescing best-fit sub-allocator over slabs obtained
-// from an upstream resource, with one free list per stream (RMM's pool, reworked).
+// from an upstream resource, with one free list per stream (RMM's pool, reworked)
+// and CUDA's synchronous semantics for the calls that ask for them.
 //
-// Stream semantics (RMM's stream-ordered contract, device_memory_resource.hpp):
+// Stream-ordered calls (RMM's contract, device_memory_resource.hpp):
 // - A block freed on stream A goes to A's free list and is reused by A at once:
 //   no event, no host wait.
 // - Stream B takes memory freed on A only after B is ordered after A: at the
@@ -10,33 +11,54 @@
 //   on it (cuStreamWaitEvent). No event is recorded per free, and the host never
 //   blocks. B then owns A's whole free list (the wait covers all of it).
 // - stream_destroyed(s) records one event on s and moves s's free blocks to a
-//   "foreign" list guarded by that event; a stream taking from it waits on it
-//   (until cuEventQuery says it completed). s is never named again.
-// - A capturing stream (cuStreamIsCapturing) never gets an event recorded on it
-//   and is never made to wait: the pool grows instead.
-// - The per-thread default stream (0x2) is a different stream on every thread,
-//   so its free list is per thread. Only its thread can name it: other threads
-//   order after it with an event on the legacy stream, which waits for every
-//   blocking stream (per-thread default streams included).
+//   "foreign" batch guarded by that event.
+// - A capturing stream is never recorded on or made to wait: the pool grows instead.
+// - The per-thread default stream (0x2) is a different stream on every thread, so
+//   its free list is per thread; other threads order after it through the legacy
+//   stream.
+//
+// Synchronous calls (call_context::synchronous, set by the shim in safe mode for
+// cudaMalloc/cuMemAlloc and cudaFree/cuMemFree, and for any free of synchronously
+// allocated memory):
+// - An allocation is served only from the CLEAN list: memory no queued GPU work
+//   can touch (fresh slabs, and memory reclaimed by a barrier). So the program may
+//   use it at once on any stream, as cudaMalloc's memory.
+// - A free files the block as PENDING: work on any stream may still use it (real
+//   cudaFree synchronizes the device first). Pending blocks become clean only by
+//   reclamation: one device-wide GPU-side barrier (stream_tracker::barrier(): the
+//   legacy stream waits for every stream, every stream waits for it; the host
+//   never waits), after which every block freed before it — pending, and every
+//   stream's list — moves to the clean list.
+// - Fresh slabs are grown with synchronous semantics on the legacy stream: usable
+//   at once by any stream. What is left of a slab after the request goes to the
+//   clean list for a synchronous request, and to the stream's own list for a
+//   stream-ordered one (so that stream's frees coalesce with it).
+//
+// When memory runs short (see grow_and_take in the .cpp): a miss first reclaims if
+// the memory waiting for reclamation is at least the request and 1/32 of the pool
+// (so a tight loop makes a barrier only every few dozen frees, and pending memory
+// never drives growth: the pool stays within a few percent of what is live); else
+// it grows by max(request, min_growth, 1/16 of the pool) within maximum_size. If
+// the upstream refuses, it reclaims whatever is waiting, takes every other
+// stream's free memory, returns fully free slabs upstream and retries the request
+// alone; only then it throws out_of_memory saying what it holds.
+//
+// A barrier is refused while any stream capture is active (it would break the
+// capture): pending memory then stays pending and the pool grows instead.
 //
 // Thread safety: every member is thread-safe. Threads working on different
 // streams contend on no common lock in allocate/deallocate (one mutex per stream's
-// free list; the stream table and the slab table are read under shared locks).
-// Growth takes a separate growth mutex. release() and info() lock everything.
+// free list, one for the clean list, eight pending shards; the stream table and the
+// slab table are read under shared locks). Growth and reclamation take a separate
+// growth mutex. release() and info() lock everything.
 //
-// Growth: on a miss that no other stream's free memory can serve, the pool takes
-// a slab of max(request, min_growth, what this stream has grown so far capped at
-// the pool size) — geometric per stream — within maximum_size. If the upstream
-// is out of memory it tries max(request, min_growth), then takes every other
-// stream's free memory, returns fully free slabs upstream and retries the
-// request alone; only then it throws out_of_memory saying what it holds.
-//
-// Complexity: allocate/deallocate O(log n) in the number of free blocks of the
-// stream (best fit from a size-ordered set, coalescing through an address map).
+// Complexity: allocate/deallocate O(log n) in the number of free blocks of the list
+// used (best fit from a size-ordered set, coalescing through an address map); a
+// synchronous free is O(1).
 //
 // deallocate(p, bytes, s) needs the `bytes` given to allocate (rounded up to 256
 // as allocate did); an unknown pointer or a block that overlaps a free one
-// (double free on the same stream) is ignored rather than corrupting the pool.
+// (double free) is ignored rather than corrupting the pool.
 
 #include <gpumem/device_memory_resource.hpp>
 
@@ -56,6 +78,9 @@ struct pool_options {
   std::optional<std::size_t> maximum_size{};
   /// Smallest upstream request when the pool grows.
   std::size_t min_growth = pool_default_min_growth;
+  /// Device whose streams a reclamation barrier orders (stream_tracker::of). -1:
+  /// the device of the context current when the pool first grows.
+  int device = -1;
 };
 
 class pool_memory_resource final : public device_memory_resource {
@@ -71,6 +96,10 @@ class pool_memory_resource final : public device_memory_resource {
   [[nodiscard]] device_memory_resource* upstream() const noexcept;
   /// Bytes currently reserved from the upstream (sum of slab sizes).
   [[nodiscard]] std::size_t pool_size() const noexcept;
+  /// Bytes freed with synchronous semantics that wait for a reclamation barrier.
+  [[nodiscard]] std::size_t pending_bytes() const noexcept;
+  /// Reclamations made so far (each one barrier).
+  [[nodiscard]] std::size_t reclaim_count() const noexcept;
   [[nodiscard]] pool_options const& options() const noexcept;
 
  private:
@@ -81,6 +110,8 @@ class pool_memory_resource final : public device_memory_resource {
   std::size_t do_release() override;
   [[nodiscard]] resource_info do_info() const override;
   void do_stream_destroyed(stream_ref stream) noexcept override;
+  /// p inside one of the pool's slabs (or a caching upstream's memory).
+  [[nodiscard]] bool do_owns(void const* p) const noexcept override;
 
   std::unique_ptr<impl> impl_;
 };

@@ -59,6 +59,7 @@ class statistics_resource_adaptor final : public device_memory_resource {
   std::size_t do_release() override { return upstream_->release(); }
   [[nodiscard]] resource_info do_info() const override { return upstream_->info(); }
   void do_stream_destroyed(stream_ref s) noexcept override { upstream_->stream_destroyed(s); }
+  [[nodiscard]] bool do_owns(void const* p) const noexcept override { return upstream_->owns(p); }
 
   device_memory_resource* upstream_;
   // Bytes and counts on separate cache lines: they are written by every call.

@@ -9,4 +9,4 @@ if(NOT _gpumem_delimiter_found EQUAL -1)
 endif()
 configure_file(${CMAKE_CURRENT_LIST_DIR}/default_toml.cpp.in
                ${CMAKE_CURRENT_BINARY_DIR}/generated/default_toml.cpp @ONLY)
-set(GPUMEM_DEFAULT_TOML_SOURCE ${CMAKE_CURRENT_BINARY_DIR}/generated/default_toml.cpp)
+# The caller adds generated/default_toml.cpp to its library targets.

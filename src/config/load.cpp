@@ -260,15 +260,24 @@ settings load(environment const& env) {
     }
     if (auto const* v = o.path_template("GPUMEM_LOG_FILE")) { s.log_file = *v; }
     if (auto const* v = o.choice("GPUMEM_LOG_LEVEL", "trace|debug|info|warn|error|off")) { s.log_level = *v; }
+    if (auto const* v = o.path_template("GPUMEM_REPORT_FILE")) {
+      s.report_file = *v;
+      s.report = true;  // naming where the report goes asks for it (gpumem-run --report-file)
+    }
     if (auto const v = o.boolean("GPUMEM_REPORT")) { s.report = *v; }
-    if (auto const* v = o.path_template("GPUMEM_REPORT_FILE")) { s.report_file = *v; }
-    if (auto const v = o.size("GPUMEM_DEFERRED_FLUSH", false)) { s.deferred_flush_bytes = static_cast<std::size_t>(v->bytes); }
+    if (o.size("GPUMEM_DEFERRED_FLUSH", false)) {
+      warnings.emplace_back(
+          "GPUMEM_DEFERRED_FLUSH no longer has an effect (safe mode reclaims freed memory with GPU-side barriers, "
+          "without device synchronizations): unset it");
+    }
     replace_resources(s, o);
     apply_pool_sizes(s, o);
     apply_limit(s, o);
     detail::validate_chain(s.chain, s.source, s.on_config_error);
   }
 
+  // Findings of the file's parse come first, then the environment's.
+  warnings.insert(warnings.begin(), s.warnings.begin(), s.warnings.end());
   if (prints_warnings(s.log_level)) {
     for (auto const& w : warnings) { std::fprintf(stderr, "gpumem: warning: %s\n", w.c_str()); }
   }

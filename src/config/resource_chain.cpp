@@ -6,7 +6,6 @@
 #include <gpumem/binning_memory_resource.hpp>
 #include <gpumem/csv_log_writer.hpp>
 #include <gpumem/cuda_memory_resource.hpp>
-#include <gpumem/deferred_free_resource_adaptor.hpp>
 #include <gpumem/detail/driver_api.hpp>
 #include <gpumem/fixed_size_memory_resource.hpp>
 #include <gpumem/limiting_resource_adaptor.hpp>
@@ -125,7 +124,7 @@ class chain_builder {
               if (growth != pool_default_min_growth) { text += fmt::format(", min growth {}", shown(p.min_growth, growth)); }
               text += ")";
               return make<pool_memory_resource>("pool", std::move(text), upstream,
-                                                pool_options{initial, maximum, growth});
+                                                pool_options{initial, maximum, growth, chain_.device_});
             },
             [&](binning_spec const& b) -> device_memory_resource* {
               auto* r = make<binning_memory_resource>("binning", fmt::format("binning({})", describe_bins(b.bins)),
@@ -200,7 +199,7 @@ class chain_builder {
 
 resource_chain::~resource_chain() {
   // Outermost first: an adaptor may still hand memory back to its upstream while it
-  // is destroyed (pool slabs, deferred blocks).
+  // is destroyed (pool slabs, pending blocks).
   while (!owned_.empty()) { owned_.pop_back(); }
 }
 
@@ -209,7 +208,6 @@ statistics_resource_adaptor& resource_chain::live_stats() noexcept { return *liv
 statistics_resource_adaptor& resource_chain::device_stats() noexcept { return *device_stats_; }
 tracking_resource_adaptor* resource_chain::tracker() noexcept { return tracker_; }
 limiting_resource_adaptor* resource_chain::limiter() noexcept { return limiter_; }
-deferred_free_resource_adaptor* resource_chain::deferred() noexcept { return deferred_; }
 resource_info resource_chain::info() const { return top_->info(); }
 
 std::string resource_chain::describe() const {
@@ -228,30 +226,12 @@ std::unique_ptr<resource_chain> build_chain(settings const& s, int const device)
   chain_builder b{*chain, s, free_bytes};
 
   std::size_t const device_index = s.chain.size() - 1;  // validate_chain: the last entry
-  // Safe mode: deferred_free sits right above the outermost entry that caches memory,
-  // so blocks the program cudaFree'd cannot be handed out again before a sync.
-  std::size_t deferred_at = s.chain.size();
-  if (s.sync == sync_mode::safe) {
-    auto const it = std::ranges::find_if(s.chain, [](resource_spec const& e) { return caches_memory(e.options); });
-    deferred_at = static_cast<std::size_t>(it - s.chain.begin());
-  }
-  auto add_deferred = [&](device_memory_resource* upstream) {
-    chain->deferred_ = b.make<deferred_free_resource_adaptor>(
-        "deferred_free", fmt::format("deferred_free(flush {})", format_bytes(s.deferred_flush_bytes)), upstream,
-        s.deferred_flush_bytes, device);
-    return chain->deferred_;
-  };
-
   // The device resource's description goes last in describe(); collect innermost first
   // and reverse at the end.
   device_memory_resource* top = b.entry(device_index, nullptr);
   chain->device_stats_ = b.make<statistics_resource_adaptor>("statistics", {}, top);
   top = chain->device_stats_;
-  if (deferred_at == device_index) { top = add_deferred(top); }
-  for (std::size_t i = device_index; i-- > 0;) {
-    top = b.entry(i, top);
-    if (i == deferred_at) { top = add_deferred(top); }
-  }
+  for (std::size_t i = device_index; i-- > 0;) { top = b.entry(i, top); }
   chain->live_stats_ = b.make<statistics_resource_adaptor>("statistics", {}, top);
   chain->top_ = chain->live_stats_;
   std::ranges::reverse(chain->types_);

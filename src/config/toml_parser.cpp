@@ -170,7 +170,11 @@ class parser {
       } else if (name == "report_file") {
         s.report_file = get_template(v, key);
       } else if (name == "deferred_flush") {
-        s.deferred_flush_bytes = static_cast<std::size_t>(get_size(v, key, false).bytes);
+        static_cast<void>(get_size(v, key, false));  // still checked: a typo is still an error
+        s.warnings.push_back(fmt::format(
+            "{}:{}:{}: gpumem.deferred_flush no longer has an effect (safe mode reclaims freed memory with "
+            "GPU-side barriers, without device synchronizations): remove it",
+            source_, k.source().begin.line, k.source().begin.column));
       } else {
         fail(k.source(), key, fmt::format("unknown key \"{}\"", name), valid);
       }

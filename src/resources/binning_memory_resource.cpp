@@ -83,11 +83,13 @@ resource_info binning_memory_resource::do_info() const {
   std::size_t bin_reserved = 0;
   std::size_t bin_used = 0;
   std::size_t largest = up.largest_free_block;
+  std::size_t pending = up.pending_bytes;
   for (auto* bin : distinct_bins()) {
     auto const b = bin->info();
     bin_reserved += b.reserved_bytes;
     bin_used += b.used_bytes;
     largest = std::max(largest, b.largest_free_block);
+    pending += b.pending_bytes;
   }
   resource_info r{};
   r.reserved_bytes = up.reserved_bytes;
@@ -95,7 +97,15 @@ resource_info binning_memory_resource::do_info() const {
   r.used_bytes = std::min(up.used_bytes - std::min(up.used_bytes, bin_reserved) + bin_used, r.reserved_bytes);
   r.free_bytes = r.reserved_bytes - r.used_bytes;
   r.largest_free_block = largest;
+  r.pending_bytes = pending;
   return r;
+}
+
+bool binning_memory_resource::do_owns(void const* p) const noexcept {
+  for (auto const& [size, bin] : bins_) {
+    if (bin != upstream_ && bin->owns(p)) return true;
+  }
+  return upstream_->owns(p);
 }
 
 void binning_memory_resource::do_stream_destroyed(stream_ref stream) noexcept {

@@ -1,6 +1,9 @@
 #include <gpumem/fixed_size_memory_resource.hpp>
 
+#include <gpumem/call_context.hpp>
+#include <gpumem/detail/assert.hpp>
 #include <gpumem/detail/stream_free_lists.hpp>
+#include <gpumem/stream_tracker.hpp>
 
 #include <algorithm>
 #include <array>
@@ -52,7 +55,10 @@ struct block_ref {
 /// most likely to be warm in cache and already ordered). O(1) push/pop.
 class block_stack {
  public:
+  using block_type = block_ref;
+
   void push(block_ref b) { blocks_.push_back(b); }
+  void add(block_ref b) { push(b); }
   /// Makes room for n more pushes, so that they cannot throw.
   void reserve_extra(std::size_t n) { blocks_.reserve(blocks_.size() + n); }
   std::optional<block_ref> pop() noexcept {
@@ -69,6 +75,9 @@ class block_stack {
   [[nodiscard]] bool can_serve(std::size_t /*bytes*/) const noexcept { return !blocks_.empty(); }
   [[nodiscard]] bool empty() const noexcept { return blocks_.empty(); }
   [[nodiscard]] std::size_t size() const noexcept { return blocks_.size(); }
+  [[nodiscard]] std::size_t free_bytes() const noexcept {
+    return blocks_.empty() ? 0 : blocks_.size() * blocks_.front().owner->block_size;
+  }
   template <class F>
   void for_each_piece(F&& f) const {
     for (auto const& b : blocks_) f(b.owner->base, b.owner->block_size);
@@ -111,8 +120,7 @@ struct fixed_size_memory_resource::impl {
 
   void preallocate() {
     std::lock_guard growth{growth_mutex};
-    auto const e = lists.get(stream_ref{});
-    if (!add_chunk(*e, blocks_per_chunk, stream_ref{})) {
+    if (!add_chunk(blocks_per_chunk)) {
       throw out_of_memory{"gpumem: fixed_size_memory_resource could not preallocate " + std::to_string(blocks_per_chunk) +
                           " blocks of " + std::to_string(block_size) + " bytes"};
     }
@@ -124,26 +132,62 @@ struct fixed_size_memory_resource::impl {
       throw bad_alloc{CUDA_ERROR_INVALID_VALUE, "gpumem: fixed_size_memory_resource: request of " + std::to_string(bytes) +
                                                     " bytes is larger than the block size " + std::to_string(block_size)};
     }
-    auto const e = lists.get(s);
-    if (char* p = take(*e)) return p;
+    bool const sync = current_call().synchronous;
+    // Hot paths: a stream reuses its own frees; anything may use clean blocks.
+    if (!sync) {
+      if (char* p = take(lists.borrow(s))) return p;
+    }
+    if (char* p = take(lists.clean())) return p;
+    if (sync) return miss(nullptr);
+    auto const e = lists.get(s);  // owned from here: growing calls the upstream
     if (lists.gather_into(*e, block_size, gather_mode::first_fit)) {
       if (char* p = take(*e)) return p;
     }
+    return miss(e.get());
+  }
+
+  /// The miss path: every block another stream freed (ordered by events), memory
+  /// waiting for reclamation, and only then a new chunk — never out of memory while
+  /// some stream holds a free block that can be ordered or reclaimed. `e`: the
+  /// stream's entry, nullptr for a synchronous request (clean blocks only).
+  GPUMEM_COLD char* miss(entry* e) {
     std::lock_guard growth{growth_mutex};
-    // A whole chunk, else a single block, else whatever other streams hold. Threads
-    // on the same stream take from this list without the growth lock, so they may
-    // empty a chunk before this thread gets a block from it: grow again until this
-    // thread has one or the upstream refuses — never report out of memory while the
-    // upstream still gives.
-    for (;;) {
-      if (char* p = take(*e)) return p;  // another thread on this stream grew meanwhile
-      if (!add_chunk(*e, blocks_per_chunk, s) && !(blocks_per_chunk > 1 && add_chunk(*e, 1, s))) break;
+    auto const retry = [&]() -> char* {
+      if (e != nullptr) {
+        if (char* p = take(*e)) return p;
+      }
+      return take(lists.clean());
+    };
+    if (char* p = retry()) return p;  // another thread grew or reclaimed meanwhile
+    if (e != nullptr && lists.gather_into(*e, block_size, gather_mode::everything)) {
+      if (char* p = retry()) return p;
     }
-    if (lists.gather_into(*e, block_size, gather_mode::everything)) {
-      if (char* p = take(*e)) return p;
+    std::size_t const waiting = lists.pending_bytes() + (e == nullptr ? lists.stream_bytes() : 0);
+    if (waiting >= block_size && waiting >= reserved.load(std::memory_order_relaxed) / reclaim_divisor && reclaim()) {
+      if (char* p = retry()) return p;
+    }
+    // A whole chunk, else a single block. Threads on the same stream take from the
+    // lists without the growth lock, so they may empty a chunk before this thread
+    // gets a block from it: grow again until this thread has one or the upstream
+    // refuses.
+    for (;;) {
+      if (!add_chunk(blocks_per_chunk) && !(blocks_per_chunk > 1 && add_chunk(1))) break;
+      if (char* p = retry()) return p;
+    }
+    if (reclaim()) {
+      if (char* p = retry()) return p;
     }
     throw out_of_memory{"gpumem: fixed_size_memory_resource out of memory: upstream cannot give one more block of " +
-                        std::to_string(block_size) + " bytes (holding " + std::to_string(reserved.load()) + " bytes)"};
+                        std::to_string(block_size) + " bytes (holding " + std::to_string(reserved.load()) + " bytes, " +
+                        std::to_string(lists.pending_bytes()) + " waiting for reclamation)"};
+  }
+
+  /// One reclamation (a barrier); caller holds growth_mutex.
+  bool reclaim() {
+    if (device < 0) return false;  // never grew: nothing can be waiting
+    bool const done = lists.reclaim(stream_tracker::of(device));
+    if (done) reclaims.fetch_add(1, std::memory_order_relaxed);
+    return done;
   }
 
   void deallocate(void* ptr, std::size_t bytes, stream_ref s) noexcept {
@@ -154,10 +198,15 @@ struct fixed_size_memory_resource::impl {
     auto const offset = reinterpret_cast<std::uintptr_t>(p) - reinterpret_cast<std::uintptr_t>(c->base);
     if (offset >= c->bytes() || offset % block_size != 0) return;  // not a block of ours
     if (!c->mark_free(offset / block_size)) return;                // double free: ignored
+    if (current_call().synchronous) {
+      // Any stream's queued work may still use it: reusable only after a barrier.
+      static_cast<void>(lists.add_pending({p, c}, block_size));
+      return;
+    }
     try {
-      auto const e = lists.get(s);
-      std::lock_guard lock{e->mutex};
-      e->list.push({p, c});
+      auto& e = lists.borrow(s);  // nothing below re-enters a resource
+      std::lock_guard lock{e.mutex};
+      e.list.push({p, c});
     } catch (...) {
       // Out of host memory for the bookkeeping: the block is lost (never handed out twice).
     }
@@ -198,13 +247,17 @@ struct fixed_size_memory_resource::impl {
     return b->ptr;
   }
 
-  /// A chunk of n blocks from the upstream, filed under the stream; false if the
-  /// upstream is out of memory. Caller holds growth_mutex.
-  bool add_chunk(entry& e, std::size_t n, stream_ref s) {
+  /// A chunk of n blocks from the upstream, filed as clean blocks (grown with
+  /// synchronous semantics on the legacy stream: usable at once by any stream);
+  /// false if the upstream is out of memory. Caller holds growth_mutex.
+  bool add_chunk(std::size_t n) {
+    if (device < 0) device = detail::current_device();  // the memory's device, for reclamation
     std::size_t const bytes = n * block_size;
+    entry& e = lists.clean();
     void* raw = nullptr;
     try {
-      raw = upstream->allocate(bytes, s);
+      scoped_synchronous_call sync;
+      raw = upstream->allocate(bytes, stream_ref{});
     } catch (out_of_memory const&) {
       return false;
     }
@@ -228,7 +281,8 @@ struct fixed_size_memory_resource::impl {
         reserved.fetch_sub(bytes, std::memory_order_relaxed);
         chunks_generation.fetch_add(1, std::memory_order_release);
       }
-      upstream->deallocate(raw, bytes, s);
+      scoped_synchronous_call sync;
+      upstream->deallocate(raw, bytes, stream_ref{});
       throw;
     }
     return true;
@@ -236,6 +290,7 @@ struct fixed_size_memory_resource::impl {
 
   std::size_t release() {
     std::lock_guard growth{growth_mutex};
+    reclaim();  // whatever waits for a barrier may complete a free chunk
     return lists.with_all_locked([&](lists_type::locked_view& v) {
       auto const regions = lists.extract_free_regions(v, [&](char* base) {
         std::shared_lock lock{chunks_mutex};
@@ -272,7 +327,9 @@ struct fixed_size_memory_resource::impl {
         any_usable = any_usable || !b.list.empty();
       }
       r.reserved_bytes = reserved.load(std::memory_order_relaxed);
-      r.free_bytes = std::min(free_blocks * block_size, r.reserved_bytes);
+      // Pending blocks are free from the program's point of view (it freed them).
+      r.pending_bytes = lists.pending_bytes();
+      r.free_bytes = std::min(free_blocks * block_size + r.pending_bytes, r.reserved_bytes);
       r.used_bytes = r.reserved_bytes - r.free_bytes;
       r.largest_free_block = any_usable ? block_size : 0;
     });
@@ -283,8 +340,14 @@ struct fixed_size_memory_resource::impl {
   std::size_t const block_size;
   std::size_t const blocks_per_chunk;
 
-  std::mutex growth_mutex;  ///< serialises growth, release and info; outermost lock
+  /// A miss reclaims once waiting memory reaches 1/32 of what the resource holds
+  /// (as pool_memory_resource does).
+  static constexpr std::size_t reclaim_divisor = 32;
+
+  std::mutex growth_mutex;  ///< serialises growth, reclamation, release and info; outermost lock
+  int device = -1;          ///< guarded by growth_mutex; the memory's device, known at the first growth
   std::atomic<std::size_t> reserved{0};
+  std::atomic<std::size_t> reclaims{0};
   std::uint64_t const instance = detail::next_instance_id();
   std::atomic<std::uint64_t> chunks_generation{0};  ///< bumped whenever a chunk leaves
   std::shared_mutex chunks_mutex;                   ///< leaf lock
@@ -312,6 +375,11 @@ void fixed_size_memory_resource::do_deallocate(void* p, std::size_t bytes, strea
 }
 std::size_t fixed_size_memory_resource::do_release() { return impl_->release(); }
 resource_info fixed_size_memory_resource::do_info() const { return impl_->info(); }
+bool fixed_size_memory_resource::do_owns(void const* p) const noexcept {
+  auto* const at = const_cast<char*>(static_cast<char const*>(p));
+  chunk const* c = impl_->find_chunk(at);
+  return (c != nullptr && at < c->base + c->bytes()) || impl_->upstream->owns(p);
+}
 void fixed_size_memory_resource::do_stream_destroyed(stream_ref stream) noexcept {
   impl_->lists.stream_destroyed(stream);
   impl_->upstream->stream_destroyed(stream);

@@ -1,8 +1,11 @@
 #include <gpumem/pool_memory_resource.hpp>
 
+#include <gpumem/call_context.hpp>
+#include <gpumem/detail/assert.hpp>
 #include <gpumem/detail/driver_api.hpp>
 #include <gpumem/detail/free_list.hpp>
 #include <gpumem/detail/stream_free_lists.hpp>
+#include <gpumem/stream_tracker.hpp>
 
 #include <algorithm>
 #include <array>
@@ -24,6 +27,14 @@ constexpr std::size_t align_down(std::size_t v, std::size_t a) noexcept { return
 /// Largest request any pool can accept: align_up of anything larger overflows.
 constexpr std::size_t largest_request = align_down(std::numeric_limits<std::size_t>::max(), allocation_alignment);
 
+/// A miss reclaims once the memory waiting for reclamation reaches 1/32 of the pool
+/// (and the request): rare enough that barriers cost nothing measurable, small
+/// enough that waiting memory never makes the pool grow by more than ~3%.
+constexpr std::size_t reclaim_divisor = 32;
+/// Growth steps of 1/16 of the pool (at least min_growth and the request): a
+/// growing program makes few upstream calls, and the last slab wastes little.
+constexpr std::size_t growth_divisor = 16;
+
 std::size_t half_of_free_device_memory() {
   GPUMEM_CU_TRY(detail::ensure_context());
   std::size_t free = 0;
@@ -43,7 +54,7 @@ struct pool_memory_resource::impl {
   using entry = lists_type::entry;
   using gather_mode = lists_type::gather_mode;
 
-  impl(device_memory_resource* up, pool_options const& o) : upstream{up}, opts{o} {
+  impl(device_memory_resource* up, pool_options const& o) : upstream{up}, opts{o}, device{o.device} {
     if (upstream == nullptr) throw logic_error{"gpumem: pool_memory_resource needs an upstream resource"};
     maximum = align_down(std::min(opts.maximum_size.value_or(largest_request), largest_request), allocation_alignment);
     if (opts.initial_size && opts.maximum_size && *opts.initial_size > *opts.maximum_size) {
@@ -55,6 +66,7 @@ struct pool_memory_resource::impl {
 
   ~impl() {
     // Everything goes back, in use or not (RMM does the same): the pool owns its slabs.
+    scoped_synchronous_call sync;
     for (auto const& [base, size] : slabs) upstream->deallocate(base, size, stream_ref{});
   }
 
@@ -66,14 +78,12 @@ struct pool_memory_resource::impl {
       throw logic_error{"gpumem: pool initial_size rounds up past maximum_size"};
     }
     std::lock_guard growth{growth_mutex};
-    auto const e = lists.get(stream_ref{});
-    char* base = grow(initial, stream_ref{});
+    char* base = grow(initial);
     if (base == nullptr) {
       throw out_of_memory{"gpumem: pool_memory_resource could not reserve its initial " + mib(initial) + " from upstream"};
     }
-    e->grown += initial;
-    std::lock_guard lock{e->mutex};
-    e->list.insert({base, initial, base});
+    std::lock_guard lock{lists.clean().mutex};
+    lists.clean().list.insert({base, initial, base});
   }
 
   void* allocate(std::size_t bytes, stream_ref s) {
@@ -83,12 +93,18 @@ struct pool_memory_resource::impl {
                           " bytes exceeds the pool's maximum size of " + std::to_string(maximum) + " bytes"};
     }
     std::size_t const size = align_up(bytes, allocation_alignment);
-    if (char* p = take(lists.borrow(s), size)) return p;  // the hit path: no refcount traffic
+    bool const sync = current_call().synchronous;
+    if (sync) {
+      if (char* p = take(lists.clean(), size)) return p;  // the synchronous hot path
+      return grow_and_take(nullptr, size);
+    }
+    if (char* p = take(lists.borrow(s), size)) return p;  // the stream-ordered hot path: no refcount traffic
     auto const e = lists.get(s);  // owned from here: growing calls the upstream
+    if (char* p = adopt_clean(*e, size)) return p;
     if (lists.gather_into(*e, size, gather_mode::first_fit)) {
       if (char* p = take(*e, size)) return p;
     }
-    return grow_and_take(*e, size, s);
+    return grow_and_take(e.get(), size);
   }
 
   void deallocate(void* ptr, std::size_t bytes, stream_ref s) noexcept {
@@ -100,6 +116,11 @@ struct pool_memory_resource::impl {
     auto const [slab, slab_size] = *found;
     auto const offset = reinterpret_cast<std::uintptr_t>(p) - reinterpret_cast<std::uintptr_t>(slab);
     if (size > slab_size - offset) return;  // runs past its slab: a wrong size
+    if (current_call().synchronous) {
+      // Any stream's queued work may still use it: reusable only after a barrier.
+      static_cast<void>(lists.add_pending({p, size, slab}, size));
+      return;
+    }
     try {
       auto& e = lists.borrow(s);  // nothing below re-enters a resource
       std::lock_guard lock{e.mutex};
@@ -141,6 +162,7 @@ struct pool_memory_resource::impl {
 
   std::size_t release() {
     std::lock_guard growth{growth_mutex};
+    reclaim();  // whatever waits for a barrier may complete a free slab
     return release_free_slabs();
   }
 
@@ -162,6 +184,9 @@ struct pool_memory_resource::impl {
         free += b.list.total_bytes();
         r.largest_free_block = std::max(r.largest_free_block, b.list.largest());
       }
+      // Pending blocks are free from the program's point of view (it freed them).
+      r.pending_bytes = lists.pending_bytes();
+      free += r.pending_bytes;
       r.reserved_bytes = reserved.load(std::memory_order_relaxed);
       r.free_bytes = std::min(free, r.reserved_bytes);
       r.used_bytes = r.reserved_bytes - r.free_bytes;
@@ -169,45 +194,89 @@ struct pool_memory_resource::impl {
     return r;
   }
 
-  /// Best fit from the stream's own list.
+  /// Best fit from one list.
   static char* take(entry& e, std::size_t size) {
     std::lock_guard lock{e.mutex};
     auto const b = e.list.take_best_fit(size);
     return b ? b->ptr : nullptr;
   }
 
-  /// The miss path: grow geometrically; if the upstream is out of memory (or the
-  /// maximum is reached), take everything other streams hold, give fully free
-  /// slabs back and retry the smallest sufficient growth.
-  ///
-  /// The geometric step is what this stream has grown so far (at most the pool
-  /// size): each stream's share doubles with its own demand. Doubling the whole
-  /// pool on every stream's miss would multiply memory by the number of streams.
-  char* grow_and_take(entry& e, std::size_t size, stream_ref s) {
-    std::lock_guard growth{growth_mutex};
-    if (char* p = take(e, size)) return p;  // another thread on this stream grew meanwhile
+  /// A stream-ordered request takes the best-fitting clean block WHOLE into its
+  /// stream's list and is served from there: the rest of the block stays next to
+  /// what the stream frees, so they coalesce (clean memory needs no ordering).
+  char* adopt_clean(entry& e, std::size_t size) {
+    std::optional<detail::free_block> b;
+    {
+      std::lock_guard lock{lists.clean().mutex};
+      b = lists.clean().list.take_whole_best_fit(size);
+    }
+    if (!b) return nullptr;
+    std::lock_guard lock{e.mutex};
+    static_cast<void>(e.list.insert(*b));
+    auto const got = e.list.take_best_fit(size);
+    GPUMEM_ASSERT(got.has_value(), "pool: an adopted clean block could not serve its request");
+    return got ? got->ptr : nullptr;
+  }
 
-    std::size_t const share = std::min(e.grown, reserved.load(std::memory_order_relaxed));
-    std::size_t const geometric = growth_step(size, std::max(min_growth, share));
+  /// take() from the stream's list (and then the clean list, adopted) for a
+  /// stream-ordered request; from the clean list for a synchronous one (e == nullptr).
+  char* take_either(entry* e, std::size_t size) {
+    if (e == nullptr) return take(lists.clean(), size);
+    if (char* p = take(*e, size)) return p;
+    return adopt_clean(*e, size);
+  }
+
+  /// The stream tracker of the pool's device, resolved when the pool first grew.
+  stream_tracker& tracker() noexcept { return stream_tracker::of(device); }
+
+  /// One reclamation (a barrier); caller holds growth_mutex.
+  bool reclaim() {
+    if (device < 0) return false;  // never grew: nothing can be waiting
+    bool const done = lists.reclaim(tracker());
+    if (done) reclaims.fetch_add(1, std::memory_order_relaxed);
+    return done;
+  }
+
+  /// The miss path. `e`: the stream's entry for a stream-ordered request, nullptr
+  /// for a synchronous one (served from the clean list only).
+  GPUMEM_COLD char* grow_and_take(entry* e, std::size_t size) {
+    std::lock_guard growth{growth_mutex};
+    if (char* p = take_either(e, size)) return p;  // another thread grew or reclaimed meanwhile
+
+    std::size_t const pool = reserved.load(std::memory_order_relaxed);
+    // Memory a barrier would make usable for this request: pending frees, and for a
+    // synchronous request also what streams hold (an ordered request reaches that
+    // with events, which gather_into tried already).
+    std::size_t const waiting = lists.pending_bytes() + (e == nullptr ? lists.stream_bytes() : 0);
+    if (waiting >= size && waiting >= pool / reclaim_divisor && reclaim()) {
+      if (char* p = take_either(e, size)) return p;
+    }
+
+    std::size_t const step = growth_step(size, std::max(min_growth, pool / growth_divisor));
+    if (step != 0) {
+      if (char* base = grow(step)) return carve(e, base, step, size);
+    }
     std::size_t const modest = growth_step(size, min_growth);
-    if (geometric != 0) {
-      if (char* base = grow(geometric, s)) return carve(e, base, geometric, size);
+    if (modest != 0 && modest != step) {
+      if (char* base = grow(modest)) return carve(e, base, modest, size);
     }
-    if (modest != 0 && modest != geometric) {
-      if (char* base = grow(modest, s)) return carve(e, base, modest, size);
+    // The upstream refuses or the maximum is reached: everything reusable, then
+    // fully free slabs back upstream and the request alone.
+    if (e != nullptr && lists.gather_into(*e, size, gather_mode::everything)) {
+      if (char* p = take(*e, size)) return p;
     }
-    if (lists.gather_into(e, size, gather_mode::everything)) {
-      if (char* p = take(e, size)) return p;
+    if ((lists.pending_bytes() != 0 || e == nullptr) && reclaim()) {
+      if (char* p = take_either(e, size)) return p;
     }
     release_free_slabs();
-    if (char* p = take(e, size)) return p;
+    if (char* p = take_either(e, size)) return p;
     if (reserved.load(std::memory_order_relaxed) + size <= maximum) {
-      if (char* base = grow(size, s)) return carve(e, base, size, size);
+      if (char* base = grow(size)) return carve(e, base, size, size);
     }
     auto const i = info_locked();
     throw out_of_memory{"gpumem: pool_memory_resource out of memory: requested " + mib(size) + ", pool reserved " +
                         mib(i.reserved_bytes) + ", free " + mib(i.free_bytes) + ", largest free block " +
-                        mib(i.largest_free_block) +
+                        mib(i.largest_free_block) + ", waiting for reclamation " + mib(lists.pending_bytes()) +
                         (opts.maximum_size ? ", maximum " + mib(maximum) : std::string{", no maximum"})};
   }
 
@@ -218,14 +287,19 @@ struct pool_memory_resource::impl {
     return std::min(align_up(std::max(size, preferred), allocation_alignment), room);
   }
 
-  /// A new slab of `bytes` from the upstream on stream s, registered; nullptr if
-  /// the upstream is out of memory. Caller holds growth_mutex.
-  char* grow(std::size_t bytes, stream_ref s) {
+  /// A new slab of `bytes` from the upstream, registered; nullptr if the upstream is
+  /// out of memory. Grown with synchronous semantics on the legacy stream, so the
+  /// slab is usable at once by any stream. Caller holds growth_mutex.
+  char* grow(std::size_t bytes) {
+    if (device < 0) device = detail::current_device();  // the memory's device, for reclamation
     void* raw = nullptr;
-    try {
-      raw = upstream->allocate(bytes, s);
-    } catch (out_of_memory const&) {
-      return nullptr;
+    {
+      scoped_synchronous_call sync;
+      try {
+        raw = upstream->allocate(bytes, stream_ref{});
+      } catch (out_of_memory const&) {
+        return nullptr;
+      }
     }
     if (raw == nullptr) return nullptr;
     auto* base = static_cast<char*>(raw);
@@ -233,20 +307,24 @@ struct pool_memory_resource::impl {
       std::unique_lock lock{slabs_mutex};
       slabs.emplace(base, bytes);
     } catch (...) {
-      upstream->deallocate(raw, bytes, s);
+      scoped_synchronous_call sync;
+      upstream->deallocate(raw, bytes, stream_ref{});
       throw;
     }
     reserved.fetch_add(bytes, std::memory_order_relaxed);
     return base;
   }
 
-  /// Hands out the front of a new slab and files the rest under the stream.
-  /// Caller holds growth_mutex.
-  static char* carve(entry& e, char* base, std::size_t slab_size, std::size_t size) {
-    e.grown += slab_size;
+  /// Hands out the front of a new slab and files the rest with the requester: in
+  /// the stream's list for a stream-ordered request (so the stream's own frees
+  /// coalesce with it; other streams still take it with an event), in the clean
+  /// list for a synchronous one (`e` == nullptr). Caller holds growth_mutex.
+  char* carve(entry* e, char* base, std::size_t slab_size, std::size_t size) {
+    GPUMEM_ASSERT(size <= slab_size, "pool: a slab smaller than the request it was grown for");
     if (slab_size > size) {
-      std::lock_guard lock{e.mutex};
-      e.list.insert({base + size, slab_size - size, base});
+      entry& to = e != nullptr ? *e : lists.clean();
+      std::lock_guard lock{to.mutex};
+      to.list.insert({base + size, slab_size - size, base});
     }
     return base;
   }
@@ -275,16 +353,19 @@ struct pool_memory_resource::impl {
   }
 
   // Lock order, outermost first: growth_mutex -> the stream table, one stream's
-  // mutex (all of them, ascending, in release/info), the foreign batches (see
-  // stream_free_lists.hpp) -> slabs_mutex, a leaf. allocate and deallocate take
-  // growth_mutex only to grow; deallocate reads slabs under a shared lock.
+  // mutex (all of them, ascending, in release/info), the foreign batches, the
+  // pending shards (see stream_free_lists.hpp) -> slabs_mutex, a leaf. allocate and
+  // deallocate take growth_mutex only to grow or reclaim; deallocate reads slabs
+  // under a shared lock.
   device_memory_resource* const upstream;
   pool_options const opts;
   std::size_t maximum{};     ///< opts.maximum_size rounded down to 256, or the largest request
   std::size_t min_growth{};  ///< opts.min_growth rounded up to 256
+  int device;                ///< guarded by growth_mutex; -1 until the first growth
 
-  std::mutex growth_mutex;  ///< serialises growth, release and info; outermost lock
+  std::mutex growth_mutex;  ///< serialises growth, reclamation, release and info; outermost lock
   std::atomic<std::size_t> reserved{0};
+  std::atomic<std::size_t> reclaims{0};
   std::uint64_t const instance = detail::next_instance_id();
   std::shared_mutex slabs_mutex;       ///< leaf lock: readers in deallocate, writers under growth_mutex
   std::map<char*, std::size_t> slabs;  ///< slab base -> size
@@ -303,6 +384,10 @@ device_memory_resource* pool_memory_resource::upstream() const noexcept { return
 std::size_t pool_memory_resource::pool_size() const noexcept {
   return impl_->reserved.load(std::memory_order_relaxed);
 }
+std::size_t pool_memory_resource::pending_bytes() const noexcept { return impl_->lists.pending_bytes(); }
+std::size_t pool_memory_resource::reclaim_count() const noexcept {
+  return impl_->reclaims.load(std::memory_order_relaxed);
+}
 pool_options const& pool_memory_resource::options() const noexcept { return impl_->opts; }
 
 void* pool_memory_resource::do_allocate(std::size_t bytes, stream_ref stream) { return impl_->allocate(bytes, stream); }
@@ -311,6 +396,9 @@ void pool_memory_resource::do_deallocate(void* p, std::size_t bytes, stream_ref 
 }
 std::size_t pool_memory_resource::do_release() { return impl_->release(); }
 resource_info pool_memory_resource::do_info() const { return impl_->info(); }
+bool pool_memory_resource::do_owns(void const* p) const noexcept {
+  return impl_->find_slab(const_cast<char*>(static_cast<char const*>(p))).has_value() || impl_->upstream->owns(p);
+}
 void pool_memory_resource::do_stream_destroyed(stream_ref stream) noexcept {
   impl_->lists.stream_destroyed(stream);
   impl_->upstream->stream_destroyed(stream);

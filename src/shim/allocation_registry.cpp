@@ -1,5 +1,10 @@
 #include "allocation_registry.hpp"
 
+#include <sched.h>
+
+#include <algorithm>
+#include <bit>
+#include <mutex>
 #include <new>
 
 namespace gpumem::shim {
@@ -17,89 +22,484 @@ const char* to_string(alloc_kind k) noexcept {
   return "?";
 }
 
-allocation_registry::shard& allocation_registry::shard_for(std::uintptr_t p) const noexcept {
-  // Blocks are >= 256-byte aligned: drop those bits, then mix so neighbours spread.
-  std::uint64_t h = static_cast<std::uint64_t>(p >> 8U) * 0x9E3779B97F4A7C15ULL;
-  return shards_[(h >> 58U) % shard_count];
+namespace {
+
+// The hot path's helpers are small and called once or twice per operation: inline
+// them whatever the compiler's size heuristics say.
+#if defined(__GNUC__)
+#define GPUMEM_HOT_INLINE [[gnu::always_inline]] inline
+#else
+#define GPUMEM_HOT_INLINE inline
+#endif
+
+constexpr std::size_t min_capacity = 16;
+static_assert(allocation_registry::shard_count == 256, "the shard is the hash's top 8 bits");
+constexpr std::uint32_t fifo_cap = allocation_registry::recent_frees_per_shard;
+
+/// A zero-byte allocation still owns its base address.
+constexpr std::size_t extent(std::size_t bytes) noexcept { return bytes == 0 ? 1 : bytes; }
+
+inline void cpu_relax() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield" ::: "memory");
+#endif
 }
 
-void allocation_registry::insert(std::uintptr_t p, allocation const& a) {
-  auto& s = shard_for(p);
-  std::lock_guard lock{s.mtx};
-  s.entries.insert_or_assign(p, record{a, true});
+}  // namespace
+
+void allocation_registry::spin_lock::lock_slow() noexcept {
+  unsigned spins = 0;
+  for (;;) {
+    while (word_.load(std::memory_order_relaxed) != 0U) {
+      // Critical sections are a few probes: spin a little, then let a preempted
+      // holder run.
+      if (spins < 64) {
+        ++spins;
+        cpu_relax();
+      } else {
+        sched_yield();
+      }
+    }
+    if (word_.exchange(1U, std::memory_order_acquire) == 0U) return;
+  }
 }
 
-bool allocation_registry::insert_if_absent(std::uintptr_t p, allocation const& a) {
-  auto& s = shard_for(p);
-  std::lock_guard lock{s.mtx};
-  auto [it, inserted] = s.entries.try_emplace(p, record{a, true});
-  if (inserted) return true;
-  if (it->second.live) return false;
-  it->second = record{a, true};
+allocation_registry::~allocation_registry() {
+  static_assert(sizeof(shard) == 448, "the header states the fixed size");
+  for (auto& s : shards_) free_table(s);
+}
+
+std::size_t allocation_registry::shard_of(std::uintptr_t p) noexcept {
+  return static_cast<std::size_t>(hash(p) >> 56U);
+}
+
+// ---- table primitives (shard lock held) --------------------------------------
+
+GPUMEM_HOT_INLINE std::size_t allocation_registry::find(shard const& s, std::uintptr_t p, std::uint64_t h) noexcept {
+  if (s.keys == nullptr) return npos;
+  for (std::size_t i = home(s, h);; i = (i + 1) & s.mask) {
+    key_slot const& k = s.keys[i];
+    if (k.state == empty) return npos;
+    if (k.key == p) return i;
+  }
+}
+
+bool allocation_registry::grow(shard& s) noexcept {
+  std::size_t const old_cap = s.keys == nullptr ? 0 : std::size_t{s.mask} + 1;
+  std::size_t const cap = old_cap == 0 ? min_capacity : old_cap * 2;
+  if (cap > (std::size_t{1} << 31U)) return false;
+  auto* keys = new (std::nothrow) key_slot[cap]{};
+  auto* vals = new (std::nothrow) allocation[cap];
+  if (keys == nullptr || vals == nullptr) {
+    delete[] keys;
+    delete[] vals;
+    return false;
+  }
+  key_slot* const old_keys = s.keys;
+  allocation* const old_vals = s.vals;
+  s.keys = keys;
+  s.vals = vals;
+  s.mask = static_cast<std::uint32_t>(cap - 1);
+  s.shift = static_cast<std::uint8_t>(64 - std::countr_zero(cap));
+  for (std::size_t j = 0; j < old_cap; ++j) {
+    if (old_keys[j].state == empty) continue;
+    std::size_t i = home(s, hash(old_keys[j].key));
+    while (s.keys[i].state != empty) i = (i + 1) & s.mask;
+    s.keys[i] = old_keys[j];  // a tombstone keeps its FIFO position
+    s.vals[i] = old_vals[j];
+  }
+  delete[] old_keys;
+  delete[] old_vals;
   return true;
 }
 
-take_result allocation_registry::take(std::uintptr_t p, allocation& out) {
-  auto& s = shard_for(p);
-  std::lock_guard lock{s.mtx};
-  auto it = s.entries.find(p);
-  if (it == s.entries.end()) return take_result::unknown;
-  if (!it->second.live) return take_result::already_freed;
-  out = it->second.a;
-  if (from_chain(out.kind)) {
-    it->second.live = false;  // tombstone until the address is handed out again
-  } else {
-    s.entries.erase(it);  // CUDA itself recognises a second free of its own memory
+std::size_t allocation_registry::claim(shard& s, std::uintptr_t p, std::uint64_t h) {
+  std::size_t const cap = s.keys == nullptr ? 0 : std::size_t{s.mask} + 1;
+  if ((std::size_t{s.used} + 1) * 4 > cap * 3 && !grow(s)) throw std::bad_alloc{};
+  std::size_t i = home(s, h);
+  while (s.keys[i].state != empty) i = (i + 1) & s.mask;
+  s.keys[i].key = p;  // still empty: the caller's set_live makes it live
+  ++s.used;
+  return i;
+}
+
+GPUMEM_HOT_INLINE void allocation_registry::set_live(shard& s, std::size_t i, allocation const& a) noexcept {
+  key_slot& k = s.keys[i];
+  if (k.state == live) {
+    --s.live_count;
+    s.live_bytes -= s.vals[i].bytes;
+  } else if (k.state == freed) {
+    s.fifo_valid &= ~(1U << k.fifo_pos);  // the tombstone ends; its FIFO place goes stale
   }
+  k.state = live;
+  s.vals[i] = a;
+  ++s.live_count;
+  s.live_bytes += a.bytes;
+}
+
+void allocation_registry::erase_at(shard& s, std::size_t i) noexcept {
+  if (s.keys[i].state == live) {
+    --s.live_count;
+    s.live_bytes -= s.vals[i].bytes;
+  } else {
+    s.fifo_valid &= ~(1U << s.keys[i].fifo_pos);
+  }
+  // Backward-shift deletion: pull later members of the probe run into the hole so
+  // lookups never need deletion markers.
+  std::size_t j = i;
+  for (;;) {
+    j = (j + 1) & s.mask;
+    if (s.keys[j].state == empty) break;
+    std::size_t const h = home(s, hash(s.keys[j].key));
+    // The entry at j may move to i unless its home lies cyclically in (i, j].
+    if (((j - h) & s.mask) >= ((j - i) & s.mask)) {
+      s.keys[i] = s.keys[j];
+      s.vals[i] = s.vals[j];
+      i = j;
+    }
+  }
+  s.keys[i] = key_slot{};
+  --s.used;
+}
+
+std::size_t allocation_registry::forget_oldest_free(shard& s, std::size_t i) noexcept {
+  std::uint32_t const oldest = s.fifo_head;
+  s.fifo_head = static_cast<std::uint8_t>((oldest + 1) % fifo_cap);
+  --s.fifo_size;
+  if ((s.fifo_valid & (1U << oldest)) == 0U) return i;  // its address was handed out again
+  std::uintptr_t const p = s.keys[i].key;
+  std::size_t const j = find(s, s.fifo[oldest], hash(s.fifo[oldest]));
+  if (j != npos) erase_at(s, j);  // always found: a valid place names a tombstone
+  return find(s, p, hash(p));     // the erase may have shifted p's slot
+}
+
+GPUMEM_HOT_INLINE void allocation_registry::make_tombstone(shard& s, std::size_t i) noexcept {
+  std::uintptr_t const p = s.keys[i].key;
+  if (s.fifo_size == fifo_cap) i = forget_oldest_free(s, i);
+  auto const pos = static_cast<std::uint8_t>((s.fifo_head + s.fifo_size) % fifo_cap);
+  s.fifo[pos] = p;
+  s.fifo_valid |= 1U << pos;
+  ++s.fifo_size;
+  s.keys[i].state = freed;
+  s.keys[i].fifo_pos = pos;
+}
+
+GPUMEM_HOT_INLINE void allocation_registry::note_change(shard& s, std::size_t shard_index, std::uintptr_t p) const noexcept {
+  if (!s.journal_overflow && (s.journal_size == 0 || s.journal[s.journal_size - 1U] != p)) {
+    if (s.journal_size == journal_capacity) {
+      s.journal_overflow = true;  // the next interior lookup re-reads the whole shard
+    } else {
+      s.journal[s.journal_size++] = p;
+    }
+  }
+  if (!s.flagged) {
+    s.flagged = true;
+    dirty_[shard_index / 64].fetch_or(std::uint64_t{1} << (shard_index % 64), std::memory_order_release);
+  }
+}
+
+void allocation_registry::free_table(shard& s) noexcept {
+  delete[] s.keys;
+  delete[] s.vals;
+  s.keys = nullptr;
+  s.vals = nullptr;
+}
+
+void allocation_registry::clear_shard(shard& s) noexcept {
+  s.keys = nullptr;
+  s.vals = nullptr;
+  s.mask = 0;
+  s.shift = 0;
+  s.used = 0;
+  s.live_count = 0;
+  s.live_bytes = 0;
+  s.fifo_valid = 0;
+  s.fifo_head = 0;
+  s.fifo_size = 0;
+  s.journal_size = 0;
+  s.journal_overflow = false;
+  s.flagged = false;
+}
+
+// ---- hot path ------------------------------------------------------------------
+
+bool allocation_registry::insert_impl(std::uintptr_t p, allocation const& a, bool replace_live) {
+  std::uint64_t const h = hash(p);
+  std::size_t const si = static_cast<std::size_t>(h >> 56U);
+  shard& s = shards_[si];
+  std::lock_guard g{s.lock};
+  std::size_t i = find(s, p, h);
+  if (i == npos) {
+    i = claim(s, p, h);
+  } else if (s.keys[i].state == live && !replace_live) {
+    return false;
+  }
+  set_live(s, i, a);
+  note_change(s, si, p);
+  return true;
+}
+
+void allocation_registry::insert(std::uintptr_t p, allocation const& a) { (void)insert_impl(p, a, true); }
+
+bool allocation_registry::insert_if_absent(std::uintptr_t p, allocation const& a) { return insert_impl(p, a, false); }
+
+bool allocation_registry::restore(std::uintptr_t p, allocation const& a) noexcept {
+  try {
+    return insert_impl(p, a, false);
+  } catch (...) {
+    return false;
+  }
+}
+
+take_result allocation_registry::take(std::uintptr_t p, allocation& out) noexcept {
+  std::uint64_t const h = hash(p);
+  std::size_t const si = static_cast<std::size_t>(h >> 56U);
+  shard& s = shards_[si];
+  std::lock_guard g{s.lock};
+  std::size_t const i = find(s, p, h);
+  if (i == npos) return take_result::unknown;
+  if (s.keys[i].state != live) return take_result::already_freed;
+  allocation const& a = s.vals[i];
+  out = a;
+  if (from_chain(a.kind)) {
+    --s.live_count;
+    s.live_bytes -= a.bytes;
+    make_tombstone(s, i);
+  } else {
+    erase_at(s, i);  // CUDA itself recognises a second free of its own memory
+  }
+  note_change(s, si, p);
   return take_result::taken;
 }
 
-std::optional<std::pair<std::uintptr_t, allocation>> allocation_registry::find_containing(std::uintptr_t p) const {
-  // The owning entry is the greatest start <= p in whichever shard holds it.
-  for (auto const& s : shards_) {
-    std::lock_guard lock{s.mtx};
-    auto it = s.entries.upper_bound(p);
-    if (it == s.entries.begin()) continue;
-    --it;
-    auto const& r = it->second;
-    std::size_t const extent = r.a.bytes == 0 ? 1 : r.a.bytes;
-    if (r.live && p - it->first < extent) return std::pair{it->first, r.a};
+lookup_result allocation_registry::lookup(std::uintptr_t p, allocation& out) const noexcept {
+  std::uint64_t const h = hash(p);
+  shard& s = shards_[h >> 56U];
+  std::lock_guard g{s.lock};
+  std::size_t const i = find(s, p, h);
+  if (i == npos) return lookup_result::unknown;
+  if (s.keys[i].state != live) return lookup_result::already_freed;
+  out = s.vals[i];
+  return lookup_result::live;
+}
+
+// ---- interior lookups ------------------------------------------------------------
+
+void allocation_registry::sync_index() const {
+  constexpr std::size_t words = shard_count / 64;
+  std::array<std::uint64_t, words> visit{};
+  bool const rebuild = !index_valid_;
+  for (std::size_t w = 0; w < words; ++w) {
+    std::uint64_t const bits = dirty_[w].exchange(0, std::memory_order_acq_rel);
+    visit[w] = rebuild ? ~std::uint64_t{0} : bits;
+  }
+  std::size_t flagged = 0;
+  for (auto const w : visit) flagged += static_cast<std::size_t>(std::popcount(w));
+  if (flagged == 0) return;
+  // The flags just cleared are this call's to apply: until it has, a failure must
+  // leave the index marked for a full rebuild.
+  index_valid_ = false;
+
+  auto& changes = changes_;
+  changes.clear();
+  changes.reserve(flagged * journal_capacity);  // no allocation under a shard's lock
+  std::array<std::uint64_t, words> reread{};
+  bool any_reread = false;
+  for (std::size_t si = 0; si < shard_count; ++si) {
+    if ((visit[si / 64] & (std::uint64_t{1} << (si % 64))) == 0) continue;
+    shard& s = shards_[si];
+    std::lock_guard g{s.lock};
+    if (rebuild || s.journal_overflow) {
+      reread[si / 64] |= std::uint64_t{1} << (si % 64);
+      any_reread = true;
+    } else {
+      for (std::size_t j = 0; j < s.journal_size; ++j) {
+        std::uintptr_t const k = s.journal[j];
+        std::size_t const i = find(s, k, hash(k));
+        bool const is_live = i != npos && s.keys[i].state == live;
+        changes.push_back({k, is_live ? extent(s.vals[i].bytes) : 0});
+      }
+    }
+    s.journal_size = 0;
+    s.journal_overflow = false;
+    s.flagged = false;
+  }
+
+  if (rebuild) {
+    index_.clear();
+  } else if (any_reread) {
+    std::erase_if(index_, [&](auto const& kv) {
+      std::size_t const si = shard_of(kv.first);
+      return (reread[si / 64] & (std::uint64_t{1} << (si % 64))) != 0;
+    });
+  }
+  for (auto const& c : changes) {
+    if (c.extent != 0) {
+      index_.insert_or_assign(c.key, c.extent);
+    } else {
+      index_.erase(c.key);
+    }
+  }
+  if (any_reread) {
+    // A re-read shard is copied whole; changes made after its flags were cleared
+    // are journaled again, so the next lookup sees them even if this copy did too.
+    auto& live_keys = shard_copy_;
+    for (std::size_t si = 0; si < shard_count; ++si) {
+      if ((reread[si / 64] & (std::uint64_t{1} << (si % 64))) == 0) continue;
+      shard& s = shards_[si];
+      live_keys.clear();
+      for (;;) {
+        {
+          std::lock_guard g{s.lock};
+          if (live_keys.capacity() >= s.live_count) {
+            for (std::size_t i = 0; s.keys != nullptr && i <= s.mask; ++i) {
+              if (s.keys[i].state == live) live_keys.emplace_back(s.keys[i].key, extent(s.vals[i].bytes));
+            }
+            break;
+          }
+        }
+        live_keys.reserve(live_keys.capacity() * 2 + 64);
+      }
+      for (auto const& [k, e] : live_keys) index_.insert_or_assign(k, e);
+    }
+  }
+  index_valid_ = true;
+}
+
+std::optional<std::pair<std::uintptr_t, allocation>> allocation_registry::confirm(std::uintptr_t base,
+                                                                                  std::uintptr_t p) const noexcept {
+  std::uint64_t const h = hash(base);
+  shard& s = shards_[h >> 56U];
+  std::lock_guard g{s.lock};
+  std::size_t const i = find(s, base, h);
+  if (i == npos || s.keys[i].state != live || p - base >= extent(s.vals[i].bytes)) return std::nullopt;
+  return std::pair{base, s.vals[i]};
+}
+
+std::optional<std::pair<std::uintptr_t, allocation>> allocation_registry::scan_containing(
+    std::uintptr_t p) const noexcept {
+  for (auto& s : shards_) {
+    std::lock_guard g{s.lock};
+    for (std::size_t i = 0; s.keys != nullptr && i <= s.mask; ++i) {
+      std::uintptr_t const k = s.keys[i].key;
+      if (s.keys[i].state == live && p >= k && p - k < extent(s.vals[i].bytes)) return std::pair{k, s.vals[i]};
+    }
   }
   return std::nullopt;
 }
 
-void allocation_registry::drop_device(int device) {
-  for (auto& s : shards_) {
-    std::lock_guard lock{s.mtx};
-    std::erase_if(s.entries, [device](auto const& kv) { return kv.second.a.device == device; });
+std::optional<std::pair<std::uintptr_t, allocation>> allocation_registry::find_containing(
+    std::uintptr_t p) const noexcept {
+  // A base pointer: its own shard answers, as for a free.
+  {
+    std::uint64_t const h = hash(p);
+    shard& s = shards_[h >> 56U];
+    std::lock_guard g{s.lock};
+    std::size_t const i = find(s, p, h);
+    if (i != npos && s.keys[i].state == live) return std::pair{p, s.vals[i]};
   }
+  std::uintptr_t base = 0;
+  try {
+    std::lock_guard g{index_mtx_};
+    sync_index();
+    auto it = index_.upper_bound(p);
+    if (it == index_.begin()) return std::nullopt;
+    --it;
+    // Live allocations are disjoint: the greatest base <= p is the only candidate.
+    if (p - it->first >= it->second) return std::nullopt;
+    base = it->first;
+  } catch (...) {
+    // No host memory for the index (it is rebuilt next time): look at every entry.
+    return scan_containing(p);
+  }
+  // The index is as of the sync; the shard says whether the entry is still live.
+  // If it was freed since, no live allocation contained p at that moment.
+  return confirm(base, p);
 }
 
-void allocation_registry::for_each_live(std::function<void(std::uintptr_t, allocation const&)> const& fn) const {
-  for (auto const& s : shards_) {
-    std::lock_guard lock{s.mtx};
-    for (auto const& [p, r] : s.entries) {
-      if (r.live) fn(p, r.a);
+// ---- whole-registry operations -------------------------------------------------------
+
+void allocation_registry::drop_device(int device) noexcept {
+  for (std::size_t si = 0; si < shard_count; ++si) {
+    shard& s = shards_[si];
+    std::lock_guard g{s.lock};
+    bool dropped = false;
+    // Backward shifts only move entries into the hole at i or later (or entries
+    // already visited around the wrap), so re-examining i after an erase visits all.
+    for (std::size_t i = 0; s.keys != nullptr && i <= s.mask;) {
+      if (s.keys[i].state != empty && s.vals[i].device == device) {
+        erase_at(s, i);
+        dropped = true;
+      } else {
+        ++i;
+      }
+    }
+    if (dropped) {
+      s.journal_overflow = true;
+      if (!s.flagged) {
+        s.flagged = true;
+        dirty_[si / 64].fetch_or(std::uint64_t{1} << (si % 64), std::memory_order_release);
+      }
     }
   }
 }
 
-std::pair<std::size_t, std::size_t> allocation_registry::live_totals() const {
+void allocation_registry::for_each_live(std::function<void(std::uintptr_t, allocation const&)> const& fn) const {
+  std::vector<std::pair<std::uintptr_t, allocation>> copy;
+  for (auto& s : shards_) {
+    copy.clear();
+    for (;;) {
+      {
+        std::lock_guard g{s.lock};
+        if (copy.capacity() >= s.live_count) {
+          for (std::size_t i = 0; s.keys != nullptr && i <= s.mask; ++i) {
+            if (s.keys[i].state == live) copy.emplace_back(s.keys[i].key, s.vals[i]);
+          }
+          break;
+        }
+      }
+      copy.reserve(copy.capacity() * 2 + 64);
+    }
+    for (auto const& [p, a] : copy) fn(p, a);
+  }
+}
+
+std::pair<std::size_t, std::size_t> allocation_registry::live_totals() const noexcept {
   std::size_t n = 0;
   std::size_t bytes = 0;
-  for_each_live([&](std::uintptr_t, allocation const& a) {
-    ++n;
-    bytes += a.bytes;
-  });
+  for (auto& s : shards_) {
+    std::lock_guard g{s.lock};
+    n += s.live_count;
+    bytes += s.live_bytes;
+  }
   return {n, bytes};
 }
 
 void allocation_registry::reset_after_fork() noexcept {
   for (auto& s : shards_) {
-    // The parent's lock may have been held by a thread that does not exist here.
-    new (&s.mtx) std::mutex{};
-    s.entries.clear();
+    // A lock held at fork time belongs to a thread that does not exist here; its
+    // table may be half rebuilt, so it is abandoned rather than freed.
+    bool const was_held = s.lock.held();
+    s.lock.reset();
+    if (!was_held) free_table(s);
+    clear_shard(s);
   }
+  for (auto& w : dirty_) w.store(0, std::memory_order_relaxed);
+  if (index_mtx_.try_lock()) {
+    index_.clear();
+    changes_.clear();
+    shard_copy_.clear();
+    index_mtx_.unlock();
+  } else {
+    // Held by a parent thread: the index may be mid-update; start over beside it.
+    new (&index_mtx_) std::mutex{};
+    new (&index_) std::map<std::uintptr_t, std::size_t>{};
+    new (&changes_) std::vector<index_change>{};
+    new (&shard_copy_) std::vector<std::pair<std::uintptr_t, std::size_t>>{};
+  }
+  index_valid_ = true;
 }
 
 allocation_registry& registry() noexcept {

@@ -1,26 +1,89 @@
 #pragma once
-// allocation_registry: every pointer the shim handed out, with what is needed to
-// free it correctly whatever entry point and device the free comes through.
+// allocation_registry: every pointer the shim handed out (and every allocation CUDA
+// made that the shim saw), with what is needed to free it correctly whatever entry
+// point and device the free comes through.
 //
-// Sharded by pointer hash, one mutex per shard; each shard an ordered map so an
-// interior pointer (cuMemGetAddressRange, pointer attributes) finds its allocation.
-// Exact lookups (every free) are O(log n) within one shard.
+// Layout. 256 shards, chosen by a hash of the address. Each shard holds a spin lock
+// (one atomic exchange to take it, one store to release it), an open-addressing
+// table of its entries (linear probing, backward-shift deletion, load at most 3/4,
+// power-of-two capacity from 16 slots, doubled under the shard's lock when full),
+// the FIFO of its recent frees, and a short journal of keys changed since the
+// interior index last looked.
 //
-// Freed chain pointers stay as tombstones until the address is handed out again,
-// so a double free is recognised (and refused) instead of reaching cuMemFree, which
-// could free the pool's whole slab when the block sits at its start.
+// Hot path (insert, insert_if_absent, take, lookup, restore): one shard, O(1)
+// expected, one lock taken once. No heap allocation once the shard's table has
+// reached its peak size (tables never shrink); growth is amortized O(1). Threads
+// working on different pointers share a lock only when the pointers hash to the
+// same shard (1 in 256 for a pair).
 //
-// Thread safety: all members are thread-safe.
+// Interior lookups (find_containing: cuMemGetAddressRange, cuPointerGetAttribute
+// RANGE_*, cudaPointerGetAttributes, the IPC check):
+// - a pointer that is the base of a live allocation is answered from its shard in
+//   O(1), like take (frameworks usually ask about base pointers, per call);
+// - any other pointer goes to an ordered index (base -> extent) of the live
+//   entries, kept off the hot path: each change on the hot path only appends the
+//   key to its shard's journal (or, once 16 distinct keys wait there, marks the
+//   shard to be re-read whole) and flags the shard in a 256-bit dirty mask. An
+//   interior lookup, under the index's own mutex, drains the flagged shards (each
+//   under its lock for a few probes, or a copy of its live keys), updates the
+//   index, takes the greatest base <= p and confirms it against its shard.
+//   Cost: O(d + c log n) with d shards flagged since the previous interior lookup
+//   (<= 256), c keys journaled (<= 16 per shard), n live allocations; a lookup that
+//   finds re-read shards also scans the index once, O(n + m log n) for their m
+//   entries. Live allocations are disjoint (CUDA never hands out overlapping
+//   memory), so the greatest base <= p is the only candidate: sizes from 1 byte to
+//   many GiB cost the same. (Were two live entries ever nested, p would be
+//   answered for the inner one or not at all.) Interior lookups serialize on the
+//   index mutex; they never hold a shard's lock for more than one shard's copy.
+// - If host memory runs out while the index is updated, the index is rebuilt at
+//   the next lookup and this one scans every shard (O(n), no allocation).
+//
+// Double frees. A freed chain allocation (from_chain(kind)) stays as a tombstone so
+// a second free is recognised (take() == already_freed, refused with
+// CUDA_ERROR_INVALID_VALUE) instead of reaching cuMemFree, which could free the
+// pool's whole slab when the block sits at its start. Tombstones are bounded: each
+// shard keeps at most recent_frees_per_shard (32) of them, the oldest evicted first,
+// so at most 256 * 32 = 8192 in all; a tombstone also ends when its address is
+// handed out again. A free is therefore recognised as a double free while fewer than
+// 32 later chain frees landed in its shard (about 8192 later frees in all, hashing
+// being uniform). Past that, take() answers unknown: recognising an unknown pointer
+// that lies inside memory a chain owns (and refusing it) is the caller's check
+// against the chains, not the registry's. Pass-through kinds leave no tombstone:
+// CUDA recognises a second free of its own memory.
+//
+// A failed free must not consume the entry. Two orders, by who frees the memory:
+// - a chain (nothing can reuse the address before the chain's deallocate): validate
+//   with lookup() (exact, consumes nothing), then take() only when the free goes
+//   ahead; take() re-checks, so its answer is the one that counts (a racing second
+//   free of the same pointer gets already_freed);
+// - CUDA (pass-through kinds): take() before calling CUDA, restore() if CUDA fails.
+//   Taking after CUDA succeeded would race with CUDA handing the address to another
+//   thread, whose insert_if_absent would still find the old entry live.
+//
+// Memory bound. Tables: 16 + 40 bytes a slot, capacity at most 8/3 of the shard's
+// peak entry count (live + its <= 32 tombstones), at least 16 slots once the shard
+// was used. Index: one std::map node per allocation live at the last interior
+// lookup (none until the first one), and its scratch: 64 KiB of journaled changes
+// and a copy of the largest shard's live keys. Fixed: 256 shards of 448 bytes.
+//
+// Thread safety: all members are thread-safe. for_each_live and live_totals visit
+// the shards one at a time (each copied under its lock, the callback run without
+// it), so they never stop the hot path for more than one shard's copy.
+// Fork: reset_after_fork() in the child re-creates every lock, whoever held it at
+// fork time, and leaves an empty registry.
 
 #include <cuda.h>
 
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
+#include <utility>
+#include <vector>
 
 namespace gpumem::shim {
 
@@ -51,40 +114,142 @@ struct allocation {
 };
 
 enum class take_result { taken, already_freed, unknown };
+enum class lookup_result { live, already_freed, unknown };
 
 class allocation_registry {
  public:
-  /// Records a live allocation at `p` (replacing a tombstone or stale entry).
+  static constexpr std::size_t shard_count = 256;
+  /// Tombstones (recently freed chain pointers) each shard keeps, oldest evicted.
+  static constexpr std::size_t recent_frees_per_shard = 32;
+  /// Distinct keys a shard journals for the interior index before it is re-read whole.
+  static constexpr std::size_t journal_capacity = 16;
+
+  allocation_registry() = default;
+  ~allocation_registry();
+  allocation_registry(allocation_registry const&) = delete;
+  allocation_registry& operator=(allocation_registry const&) = delete;
+
+  /// Records a live allocation at `p` (replacing a tombstone or a live entry).
+  /// Throws std::bad_alloc when the shard must grow and host memory is out.
   void insert(std::uintptr_t p, allocation const& a);
   /// Records `a` unless `p` is already live (a pass-through seen at both levels).
-  /// Returns whether it was recorded now.
+  /// Returns whether it was recorded now. Throws std::bad_alloc like insert.
   bool insert_if_absent(std::uintptr_t p, allocation const& a);
-  /// Removes the live entry at exactly `p`, leaving a tombstone for chain kinds.
-  take_result take(std::uintptr_t p, allocation& out);
-  /// The live allocation containing `p` (interior pointers included).
-  [[nodiscard]] std::optional<std::pair<std::uintptr_t, allocation>> find_containing(std::uintptr_t p) const;
+  /// Removes the live entry at exactly `p` into `out`, leaving a tombstone for chain
+  /// kinds. already_freed: `p` is a tombstone (`out` untouched); unknown: never seen,
+  /// or its tombstone was evicted.
+  take_result take(std::uintptr_t p, allocation& out) noexcept;
+  /// take() without consuming: what take() would answer now, `out` filled when live.
+  [[nodiscard]] lookup_result lookup(std::uintptr_t p, allocation& out) const noexcept;
+  /// Undoes a take() whose free then failed: `p` is live again with `a`. Returns
+  /// false, changing nothing, if `p` is live (handed out again meanwhile) or the
+  /// shard could not grow (possible only when the entry had left the table: a
+  /// pass-through kind, or a tombstone evicted since).
+  bool restore(std::uintptr_t p, allocation const& a) noexcept;
+  /// The live allocation containing `p` (interior pointers included; a zero-byte
+  /// allocation contains its base).
+  [[nodiscard]] std::optional<std::pair<std::uintptr_t, allocation>> find_containing(std::uintptr_t p) const noexcept;
   /// Drops every entry (live and tombstone) of `device` (cudaDeviceReset).
-  void drop_device(int device);
-  /// Visits every live entry under its shard's lock; `fn` must not call back in.
+  void drop_device(int device) noexcept;
+  /// Visits every live entry, shard by shard: each shard's entries are copied under
+  /// its lock, then `fn` runs without any lock held (it may call back in).
+  /// Throws std::bad_alloc if the copy cannot be made, and whatever `fn` throws.
   void for_each_live(std::function<void(std::uintptr_t, allocation const&)> const& fn) const;
-  /// Live entries and their bytes.
-  [[nodiscard]] std::pair<std::size_t, std::size_t> live_totals() const;
-  /// Forked child: forget everything, re-create the locks.
+  /// Live entries and their bytes (each shard consistent in itself).
+  [[nodiscard]] std::pair<std::size_t, std::size_t> live_totals() const noexcept;
+  /// Forked child: forget everything, re-create the locks (a parent thread may have
+  /// held one at fork time). Memory of a table whose lock was held is abandoned.
   void reset_after_fork() noexcept;
 
+  /// The shard that holds `p` (placement is deterministic; tests use it).
+  [[nodiscard]] static std::size_t shard_of(std::uintptr_t p) noexcept;
+
  private:
-  struct record {
-    allocation a;
-    bool live = true;
+  friend struct registry_test_access;
+
+  /// Taken with one atomic exchange, released with a store; waiters spin briefly,
+  /// then yield (a holder may be preempted; critical sections are a few probes).
+  class spin_lock {
+   public:
+    void lock() noexcept {
+      if (word_.exchange(1U, std::memory_order_acquire) == 0U) return;
+      lock_slow();
+    }
+    void unlock() noexcept { word_.store(0U, std::memory_order_release); }
+    [[nodiscard]] bool held() const noexcept { return word_.load(std::memory_order_relaxed) != 0U; }
+    void reset() noexcept { word_.store(0U, std::memory_order_relaxed); }
+
+   private:
+    void lock_slow() noexcept;
+    std::atomic<std::uint32_t> word_{0};
   };
+
+  enum slot_state : std::uint8_t { empty = 0, live = 1, freed = 2 };
+  struct key_slot {
+    std::uintptr_t key = 0;
+    slot_state state = empty;
+    std::uint8_t fifo_pos = 0;  ///< freed: its place in the shard's FIFO of recent frees
+  };
+  static_assert(recent_frees_per_shard <= 32, "the FIFO's valid bits are one 32-bit word");
+  static_assert(journal_capacity <= 255, "journal_size is one byte");
+
   struct alignas(64) shard {
-    mutable std::mutex mtx;
-    std::map<std::uintptr_t, record> entries;
+    // First cache line: everything the hot path touches besides the table.
+    spin_lock lock;
+    std::uint32_t mask = 0;  ///< capacity - 1 (keys != nullptr)
+    std::uint32_t used = 0;  ///< live + freed slots
+    std::uint32_t live_count = 0;
+    std::uint64_t live_bytes = 0;
+    key_slot* keys = nullptr;
+    allocation* vals = nullptr;
+    std::uint32_t fifo_valid = 0;  ///< bit i: fifo[i] is a current tombstone
+    std::uint8_t shift = 0;        ///< 64 - log2(capacity): a key's home slot is (hash << 8) >> shift
+    std::uint8_t fifo_head = 0;
+    std::uint8_t fifo_size = 0;
+    std::uint8_t journal_size = 0;
+    bool journal_overflow = false;  ///< re-read the whole shard at the next interior lookup
+    bool flagged = false;           ///< its bit is set in dirty_ (or being drained)
+    std::array<std::uintptr_t, recent_frees_per_shard> fifo{};
+    std::array<std::uintptr_t, journal_capacity> journal{};
   };
-  static constexpr std::size_t shard_count = 64;
-  [[nodiscard]] shard& shard_for(std::uintptr_t p) const noexcept;
+
+  // Table primitives; the caller holds the shard's lock.
+  // The shard is the hash's top 8 bits, the home slot the bits below them.
+  [[nodiscard]] static std::uint64_t hash(std::uintptr_t p) noexcept {
+    return (static_cast<std::uint64_t>(p) >> 8U) * 0x9E3779B97F4A7C15ULL;
+  }
+  [[nodiscard]] static std::size_t home(shard const& s, std::uint64_t h) noexcept {
+    return static_cast<std::size_t>((h << 8U) >> s.shift);
+  }
+  static constexpr std::size_t npos = ~std::size_t{0};
+  [[nodiscard]] static std::size_t find(shard const& s, std::uintptr_t p, std::uint64_t h) noexcept;
+  static std::size_t claim(shard& s, std::uintptr_t p, std::uint64_t h);  // a new slot for absent p
+  [[nodiscard]] static bool grow(shard& s) noexcept;
+  static void erase_at(shard& s, std::size_t i) noexcept;
+  static void set_live(shard& s, std::size_t i, allocation const& a) noexcept;
+  static void make_tombstone(shard& s, std::size_t i) noexcept;
+  static std::size_t forget_oldest_free(shard& s, std::size_t i) noexcept;  // returns i's new slot
+  void note_change(shard& s, std::size_t shard_index, std::uintptr_t p) const noexcept;
+  bool insert_impl(std::uintptr_t p, allocation const& a, bool replace_live);
+  static void free_table(shard& s) noexcept;
+  static void clear_shard(shard& s) noexcept;
+
+  // Interior index; index_mtx_ is taken before any shard lock, never after.
+  void sync_index() const;
+  std::optional<std::pair<std::uintptr_t, allocation>> scan_containing(std::uintptr_t p) const noexcept;
+  std::optional<std::pair<std::uintptr_t, allocation>> confirm(std::uintptr_t base, std::uintptr_t p) const noexcept;
 
   mutable std::array<shard, shard_count> shards_{};
+  alignas(64) mutable std::array<std::atomic<std::uint64_t>, shard_count / 64> dirty_{};
+  alignas(64) mutable std::mutex index_mtx_;
+  mutable std::map<std::uintptr_t, std::size_t> index_;  ///< base -> extent, live at the last sync
+  mutable bool index_valid_ = true;                       ///< false: rebuild from every shard
+  struct index_change {
+    std::uintptr_t key;
+    std::size_t extent;  ///< 0: no longer live
+  };
+  mutable std::vector<index_change> changes_;                             ///< sync scratch, kept
+  mutable std::vector<std::pair<std::uintptr_t, std::size_t>> shard_copy_;  ///< sync scratch, kept
 };
 
 /// The process's registry (never destroyed: frees may arrive during exit).

@@ -4,8 +4,8 @@
 #include "shim_state.hpp"
 
 #include <gpumem/call_context.hpp>
-#include <gpumem/deferred_free_resource_adaptor.hpp>
 #include <gpumem/detail/driver_api.hpp>
+#include <gpumem/stream_tracker.hpp>
 
 #include <mutex>
 #include <new>
@@ -33,7 +33,7 @@ parking& parked() noexcept {
 }  // namespace
 
 bool stream_capturing(CUstream stream) noexcept {
-  if (!deferred_free_resource_adaptor::capture_active()) return false;
+  if (!stream_tracker::capture_active()) return false;
   auto const& d = detail::driver();
   CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
   if (d.cuStreamIsCapturing == nullptr || d.cuStreamIsCapturing(stream, &status) != CUDA_SUCCESS) {
@@ -43,7 +43,7 @@ bool stream_capturing(CUstream stream) noexcept {
 }
 
 scoped_relaxed_capture::scoped_relaxed_capture() noexcept {
-  if (!deferred_free_resource_adaptor::capture_active()) return;
+  if (!stream_tracker::capture_active()) return;
   auto const& d = detail::driver();
   saved_ = CU_STREAM_CAPTURE_MODE_RELAXED;
   exchanged_ = d.cuThreadExchangeStreamCaptureMode != nullptr &&
@@ -65,11 +65,9 @@ void park_until_captures_end(void* p, std::size_t bytes, device_chain* chain) no
   }
 }
 
-void note_capture_begun() noexcept { deferred_free_resource_adaptor::capture_begun(); }
-
 void note_capture_ended() noexcept {
-  deferred_free_resource_adaptor::capture_ended();
-  if (deferred_free_resource_adaptor::capture_active()) return;
+  stream_tracker::capture_ended();
+  if (stream_tracker::capture_active()) return;
   std::vector<parked_block> blocks;
   {
     auto& k = parked();
@@ -77,15 +75,15 @@ void note_capture_ended() noexcept {
     blocks.swap(k.blocks);
   }
   for (auto const& b : blocks) {
-    // Free with cudaFree semantics: the graph that used it may still run; safe
-    // mode keeps it until the next device synchronization.
+    // Free with cudaFree semantics: the graph that used it may still run (in
+    // stream mode, stream order on the legacy stream is all that is promised).
     scoped_chain_context ctx{*b.chain};
-    scoped_call_context call{"capture-end", b.chain->device, true};
+    scoped_call_context call{"capture-end", b.chain->device, safe_mode()};
     b.chain->chain->top().deallocate(b.p, b.bytes, stream_ref{});
   }
 }
 
-void reset_capture_deferred_after_fork() noexcept {
+void reset_parked_blocks_after_fork() noexcept {
   auto& k = parked();
   new (&k.mtx) std::mutex{};
   k.blocks.clear();

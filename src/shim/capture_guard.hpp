@@ -4,8 +4,8 @@
 // A device or stream synchronization, an event record on the capturing stream, or
 // an allocation in global capture mode invalidates a capture (docs/cuda-semantics.md).
 // The shim counts active captures (its cuStreamBeginCapture*/EndCapture hooks feed
-// deferred_free_resource_adaptor's counter, which also stops safe-mode flushes),
-// and:
+// stream_tracker's process-wide counter, which also refuses reclamation barriers
+// while any capture is active), and:
 //  - runs every chain call with the thread's capture mode exchanged to relaxed, so a
 //    pool growth (cuMemAlloc) in one thread does not break another's capture;
 //  - passes stream-ordered allocations on a capturing stream to CUDA (graph memory);
@@ -41,11 +41,10 @@ class scoped_relaxed_capture {
 
 /// Keeps a chain block freed on a capturing stream until every capture ended.
 void park_until_captures_end(void* p, std::size_t bytes, device_chain* chain) noexcept;
-/// Capture hooks: a capture began / the stream's capture ended (frees parked blocks
-/// once none is left).
-void note_capture_begun() noexcept;
+/// Capture hook: the stream's capture ended (frees parked blocks once none is left).
+/// Captures begin through stream_tracker::begin_capture().
 void note_capture_ended() noexcept;
-/// Forked child: no captures, nothing parked.
-void reset_capture_deferred_after_fork() noexcept;
+/// Forked child: nothing parked.
+void reset_parked_blocks_after_fork() noexcept;
 
 }  // namespace gpumem::shim

@@ -4,6 +4,7 @@
 
 #include <gpumem/config.hpp>
 #include <gpumem/detail/driver_api.hpp>
+#include <gpumem/detail/real_dlsym.hpp>
 
 #include <unistd.h>
 
@@ -71,6 +72,40 @@ device_chain* build(int device, CUresult& err) noexcept {
   return nullptr;
 }
 
+using primary_state_fn = CUresult (*)(CUdevice, unsigned int*, int*);
+
+// Each device's primary context, retained once (never released, like a chain's own
+// retain), so its handle can never be reused for a context the program creates.
+std::array<std::atomic<CUcontext>, max_devices>& primaries() noexcept {
+  static auto* const p = new std::array<std::atomic<CUcontext>, max_devices>{};
+  return *p;
+}
+
+// The primary context of `device` if it is active, else nullptr: retaining an
+// inactive one would create a context (and spend its memory) the program never asked for.
+CUcontext active_primary(int device) noexcept {
+  auto& slot = primaries()[static_cast<std::size_t>(device)];
+  if (CUcontext c = slot.load(std::memory_order_acquire)) return c;
+  auto const& d = detail::driver();
+  static auto const get_state =
+      reinterpret_cast<primary_state_fn>(detail::real_dlsym()(d.handle, "cuDevicePrimaryCtxGetState"));
+  unsigned int flags = 0;
+  int active = 0;
+  CUdevice dev{};
+  if (get_state == nullptr || d.cuDeviceGet(&dev, device) != CUDA_SUCCESS ||
+      get_state(dev, &flags, &active) != CUDA_SUCCESS || active == 0) {
+    return nullptr;
+  }
+  CUcontext c = nullptr;
+  if (d.cuDevicePrimaryCtxRetain(&c, dev) != CUDA_SUCCESS) return nullptr;
+  CUcontext expected = nullptr;
+  if (!slot.compare_exchange_strong(expected, c, std::memory_order_acq_rel)) {
+    (void)d.cuDevicePrimaryCtxRelease(dev);  // another thread retained it first
+    return expected;
+  }
+  return c;
+}
+
 }  // namespace
 
 device_chain* built_chain(int device) noexcept {
@@ -125,20 +160,27 @@ void reset_chains_after_fork() noexcept {
     s.chain.store(nullptr, std::memory_order_relaxed);  // the parent's chains are unusable here
     s.passthrough = false;
   }
+  for (auto& p : primaries()) p.store(nullptr, std::memory_order_relaxed);  // the parent's contexts
 }
 
 int current_device(CUcontext& ctx) noexcept {
   thread_local CUcontext cached_ctx = nullptr;
   thread_local int cached_dev = -1;
+  thread_local bool cached_primary = false;
   auto const& d = detail::driver();
   ctx = nullptr;
   if (d.init_result != CUDA_SUCCESS || d.cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || ctx == nullptr) return -1;
-  if (ctx == cached_ctx) return cached_dev;
-  CUdevice dev{};
-  if (d.cuCtxGetDevice(&dev) != CUDA_SUCCESS) return -1;
-  cached_ctx = ctx;
-  cached_dev = static_cast<int>(dev);
-  return cached_dev;
+  if (ctx != cached_ctx) {
+    CUdevice dev{};
+    if (d.cuCtxGetDevice(&dev) != CUDA_SUCCESS || dev < 0 || dev >= max_devices) return -1;
+    cached_ctx = ctx;
+    cached_dev = static_cast<int>(dev);
+    cached_primary = active_primary(cached_dev) == ctx;
+  }
+  if (cached_primary) return cached_dev;
+  // A context seen as not primary while the primary was inactive: its handle may
+  // since have been freed and reused by the primary (one load to notice).
+  return primaries()[static_cast<std::size_t>(cached_dev)].load(std::memory_order_acquire) == ctx ? cached_dev : -1;
 }
 
 scoped_chain_context::scoped_chain_context(device_chain const& chain) noexcept {

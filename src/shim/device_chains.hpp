@@ -42,7 +42,11 @@ void drop_chain(int device) noexcept;
 /// Forked child: forget every chain.
 void reset_chains_after_fork() noexcept;
 
-/// Device of the calling thread's current context; -1 if none. `ctx` receives it.
+/// Device of the calling thread's current context when that context is the device's
+/// primary context (the one the CUDA runtime uses, and the chains serve); -1 if no
+/// context is current or the current one was made by cuCtxCreate: a pool serves one
+/// context, so such contexts' allocations pass through to CUDA. `ctx` receives the
+/// current context either way.
 [[nodiscard]] int current_device(CUcontext& ctx) noexcept;
 
 /// Makes `chain`'s primary context current for a scope when another one is

@@ -9,6 +9,7 @@
 #include "event_log.hpp"
 #include "hook_macros.hpp"
 #include "hook_table.hpp"
+#include "live_streams.hpp"
 #include "serve.hpp"
 #include "shim_state.hpp"
 
@@ -77,6 +78,7 @@ CUresult free_impl(CUdeviceptr dptr, CUstream stream, bool stream_ordered, const
   } else if (auto const f = real<free_fn>(real_id)) {
     r = f(dptr);
   }
+  if (r != CUDA_SUCCESS && o.passthrough_allocation) restore_registration(as_ptr(dptr), o.taken);
   note_passthrough_free(as_ptr(dptr), stream, entry, r, start);
   return r;
 }
@@ -100,6 +102,10 @@ CUresult alloc_async_impl(CUdeviceptr* dptr, std::size_t bytes, CUstream hstream
   if (stream_capturing(s)) {
     // Graph memory: CUDA makes it a memory node of the graph being captured.
     return pass_through_alloc(dptr, bytes, s, alloc_kind::captured, entry, [&] { return f(dptr, bytes, hstream); });
+  }
+  if (check_stream(s) != CUDA_SUCCESS) {
+    // A destroyed or made-up stream: CUDA's answer (an error, counted and logged).
+    return pass_through_alloc(dptr, bytes, s, alloc_kind::passthrough, entry, [&] { return f(dptr, bytes, hstream); });
   }
   void* p = nullptr;
   CUresult const r = chain_allocate(&p, bytes, s, alloc_kind::async, entry, current_runtime_call().entry != nullptr);
@@ -126,6 +132,7 @@ CUresult alloc_pool_impl(CUdeviceptr* dptr, std::size_t bytes, CUmemoryPool pool
   }
   auto call = [&] { return f(dptr, bytes, pool, hstream); };
   if (stream_capturing(s)) return pass_through_alloc(dptr, bytes, s, alloc_kind::captured, entry, call);
+  if (check_stream(s) != CUDA_SUCCESS) return pass_through_alloc(dptr, bytes, s, alloc_kind::passthrough, entry, call);
   if (!is_default_pool(pool)) return pass_through_alloc(dptr, bytes, s, alloc_kind::foreign_pool, entry, call);
   void* p = nullptr;
   CUresult const r = chain_allocate(&p, bytes, s, alloc_kind::async, entry, current_runtime_call().entry != nullptr);

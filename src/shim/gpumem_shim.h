@@ -31,11 +31,12 @@ typedef struct gpumem_shim_stats {
   unsigned long long live_allocations;     /**< registered (chain + pass-through) and not freed */
   unsigned long long live_bytes;           /**< their requested bytes */
   unsigned long long reserved_bytes;       /**< held from the devices by all chains now */
-  unsigned long long pending_free_bytes;   /**< safe mode: freed, waiting for a device sync */
-  unsigned long long deferred_flushes;     /**< safe mode: device syncs that made frees reusable */
+  unsigned long long pending_free_bytes;   /**< safe mode: freed, waiting for a reclamation barrier */
+  unsigned long long reclaim_barriers;     /**< device-wide GPU-side barriers (no host wait) so far */
   unsigned long long captured_passthroughs;/**< stream-ordered allocations on capturing streams */
   unsigned long long active_captures;      /**< stream captures active now */
   unsigned long long ipc_refused;          /**< IPC handle requests refused for pooled pointers */
+  unsigned long long device_syncs;         /**< host-blocking device synchronizations gpumem made */
 } gpumem_shim_stats;
 
 /** Fills *out (sizeof(gpumem_shim_stats) bytes). Returns 0, or -1 for NULL. */

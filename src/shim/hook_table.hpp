@@ -21,7 +21,8 @@ namespace gpumem::shim {
   X(cuMemAllocAsync) X(cuMemAllocAsync_ptsz) X(cuMemFreeAsync) X(cuMemFreeAsync_ptsz)         \
   X(cuMemAllocManaged) X(cuMemAllocPitch_v2) X(cuMemAllocFromPoolAsync)                       \
   X(cuMemAllocFromPoolAsync_ptsz) X(cuMemGetInfo_v2) X(cuMemGetAddressRange_v2)               \
-  X(cuPointerGetAttribute) X(cuPointerGetAttributes) X(cuIpcGetMemHandle) X(cuStreamDestroy)  \
+  X(cuPointerGetAttribute) X(cuPointerGetAttributes) X(cuIpcGetMemHandle) X(cuStreamCreate)   \
+  X(cuStreamCreateWithPriority) X(cuStreamDestroy)                                            \
   X(cuStreamDestroy_v2) X(cuStreamBeginCapture) X(cuStreamBeginCapture_ptsz)                  \
   X(cuStreamBeginCapture_v2) X(cuStreamBeginCapture_v2_ptsz) X(cuStreamBeginCaptureToGraph)   \
   X(cuStreamBeginCaptureToGraph_ptsz) X(cuStreamEndCapture) X(cuStreamEndCapture_ptsz)        \

@@ -6,8 +6,8 @@
 #include "device_chains.hpp"
 #include "shim_state.hpp"
 
-#include <gpumem/deferred_free_resource_adaptor.hpp>
 #include <gpumem/statistics_resource_adaptor.hpp>
+#include <gpumem/stream_tracker.hpp>
 
 #include <cstring>
 #include <string>
@@ -32,14 +32,13 @@ extern "C" __attribute__((visibility("default"))) int gpumem_shim_get_stats(gpum
     auto const [n, b] = registry().live_totals();
     s.live_allocations = n;
     s.live_bytes = b;
-    s.active_captures = static_cast<unsigned long long>(gpumem::deferred_free_resource_adaptor::capture_count());
+    s.active_captures = static_cast<unsigned long long>(gpumem::stream_tracker::capture_count());
+    s.device_syncs = st.stats.device_syncs.get();
     for_each_chain([&](device_chain& c) {
       ++s.chains;
       s.reserved_bytes += static_cast<unsigned long long>(c.chain->device_stats().bytes().current);
-      if (auto* d = c.chain->deferred()) {
-        s.pending_free_bytes += d->pending_bytes();
-        s.deferred_flushes += d->flush_count();
-      }
+      s.pending_free_bytes += c.chain->info().pending_bytes;
+      s.reclaim_barriers += gpumem::stream_tracker::of(c.device).barrier_count();
     });
     *out = s;
     return 0;

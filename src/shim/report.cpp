@@ -5,8 +5,8 @@
 #include "shim_state.hpp"
 
 #include <gpumem/config.hpp>
-#include <gpumem/deferred_free_resource_adaptor.hpp>
 #include <gpumem/statistics_resource_adaptor.hpp>
+#include <gpumem/stream_tracker.hpp>
 
 #include <fmt/format.h>
 #include <unistd.h>
@@ -41,15 +41,16 @@ std::string build_report() {
                        bytes(u(dev.bytes().peak)), bytes(u(live.bytes().current)), bytes(info.reserved_bytes));
     out += fmt::format("  pool: cached free {}  largest free block {}  fragmentation {:.2f}\n",
                        bytes(info.free_bytes), bytes(info.largest_free_block), info.fragmentation());
-    if (auto* d = c.chain->deferred()) {
-      out += fmt::format("  safe mode: {} device syncs, {} waiting for one\n", d->flush_count(),
-                         bytes(d->pending_bytes()));
+    if (st.settings.sync == config::sync_mode::safe) {
+      out += fmt::format("  safe mode: {} reclamation barriers (GPU-side, no host wait), {} waiting for one\n",
+                         stream_tracker::of(c.device).barrier_count(), bytes(info.pending_bytes));
     }
   });
   if (!any_chain) out += "no device chain was built (no allocation reached gpumem)\n";
   out += fmt::format("pass-through: {} allocations ({} captured), {} frees; double frees refused: {}; IPC refused: {}\n",
                      st.stats.passthrough_allocations.get(), st.stats.captured_passthroughs.get(),
                      st.stats.passthrough_frees.get(), st.stats.double_frees.get(), st.stats.ipc_refused.get());
+  out += fmt::format("device synchronizations made by gpumem: {}\n", st.stats.device_syncs.get());
 
   struct leak {
     std::uintptr_t p;
@@ -75,10 +76,26 @@ std::string build_report() {
   return out;
 }
 
+namespace {
+
+// Whether any call of this process reached gpumem (a chain, a pass-through, a refusal).
+bool reached_gpumem() {
+  bool any = false;
+  for_each_chain([&](device_chain&) { any = true; });
+  auto const& st = state().stats;
+  return any || st.passthrough_allocations.get() != 0 || st.passthrough_frees.get() != 0 ||
+         st.failed_allocations.get() != 0 || st.double_frees.get() != 0 || st.ipc_refused.get() != 0;
+}
+
+}  // namespace
+
 void print_report_at_exit() noexcept {
   try {
-    std::string const text = build_report();
     auto const& file = state().settings.report_file;
+    // A launcher under gpumem-run (torchrun, mpirun) loads the shim but allocates
+    // nothing; its report file would replace its first rank's (same name: rank 0).
+    if (!file.empty() && !reached_gpumem()) return;
+    std::string const text = build_report();
     if (!file.empty()) {
       auto const path = config::expand_template(file, 0);
       if (std::FILE* f = std::fopen(path.c_str(), "w")) {

@@ -10,6 +10,7 @@
 #include "event_log.hpp"
 #include "hook_macros.hpp"
 #include "hook_table.hpp"
+#include "live_streams.hpp"
 #include "serve.hpp"
 #include "shim_state.hpp"
 
@@ -44,6 +45,18 @@ cudaError_t delegate(const char* entry, CUresult r, Call&& call) noexcept {
   return call();
 }
 
+// The runtime's spelling of a driver result the shim answers with itself.
+cudaError_t runtime_error(CUresult r) noexcept {
+  switch (r) {
+    case CUDA_SUCCESS: return cudaSuccess;
+    case CUDA_ERROR_INVALID_VALUE: return cudaErrorInvalidValue;
+    case CUDA_ERROR_INVALID_HANDLE: return cudaErrorInvalidResourceHandle;
+    case CUDA_ERROR_NOT_SUPPORTED: return cudaErrorNotSupported;
+    case CUDA_ERROR_OUT_OF_MEMORY: return cudaErrorMemoryAllocation;
+    default: return cudaErrorUnknown;
+  }
+}
+
 // Registers what the runtime allocated when it did so without our driver hook
 // seeing it (insert_if_absent: counted once either way).
 void after_runtime_alloc(cudaError_t e, void* p, std::size_t bytes, CUstream s, alloc_kind kind, const char* entry,
@@ -68,6 +81,8 @@ cudaError_t malloc_async_impl(void** p, std::size_t n, cudaStream_t s, hook_id i
     after_runtime_alloc(e, *p, n, cs, alloc_kind::captured, entry, start);
     return e;
   }
+  // A destroyed or made-up stream: CUDA answers (and records its last error).
+  if (check_stream(cs) != CUDA_SUCCESS) return delegate(entry, CUDA_SUCCESS, [&] { return f(p, n, s); });
   void* q = nullptr;
   CUresult const r = chain_allocate(&q, n, cs, alloc_kind::async, entry, true);
   if (r == CUDA_SUCCESS) {
@@ -82,10 +97,12 @@ cudaError_t free_async_impl(void* p, cudaStream_t s, hook_id id, bool ptsz, cons
   if (!active() || p == nullptr) return f != nullptr ? f(p, s) : no_runtime;
   CUstream const cs = ptsz ? ptsz_stream(s) : s;
   auto const o = free_registered(p, cs, true, entry);
-  if (o.handled) return o.result == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+  if (o.handled) return runtime_error(o.result);
   if (f == nullptr) return no_runtime;
   scoped_runtime_call marker{entry};
-  return f(p, s);
+  cudaError_t const e = f(p, s);
+  if (e != cudaSuccess && o.passthrough_allocation) restore_registration(p, o.taken);
+  return e;
 }
 
 cudaError_t malloc_pool_impl(void** p, std::size_t n, cudaMemPool_t pool, cudaStream_t s, hook_id id,
@@ -109,6 +126,7 @@ cudaError_t malloc_pool_impl(void** p, std::size_t n, cudaMemPool_t pool, cudaSt
     return e;
   };
   if (stream_capturing(cs)) return pass(alloc_kind::captured);
+  if (check_stream(cs) != CUDA_SUCCESS) return delegate(entry, CUDA_SUCCESS, [&] { return f(p, n, pool, s); });
   if (!is_default_pool(reinterpret_cast<CUmemoryPool>(pool))) return pass(alloc_kind::foreign_pool);
   void* q = nullptr;
   CUresult const r = chain_allocate(&q, n, cs, alloc_kind::async, entry, true);
@@ -151,10 +169,12 @@ GPUMEM_HOOK(cudaError_t, cudaFree, (void* p)) {
   auto const o = free_registered(p, nullptr, false, "cudaFree");
   // A refused double free is answered here: handing a pool pointer to the real
   // runtime could free the pool's slab.
-  if (o.handled) return o.result == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+  if (o.handled) return runtime_error(o.result);
   if (f == nullptr) return no_runtime;
   scoped_runtime_call marker{"cudaFree"};
-  return f(p);
+  cudaError_t const e = f(p);
+  if (e != cudaSuccess && o.passthrough_allocation) restore_registration(p, o.taken);
+  return e;
 }
 
 GPUMEM_HOOK(cudaError_t, cudaMallocAsync, (void** p, std::size_t n, cudaStream_t s)) {

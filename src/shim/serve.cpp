@@ -3,6 +3,7 @@
 #include "capture_guard.hpp"
 #include "device_chains.hpp"
 #include "event_log.hpp"
+#include "live_streams.hpp"
 #include "shim_state.hpp"
 
 #include <gpumem/call_context.hpp>
@@ -10,6 +11,7 @@
 #include <gpumem/detail/driver_api.hpp>
 #include <gpumem/limiting_resource_adaptor.hpp>
 #include <gpumem/statistics_resource_adaptor.hpp>
+#include <gpumem/stream_tracker.hpp>
 
 #include <algorithm>
 
@@ -86,7 +88,9 @@ CUresult chain_allocate(void** out, std::size_t bytes, CUstream stream, alloc_ki
   CUresult r = CUDA_SUCCESS;
   {
     scoped_relaxed_capture relaxed;  // a pool growth must not break another thread's capture
-    scoped_call_context call{entry, dev};
+    // cudaMalloc's memory may be used at once on any stream (safe mode keeps that promise).
+    bool const synchronous = safe_mode() && kind != alloc_kind::async;
+    scoped_call_context call{entry, dev, synchronous};
     r = try_allocate(*c, bytes, stream, p);
     if (r == CUDA_ERROR_OUT_OF_MEMORY) {
       // Trim what the chain caches (other streams' free blocks, empty slabs), retry once.
@@ -120,21 +124,66 @@ CUresult chain_allocate(void** out, std::size_t bytes, CUstream stream, alloc_ki
   return CUDA_SUCCESS;
 }
 
+namespace {
+
+free_outcome refuse_double_free(void* p, CUstream stream, const char* entry, std::int64_t start) noexcept {
+  state().stats.double_frees.add();
+  message(level::error, "%s(%p): double free of a pointer gpumem handed out; refused (invalid value)", entry, p);
+  log_event(event{log_action::free, p, 0, stream, -1, entry, start, CUDA_ERROR_INVALID_VALUE});
+  return {true, CUDA_ERROR_INVALID_VALUE, false};
+}
+
+/// Whether a chain holds the memory at p (its pool slabs, free or in use).
+bool inside_a_chain(void const* p) noexcept {
+  bool owned = false;
+  try {
+    for_each_chain([&](device_chain& c) { owned = owned || c.chain->top().owns(p); });
+  } catch (...) {
+  }
+  return owned;
+}
+
+}  // namespace
+
 free_outcome free_registered(void* p, CUstream stream, bool stream_ordered, const char* entry) noexcept {
   allocation a{};
   auto const start = event_clock();
-  switch (registry().take(reinterpret_cast<std::uintptr_t>(p), a)) {
-    case take_result::unknown:
+  auto const key = reinterpret_cast<std::uintptr_t>(p);
+  switch (registry().lookup(key, a)) {
+    case lookup_result::unknown:
+      // Not a pointer we handed out, or one freed so long ago that its record is gone:
+      // inside a chain's memory it can only be a second free (CUDA would free the
+      // whole slab if it got it); anything else is CUDA's to answer.
+      if (inside_a_chain(p)) {
+        message(level::error,
+                "%s(%p): not the start of an allocation gpumem handed out (an interior pointer, or a free of an "
+                "allocation freed long ago); refused (invalid value)",
+                entry, p);
+        log_event(event{log_action::free, p, 0, stream, -1, entry, start, CUDA_ERROR_INVALID_VALUE});
+        return {true, CUDA_ERROR_INVALID_VALUE, false};
+      }
       return {};
-    case take_result::already_freed:
-      state().stats.double_frees.add();
-      message(level::error, "%s(%p): double free of a pointer gpumem handed out; refused (invalid value)", entry, p);
-      log_event(event{log_action::free, p, 0, stream, -1, entry, start, CUDA_ERROR_INVALID_VALUE});
-      return {true, CUDA_ERROR_INVALID_VALUE, false};
-    case take_result::taken:
+    case lookup_result::already_freed:
+      return refuse_double_free(p, stream, entry, start);
+    case lookup_result::live:
       break;
   }
-  if (!from_chain(a.kind)) return {false, CUDA_SUCCESS, true};
+  if (!from_chain(a.kind)) {
+    // CUDA's own memory: taken now, before CUDA can hand the address to someone else;
+    // the caller restores it if CUDA refuses the free.
+    if (registry().take(key, a) != take_result::taken) return refuse_double_free(p, stream, entry, start);
+    return {false, CUDA_SUCCESS, true, a};
+  }
+  // A destroyed or made-up stream: CUDA's error, and nothing consumed (a later, valid
+  // free must still find the pointer).
+  if (stream_ordered) {
+    if (CUresult const bad = check_stream(stream); bad != CUDA_SUCCESS) {
+      log_event(event{log_action::free, p, a.bytes, stream, a.device, entry, start, bad});
+      return {true, bad, false};
+    }
+  }
+  // Consumed only now; take() checks again, so of two racing frees one is refused.
+  if (registry().take(key, a) != take_result::taken) return refuse_double_free(p, stream, entry, start);
   device_chain& c = *a.chain;
   {
     scoped_chain_context ctx{c};
@@ -144,15 +193,24 @@ free_outcome free_registered(void* p, CUstream stream, bool stream_ordered, cons
       // waits until every capture ended.
       park_until_captures_end(p, a.bytes, &c);
     } else {
-      // cudaFree has no stream: the legacy stream (safe mode defers reuse anyway).
+      // Stream order is kept only when both the allocation and the free were
+      // stream-ordered; any other mix keeps cudaFree's promise (safe mode): the
+      // block waits for a device-wide barrier. cudaFree has no stream: legacy.
+      bool const synchronous = safe_mode() && (!stream_ordered || a.kind != alloc_kind::async);
       CUstream const s = stream_ordered ? stream : nullptr;
-      scoped_call_context call{entry, c.device, !stream_ordered};
+      scoped_call_context call{entry, c.device, synchronous};
       c.chain->top().deallocate(p, a.bytes, to_ref(s));
     }
   }
   state().stats.chain_frees.add();
   log_event(event{log_action::free, p, a.bytes, stream, c.device, entry, start, CUDA_SUCCESS});
   return {true, CUDA_SUCCESS, false};
+}
+
+void restore_registration(void* p, allocation const& a) noexcept {
+  // Never over a new live owner of the address; without host memory, a later free of
+  // p goes to CUDA as an unknown pointer, which is CUDA's own answer for its memory.
+  static_cast<void>(registry().restore(reinterpret_cast<std::uintptr_t>(p), a));
 }
 
 void note_passthrough_allocation(void* p, std::size_t bytes, CUstream stream, alloc_kind kind, const char* entry,
@@ -201,7 +259,12 @@ CUresult pool_mem_info(std::size_t* free_bytes, std::size_t* total_bytes) noexce
   CUcontext ctx = nullptr;
   std::size_t f = rf;
   std::size_t t = rt;
-  if (device_chain* c = built_chain(current_device(ctx))) {
+  // Built here if this is the device's first gpumem call: frameworks size themselves
+  // from the first cudaMemGetInfo, which must already show the limit.
+  int const dev = current_device(ctx);
+  CUresult err = CUDA_SUCCESS;
+  device_chain* const c = dev >= 0 ? chain_for(dev, err) : nullptr;
+  if (c != nullptr) {
     try {
       auto const info = c->chain->info();
       std::size_t const available = std::min(rf + info.free_bytes, rt);
@@ -234,18 +297,26 @@ bool ipc_allowed(void* p, const char* entry) noexcept {
   // A block that is a whole upstream allocation opens to the right memory.
   if (hit->first == dp && d.cuMemGetAddressRange(&base, &size, dp) == CUDA_SUCCESS && base == dp &&
       size <= align_up(hit->second.bytes, allocation_alignment)) {
+    // The block may have been reused behind a GPU-side barrier while its previous
+    // owner's work still ran; another process's work is ordered by nothing of ours,
+    // so let that work finish first (exporting is rare; never during a capture).
+    if (!stream_tracker::capture_active() && d.cuCtxSynchronize() == CUDA_SUCCESS) state().stats.device_syncs.add();
     return true;
   }
   state().stats.ipc_refused.add();
   message(level::error,
-          "%s(%p): the pointer is a block inside a gpumem pool; another process would open the whole pool "
-          "slab, not this allocation. Refused (not supported). Fix: run with GPUMEM_RESOURCE=cuda, or give "
-          "IPC buffers their own chain without a pool",
+          "%s(%p): refused (operation not supported): the pointer is a block inside a gpumem pool, and an IPC "
+          "handle names a whole CUDA allocation, so another process would open the pool's slab, not this block. "
+          "To share device memory between processes, run the program with GPUMEM_RESOURCE=cuda (gpumem-run "
+          "--resource cuda): every allocation is then its own cudaMalloc, which IPC exports exactly; limits, "
+          "logs and statistics still apply",
           entry, p);
   return false;
 }
 
 void notify_stream_destroyed(CUstream stream) noexcept {
+  stream_gone(stream);
+  for (int d = 0; d < stream_tracker::max_devices; ++d) stream_tracker::of(d).stream_destroying(stream);
   try {
     for_each_chain([stream](device_chain& c) {
       scoped_chain_context ctx{c};
@@ -267,6 +338,7 @@ bool is_default_pool(CUmemoryPool pool) noexcept {
 
 void forget_device(int device) noexcept {
   if (device < 0) return;
+  stream_tracker::of(device).context_reset();
   try {
     registry().drop_device(device);
   } catch (...) {

@@ -60,11 +60,17 @@ struct free_outcome {
   bool handled = false;  ///< true: `result` is the answer; false: hand the free to CUDA
   CUresult result = CUDA_SUCCESS;
   bool passthrough_allocation = false;  ///< not handled because CUDA made it (managed, captured, ...)
+  allocation taken{};  ///< passthrough_allocation: its record, for restore_registration()
 };
 
+/// Re-registers CUDA's memory whose free CUDA refused: a failed free never consumes
+/// the pointer's registration.
+void restore_registration(void* p, allocation const& a) noexcept;
+
 /// Frees `p` if the shim registered it. `stream_ordered`: cudaFreeAsync semantics on
-/// `stream`; else cudaFree semantics (synchronous_free, safe mode defers reuse).
-/// Double frees are refused with CUDA_ERROR_INVALID_VALUE and logged.
+/// `stream`; else cudaFree semantics (call_context::synchronous in safe mode).
+/// Double frees are refused with CUDA_ERROR_INVALID_VALUE and logged; a free on a
+/// destroyed or made-up stream gets CUDA's error and leaves the pointer allocated.
 free_outcome free_registered(void* p, CUstream stream, bool stream_ordered, const char* entry) noexcept;
 
 /// Counts and logs an allocation CUDA made for us (pass-through kinds), registering
@@ -78,7 +84,9 @@ void note_passthrough_free(void* p, CUstream stream, const char* entry, CUresult
 void note_failed_allocation(std::size_t bytes, CUstream stream, const char* entry, CUresult result) noexcept;
 
 /// cuMemGetInfo as the pool sees it: cached free bytes count as free; with a limit,
-/// total = limit and free = limit - in use. Either pointer may be null.
+/// total = limit and free = limit - in use. Either pointer may be null. Builds the
+/// current device's chain if this is its first gpumem call (a broken configuration
+/// stops the program here, as at a first allocation).
 CUresult pool_mem_info(std::size_t* free_bytes, std::size_t* total_bytes) noexcept;
 
 /// Whether a pooled pointer may be exported by IPC: only a whole upstream allocation

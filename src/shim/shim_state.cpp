@@ -3,11 +3,12 @@
 #include "allocation_registry.hpp"
 #include "capture_guard.hpp"
 #include "device_chains.hpp"
+#include "live_streams.hpp"
 #include "event_log.hpp"
 #include "report.hpp"
 
 #include <gpumem/config.hpp>
-#include <gpumem/deferred_free_resource_adaptor.hpp>
+#include <gpumem/stream_tracker.hpp>
 
 #include <pthread.h>
 #include <unistd.h>
@@ -35,8 +36,9 @@ level parse_level(std::string const& s) noexcept {
 void on_fork_child() noexcept {
   registry().reset_after_fork();
   reset_chains_after_fork();
-  deferred_free_resource_adaptor::reset_captures();
-  reset_capture_deferred_after_fork();
+  stream_tracker::reset_after_fork();
+  reset_streams_after_fork();
+  reset_parked_blocks_after_fork();
   state().stats.reset();
 }
 

@@ -28,7 +28,7 @@ struct counters {
     void reset() noexcept { v.store(0, std::memory_order_relaxed); }
   };
   counter chain_allocations, runtime_allocations, chain_frees, passthrough_allocations,
-      passthrough_frees, double_frees, failed_allocations, captured_passthroughs, ipc_refused;
+      passthrough_frees, double_frees, failed_allocations, captured_passthroughs, ipc_refused, device_syncs;
   void reset() noexcept;
 };
 
@@ -59,5 +59,9 @@ void message(level lvl, const char* fmt, ...) noexcept __attribute__((format(pri
 [[nodiscard]] bool message_enabled(level lvl) noexcept;
 
 inline bool active() noexcept { return state().mode == shim_mode::active; }
+
+/// Safe mode: allocations and frees of the synchronous family carry
+/// call_context::synchronous down the chain.
+[[nodiscard]] inline bool safe_mode() noexcept { return state().settings.sync == config::sync_mode::safe; }
 
 }  // namespace gpumem::shim

@@ -1,15 +1,20 @@
-// Driver entry points that change what the chains may do: stream destruction
-// (pools drop per-stream state first), stream capture (counted, so nothing ever
-// synchronizes a capture away) and primary context reset (the device's chain goes).
+// Driver entry points that change what the chains may do: stream creation (the
+// device's stream_tracker must know every stream a reclamation barrier orders; the
+// runtime creates its streams through these too), stream destruction (pools drop
+// per-stream state first, the tracker remembers the stream's last work), stream
+// capture (counted, so no barrier or sync ever touches a capture) and primary
+// context reset (the device's chain and streams go).
 
 #include "capture_guard.hpp"
+#include "device_chains.hpp"
 #include "hook_macros.hpp"
 #include "hook_table.hpp"
+#include "live_streams.hpp"
 #include "serve.hpp"
 #include "shim_state.hpp"
 
-#include <gpumem/deferred_free_resource_adaptor.hpp>
 #include <gpumem/detail/driver_api.hpp>
+#include <gpumem/stream_tracker.hpp>
 
 #include <cuda.h>
 
@@ -25,13 +30,25 @@ bool is_capturing(CUstream s) noexcept {
          status != CU_STREAM_CAPTURE_STATUS_NONE;
 }
 
+/// Registers a stream the program just created in the current context, if that is
+/// its device's primary context (the one the chains' memory lives in).
+void track_created(CUstream s, unsigned flags) noexcept {
+  if (!active() || s == nullptr) return;
+  stream_created(s);
+  CUcontext ctx = nullptr;
+  int const dev = current_device(ctx);
+  if (dev < 0) return;
+  auto& tracker = stream_tracker::of(dev);
+  if (tracker.is_primary(ctx)) tracker.stream_created(s, flags);
+}
+
 CUresult destroy_impl(CUstream s, hook_id id) noexcept {
   if (active()) notify_stream_destroyed(s);
   auto const f = real<CUresult (*)(CUstream)>(id);
   if (f == nullptr) return not_loaded();
-  // Destroying a capturing stream ends its capture: keep the count true, or safe
-  // mode would never synchronize again.
-  bool const ends_capture = deferred_free_resource_adaptor::capture_active() && is_capturing(s);
+  // Destroying a capturing stream ends its capture: keep the count true, or
+  // reclamation barriers would be refused for ever.
+  bool const ends_capture = stream_tracker::capture_active() && is_capturing(s);
   CUresult const r = f(s);
   if (ends_capture && r == CUDA_SUCCESS) note_capture_ended();
   return r;
@@ -39,9 +56,7 @@ CUresult destroy_impl(CUstream s, hook_id id) noexcept {
 
 template <class Call>
 CUresult begin_capture(Call&& call) noexcept {
-  CUresult const r = call();
-  if (r == CUDA_SUCCESS) note_capture_begun();
-  return r;
+  return stream_tracker::begin_capture(call);
 }
 
 CUresult end_capture(CUstream s, CUgraph* graph, hook_id id, bool ptsz) noexcept {
@@ -55,7 +70,7 @@ CUresult end_capture(CUstream s, CUgraph* graph, hook_id id, bool ptsz) noexcept
 }
 
 CUresult reset_impl(CUdevice dev, hook_id id) noexcept {
-  if (active()) forget_device(static_cast<int>(dev));
+  if (active()) forget_device(static_cast<int>(dev));  // the chain and the tracker's streams
   auto const f = real<CUresult (*)(CUdevice)>(id);
   return f != nullptr ? f(dev) : not_loaded();
 }
@@ -69,6 +84,21 @@ using begin_graph_fn = CUresult (*)(CUstream, CUgraph, const CUgraphNode*, const
 }  // namespace gpumem::shim
 
 using namespace gpumem::shim;
+
+GPUMEM_HOOK(CUresult, cuStreamCreate, (CUstream * s, unsigned int flags)) {
+  auto const f = real<CUresult (*)(CUstream*, unsigned int)>(hook_id::h_cuStreamCreate);
+  if (f == nullptr) return not_loaded();
+  CUresult const r = f(s, flags);
+  if (r == CUDA_SUCCESS && s != nullptr) track_created(*s, flags);
+  return r;
+}
+GPUMEM_HOOK(CUresult, cuStreamCreateWithPriority, (CUstream * s, unsigned int flags, int priority)) {
+  auto const f = real<CUresult (*)(CUstream*, unsigned int, int)>(hook_id::h_cuStreamCreateWithPriority);
+  if (f == nullptr) return not_loaded();
+  CUresult const r = f(s, flags, priority);
+  if (r == CUDA_SUCCESS && s != nullptr) track_created(*s, flags);
+  return r;
+}
 
 GPUMEM_HOOK(CUresult, cuStreamDestroy, (CUstream s)) { return destroy_impl(s, hook_id::h_cuStreamDestroy); }
 GPUMEM_HOOK(CUresult, cuStreamDestroy_v2, (CUstream s)) { return destroy_impl(s, hook_id::h_cuStreamDestroy_v2); }

@@ -4,7 +4,6 @@
 #include <gpumem/config.hpp>
 
 #include <gpumem/call_context.hpp>
-#include <gpumem/deferred_free_resource_adaptor.hpp>
 #include <gpumem/detail/driver_api.hpp>
 #include <gpumem/limiting_resource_adaptor.hpp>
 #include <gpumem/statistics_resource_adaptor.hpp>
@@ -50,52 +49,45 @@ class ChainBuilder : public ::testing::Test {
 
 TEST_F(ChainBuilder, EmbeddedDefault) {
   auto chain = gc::build_chain(gc::load(gc::environment{}), 0);
-  EXPECT_EQ(chain->types(), (types{"statistics", "deferred_free", "pool", "statistics", "cuda"}));
-  EXPECT_EQ(chain->describe(), "deferred_free(flush 256 MiB) \u2192 pool(initial 0 B) \u2192 cuda");
+  EXPECT_EQ(chain->types(), (types{"statistics", "pool", "statistics", "cuda"}));
+  EXPECT_EQ(chain->describe(), "pool(initial 0 B) \u2192 cuda");
   EXPECT_EQ(chain->device(), 0);
   EXPECT_EQ(&chain->top(), static_cast<gpumem::device_memory_resource*>(&chain->live_stats()));
   EXPECT_NE(&chain->live_stats(), &chain->device_stats());
-  ASSERT_NE(chain->deferred(), nullptr);
-  EXPECT_EQ(chain->deferred()->flush_threshold(), 256 * MiB);
   EXPECT_EQ(chain->limiter(), nullptr);
   EXPECT_EQ(chain->tracker(), nullptr);
 }
 
-TEST_F(ChainBuilder, StreamModeHasNoDeferredFree) {
+TEST_F(ChainBuilder, StreamModeBuildsTheSameChain) {
   auto s = gc::load(gc::environment{});
   s.sync = gc::sync_mode::stream;
   auto chain = gc::build_chain(s, 0);
   EXPECT_EQ(chain->types(), (types{"statistics", "pool", "statistics", "cuda"}));
   EXPECT_EQ(chain->describe(), "pool(initial 0 B) \u2192 cuda");
-  EXPECT_EQ(chain->deferred(), nullptr);
 }
 
-TEST_F(ChainBuilder, NothingCachedNothingDeferred) {
+TEST_F(ChainBuilder, NothingCached) {
   auto chain = gc::build_chain(parse("[[chain]]\ntype = \"statistics\"\n[[chain]]\ntype = \"cuda\"\n"), 0);
   EXPECT_EQ(chain->types(), (types{"statistics", "statistics", "statistics", "cuda"}));
   EXPECT_EQ(chain->describe(), "statistics \u2192 cuda");
-  EXPECT_EQ(chain->deferred(), nullptr);
 }
 
-TEST_F(ChainBuilder, AsyncCachesSoItIsDeferred) {
+TEST_F(ChainBuilder, AsyncDeviceResource) {
   auto chain = gc::build_chain(parse("[[chain]]\ntype = \"async\"\nrelease_threshold = \"64MiB\"\n"), 0);
-  EXPECT_EQ(chain->types(), (types{"statistics", "deferred_free", "statistics", "async"}));
-  EXPECT_EQ(chain->describe(), "deferred_free(flush 256 MiB) \u2192 async(release threshold 64 MiB)");
-  EXPECT_NE(chain->deferred(), nullptr);
+  EXPECT_EQ(chain->types(), (types{"statistics", "statistics", "async"}));
+  EXPECT_EQ(chain->describe(), "async(release threshold 64 MiB)");
 }
 
-TEST_F(ChainBuilder, AdaptorsAboveDeferredAboveCachingResources) {
+TEST_F(ChainBuilder, AdaptorsAboveCachingResources) {
   gc::settings const s = gc::load(gc::environment{{{"GPUMEM_CONFIG", data("adaptors.toml")}}});
   auto chain = gc::build_chain(s, 0);
-  EXPECT_EQ(chain->types(), (types{"statistics", "limiting", "tracking", "deferred_free", "binning", "pool",
-                                   "statistics", "cuda"}));
+  EXPECT_EQ(chain->types(), (types{"statistics", "limiting", "tracking", "binning", "pool", "statistics", "cuda"}));
   EXPECT_EQ(chain->describe(),
-            "limiting(512 MiB) \u2192 tracking \u2192 deferred_free(flush 256 MiB) \u2192 binning(256 B, 4 KiB) "
+            "limiting(512 MiB) \u2192 tracking \u2192 binning(256 B, 4 KiB) "
             "\u2192 pool(initial 64 MiB, max 768 MiB) \u2192 cuda");
   ASSERT_NE(chain->limiter(), nullptr);
   EXPECT_EQ(chain->limiter()->limit(), 512 * MiB);
   ASSERT_NE(chain->tracker(), nullptr);
-  ASSERT_NE(chain->deferred(), nullptr);
 
   // The pool reserved its initial size from the device, through device_stats.
   EXPECT_EQ(chain->device_stats().bytes().current, static_cast<std::int64_t>(64 * MiB));
@@ -118,15 +110,19 @@ TEST_F(ChainBuilder, AdaptorsAboveDeferredAboveCachingResources) {
   EXPECT_EQ(chain->device_stats().bytes().current, static_cast<std::int64_t>(64 * MiB));
 }
 
-TEST_F(ChainBuilder, SynchronousFreesWaitInTheDeferredAdaptor) {
+TEST_F(ChainBuilder, SynchronousFreesWaitForReclamation) {
   auto chain = gc::build_chain(gc::load(gc::environment{}), 0);
   void* p = chain->top().allocate(4096);
   {
-    gpumem::scoped_call_context ctx{"cudaFree", 0, /*synchronous_free=*/true};
+    gpumem::scoped_call_context ctx{"cudaFree", 0, /*synchronous=*/true};
     chain->top().deallocate(p, 4096);
   }
-  EXPECT_EQ(chain->deferred()->pending_bytes(), 4096U);
+  EXPECT_EQ(chain->info().pending_bytes, 4096U);
   EXPECT_EQ(chain->live_stats().bytes().current, 0);
+  // A trim reclaims it (one barrier) and gives the empty slab back.
+  (void)chain->top().release();
+  EXPECT_EQ(chain->info().pending_bytes, 0U);
+  EXPECT_EQ(chain->info().reserved_bytes, 0U);
 }
 
 TEST_F(ChainBuilder, PercentSizesResolveAgainstFreeDeviceMemory) {
@@ -151,7 +147,7 @@ type = "cuda"
   EXPECT_EQ(chain->limiter()->limit(), quarter);
   EXPECT_EQ(chain->device_stats().bytes().current, static_cast<std::int64_t>(half));
   EXPECT_EQ(chain->describe(), "limiting(25% = " + gc::format_bytes(quarter) +
-                                   ") \u2192 deferred_free(flush 256 MiB) \u2192 pool(initial 50% = " +
+                                   ") \u2192 pool(initial 50% = " +
                                    gc::format_bytes(half) + ", max 90% = " + gc::format_bytes(ninety) + ") \u2192 cuda");
   // The sim's device really holds the pool's initial reservation.
   EXPECT_GE(gpumem::test::sim_control::get().live_bytes(0), half);
@@ -229,10 +225,10 @@ min_growth = "8MiB"
 type = "managed"
 )"),
                                0);
-  EXPECT_EQ(chain->types(), (types{"statistics", "statistics", "tracking", "deferred_free", "fixed_size", "binning",
-                                   "pool", "statistics", "managed"}));
+  EXPECT_EQ(chain->types(), (types{"statistics", "statistics", "tracking", "fixed_size", "binning", "pool",
+                                   "statistics", "managed"}));
   EXPECT_EQ(chain->describe(),
-            "statistics \u2192 tracking(stacks) \u2192 deferred_free(flush 256 MiB) \u2192 fixed_size(block 64 KiB, "
+            "statistics \u2192 tracking(stacks) \u2192 fixed_size(block 64 KiB, "
             "preallocate 4) \u2192 binning(1 KiB..4 KiB) \u2192 pool(initial 0 B, min growth 8 MiB) \u2192 managed");
   void* p = chain->top().allocate(2000);
   ASSERT_NE(p, nullptr);

@@ -188,16 +188,19 @@ TEST(Load, GlobalOverrides) {
                                           {"GPUMEM_SYNC_MODE", "stream"},
                                           {"GPUMEM_ON_ERROR", "passthrough"},
                                           {"GPUMEM_REPORT", "yes"},
-                                          {"GPUMEM_REPORT_FILE", "report-%h.txt"},
-                                          {"GPUMEM_DEFERRED_FLUSH", "32MiB"}}));
+                                          {"GPUMEM_REPORT_FILE", "report-%h.txt"}}));
   EXPECT_EQ(s.log_file, "log-%r-%d.csv");
   EXPECT_EQ(s.log_level, "debug");
   EXPECT_EQ(s.sync, gc::sync_mode::stream);
   EXPECT_EQ(s.on_config_error, gc::on_error::passthrough);
   EXPECT_TRUE(s.report);
   EXPECT_EQ(s.report_file, "report-%h.txt");
-  EXPECT_EQ(s.deferred_flush_bytes, 32 * MiB);
   EXPECT_TRUE(s.warnings.empty());
+
+  // The old safe-mode knob is still read (a typo is an error) but only warns.
+  gc::settings const old = gc::load(env_of({{"GPUMEM_DEFERRED_FLUSH", "32MiB"}, {"GPUMEM_LOG_LEVEL", "off"}}));
+  ASSERT_EQ(old.warnings.size(), 1U);
+  EXPECT_NE(old.warnings[0].find("GPUMEM_DEFERRED_FLUSH no longer has an effect"), std::string::npos);
 
   // The environment outranks the file.
   gc::settings const f = gc::load(env_of({{"GPUMEM_CONFIG", data("adaptors.toml")}, {"GPUMEM_ON_ERROR", "fail"}}));

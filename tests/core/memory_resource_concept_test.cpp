@@ -4,7 +4,6 @@
 #include <gpumem/async_memory_resource.hpp>
 #include <gpumem/binning_memory_resource.hpp>
 #include <gpumem/cuda_memory_resource.hpp>
-#include <gpumem/deferred_free_resource_adaptor.hpp>
 #include <gpumem/fixed_size_memory_resource.hpp>
 #include <gpumem/limiting_resource_adaptor.hpp>
 #include <gpumem/logging_resource_adaptor.hpp>
@@ -35,7 +34,6 @@ static_assert(models_device_async_resource<statistics_resource_adaptor>);
 static_assert(models_device_async_resource<limiting_resource_adaptor>);
 static_assert(models_device_async_resource<tracking_resource_adaptor>);
 static_assert(models_device_async_resource<logging_resource_adaptor>);
-static_assert(models_device_async_resource<deferred_free_resource_adaptor>);
 
 TEST(MemoryResourceConcept, TypeErasedReferenceAllocatesThroughTheResource) {
   test::host_test_resource upstream;

@@ -149,37 +149,39 @@ TEST(Pool, SizesRoundTo256AndPointersAreAligned) {
   EXPECT_EQ(pool.info().largest_free_block, MiB);
 }
 
-TEST(Pool, GrowthStepsAreGeometric) {
-  test::arena_test_resource arena{64 * MiB};
+TEST(Pool, GrowthStepsFollowTheRequestAndThePool) {
+  test::arena_test_resource arena{256 * MiB};
   pool_memory_resource pool{&arena, opts(0)};
   EXPECT_EQ(pool.pool_size(), 0U);
   EXPECT_TRUE(arena.allocations().empty());
 
-  void* a = pool.allocate(1000);   // min_growth
+  void* a = pool.allocate(1000);     // min_growth
   EXPECT_EQ(pool.pool_size(), 1 * MiB);
-  void* b = pool.allocate(MiB);    // max(1 MiB, pool size 1 MiB)
+  void* b = pool.allocate(MiB);      // the request (= min_growth; 1/16 of the pool is less)
   EXPECT_EQ(pool.pool_size(), 2 * MiB);
-  void* c = pool.allocate(3 * MiB);  // the request: larger than the pool size
+  void* c = pool.allocate(3 * MiB);  // the request
   EXPECT_EQ(pool.pool_size(), 5 * MiB);
-  void* d = pool.allocate(4 * MiB);  // the pool size (5 MiB) > request
-  EXPECT_EQ(pool.pool_size(), 10 * MiB);
-  void* e = pool.allocate(KiB);    // tightest fit: the first slab's rest
+  void* d = pool.allocate(4 * MiB);  // the request: never blind doubling
+  EXPECT_EQ(pool.pool_size(), 9 * MiB);
+  void* e = pool.allocate(KiB);      // tightest fit: the first slab's rest
   EXPECT_EQ(as_char(e), as_char(a) + 1024);
-  EXPECT_EQ(pool.pool_size(), 10 * MiB);
-  EXPECT_EQ(sizes_of(arena.allocations()), (std::vector<std::size_t>{MiB, MiB, 3 * MiB, 5 * MiB}));
+  EXPECT_EQ(pool.pool_size(), 9 * MiB);
+  EXPECT_EQ(sizes_of(arena.allocations()), (std::vector<std::size_t>{MiB, MiB, 3 * MiB, 4 * MiB}));
 
   auto const i = pool.info();
   std::size_t const used = 1024 + MiB + 3 * MiB + 4 * MiB + 1024;
   EXPECT_EQ(i.used_bytes, used);
-  EXPECT_EQ(i.free_bytes, 10 * MiB - used);
-  EXPECT_EQ(i.largest_free_block, MiB);  // the rest of the 5 MiB slab
-  pool.deallocate(a, 1000);
-  pool.deallocate(b, MiB);
-  pool.deallocate(c, 3 * MiB);
-  pool.deallocate(d, 4 * MiB);
-  pool.deallocate(e, KiB);
+  EXPECT_EQ(i.free_bytes, 9 * MiB - used);
+  EXPECT_EQ(i.largest_free_block, MiB - 2 * KiB);  // the rest of the first slab
+  void* f = pool.allocate(64 * MiB);  // the request: larger than 1/16 of the pool
+  EXPECT_EQ(pool.pool_size(), 73 * MiB);
+  void* g = pool.allocate(MiB);  // 1/16 of a 73 MiB pool, rounded to 256: more than the request
+  EXPECT_EQ(pool.pool_size(), 73 * MiB + ((73 * MiB / 16) & ~std::size_t{255}));
+  for (auto [p, n] : {std::pair{a, std::size_t{1000}}, {b, MiB}, {c, 3 * MiB}, {d, 4 * MiB}, {e, KiB}, {f, 64 * MiB}, {g, MiB}}) {
+    pool.deallocate(p, n);
+  }
   EXPECT_EQ(pool.info().used_bytes, 0U);
-  EXPECT_EQ(pool.info().largest_free_block, 5 * MiB);
+  EXPECT_EQ(pool.info().largest_free_block, 64 * MiB);
 }
 
 TEST(Pool, MaximumIsHonoured) {

@@ -66,6 +66,35 @@ TEST(SimConfig, PlainByteCountsAreAccepted) {
   EXPECT_EQ(total, std::size_t{1} << 20);
 }
 
+TEST(SimConfig, ADeviceTooLargeToMapHasNoMemoryInsteadOfAborting) {
+  if (!in_child()) {
+    // 2^63 bytes fits no host's address space; 2^64 - 1 would wrap when rounded up.
+    for (char const* size : {"9223372036854775808", "18446744073709551615"}) {
+      EXPECT_EQ(rerun("SimConfig.ADeviceTooLargeToMapHasNoMemoryInsteadOfAborting",
+                      {std::string{"GPUMEM_SIM_DEVICE_MEMORY="} + size}),
+                0)
+          << size;
+    }
+    return;
+  }
+  auto const& drv = sim_driver::get();
+  if (!sim_control::get().present()) GTEST_SKIP();
+  ASSERT_EQ(drv.cuInit(0), CUDA_SUCCESS);
+  std::size_t total = 1;
+  ASSERT_EQ(drv.cuDeviceTotalMem(&total, 0), CUDA_SUCCESS);
+  EXPECT_EQ(total, 0u);
+  CUcontext ctx = nullptr;
+  ASSERT_EQ(drv.cuDevicePrimaryCtxRetain(&ctx, 0), CUDA_SUCCESS);
+  ASSERT_EQ(drv.cuCtxSetCurrent(ctx), CUDA_SUCCESS);
+  std::size_t free = 1;
+  ASSERT_EQ(drv.cuMemGetInfo(&free, &total), CUDA_SUCCESS);
+  EXPECT_EQ(free, 0u);
+  CUdeviceptr p = 0;
+  EXPECT_EQ(drv.cuMemAlloc(&p, 1 << 20), CUDA_ERROR_OUT_OF_MEMORY);
+  EXPECT_EQ(drv.cuMemAllocAsync(&p, 1 << 20, nullptr), CUDA_ERROR_OUT_OF_MEMORY);
+  EXPECT_EQ(p, 0u);
+}
+
 TEST(SimConfig, StrictModeFailsAProcessWithViolations) {
   if (!sim_control::get().present()) GTEST_SKIP() << "needs the simulated device";
   if (in_child()) {

@@ -28,7 +28,9 @@ namespace gpumem::test {
   X(cuLaunchHostFunc) X(cuStreamAddCallback) X(cuStreamBeginCapture) X(cuStreamEndCapture)      \
   X(cuStreamIsCapturing) X(cuStreamGetCaptureInfo) X(cuThreadExchangeStreamCaptureMode)         \
   X(cuGraphDestroy) X(cuGraphGetNodes) X(cuIpcGetMemHandle) X(cuIpcOpenMemHandle)               \
-  X(cuIpcCloseMemHandle) X(cuGetProcAddress) X(cuDriverGetVersion)
+  X(cuIpcCloseMemHandle) X(cuGetProcAddress) X(cuDriverGetVersion) X(cuDevicePrimaryCtxGetState)  \
+  X(cuCtxCreate) X(cuCtxDestroy) X(cuDeviceCanAccessPeer) X(cuCtxEnablePeerAccess)               \
+  X(cuCtxDisablePeerAccess) X(cuMemcpyPeer) X(cuMemcpyPeerAsync)
 
 #define SIMTEST_STR2(x) #x
 #define SIMTEST_STR(x) SIMTEST_STR2(x)

@@ -1,5 +1,7 @@
 // Log analysis against logs whose answers are worked out by hand in the comments.
 #include <gpumem/tools/log_analysis.hpp>
+#include <gpumem/tools/log_merge.hpp>
+#include <gpumem/tools/log_reader.hpp>
 
 #include "tools/tool_test_support.hpp"
 
@@ -11,10 +13,20 @@ using gpumem::test::gpumem_log;
 namespace {
 
 log_summary summarize(gpumem_log const& l, std::size_t top_n = 10) {
-  auto const log = parse_log(l.text(), "x.csv");
-  EXPECT_TRUE(log.readable);
-  EXPECT_EQ(log.warning_count, 0u);
-  return analyze(log, top_n);
+  auto s = analyze(l.text(), "x.csv", top_n);
+  EXPECT_EQ(s.warning_count, 0u);
+  return s;
+}
+
+/// Several logs in one merged pass.
+merged_analysis merge(std::vector<std::string> const& texts, std::size_t top_n = 10) {
+  std::vector<std::unique_ptr<log_reader>> readers;
+  std::vector<log_reader*> ptrs;
+  for (std::size_t i = 0; i < texts.size(); ++i) {
+    readers.push_back(std::make_unique<log_reader>(texts[i], "rank" + std::to_string(i) + ".csv"));
+    ptrs.push_back(readers.back().get());
+  }
+  return analyse_merged(ptrs, top_n);
 }
 
 }  // namespace
@@ -41,10 +53,10 @@ TEST(LogAnalysis, PeakLeaksAndTotals) {
   EXPECT_EQ(s.peak_live_at->line, 6u);
   EXPECT_EQ(s.peak_live_at->time_ns, 50);
   EXPECT_EQ(s.live_at_end_bytes, 50u);
-  ASSERT_EQ(s.leaks.size(), 1u);
-  EXPECT_EQ(s.leaks[0].pointer, 0xc00u);
-  EXPECT_EQ(s.leaks[0].size, 50u);
-  EXPECT_EQ(s.leaks[0].at.line, 5u);
+  ASSERT_EQ(s.live_at_end.size(), 1u);
+  EXPECT_EQ(s.live_at_end[0].pointer, 0xc00u);
+  EXPECT_EQ(s.live_at_end[0].size, 50u);
+  EXPECT_EQ(s.live_at_end[0].at.line, 5u);
   EXPECT_EQ(s.first_time_ns, 10);
   EXPECT_EQ(s.last_time_ns, 70);
   ASSERT_EQ(s.timeline.size(), 7u);
@@ -64,6 +76,7 @@ TEST(LogAnalysis, FreeUsesTheAllocatedSizeAndListsUnknownFrees) {
   EXPECT_EQ(s.live_at_end_bytes, 0u);
   EXPECT_EQ(s.bytes_freed, 4096u);
   EXPECT_EQ(s.frees, 4u);
+  EXPECT_EQ(s.unknown_free_count, 2u);
   ASSERT_EQ(s.unknown_frees.size(), 2u);
   EXPECT_EQ(s.unknown_frees[0].pointer, 0x100u);
   EXPECT_EQ(s.unknown_frees[0].at.line, 4u);
@@ -78,8 +91,8 @@ TEST(LogAnalysis, ReusedLivePointerReplacesTheOldRecord) {
   EXPECT_EQ(s.reused_live_pointers, 1u);
   EXPECT_EQ(s.live_at_end_bytes, 30u);
   EXPECT_EQ(s.peak_live_bytes, 30u);
-  ASSERT_EQ(s.leaks.size(), 1u);
-  EXPECT_EQ(s.leaks[0].size, 30u);
+  ASSERT_EQ(s.live_at_end.size(), 1u);
+  EXPECT_EQ(s.live_at_end[0].size, 30u);
 }
 
 TEST(LogAnalysis, PowerOfTwoHistogram) {
@@ -129,9 +142,13 @@ TEST(LogAnalysis, LargestAllocationsAreTheTopNLargestFirstOldestOnTies) {
   EXPECT_EQ(s.largest[1].size, 9u);
   EXPECT_EQ(s.largest[1].at.event_index, 3u);
   EXPECT_EQ(s.largest[2].size, 7u);
-  // Leaks list every survivor, largest first.
-  ASSERT_EQ(s.leaks.size(), 6u);
-  EXPECT_EQ(s.leaks[5].size, 1u);
+  // Every survivor is counted; the top_n largest are listed, largest first.
+  EXPECT_EQ(s.live_at_end_count, 6u);
+  ASSERT_EQ(s.live_at_end.size(), 3u);
+  EXPECT_EQ(s.live_at_end[0].size, 9u);
+  EXPECT_EQ(s.live_at_end[1].size, 9u);
+  EXPECT_EQ(s.live_at_end[2].size, 7u);
+  EXPECT_EQ(s.live_at_end_bytes, 34u);
 }
 
 TEST(LogAnalysis, FailuresAndPerThreadPerStreamCounts) {
@@ -142,38 +159,41 @@ TEST(LogAnalysis, FailuresAndPerThreadPerStreamCounts) {
       .free(0x100, 10, 4, 8, "0x5000")
       .fail(64, 5, 7, "CUDA_ERROR_INVALID_VALUE");
   auto const s = summarize(l);
+  EXPECT_EQ(s.failures, 2u);
   ASSERT_EQ(s.failed.size(), 2u);
   EXPECT_EQ(s.failed[0].size, 1ull << 40);
   EXPECT_EQ(s.failed[0].thread, 8u);
   EXPECT_EQ(s.failed[0].at.line, 4u);
   EXPECT_EQ(s.failed[1].size, 64u);
-  ASSERT_EQ(s.threads.size(), 2u);
-  EXPECT_EQ(s.threads[0].key, 7u);
-  EXPECT_EQ(s.threads[0].allocations, 1u);
-  EXPECT_EQ(s.threads[0].failures, 1u);
-  EXPECT_EQ(s.threads[0].frees, 0u);
-  EXPECT_EQ(s.threads[1].key, 8u);
-  EXPECT_EQ(s.threads[1].allocations, 1u);
-  EXPECT_EQ(s.threads[1].frees, 1u);
-  EXPECT_EQ(s.threads[1].failures, 1u);
-  EXPECT_EQ(s.threads[1].bytes_allocated, 20u);
-  ASSERT_EQ(s.streams.size(), 2u);
-  EXPECT_EQ(s.streams[0].key, 1u);  // both failures logged on 0x1
-  EXPECT_EQ(s.streams[0].failures, 2u);
-  EXPECT_EQ(s.streams[1].key, 0x5000u);
-  EXPECT_EQ(s.streams[1].allocations, 1u);
-  EXPECT_EQ(s.streams[1].frees, 1u);
+  auto const& t = s.threads.rows;
+  ASSERT_EQ(t.size(), 2u);
+  EXPECT_FALSE(s.threads.truncated);
+  EXPECT_EQ(t[0].key, 7u);
+  EXPECT_EQ(t[0].allocations, 1u);
+  EXPECT_EQ(t[0].failures, 1u);
+  EXPECT_EQ(t[0].frees, 0u);
+  EXPECT_EQ(t[1].key, 8u);
+  EXPECT_EQ(t[1].allocations, 1u);
+  EXPECT_EQ(t[1].frees, 1u);
+  EXPECT_EQ(t[1].failures, 1u);
+  EXPECT_EQ(t[1].bytes_allocated, 20u);
+  auto const& st = s.streams.rows;
+  ASSERT_EQ(st.size(), 2u);
+  EXPECT_EQ(st[0].key, 1u);  // both failures logged on 0x1
+  EXPECT_EQ(st[0].failures, 2u);
+  EXPECT_EQ(st[1].key, 0x5000u);
+  EXPECT_EQ(st[1].allocations, 1u);
+  EXPECT_EQ(st[1].frees, 1u);
 }
 
 TEST(LogAnalysis, PeakReservedWhenTheLogHasIt) {
-  auto const log = parse_log(
+  auto const s = analyze(
       "Action,Pointer,Size,TimeNs,Reserved\n"
       "allocate,0x100,10,1,2097152\n"
       "allocate,0x200,10,2,4194304\n"
       "free,0x100,10,3,4194304\n"
       "free,0x200,10,4,2097152\n",
       "r.csv");
-  auto const s = analyze(log);
   ASSERT_TRUE(s.peak_reserved_bytes);
   EXPECT_EQ(*s.peak_reserved_bytes, 4194304u);
   EXPECT_EQ(s.peak_reserved_at->line, 3u);
@@ -186,8 +206,12 @@ TEST(LogAnalysis, CombinedPeakIsOnTheMergedTimeline) {
   gpumem_log r0, r1;
   r0.alloc(0x100, 100, 10).free(0x100, 100, 30).alloc(0x300, 5, 50);
   r1.alloc(0x200, 200, 20).free(0x200, 200, 40);
-  auto const s0 = summarize(r0), s1 = summarize(r1);
-  auto const c = combine({&s0, &s1});
+  auto const m = merge({r0.text(), r1.text()});
+  ASSERT_EQ(m.logs.size(), 2u);
+  EXPECT_EQ(m.logs[0].peak_live_bytes, 100u);
+  EXPECT_EQ(m.logs[1].peak_live_bytes, 200u);
+  ASSERT_TRUE(m.combined);
+  auto const& c = *m.combined;
   EXPECT_EQ(c.logs, 2u);
   EXPECT_EQ(c.events, 5u);
   EXPECT_EQ(c.allocations, 3u);
@@ -196,7 +220,8 @@ TEST(LogAnalysis, CombinedPeakIsOnTheMergedTimeline) {
   EXPECT_EQ(c.peak_log, 1u);
   EXPECT_EQ(c.peak_at.line, 2u);
   EXPECT_EQ(c.live_at_end_bytes, 5u);
-  EXPECT_EQ(c.leaked_allocations, 1u);
+  EXPECT_EQ(c.live_at_end_count, 1u);
+  EXPECT_TRUE(c.complete);
   ASSERT_EQ(c.timeline.size(), 5u);
   std::vector<std::uint64_t> live;
   for (auto const& p : c.timeline) live.push_back(p.live);
@@ -209,8 +234,7 @@ TEST(LogAnalysis, CombineKeepsEachLogsOwnOrder) {
   gpumem_log r0, r1;
   r0.alloc(0x100, 100, 50).free(0x100, 100, 40);
   r1.alloc(0x200, 1, 45);
-  auto const s0 = summarize(r0), s1 = summarize(r1);
-  auto const c = combine({&s0, &s1});
+  auto const c = *merge({r0.text(), r1.text()}).combined;
   std::vector<std::uint64_t> live;
   for (auto const& p : c.timeline) live.push_back(p.live);
   EXPECT_EQ(live, (std::vector<std::uint64_t>{1, 101, 1}));
@@ -234,22 +258,96 @@ TEST(LogAnalysis, DownsampleKeepsPeaksAndEnds) {
 }
 
 TEST(LogAnalysis, PerDeviceCountsOnlyWithADeviceColumn) {
-  auto const log = parse_log(
+  auto const s = analyze(
       "Action,Pointer,Size,TimeNs,Device\n"
       "allocate,0x100,10,1,0\n"
       "allocate,0x200,20,2,1\n"
       "free,0x100,10,3,0\n"
       "allocate,0x300,30,4,1\n",
       "d.csv");
-  auto const s = analyze(log);
-  ASSERT_EQ(s.devices.size(), 2u);
-  EXPECT_EQ(s.devices[0].key, 0u);
-  EXPECT_EQ(s.devices[0].allocations, 1u);
-  EXPECT_EQ(s.devices[0].frees, 1u);
-  EXPECT_EQ(s.devices[1].key, 1u);
-  EXPECT_EQ(s.devices[1].allocations, 2u);
-  EXPECT_EQ(s.devices[1].bytes_allocated, 50u);
+  auto const& d = s.devices.rows;
+  ASSERT_EQ(d.size(), 2u);
+  EXPECT_EQ(d[0].key, 0u);
+  EXPECT_EQ(d[0].allocations, 1u);
+  EXPECT_EQ(d[0].frees, 1u);
+  EXPECT_EQ(d[1].key, 1u);
+  EXPECT_EQ(d[1].allocations, 2u);
+  EXPECT_EQ(d[1].bytes_allocated, 50u);
   EXPECT_EQ(s.peak_live_bytes, 50u);  // live bytes are summed over the devices
-  auto const rmm = analyze(parse_log("Thread,Time,Action,Pointer,Size,Stream\n1,10:00:00,allocate,0x1,8,0\n", "r"));
-  EXPECT_TRUE(rmm.devices.empty());
+  auto const rmm = analyze("Thread,Time,Action,Pointer,Size,Stream\n1,10:00:00,allocate,0x1,8,0\n", "r");
+  EXPECT_TRUE(rmm.devices.rows.empty());
+}
+
+TEST(LogAnalysis, FailureAndUnknownFreeListsAreBoundedButCountedExactly) {
+  gpumem_log l;
+  for (int i = 0; i < 20; ++i) l.fail(1000 + i, i).free(0x9000 + i, 8, i);
+  auto const s = summarize(l, 3);
+  EXPECT_EQ(s.failures, 20u);
+  ASSERT_EQ(s.failed.size(), 3u);
+  EXPECT_EQ(s.failed[2].size, 1002u);  // the first ones, in log order
+  EXPECT_EQ(s.unknown_free_count, 20u);
+  EXPECT_EQ(s.unknown_frees.size(), 3u);
+}
+
+TEST(LogAnalysis, KeyTablesAreBoundedAndCountTheRestAsOthers) {
+  gpumem_log l;
+  for (std::uint64_t t = 0; t < key_table::max_rows + 500; ++t) l.alloc(0x1000 + t * 0x100, 8, 1, 100 + t);
+  auto const s = summarize(l);
+  EXPECT_EQ(s.threads.rows.size(), key_table::max_rows);
+  EXPECT_TRUE(s.threads.truncated);
+  EXPECT_EQ(s.threads.others.allocations, 500u);
+  EXPECT_EQ(s.threads.others.bytes_allocated, 4000u);
+  EXPECT_FALSE(s.streams.truncated);
+}
+
+TEST(LogAnalysis, HugeSizesSaturateInsteadOfWrapping) {
+  gpumem_log l;
+  std::uint64_t const top = ~std::uint64_t{0};
+  l.alloc(0x1000, top, 1).alloc(0x2000, std::uint64_t{1} << 63, 2).free(0x2000, 0, 3);
+  auto const s = summarize(l);
+  EXPECT_EQ(s.peak_live_bytes, top);       // 2^64 - 1 + 2^63 does not fit: held at the top
+  EXPECT_EQ(s.live_at_end_bytes, top);     // and the free brings it back exactly
+  EXPECT_EQ(s.bytes_allocated, top);
+  ASSERT_EQ(s.histogram.size(), 1u);
+  EXPECT_EQ(s.histogram[0].lo, std::uint64_t{1} << 63);
+  EXPECT_EQ(s.histogram[0].hi, top);
+  EXPECT_EQ(s.histogram[0].count, 2u);
+}
+
+TEST(LogAnalysis, AnIncompleteLogIsNotComplete) {
+  std::string text = gpumem_log{}.alloc(0x100, 10, 1).text() + "#gpumem incomplete,dropped_rows=3,reason=disk full\n";
+  auto const s = analyze(text, "i.csv");
+  EXPECT_FALSE(s.complete());
+  ASSERT_TRUE(s.incomplete);
+  EXPECT_EQ(s.incomplete->dropped_rows, 3u);
+  EXPECT_EQ(s.live_at_end_count, 1u);  // still listed, as live at the end
+  EXPECT_TRUE(analyze(gpumem_log{}.alloc(0x100, 10, 1).text(), "c.csv").complete());
+}
+
+TEST(TimelineBuilder, AMillionPointsStayWithinSixPerBucketAndKeepThePeak) {
+  timeline_builder b{256};
+  for (std::int64_t i = 0; i < 1'000'000; ++i) {
+    b.add({i * 7, static_cast<std::uint64_t>((i * 7919) % 1000), static_cast<std::int64_t>(2000 + i % 3), 0});
+  }
+  b.add({7'000'000, 123'456, 999'999, 0});  // the peak of both series, last
+  auto const pts = b.points();
+  EXPECT_LE(pts.size(), 6u * 256u);
+  EXPECT_GE(pts.size(), 256u);
+  EXPECT_EQ(pts.front().time_ns, 0);
+  EXPECT_EQ(pts.back().live, 123'456u);
+  EXPECT_EQ(pts.back().reserved, 999'999);
+  for (std::size_t i = 1; i < pts.size(); ++i) ASSERT_LE(pts[i - 1].time_ns, pts[i].time_ns);
+  bool low = false;
+  for (auto const& p : pts) low = low || p.live == 0;
+  EXPECT_TRUE(low);  // troughs survive too
+}
+
+TEST(TimelineBuilder, AnOlderTimeIsHeldAtThePreviousOne) {
+  timeline_builder b;
+  b.add({100, 1, -1, 0});
+  b.add({90, 2, -1, 0});  // a racing thread's row
+  auto const pts = b.points();
+  ASSERT_EQ(pts.size(), 2u);
+  EXPECT_EQ(pts[1].time_ns, 100);
+  EXPECT_EQ(pts[1].live, 2u);
 }

@@ -1,6 +1,7 @@
 // The allocation-log reader: both dialects, columns by name, clocks, damage.
-#include <gpumem/tools/alloc_log.hpp>
+#include <gpumem/tools/log_reader.hpp>
 
+#include "tools/synthetic_log.hpp"
 #include "tools/tool_test_support.hpp"
 #include "support/temp_file.hpp"
 
@@ -37,7 +38,7 @@ TEST(LogReader, ReadsGpumemDialect) {
   ASSERT_EQ(log.events.size(), 3u);
 
   auto const& a = log.events[0];
-  EXPECT_EQ(a.action, log_action::allocate);
+  EXPECT_EQ(a .kind, event_kind::allocate);
   EXPECT_EQ(a.thread, 140245u);
   EXPECT_EQ(a.pointer, 0x7f3a40000000u);
   EXPECT_EQ(a.size, 1048576u);
@@ -52,13 +53,13 @@ TEST(LogReader, ReadsGpumemDialect) {
   EXPECT_EQ(a.line, 2u);
 
   auto const& f = log.events[1];
-  EXPECT_EQ(f.action, log_action::free);
+  EXPECT_EQ(f .kind, event_kind::free);
   EXPECT_EQ(f.stream, 0x5603a0c0u);
   EXPECT_EQ(f.device, 1);
   EXPECT_EQ(log.string(f.entry), "cuMemFree_v2");
 
   auto const& x = log.events[2];
-  EXPECT_EQ(x.action, log_action::allocate_failure);
+  EXPECT_EQ(x .kind, event_kind::allocate_failure);
   EXPECT_EQ(x.pointer, 0u);
   EXPECT_EQ(x.size, 1099511627776u);
   EXPECT_EQ(x.thread, 140246u);
@@ -196,21 +197,30 @@ TEST(LogReader, AcceptsCrLfLineEndings) {
   EXPECT_EQ(log.events[0].time_ns, 36000LL * 1'000'000'000 + 500'000'000);
 }
 
-TEST(LogReader, ReadLogReportsAMissingFile) {
+TEST(LogReader, ReportsAMissingFileOrADirectory) {
   gpumem::test::temp_file tmp{"absent.csv"};
-  auto const log = read_log(tmp.path());
-  EXPECT_FALSE(log.readable);
-  EXPECT_EQ(log.fatal->text(), tmp.path() + ": cannot read: No such file or directory");
+  log_reader const missing{tmp.path()};
+  EXPECT_FALSE(missing.readable());
+  EXPECT_EQ(missing.fatal()->text(), tmp.path() + ": cannot read: No such file or directory");
+  log_reader const dir{tmp.dir()};
+  EXPECT_FALSE(dir.readable());
+  EXPECT_EQ(dir.fatal()->text(), tmp.dir() + ": cannot read: is a directory");
 }
 
-TEST(LogReader, ReadLogReadsAFile) {
+TEST(LogReader, ReadsAFile) {
   gpumem::test::temp_file tmp;
   gpumem::test::write_file(tmp.path(), gpumem::test::gpumem_log{}.alloc(0x1000, 64, 10).text());
-  auto const log = read_log(tmp.path());
-  ASSERT_TRUE(log.readable);
-  EXPECT_EQ(log.path, tmp.path());
-  EXPECT_EQ(log.events.size(), 1u);
-  EXPECT_EQ(log.lines, 2u);
+  log_reader r{tmp.path()};
+  ASSERT_TRUE(r.readable());
+  EXPECT_EQ(r.path(), tmp.path());
+  log_event ev;
+  ASSERT_TRUE(r.next(ev));
+  EXPECT_EQ(ev.pointer, 0x1000u);
+  EXPECT_EQ(ev.index, 0u);
+  EXPECT_FALSE(r.next(ev));
+  EXPECT_EQ(r.events(), 1u);
+  EXPECT_EQ(r.lines(), 2u);
+  EXPECT_FALSE(r.ended_abruptly());
 }
 
 TEST(LogReader, ParsesAndFormatsTimeOfDay) {
@@ -223,4 +233,127 @@ TEST(LogReader, ParsesAndFormatsTimeOfDay) {
   EXPECT_FALSE(parse_time_of_day("01:60:03"));
   EXPECT_EQ(format_time_of_day(3723LL * 1'000'000 + 42), "01:02:03.000042");
   EXPECT_EQ(format_time_of_day(86400LL * 1'000'000 + 1), "00:00:00.000001");
+}
+
+TEST(LogReader, StreamsAFileManyTimesLargerThanItsBuffer) {
+  // ~25 MB: rows straddle every refill of the reader's 1 MiB buffer. The file is
+  // read the same as the same bytes in memory, and as the generator wrote it.
+  gpumem::test::temp_file tmp;
+  gpumem::test::synthetic_log_shape shape;
+  shape.rows = 200'000;
+  gpumem::test::synthetic_log_facts facts;
+  {
+    std::FILE* f = std::fopen(tmp.path().c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    ASSERT_TRUE(gpumem::test::synthetic_log_writer::write(f, shape, &facts));
+    ASSERT_EQ(std::fclose(f), 0);
+  }
+  std::string const text = gpumem::test::read_file(tmp.path());
+  ASSERT_GT(text.size(), std::size_t{20} << 20);
+  auto const memory = parse_log(text, tmp.path());
+  log_reader file{tmp.path()};
+  ASSERT_TRUE(file.readable());
+  EXPECT_TRUE(file.columns().reserved);
+  std::uint64_t n = 0, allocations = 0, failures = 0;
+  log_event ev;
+  while (file.next(ev)) {
+    ASSERT_LT(n, memory.events.size());
+    auto const& m = memory.events[n];
+    ASSERT_EQ(ev.line, m.line);
+    ASSERT_EQ(ev.pointer, m.pointer);
+    ASSERT_EQ(ev.size, m.size);
+    ASSERT_EQ(ev.time_ns, m.time_ns);
+    ASSERT_EQ(ev.reserved, m.reserved);
+    ASSERT_EQ(file.string(ev.entry), memory.string(m.entry));
+    allocations += ev.kind == event_kind::allocate;
+    failures += ev.kind == event_kind::allocate_failure;
+    ++n;
+  }
+  EXPECT_EQ(n, facts.rows);
+  EXPECT_EQ(allocations, facts.allocations);
+  EXPECT_EQ(failures, facts.failures);
+  EXPECT_EQ(file.warning_count(), 0u);
+  EXPECT_EQ(file.lines(), facts.rows + 1);
+}
+
+TEST(LogReader, ARowCutShortByNulsIsReportedAndReadingGoesOnAfterThem) {
+  // A writer died mid-row: its reserved slot holds the start of the row, then NULs
+  // (the newline never written); the next writer's row follows on the same line.
+  std::string text = gpumem::test::gpumem_log{}.alloc(0x1000, 64, 10).text();
+  text += "1,14:00:00.000030,alloc";
+  text.append(10, '\0');
+  text += "1,14:00:00.000040,free,0x1000,64,0x1,0,cudaFree,40,100,CUDA_SUCCESS\n";
+  auto const log = parse_log(text, "t.csv");
+  ASSERT_EQ(log.events.size(), 2u);
+  EXPECT_EQ(log.events[1].kind, event_kind::free);
+  EXPECT_EQ(log.events[1].line, 3u);
+  EXPECT_EQ(warning_texts(log),
+            std::vector<std::string>{"t.csv:3: torn row (cut short by 10 NUL bytes: its writer died mid-row?): "
+                                     "'1,14:00:00.000030,alloc'; ignored"});
+  EXPECT_FALSE(log.ended_abruptly);
+}
+
+TEST(LogReader, NulsWhereARowShouldStartAreSkippedWithAWarning) {
+  std::string text = gpumem::test::gpumem_log{}.alloc(0x1000, 64, 10).text();
+  text.append(64, '\0');
+  text += "1,14:00:00.000040,free,0x1000,64,0x1,0,cudaFree,40,100,CUDA_SUCCESS\n";
+  auto const log = parse_log(text, "h.csv");
+  ASSERT_EQ(log.events.size(), 2u);
+  EXPECT_EQ(log.events[1].line, 3u);
+  EXPECT_EQ(warning_texts(log), std::vector<std::string>{"h.csv:3: 64 NUL bytes skipped (room for a row that was "
+                                                         "never written: its writer died?)"});
+}
+
+TEST(LogReader, ControlCharactersInQuotedTextAreEscaped) {
+  std::string text = "Thread,Time,Action,Pointer,Size,Stream\n1,10:00:00.0,all\x1b[31m\x07oc,0x1,8,0\n";
+  auto const log = parse_log(text, "c.csv");
+  EXPECT_EQ(warning_texts(log),
+            std::vector<std::string>{"c.csv:2: unknown action 'all\\x1b[31m\\x07oc' (expected allocate, allocate "
+                                     "failure or free)"});
+}
+
+TEST(LogReader, IncompleteMarkerIsMetadataAndTheLastOneWins) {
+  std::string text = "#gpumem version=2\n";  // metadata may come before the header
+  text += gpumem::test::gpumem_log{}.alloc(0x1000, 64, 10).text();
+  text += "#gpumem incomplete,dropped_rows=5,reason=first\n";
+  text += "# a comment\n";
+  text += "1,14:00:00.000040,free,0x1000,64,0x1,0,cudaFree,40,100,CUDA_SUCCESS\n";
+  text += "#gpumem incomplete,dropped_rows=8006,reason=No space left on device, 10010 rows kept";  // no newline
+  auto const log = parse_log(text, "i.csv");
+  ASSERT_TRUE(log.readable);
+  EXPECT_EQ(log.events.size(), 2u);
+  EXPECT_EQ(log.warning_count, 0u);
+  ASSERT_TRUE(log.incomplete);
+  EXPECT_EQ(log.incomplete->dropped_rows, 8006u);
+  EXPECT_EQ(log.incomplete->reason, "No space left on device, 10010 rows kept");
+  EXPECT_EQ(log.incomplete->line, 7u);
+
+  auto const plain = parse_log(gpumem::test::gpumem_log{}.alloc(0x1000, 64, 10).text(), "p.csv");
+  EXPECT_FALSE(plain.incomplete);
+  auto const vague = parse_log("Action,Pointer,Size,TimeNs\n#gpumem incomplete\n", "v.csv");
+  ASSERT_TRUE(vague.incomplete);
+  EXPECT_FALSE(vague.incomplete->dropped_rows);
+  EXPECT_EQ(vague.incomplete->reason, "");
+}
+
+TEST(LogReader, AnOverlongLineIsSkippedWithoutHoldingIt) {
+  std::string text = "Action,Pointer,Size,TimeNs\n";
+  text.append(log_reader::max_line_bytes * 3, 'x');
+  text += "\nallocate,0x100,10,1\n";
+  auto const log = parse_log(text, "l.csv");
+  ASSERT_EQ(log.events.size(), 1u);
+  EXPECT_EQ(log.events[0].line, 3u);
+  EXPECT_EQ(warning_texts(log),
+            std::vector<std::string>{"l.csv:2: line longer than 64 KiB (not an allocation log row); ignored"});
+}
+
+TEST(LogReader, DistinctEntryTextsAreBounded) {
+  std::string text = "Action,Pointer,Size,TimeNs,Entry\n";
+  for (int i = 0; i < 5000; ++i) text += "allocate,0x" + std::to_string(i + 1) + ",8,1,e" + std::to_string(i) + "\n";
+  text += "allocate,0x9999999,8,1," + std::string(1000, 'y') + "\n";
+  auto const log = parse_log(text, "s.csv");
+  EXPECT_EQ(log.events.size(), 5001u);
+  EXPECT_EQ(log.strings.size(), log_reader::max_strings);
+  EXPECT_EQ(log.string(log.events[4500].entry), "");  // past the bound: no text, the event is kept
+  EXPECT_EQ(log.string(log.events[10].entry), "e10");
 }

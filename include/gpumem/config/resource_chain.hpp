@@ -2,9 +2,9 @@
 // resource_chain: the resources of one device, built from settings, owned together.
 //
 // Order, outermost first: statistics (live: bytes the program holds) → the chain's
-// adaptors as written → deferred_free (safe mode, only above memory-caching entries) →
-// the caching resources as written → statistics (device: bytes reserved from the
-// device) → the device resource.
+// entries as written → statistics (device: bytes reserved from the device) → the
+// device resource. Safe mode needs no entry of its own: every caching resource
+// honours call_context::synchronous itself.
 //
 // Thread safety: the resources are thread-safe; the chain object itself is immutable
 // after build_chain. Destroying it returns cached memory to the device, so destroy it
@@ -21,7 +21,6 @@ namespace gpumem {
 class statistics_resource_adaptor;
 class tracking_resource_adaptor;
 class limiting_resource_adaptor;
-class deferred_free_resource_adaptor;
 class csv_log_writer;
 }  // namespace gpumem
 
@@ -46,16 +45,14 @@ class resource_chain {
   /// The outermost limiting adaptor, nullptr unless limited (cudaMemGetInfo reports its
   /// limit as total).
   [[nodiscard]] limiting_resource_adaptor* limiter() noexcept;
-  /// The deferred-free adaptor, nullptr in stream mode or when nothing caches memory.
-  [[nodiscard]] deferred_free_resource_adaptor* deferred() noexcept;
   /// top().info(): what the whole chain holds.
   [[nodiscard]] resource_info info() const;
-  /// "limiting(8 GiB) → deferred_free(flush 256 MiB) → pool(initial 4 GiB, max 70 GiB) → cuda":
+  /// "limiting(8 GiB) → pool(initial 4 GiB, max 70 GiB) → cuda":
   /// the configured entries with resolved sizes (the two statistics adaptors every
   /// chain has are not shown).
   [[nodiscard]] std::string describe() const;
   /// The entries' types outermost first, including the implicit ones
-  /// ("statistics", ..., "deferred_free", ...): for tests and reports.
+  /// ("statistics", ..., "statistics", "cuda"): for tests and reports.
   [[nodiscard]] std::vector<std::string> const& types() const noexcept { return types_; }
   [[nodiscard]] int device() const noexcept { return device_; }
 
@@ -74,7 +71,6 @@ class resource_chain {
   statistics_resource_adaptor* device_stats_ = nullptr;
   tracking_resource_adaptor* tracker_ = nullptr;
   limiting_resource_adaptor* limiter_ = nullptr;
-  deferred_free_resource_adaptor* deferred_ = nullptr;
 };
 
 /// Builds `device`'s chain. The device's context must be current: percent sizes resolve

@@ -14,10 +14,13 @@
 
 namespace gpumem::config {
 
-/// How the shim treats memory freed by cudaFree/cuMemFree.
+/// How the shim treats cudaMalloc/cudaFree (and their driver twins).
 enum class sync_mode {
-  safe,   ///< default: such blocks are reused only after a device synchronization (deferred_free)
-  stream  ///< trust stream order as RMM does: reuse at once on the freeing stream
+  /// default: CUDA's synchronous semantics (call_context::synchronous): cudaMalloc's
+  /// memory is usable at once on any stream, and cudaFree'd memory is reused only
+  /// after a device-wide GPU-side barrier (no host synchronization)
+  safe,
+  stream  ///< trust stream order as RMM does: both are stream-ordered on the legacy stream
 };
 
 // Typed options of each chain entry. Sizes may be percentages of the device's free
@@ -76,8 +79,7 @@ enum class resource_role {
   device     ///< cuda, async, managed: the last entry
 };
 [[nodiscard]] resource_role role_of(resource_options const& options) noexcept;
-/// Whether the entry keeps freed memory for reuse (pool, binning, fixed_size, async):
-/// in safe mode such a chain gets a deferred_free adaptor above it.
+/// Whether the entry keeps freed memory for reuse (pool, binning, fixed_size, async).
 [[nodiscard]] bool caches_memory(resource_options const& options) noexcept;
 
 /// Everything the shim and the tools need to know, read once.
@@ -89,7 +91,6 @@ struct settings {
   on_error on_config_error = on_error::fail;
   bool report = false;              ///< one-screen summary at exit
   std::string report_file;          ///< "" = stderr; a path template like log_file
-  std::size_t deferred_flush_bytes = std::size_t{256} << 20U;  ///< safe mode: flush pending frees past this
   std::vector<resource_spec> chain; ///< outermost first; the last is a device resource
   std::string source;               ///< "embedded default", or the file path
   /// Non-fatal findings (unknown GPUMEM_* variables, ...), already printed to stderr by

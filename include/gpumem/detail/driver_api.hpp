@@ -23,7 +23,7 @@ namespace gpumem::detail {
   X(cuMemAllocAsync) X(cuMemFreeAsync) X(cuMemAllocFromPoolAsync)                  \
   X(cuMemPoolCreate) X(cuMemPoolDestroy) X(cuMemPoolSetAttribute)                  \
   X(cuMemPoolGetAttribute) X(cuMemPoolTrimTo) X(cuDeviceGetDefaultMemPool)         \
-  X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize) X(cuStreamQuery)     \
+  X(cuStreamCreate) X(cuStreamGetFlags) X(cuStreamDestroy) X(cuStreamSynchronize) X(cuStreamQuery)     \
   X(cuStreamWaitEvent) X(cuStreamIsCapturing) X(cuThreadExchangeStreamCaptureMode) \
   X(cuEventCreate) X(cuEventRecord) X(cuEventQuery) X(cuEventSynchronize)          \
   X(cuEventDestroy) X(cuLaunchHostFunc) X(cuMemsetD8) X(cuMemcpyHtoD)              \

@@ -12,16 +12,23 @@
 // block keeps its address-map node when its front is handed out and when a freed
 // block joins it from below (the common split and LIFO-free cases); other
 // changes re-key the existing nodes (extract, change, re-insert), and the nodes
-// freed by an exact fit or a three-way merge are kept (one spare pair) for the
-// next new block.
+// freed by an exact fit or a merge are kept (up to spare_limit pairs) for the
+// next new blocks: blocks freed elsewhere and merged in later (a reclaimed batch)
+// then find nodes waiting for them.
+//
+// Invariants, checked in debug builds (GPUMEM_ASSERT): both indexes hold the same
+// blocks, and total_bytes() is their sum.
 //
 // Not thread-safe: the owner (one stream's entry) guards it with its mutex.
+
+#include <gpumem/detail/assert.hpp>
 
 #include <cstddef>
 #include <map>
 #include <optional>
 #include <set>
 #include <utility>
+#include <vector>
 
 namespace gpumem::detail {
 
@@ -34,6 +41,14 @@ struct free_block {
 
 class coalescing_free_list {
  public:
+  using block_type = free_block;
+
+  coalescing_free_list() = default;
+  coalescing_free_list(coalescing_free_list&&) noexcept = default;
+  coalescing_free_list& operator=(coalescing_free_list&&) noexcept = default;
+  coalescing_free_list(coalescing_free_list const&) = delete;
+  coalescing_free_list& operator=(coalescing_free_list const&) = delete;
+
   /// Inserts `b`, merging it with free neighbours of the same slab. Returns false
   /// (and changes nothing) if `b` overlaps a block already free: a double free.
   bool insert(free_block b) {
@@ -61,11 +76,16 @@ class coalescing_free_list {
       rekey_size({old_size, b.ptr - old_size}, {old_size + b.size, b.ptr - old_size});
     } else {
       emplace(b);
+      check_invariants();
       return true;
     }
     total_ += b.size;
+    check_invariants();
     return true;
   }
+
+  /// insert() for stream_free_lists: a block overlapping a free one is dropped.
+  void add(free_block b) { static_cast<void>(insert(b)); }
 
   /// Removes the smallest block of at least `size` bytes (lowest address among
   /// equals), returns its first `size` bytes and keeps the rest free.
@@ -78,6 +98,7 @@ class coalescing_free_list {
     total_ -= size;
     if (block_size == size) {
       drop(a, it);  // keeps the nodes for the free that will likely follow
+      check_invariants();
       return b;
     }
     // The rest keeps the block's end (and so its address-map node); in by_size_ it moves down.
@@ -85,6 +106,21 @@ class coalescing_free_list {
     auto node = extract_node(by_size_, it);
     node.value() = {block_size - size, ptr + size};
     by_size_.insert(std::move(node));
+    check_invariants();
+    return b;
+  }
+
+  /// Removes the smallest block of at least `size` bytes (lowest address among
+  /// equals) whole, without splitting it.
+  std::optional<free_block> take_whole_best_fit(std::size_t size) {
+    auto it = by_size_.lower_bound({size, nullptr});
+    if (it == by_size_.end()) return std::nullopt;
+    auto const [block_size, ptr] = *it;
+    auto const a = by_end_.find(ptr + block_size);
+    free_block const b{ptr, block_size, a->second.slab};
+    total_ -= block_size;
+    drop(a, it);
+    check_invariants();
     return b;
   }
 
@@ -109,12 +145,33 @@ class coalescing_free_list {
     return by_size_.empty() ? 0 : by_size_.rbegin()->first;
   }
   [[nodiscard]] std::size_t total_bytes() const noexcept { return total_; }
+  [[nodiscard]] std::size_t free_bytes() const noexcept { return total_; }
   [[nodiscard]] std::size_t block_count() const noexcept { return by_end_.size(); }
   [[nodiscard]] bool empty() const noexcept { return by_end_.empty(); }
   void clear() noexcept {
     by_end_.clear();
     by_size_.clear();
     total_ = 0;
+  }
+
+  /// The two indexes agree and total_bytes() is their sum. O(n): debug builds
+  /// check it after every change only for small lists, so tests stay fast.
+  void check_invariants() const noexcept {
+#ifndef NDEBUG
+    GPUMEM_ASSERT(by_end_.size() == by_size_.size(), "free list: the size and address indexes disagree");
+    if (by_end_.size() > 64) return;
+    std::size_t sum = 0;
+    char const* prev_end = nullptr;
+    for (auto const& [end, rec] : by_end_) {
+      GPUMEM_ASSERT(rec.ptr < end, "free list: an empty or inverted block");
+      GPUMEM_ASSERT(prev_end == nullptr || prev_end <= rec.ptr, "free list: overlapping blocks");
+      GPUMEM_ASSERT(by_size_.contains({static_cast<std::size_t>(end - rec.ptr), rec.ptr}),
+                    "free list: a block missing from the size index");
+      sum += static_cast<std::size_t>(end - rec.ptr);
+      prev_end = end;
+    }
+    GPUMEM_ASSERT(sum == total_, "free list: the byte total is off");
+#endif
   }
 
   /// Calls f(slab base, bytes) for each block (stream_free_lists' region view).
@@ -151,18 +208,22 @@ class coalescing_free_list {
   }
 
   void emplace(free_block b) {
-    if (spare_end_.empty()) {
+    if (spare_ends_.empty()) {
       by_end_.emplace(b.end(), record{b.ptr, b.slab});
     } else {
-      spare_end_.key() = b.end();
-      spare_end_.mapped() = record{b.ptr, b.slab};
-      by_end_.insert(std::move(spare_end_));  // leaves the spare empty
+      auto& node = spare_ends_.back();
+      node.key() = b.end();
+      node.mapped() = record{b.ptr, b.slab};
+      by_end_.insert(std::move(node));
+      spare_ends_.pop_back();
     }
-    if (spare_size_.empty()) {
+    if (spare_sizes_.empty()) {
       by_size_.emplace(b.size, b.ptr);
     } else {
-      spare_size_.value() = {b.size, b.ptr};
-      by_size_.insert(std::move(spare_size_));
+      auto& node = spare_sizes_.back();
+      node.value() = {b.size, b.ptr};
+      by_size_.insert(std::move(node));
+      spare_sizes_.pop_back();
     }
     total_ += b.size;
   }
@@ -175,15 +236,23 @@ class coalescing_free_list {
   /// Drops the block at `a` from both indexes, its bytes merged into a neighbour
   /// (so total_ stays).
   void retire(end_map::iterator a) { drop(a, by_size_.find({size_of(a), a->second.ptr})); }
-  /// Removes one block's two nodes (`s` is its entry in by_size_), keeping them as spares if there are none.
+  /// Removes one block's two nodes (`s` is its entry in by_size_), keeping them as
+  /// spares while there are fewer than spare_limit.
   void drop(end_map::iterator a, size_set::iterator s) {
-    if (spare_size_.empty()) {
-      spare_size_ = by_size_.extract(s);
+    if (spare_sizes_.size() < spare_limit) {
+      try {
+        spare_sizes_.push_back(by_size_.extract(s));
+      } catch (...) {
+        // No room to keep it: the node is freed with the handle.
+      }
     } else {
       by_size_.erase(s);
     }
-    if (spare_end_.empty()) {
-      spare_end_ = by_end_.extract(a);
+    if (spare_ends_.size() < spare_limit) {
+      try {
+        spare_ends_.push_back(by_end_.extract(a));
+      } catch (...) {
+      }
     } else {
       by_end_.erase(a);
     }
@@ -203,11 +272,15 @@ class coalescing_free_list {
     return node;
   }
 
+  /// Spare node pairs kept for new blocks: enough for the blocks a reclaimed batch
+  /// typically brings, few enough to be negligible host memory.
+  static constexpr std::size_t spare_limit = 256;
+
   end_map by_end_;
   size_set by_size_;
   std::size_t total_ = 0;
-  end_map::node_type spare_end_;  ///< empty, or a node a merge freed (reused by emplace)
-  size_set::node_type spare_size_;
+  std::vector<end_map::node_type> spare_ends_;  ///< nodes a merge or exact fit freed (reused by emplace)
+  std::vector<size_set::node_type> spare_sizes_;
 };
 
 }  // namespace gpumem::detail

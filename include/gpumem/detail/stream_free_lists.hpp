@@ -1,45 +1,63 @@
 #pragma once
-// stream_free_lists<List>: the per-stream free lists of a stream-ordered caching
-// resource (pool_memory_resource, fixed_size_memory_resource), and the rules for
-// moving memory between streams without blocking the host.
+// stream_free_lists<List>: the free memory of a stream-ordered caching resource
+// (pool_memory_resource, fixed_size_memory_resource) and the rules for moving it
+// between streams and between the two allocation families without blocking the host.
 //
-// - Each stream has an entry: a mutex, its List, and one reusable event, created
-//   the first time another stream takes memory from it.
-// - gather_into(taker): memory freed on other streams moves to the taker only
-//   after the taker waits on it: a destroyed stream's batch waits on the event
-//   recorded at destruction (or not at all once it completed); a live stream's
-//   event is recorded at that moment and the taker waits on it. The wait covers
-//   the victim's whole list, so all of it moves. A capturing stream is never
-//   recorded on or made to wait.
-// - stream_destroyed(s): s's list becomes a foreign batch guarded by one event
-//   recorded on s; the entry is dropped, so a new stream reusing the handle starts
-//   clean. If no event can be recorded (s capturing, driver failure), the blocks
-//   are quarantined: never reused, returned only when the resource is destroyed.
-// - The per-thread default stream has one entry per thread. Another thread
-//   cannot name it, so it orders after it through the legacy stream
-//   (stream_identity::record_handle()).
+// Where free memory lives:
+// - One entry per stream: blocks freed in stream order on that stream (cudaFreeAsync
+//   semantics). The stream reuses them at once; another stream takes them only after
+//   waiting on an event recorded on the first (gather_into).
+// - The CLEAN list: memory no queued GPU work can still touch — fresh upstream
+//   memory, and everything reclaimed by a barrier. Any allocation may take from it
+//   at once: a synchronous one (cudaMalloc semantics: usable on any stream
+//   immediately) and a stream-ordered one on any stream.
+// - PENDING: blocks freed with synchronous semantics (cudaFree: "all work submitted
+//   before the free, on any stream, counts as finished"). No stream order protects
+//   them, so they are never handed out until reclaim() has made a device-wide GPU
+//   barrier (stream_tracker::barrier()) after they were freed.
+// - Foreign batches: the list of a destroyed stream, guarded by an event recorded
+//   on it at destruction.
 //
-// Locking (lock order, outermost first): the owner's growth mutex -> table_mutex_
-// (shared for lookups and gathers, exclusive to add/drop a stream) -> entry
-// mutexes (several only in with_all_locked(), in ascending key order) ->
-// foreign_mutex_. allocate/deallocate hold at most one entry mutex at a time.
+// reclaim(): takes every stream's list, every foreign batch and the pending blocks,
+// makes one barrier (ordering all later work on every stream after all work
+// submitted so far, host never blocked), then moves it all into the clean list.
+// Lists freed while the barrier is being made stay where they are, for the next one.
+// If no barrier can be made (a capture is active, no driver), everything goes back
+// and reclaim() returns false: the owner grows instead.
 //
-// List requirements: default-constructible, movable, merge_from(List&&) (leaves
-// the source empty), can_serve(bytes), empty(), for_each_piece(f(region_base,
-// bytes)) and remove_regions(sorted vector<free_region>) — a region being one
-// upstream allocation (a pool slab, a fixed_size chunk).
+// Moving memory between streams (gather_into(taker)) is unchanged from RMM's
+// design: a destroyed stream's batch waits on the event recorded at destruction
+// (or not at all once it completed); a live stream's event is recorded at that
+// moment and the taker waits on it. The wait covers the victim's whole list, so all
+// of it moves. A capturing stream is never recorded on or made to wait. The
+// per-thread default stream has one entry per thread; another thread cannot name
+// it, so it orders after it through the legacy stream
+// (stream_identity::record_handle()).
+//
+// Locking (lock order, outermost first): the owner's growth mutex (held by
+// reclaim() callers) -> table_mutex_ (shared for lookups and gathers, exclusive to
+// add/drop a stream) -> entry mutexes (several only in with_all_locked(), in
+// ascending key order; the clean entry has key 0, so it comes first) ->
+// foreign_mutex_ -> pending shard mutexes. allocate/deallocate hold at most one
+// entry or shard mutex at a time.
 
+#include <gpumem/detail/assert.hpp>
 #include <gpumem/detail/driver_api.hpp>
 #include <gpumem/detail/stream_ordering.hpp>
+#include <gpumem/stream_tracker.hpp>
 
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <concepts>
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <set>
 #include <shared_mutex>
+#include <span>
+#include <thread>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -55,17 +73,34 @@ struct free_region {
   friend bool operator<(free_region const& a, free_region const& b) noexcept { return a.base < b.base; }
 };
 
+/// What a free list must offer stream_free_lists. A "region" is one upstream
+/// allocation (a pool slab, a fixed_size chunk); for_each_piece(f) calls
+/// f(region_base, bytes) for each free piece, remove_regions(sorted
+/// vector<free_region>) drops every piece inside those regions.
 template <class List>
+concept stream_free_list = std::default_initializable<List> && std::movable<List> &&
+    requires(List& l, List const& cl, typename List::block_type b, std::size_t n) {
+      l.add(b);                               // a freed block; overlapping ones are dropped
+      l.merge_from(std::move(l));             // leaves the source empty
+      { cl.can_serve(n) } -> std::convertible_to<bool>;
+      { cl.empty() } -> std::convertible_to<bool>;
+      { cl.free_bytes() } -> std::convertible_to<std::size_t>;
+      cl.for_each_piece([](char*, std::size_t) {});
+      l.remove_regions(std::vector<free_region>{});
+    };
+
+template <stream_free_list List>
 class stream_free_lists {
  public:
+  using block_type = typename List::block_type;
+
   struct entry {
-    explicit entry(stream_identity i) : id{i} {}
+    explicit entry(stream_identity i, bool is_clean = false) : id{i}, clean{is_clean} {}
     stream_identity const id;
+    bool const clean;  ///< the clean list: never recorded on, never waits
     std::mutex mutex;
     List list;         ///< guarded by mutex
     CUevent event{};   ///< guarded by mutex
-    /// Bytes the owner grew on behalf of this stream; the owner's growth mutex guards it.
-    std::size_t grown{};
   };
   using entry_ptr = std::shared_ptr<entry>;
 
@@ -74,9 +109,9 @@ class stream_free_lists {
     List list;
   };
 
-  /// What with_all_locked() hands its callback: everything, locked.
+  /// What with_all_locked() hands its callback: everything but pending, locked.
   struct locked_view {
-    std::vector<entry*> entries;  ///< ascending key
+    std::vector<entry*> entries;  ///< ascending key; the clean entry first
     std::vector<foreign_batch>& foreign;
     List& quarantine;
   };
@@ -106,10 +141,119 @@ class stream_free_lists {
   /// re-enter a resource (an upstream call). Saves two atomic read-modify-writes.
   [[nodiscard]] entry& borrow(stream_ref s) { return *lookup(s).e; }
 
+  /// The clean list's entry (lives as long as this object).
+  [[nodiscard]] entry& clean() noexcept { return *clean_; }
+
+  /// Files a block freed with synchronous semantics; `bytes` is what it counts for.
+  /// Returns false (the block is lost to reuse, never handed out twice) if no host
+  /// memory is left for the bookkeeping.
+  bool add_pending(block_type b, std::size_t bytes) noexcept {
+    auto& sh = pending_shards_[shard_index()];
+    try {
+      std::lock_guard lock{sh.mutex};
+      sh.blocks.push_back(b);
+      sh.bytes += bytes;
+    } catch (...) {
+      return false;
+    }
+    pending_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+    return true;
+  }
+  /// Bytes freed with synchronous semantics and not yet reclaimed.
+  [[nodiscard]] std::size_t pending_bytes() const noexcept { return pending_bytes_.load(std::memory_order_relaxed); }
+
+  /// Bytes free in stream lists and foreign batches: memory a stream-ordered
+  /// allocation could reach with events, and a synchronous one only by reclaim().
+  /// Walks every entry: for miss paths only.
+  [[nodiscard]] std::size_t stream_bytes() {
+    std::size_t total = 0;
+    {
+      std::shared_lock lock{table_mutex_};
+      for (auto const& [key, e] : table_) {
+        std::lock_guard elock{e->mutex};
+        total += e->list.free_bytes();
+      }
+    }
+    std::lock_guard flock{foreign_mutex_};
+    for (auto const& b : foreign_) total += b.list.free_bytes();
+    return total;
+  }
+
+  /// The reclamation described in the file comment. The caller holds its growth
+  /// mutex (reclaims never run concurrently) and no entry mutex. Returns whether a
+  /// barrier was made (then everything freed before the call is in the clean list).
+  bool reclaim(stream_tracker& tracker) {
+    if (stream_tracker::capture_active()) return false;  // the barrier would refuse
+    // 1. Take everything that may have been touched by work submitted so far.
+    std::vector<block_type> pending;
+    std::size_t pending_taken = 0;
+    for (auto& sh : pending_shards_) {
+      std::lock_guard lock{sh.mutex};
+      if (sh.blocks.empty()) continue;
+      if (pending.empty()) {
+        pending.swap(sh.blocks);
+      } else {
+        try {
+          pending.insert(pending.end(), sh.blocks.begin(), sh.blocks.end());
+        } catch (...) {
+          continue;  // no host memory: that shard waits for the next reclaim
+        }
+        sh.blocks.clear();
+      }
+      pending_taken += sh.bytes;
+      sh.bytes = 0;
+    }
+    std::vector<entry_ptr> entries;
+    {
+      std::shared_lock lock{table_mutex_};
+      entries.reserve(table_.size());
+      for (auto const& [key, e] : table_) entries.push_back(e);
+    }
+    std::vector<std::pair<entry_ptr, List>> lists;
+    lists.reserve(entries.size());
+    for (auto const& e : entries) {
+      // A non-blocking stream the tracker does not know is not ordered by the
+      // barrier: its blocks stay in stream order.
+      if (!tracker.covers(e->id.handle)) continue;
+      std::lock_guard elock{e->mutex};
+      if (e->list.empty()) continue;
+      lists.emplace_back(e, std::move(e->list));
+      e->list = List{};
+    }
+    std::vector<foreign_batch> batches;
+    {
+      std::lock_guard flock{foreign_mutex_};
+      batches.swap(foreign_);
+      foreign_count_.store(0, std::memory_order_relaxed);
+    }
+    if (pending.empty() && lists.empty() && batches.empty()) return false;  // nothing to make usable
+    std::vector<CUevent> events;
+    events.reserve(batches.size());
+    for (auto const& b : batches) events.push_back(b.event);
+
+    // 2. One barrier after all of it.
+    if (!tracker.barrier(events)) {
+      put_back(std::move(pending), pending_taken, std::move(lists), std::move(batches));
+      return false;
+    }
+
+    // 3. Everything taken is clean now.
+    {
+      std::lock_guard lock{clean_->mutex};
+      for (auto const& b : pending) clean_->list.add(b);
+      for (auto& [e, l] : lists) clean_->list.merge_from(std::move(l));
+      for (auto& b : batches) clean_->list.merge_from(std::move(b.list));
+    }
+    for (auto& b : batches) destroy_event(b.event);
+    pending_bytes_.fetch_sub(pending_taken, std::memory_order_relaxed);
+    return true;
+  }
+
   /// Moves memory freed on other streams into taker.list, ordering the taker after
   /// those streams first. Returns whether anything moved. Call without holding
   /// any entry mutex.
   bool gather_into(entry& taker, std::size_t bytes, gather_mode mode) {
+    GPUMEM_ASSERT(!taker.clean, "the clean list never gathers: it holds only memory no stream can touch");
     if (!taker.id.usable_from_this_thread() || is_capturing(taker.id.handle)) return false;
     List gathered;
     bool any = take_foreign(taker, bytes, mode, gathered);
@@ -159,13 +303,14 @@ class stream_free_lists {
   /// lists this thread can order, removes them from the lists and returns them,
   /// each with a stream ordered after every stream that holds part of it (one
   /// holder's stream, made to wait on the others' events; no driver call when a
-  /// single live stream holds it all). region_size(base) gives a region's size.
-  /// Regions held partly by a capturing stream stay.
+  /// single live stream, or only the clean list, holds it). region_size(base)
+  /// gives a region's size. Regions held partly by a capturing stream, or partly
+  /// pending, stay.
   template <class RegionSize>
   std::vector<free_region> extract_free_regions(locked_view& v, RegionSize&& region_size) {
     struct holdings {
       std::size_t bytes = 0;
-      std::vector<entry*> streams;
+      std::vector<entry*> streams;  ///< holders that need ordering (the clean list needs none)
       std::vector<foreign_batch*> batches;
     };
     std::unordered_map<char*, holdings> by_region;
@@ -173,7 +318,7 @@ class stream_free_lists {
       e->list.for_each_piece([&](char* base, std::size_t n) {
         auto& h = by_region[base];
         h.bytes += n;
-        if (std::find(h.streams.begin(), h.streams.end(), e) == h.streams.end()) h.streams.push_back(e);
+        if (!e->clean && std::find(h.streams.begin(), h.streams.end(), e) == h.streams.end()) h.streams.push_back(e);
       });
     }
     for (auto& b : v.foreign) {
@@ -239,18 +384,20 @@ class stream_free_lists {
     return out;
   }
 
-  /// Calls f(locked_view&) with every entry, the foreign batches and the
-  /// quarantine locked; for release() and info(). The caller may hold its growth
-  /// mutex (it comes first in the lock order).
+  /// Calls f(locked_view&) with every entry (the clean one first), the foreign
+  /// batches and the quarantine locked; for release() and info(). The caller may
+  /// hold its growth mutex (it comes first in the lock order). Pending blocks are
+  /// not in the view: pending_bytes() counts them.
   template <class F>
   decltype(auto) with_all_locked(F&& f) {
     std::vector<entry_ptr> keep;
     {
       std::shared_lock lock{table_mutex_};
-      keep.reserve(table_.size());
+      keep.reserve(table_.size() + 1);
+      keep.push_back(clean_);
       for (auto const& [key, e] : table_) keep.push_back(e);
     }
-    std::sort(keep.begin(), keep.end(), [](entry_ptr const& a, entry_ptr const& b) { return a->id.key < b->id.key; });
+    std::sort(keep.begin() + 1, keep.end(), [](entry_ptr const& a, entry_ptr const& b) { return a->id.key < b->id.key; });
     std::vector<std::unique_lock<std::mutex>> locks;
     locks.reserve(keep.size());
     locked_view view{{}, foreign_, quarantine_};
@@ -338,14 +485,60 @@ class stream_free_lists {
     return any;
   }
 
+  /// reclaim() could not make its barrier: everything returns where it was.
+  void put_back(std::vector<block_type>&& pending, std::size_t pending_bytes,
+                std::vector<std::pair<entry_ptr, List>>&& lists, std::vector<foreign_batch>&& batches) noexcept {
+    try {
+      auto& sh = pending_shards_[0];
+      std::lock_guard lock{sh.mutex};
+      sh.blocks.insert(sh.blocks.end(), pending.begin(), pending.end());
+      sh.bytes += pending_bytes;
+    } catch (...) {
+      // No host memory: those blocks are lost to reuse (never handed out early).
+      pending_bytes_.fetch_sub(pending_bytes, std::memory_order_relaxed);
+    }
+    for (auto& [e, l] : lists) {
+      std::lock_guard lock{e->mutex};
+      try {
+        e->list.merge_from(std::move(l));
+      } catch (...) {
+      }
+    }
+    try {
+      std::lock_guard flock{foreign_mutex_};
+      for (auto& b : batches) foreign_.push_back(std::move(b));
+      foreign_count_.store(foreign_.size(), std::memory_order_relaxed);
+    } catch (...) {
+      for (auto& b : batches) destroy_event(b.event);
+    }
+  }
+
+  static std::size_t shard_index() noexcept {
+    static thread_local std::size_t const index = std::hash<std::thread::id>{}(std::this_thread::get_id());
+    return index % pending_shard_count;
+  }
+
+  struct alignas(64) pending_shard {
+    std::mutex mutex;
+    std::vector<block_type> blocks;
+    std::size_t bytes = 0;
+  };
+  static constexpr std::size_t pending_shard_count = 8;
+  /// Key 0 is no stream's (stream_key never returns 0), so the clean entry sorts first.
+  static constexpr std::uintptr_t clean_key = 0;
+
   std::uint64_t const instance_ = next_instance_id();
   std::atomic<std::uint64_t> generation_{0};  ///< bumped whenever an entry leaves the table
   std::shared_mutex table_mutex_;
   std::unordered_map<std::uintptr_t, entry_ptr> table_;
+  entry_ptr const clean_ = std::make_shared<entry>(
+      stream_identity{clean_key, reinterpret_cast<CUstream>(legacy_stream_handle), 0}, true);
   std::mutex foreign_mutex_;
   std::vector<foreign_batch> foreign_;  // guarded by foreign_mutex_
   std::atomic<std::size_t> foreign_count_{0};  // foreign_.size(), read without the lock
   List quarantine_;                     // guarded by foreign_mutex_
+  std::array<pending_shard, pending_shard_count> pending_shards_{};
+  std::atomic<std::size_t> pending_bytes_{0};
 };
 
 }  // namespace gpumem::detail

@@ -1,33 +1,51 @@
 #pragma once
-// What a parsed allocation log says: live bytes over time, peak, leaks, failures,
-// size histogram, per-thread/per-stream counts, and the same for several logs of
-// one job merged on one timeline.
+// What an allocation log says — live bytes over time, peak, allocations still live
+// at the end, failures, size histogram, per-thread/stream/device counts — computed
+// in one pass over the events. Memory is bounded by the allocations live at one
+// time plus fixed-size summaries (a 65-bucket histogram, top-N tables, a timeline
+// of at most a few thousand points), never by the number of rows.
 //
 // Accounting: an allocate adds its size to the live bytes under its pointer; a
 // free removes the size recorded by the matching allocate (not the free's own
 // Size column, which a caller may get wrong). A free of a pointer that is not live
-// is listed as an unknown free and changes nothing; an allocate of a pointer that
+// is counted as an unknown free and changes nothing; an allocate of a pointer that
 // is already live replaces the old record (also counted, as a reused live pointer).
 // Null frees and zero-byte allocations (null pointer) are counted but own nothing.
+// Byte totals saturate at 2^64 - 1 instead of wrapping.
 //
-// Thread safety: pure functions over values.
+// Leaks: allocations live at the end of a complete log were never freed. In a log
+// marked incomplete (its writer dropped rows) they are only "still live when the
+// log ends": their frees may be among the lost rows.
+//
+// Thread safety: an analyzer or builder is used by one thread at a time; the
+// results are plain values.
 
-#include <gpumem/tools/alloc_log.hpp>
+#include <gpumem/tools/log_event.hpp>
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <unordered_map>
 #include <vector>
 
 namespace gpumem::tools {
 
+class log_reader;
+struct parsed_log;
+
+/// Byte sums wider than 64 bits, so that sums of hostile sizes saturate instead of
+/// wrapping (`__extension__`: a GCC/Clang type outside ISO C++).
+__extension__ typedef unsigned __int128 wide_bytes;
+
 /// Where in a log something happened.
 struct log_position {
-  std::size_t event_index{};  ///< 0-based index into parsed_log::events
-  std::uint32_t line{};       ///< 1-based file line
-  std::int64_t time_ns{};     ///< the event's time (see alloc_log.hpp)
-  std::int64_t clock_us{-1};  ///< Time column (µs since midnight), -1 if absent
+  std::uint64_t event_index{};  ///< 0-based among the log's events
+  std::uint32_t line{};         ///< 1-based file line
+  std::int64_t time_ns{};       ///< the event's time (see log_reader.hpp)
+  std::int64_t clock_us{-1};    ///< Time column (µs since midnight), -1 if absent
 };
 
 struct allocation_record {
@@ -36,7 +54,7 @@ struct allocation_record {
   std::uint64_t thread{};
   std::uint64_t stream{};
   std::int16_t device{-1};
-  std::uint16_t entry{};  ///< parsed_log::strings index
+  std::uint16_t entry{};  ///< log_summary::strings index
   log_position at;
 };
 
@@ -45,7 +63,7 @@ struct failure_record {
   std::uint64_t thread{};
   std::uint64_t stream{};
   std::uint16_t entry{};
-  std::uint16_t result{};  ///< parsed_log::strings index; 0 = not in log
+  std::uint16_t result{};  ///< log_summary::strings index; 0 = not in log
   log_position at;
 };
 
@@ -57,20 +75,35 @@ struct unknown_free_record {
   log_position at;
 };
 
-/// Sizes in [lo, hi]: lo = 2^k, hi = 2^(k+1) - 1; the bucket of size 0 has lo = hi = 0.
+/// Sizes in [lo, hi]: lo = 2^k, hi = 2^(k+1) - 1 (the top bucket ends at 2^64 - 1);
+/// the bucket of size 0 has lo = hi = 0.
 struct histogram_bucket {
   std::uint64_t lo{}, hi{};
   std::uint64_t count{}, bytes{};
 };
 
-/// Events attributed to one thread or one stream.
+/// Index of bucket for `size` in a dense power-of-two histogram (0 for size 0, k+1 for 2^k..).
+[[nodiscard]] constexpr int size_bucket(std::uint64_t size) noexcept {
+  return size == 0 ? 0 : 64 - __builtin_clzll(size);
+}
+
+/// Events attributed to one thread, stream or device.
 struct key_counts {
   std::uint64_t key{};
   std::uint64_t allocations{}, frees{}, failures{};
   std::uint64_t bytes_allocated{};
 };
 
-/// One point per event: live (and reserved, when logged) bytes after it.
+/// Counts per key, for at most max_rows distinct keys; events of further keys are
+/// summed in `others` (a hostile log cannot grow the table without bound).
+struct key_table {
+  static constexpr std::size_t max_rows = 1024;
+  std::vector<key_counts> rows;  ///< ascending key
+  key_counts others;             ///< events of keys beyond max_rows (key unused)
+  bool truncated{};              ///< some keys are only in `others`
+};
+
+/// Live (and reserved, when logged) bytes after an event.
 struct timeline_point {
   std::int64_t time_ns{};
   std::uint64_t live{};
@@ -78,56 +111,113 @@ struct timeline_point {
   std::uint32_t line{};  ///< file line of the event (0 in a merged timeline)
 };
 
+/// A timeline of any length kept in a fixed number of time buckets: per bucket the
+/// first and last point and the points of highest and lowest live and reserved
+/// bytes, so peaks and troughs survive. When time runs past the last bucket, the
+/// buckets are merged in pairs (each covers twice the time).
+/// Times are made non-decreasing (a point older than the one before, as racing
+/// threads write, is placed at the same time) so the line never steps back.
+class timeline_builder {
+ public:
+  explicit timeline_builder(std::size_t buckets = 1024);
+  void add(timeline_point p);
+  /// At most 6 points per bucket, in the order they were added.
+  [[nodiscard]] std::vector<timeline_point> points() const;
+
+ private:
+  struct sample {
+    timeline_point p;
+    std::uint64_t seq{};
+  };
+  enum { first, last, live_hi, live_lo, reserved_hi, reserved_lo, kept };
+  struct bucket {
+    bool used{};
+    std::array<sample, kept> s{};
+  };
+  static bucket merged(bucket const& a, bucket const& b) noexcept;
+  void coarsen();
+
+  std::vector<bucket> buckets_;
+  std::int64_t t0_{}, last_t_{};
+  std::uint64_t width_{1};
+  std::uint64_t seq_{};
+};
+
+/// Keeps at most `max_points` points of a timeline for plotting (see timeline_builder).
+[[nodiscard]] std::vector<timeline_point> downsample(std::vector<timeline_point> const& tl, std::size_t max_points);
+
 struct log_summary {
+  // The log itself.
   std::string path;
   std::string dialect;
+  log_columns columns;
+  std::size_t lines{};
+  std::vector<std::string> strings{""};       ///< Entry/Result texts the records index
+  std::vector<log_diagnostic> warnings;       ///< the first ones (log_reader::max_kept_warnings)
+  std::size_t warning_count{};
+  std::optional<incomplete_marker> incomplete;
+  bool ended_abruptly{};                      ///< NUL padding or a torn last row at the end
+  /// No rows are known to be missing: allocations live at the end are leaks.
+  [[nodiscard]] bool complete() const noexcept { return !incomplete; }
+  [[nodiscard]] std::string_view string(std::uint16_t id) const noexcept { return strings[id]; }
+
+  // What it says.
+  std::size_t top_n{};                        ///< bound of the lists below
   std::uint64_t events{}, allocations{}, frees{}, failures{};
   std::uint64_t bytes_allocated{}, bytes_freed{};
   std::uint64_t peak_live_bytes{};
   std::optional<log_position> peak_live_at;   ///< empty when nothing was ever live
+  std::optional<std::uint64_t> peak_reserved_bytes;  ///< only if the log has Reserved values
+  std::optional<log_position> peak_reserved_at;
   std::uint64_t live_at_end_bytes{};
-  std::vector<allocation_record> leaks;       ///< never freed; largest first, then oldest
+  std::uint64_t live_at_end_count{};
+  std::vector<allocation_record> live_at_end; ///< largest first, then oldest; at most top_n
   std::vector<histogram_bucket> histogram;    ///< successful allocations; non-empty buckets, ascending
   std::vector<allocation_record> largest;     ///< top_n largest successful allocations, largest first
-  std::vector<failure_record> failed;         ///< all failures, in order
-  std::vector<unknown_free_record> unknown_frees;
+  std::vector<failure_record> failed;         ///< the first top_n failures, in order (`failures` counts all)
+  std::uint64_t unknown_free_count{};
+  std::vector<unknown_free_record> unknown_frees;  ///< the first top_n
   std::uint64_t reused_live_pointers{};       ///< allocate of a pointer already live
-  std::vector<key_counts> threads, streams;   ///< ascending key
-  std::vector<key_counts> devices;            ///< ascending ordinal; empty without a Device column
-  std::optional<std::uint64_t> peak_reserved_bytes;  ///< only if the log has Reserved
-  std::optional<log_position> peak_reserved_at;
+  key_table threads, streams;
+  key_table devices;                          ///< empty without a Device column
   std::int64_t first_time_ns{}, last_time_ns{};
-  std::vector<timeline_point> timeline;       ///< one per event
+  std::vector<timeline_point> timeline;       ///< bounded (timeline_builder)
 };
 
-/// Analyses one readable log; `top_n` bounds `largest`.
-[[nodiscard]] log_summary analyze(parsed_log const& log, std::size_t top_n = 10);
+/// One log's events, in file order, into a log_summary.
+class log_analyzer {
+ public:
+  explicit log_analyzer(log_columns const& columns, std::size_t top_n = 10, std::size_t timeline_buckets = 1024);
 
-/// Several logs (ranks of one job) on one timeline, merged by event time.
-struct combined_summary {
-  std::size_t logs{};
-  std::uint64_t events{}, allocations{}, frees{}, failures{};
-  std::uint64_t bytes_allocated{};
-  std::uint64_t peak_live_bytes{};
-  std::int64_t peak_time_ns{};
-  std::size_t peak_log{};                      ///< which log's event reached the peak
-  log_position peak_at;                        ///< that event, in its own log
-  std::uint64_t live_at_end_bytes{};
-  std::uint64_t leaked_allocations{};
-  std::vector<timeline_point> timeline;        ///< merged, one per event (line = 0)
+  void add(log_event const& ev);
+  /// Live bytes after the events added so far (saturated).
+  [[nodiscard]] std::uint64_t live_bytes() const noexcept;
+  /// The last Reserved value seen, -1 before any.
+  [[nodiscard]] std::int64_t reserved_bytes() const noexcept { return reserved_; }
+  /// The summary, with what `reader` learned about the log (path, warnings,
+  /// incomplete marker...). Call once, after the last add().
+  [[nodiscard]] log_summary finish(log_reader const& reader);
+
+ private:
+  struct key_tracker {
+    std::unordered_map<std::uint64_t, key_counts> counts;
+    key_table table;
+    void add(std::uint64_t key, log_event const& ev);
+    [[nodiscard]] key_table sorted() const;
+  };
+
+  log_summary s_;
+  bool has_device_;
+  std::unordered_map<std::uint64_t, allocation_record> live_;
+  wide_bytes live_bytes_{};
+  std::int64_t reserved_{-1};
+  std::array<histogram_bucket, 65> hist_{};
+  std::vector<allocation_record> largest_;  ///< min-heap: its front is the smallest kept
+  key_tracker threads_, streams_, devices_;
+  timeline_builder timeline_;
 };
 
-/// Merges the summaries' timelines (stable for equal times: log order, then file order).
-[[nodiscard]] combined_summary combine(std::vector<log_summary const*> const& logs);
-
-/// Index of bucket for `size` in a dense power-of-two histogram (0 for size 0, k+1 for 2^k..).
-[[nodiscard]] constexpr int size_bucket(std::uint64_t size) noexcept {
-  return size == 0 ? 0 : 64 - __builtin_clzll(size);
-}
-
-/// Keeps at most `max_points` points of a timeline for plotting: per slice of time,
-/// the first and last point and the points with the slice's highest and lowest live
-/// bytes, in order, so peaks survive down-sampling.
-[[nodiscard]] std::vector<timeline_point> downsample(std::vector<timeline_point> const& tl, std::size_t max_points);
+/// Reads and analyses a whole log held in memory (tests, small logs).
+[[nodiscard]] log_summary analyze(std::string_view text, std::string name, std::size_t top_n = 10);
 
 }  // namespace gpumem::tools

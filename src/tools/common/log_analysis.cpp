@@ -1,237 +1,271 @@
-// Single pass over a parsed log: live-pointer map (hash, O(1) per event), dense
-// power-of-two histogram, bounded heap for the largest allocations.
+// Single pass over a log's events: live-pointer map (hash, O(1) per event), dense
+// power-of-two histogram, bounded heap for the largest allocations, bucketed
+// timeline.
 #include <gpumem/tools/log_analysis.hpp>
+#include <gpumem/tools/log_reader.hpp>
 
 #include <algorithm>
-#include <array>
-#include <functional>
 #include <limits>
-#include <queue>
-#include <unordered_map>
-#include <utility>
 
 namespace gpumem::tools {
 
 namespace {
 
-log_position position_of(log_event const& ev, std::size_t index) noexcept {
-  return log_position{index, ev.line, ev.time_ns, ev.clock_us};
+constexpr std::uint64_t max_u64 = std::numeric_limits<std::uint64_t>::max();
+
+std::uint64_t saturated(wide_bytes v) noexcept { return v > max_u64 ? max_u64 : static_cast<std::uint64_t>(v); }
+
+void add_saturating(std::uint64_t& total, std::uint64_t v) noexcept {
+  total = total > max_u64 - v ? max_u64 : total + v;
 }
 
-allocation_record record_of(log_event const& ev, std::size_t index) noexcept {
-  return allocation_record{ev.pointer, ev.size, ev.thread, ev.stream, ev.device, ev.entry, position_of(ev, index)};
+log_position position_of(log_event const& ev) noexcept {
+  return log_position{ev.index, ev.line, ev.time_ns, ev.clock_us};
 }
 
-std::vector<key_counts> sorted_counts(std::unordered_map<std::uint64_t, key_counts> const& m) {
-  std::vector<key_counts> v;
-  v.reserve(m.size());
-  for (auto const& [key, c] : m) v.push_back(c);
-  std::sort(v.begin(), v.end(), [](key_counts const& a, key_counts const& b) { return a.key < b.key; });
-  return v;
+allocation_record record_of(log_event const& ev) noexcept {
+  return allocation_record{ev.pointer, ev.size, ev.thread, ev.stream, ev.device, ev.entry, position_of(ev)};
 }
 
-void count(std::unordered_map<std::uint64_t, key_counts>& m, std::uint64_t key, log_event const& ev) {
-  auto& c = m.try_emplace(key, key_counts{key, 0, 0, 0, 0}).first->second;
-  switch (ev.action) {
-    case log_action::allocate:
-      ++c.allocations;
-      c.bytes_allocated += ev.size;
-      break;
-    case log_action::free: ++c.frees; break;
-    case log_action::allocate_failure: ++c.failures; break;
-  }
+/// Orders allocations "larger first, then older".
+bool larger_first(allocation_record const& a, allocation_record const& b) noexcept {
+  return a.size > b.size || (a.size == b.size && a.at.event_index < b.at.event_index);
 }
 
 }  // namespace
 
-log_summary analyze(parsed_log const& log, std::size_t top_n) {
-  log_summary s;
-  s.path = log.path;
-  s.dialect = std::string{log.dialect()};
-  auto const& events = log.events;
-  s.events = events.size();
-  s.timeline.reserve(events.size());
+// ---- timeline ----------------------------------------------------------------------
 
-  std::unordered_map<std::uint64_t, std::size_t> live;  // pointer -> index of its allocate
-  std::array<histogram_bucket, 65> hist{};
-  std::unordered_map<std::uint64_t, key_counts> threads, streams, devices;
+timeline_builder::timeline_builder(std::size_t buckets) : buckets_(std::max<std::size_t>(buckets, 2) & ~std::size_t{1}) {}
 
-  // Min-heap on "how large": its top is the smallest of the current top_n.
-  using ranked = std::pair<std::uint64_t, std::size_t>;  // size, event index
-  auto larger = [](ranked const& a, ranked const& b) {
-    return a.first > b.first || (a.first == b.first && a.second < b.second);
-  };
-  std::priority_queue<ranked, std::vector<ranked>, decltype(larger)> top{larger};
-
-  std::uint64_t live_bytes = 0;
-  std::int64_t reserved_now = -1;
-  if (!events.empty()) {
-    s.first_time_ns = std::numeric_limits<std::int64_t>::max();
-    s.last_time_ns = std::numeric_limits<std::int64_t>::min();
+timeline_builder::bucket timeline_builder::merged(bucket const& a, bucket const& b) noexcept {
+  if (!a.used) return b;
+  if (!b.used) return a;
+  bucket m = a;
+  m.s[last] = b.s[last];
+  if (b.s[live_hi].p.live > a.s[live_hi].p.live) m.s[live_hi] = b.s[live_hi];
+  if (b.s[live_lo].p.live < a.s[live_lo].p.live) m.s[live_lo] = b.s[live_lo];
+  if (b.s[reserved_hi].p.reserved > a.s[reserved_hi].p.reserved) m.s[reserved_hi] = b.s[reserved_hi];
+  if (a.s[reserved_lo].p.reserved < 0 ||
+      (b.s[reserved_lo].p.reserved >= 0 && b.s[reserved_lo].p.reserved < a.s[reserved_lo].p.reserved)) {
+    m.s[reserved_lo] = b.s[reserved_lo];
   }
-  for (std::size_t i = 0; i < events.size(); ++i) {
-    log_event const& ev = events[i];
-    s.first_time_ns = std::min(s.first_time_ns, ev.time_ns);
-    s.last_time_ns = std::max(s.last_time_ns, ev.time_ns);
-    count(threads, ev.thread, ev);
-    count(streams, ev.stream, ev);
-    if (log.columns.device) count(devices, static_cast<std::uint64_t>(ev.device), ev);
-    switch (ev.action) {
-      case log_action::allocate: {
-        ++s.allocations;
-        s.bytes_allocated += ev.size;
-        auto& b = hist[static_cast<std::size_t>(size_bucket(ev.size))];
-        ++b.count;
-        b.bytes += ev.size;
-        if (top_n > 0 && (top.size() < top_n || larger({ev.size, i}, top.top()))) {
-          top.emplace(ev.size, i);
-          if (top.size() > top_n) top.pop();
-        }
-        if (ev.pointer == 0) break;  // a zero-byte allocation owns nothing
-        auto const [it, inserted] = live.try_emplace(ev.pointer, i);
-        if (!inserted) {
-          ++s.reused_live_pointers;
-          live_bytes -= events[it->second].size;
-          it->second = i;
-        }
-        live_bytes += ev.size;
-        break;
-      }
-      case log_action::free: {
-        ++s.frees;
-        if (ev.pointer == 0) break;
-        auto const it = live.find(ev.pointer);
-        if (it == live.end()) {
-          s.unknown_frees.push_back({ev.pointer, ev.size, ev.thread, ev.stream, position_of(ev, i)});
-          break;
-        }
-        std::uint64_t const size = events[it->second].size;
-        live_bytes -= size;
-        s.bytes_freed += size;
-        live.erase(it);
-        break;
-      }
-      case log_action::allocate_failure:
-        ++s.failures;
-        s.failed.push_back({ev.size, ev.thread, ev.stream, ev.entry, ev.result, position_of(ev, i)});
-        break;
-    }
-    if (live_bytes > s.peak_live_bytes) {
-      s.peak_live_bytes = live_bytes;
-      s.peak_live_at = position_of(ev, i);
-    }
-    if (ev.reserved >= 0) {
-      reserved_now = ev.reserved;
-      if (!s.peak_reserved_bytes || static_cast<std::uint64_t>(ev.reserved) > *s.peak_reserved_bytes) {
-        s.peak_reserved_bytes = static_cast<std::uint64_t>(ev.reserved);
-        s.peak_reserved_at = position_of(ev, i);
-      }
-    }
-    s.timeline.push_back({ev.time_ns, live_bytes, reserved_now, ev.line});
-  }
-  s.live_at_end_bytes = live_bytes;
-
-  s.leaks.reserve(live.size());
-  for (auto const& [ptr, index] : live) s.leaks.push_back(record_of(events[index], index));
-  std::sort(s.leaks.begin(), s.leaks.end(), [](allocation_record const& a, allocation_record const& b) {
-    return a.size > b.size || (a.size == b.size && a.at.event_index < b.at.event_index);
-  });
-
-  for (std::size_t k = 0; k < hist.size(); ++k) {
-    if (hist[k].count == 0) continue;
-    histogram_bucket b = hist[k];
-    b.lo = k == 0 ? 0 : std::uint64_t{1} << (k - 1);
-    b.hi = k == 0 ? 0 : (k == 64 ? std::numeric_limits<std::uint64_t>::max() : (std::uint64_t{1} << k) - 1);
-    s.histogram.push_back(b);
-  }
-
-  s.largest.resize(top.size());
-  for (std::size_t k = top.size(); k-- > 0;) {
-    s.largest[k] = record_of(events[top.top().second], top.top().second);
-    top.pop();
-  }
-  s.threads = sorted_counts(threads);
-  s.streams = sorted_counts(streams);
-  s.devices = sorted_counts(devices);
-  return s;
+  return m;
 }
 
-combined_summary combine(std::vector<log_summary const*> const& logs) {
-  combined_summary c;
-  c.logs = logs.size();
-  std::size_t total = 0;
-  for (auto const* log : logs) {
-    auto const& s = *log;
-    c.events += s.events;
-    c.allocations += s.allocations;
-    c.frees += s.frees;
-    c.failures += s.failures;
-    c.bytes_allocated += s.bytes_allocated;
-    c.live_at_end_bytes += s.live_at_end_bytes;
-    c.leaked_allocations += s.leaks.size();
-    total += s.timeline.size();
-  }
-  c.timeline.reserve(total);
+void timeline_builder::coarsen() {
+  std::size_t const half = buckets_.size() / 2;
+  for (std::size_t i = 0; i < half; ++i) buckets_[i] = merged(buckets_[2 * i], buckets_[2 * i + 1]);
+  for (std::size_t i = half; i < buckets_.size(); ++i) buckets_[i] = bucket{};
+  width_ *= 2;
+}
 
-  // k-way merge by time that keeps each log's own (file) order: within one log a
-  // thread racing to the log may write a slightly older time after a newer one,
-  // and re-sorting it would put a free before its allocate.
-  using head = std::pair<std::int64_t, std::size_t>;  // time of next event, log
-  std::priority_queue<head, std::vector<head>, std::greater<>> heads;
-  std::vector<std::size_t> next(logs.size(), 0);
-  std::vector<std::uint64_t> live(logs.size(), 0);
-  for (std::size_t l = 0; l < logs.size(); ++l) {
-    if (!logs[l]->timeline.empty()) heads.emplace(logs[l]->timeline[0].time_ns, l);
+void timeline_builder::add(timeline_point p) {
+  if (seq_ == 0) t0_ = last_t_ = p.time_ns;
+  p.time_ns = std::max(p.time_ns, last_t_);
+  last_t_ = p.time_ns;
+  auto const offset = static_cast<std::uint64_t>(p.time_ns) - static_cast<std::uint64_t>(t0_);
+  while (offset / width_ >= buckets_.size()) coarsen();
+  bucket& b = buckets_[offset / width_];
+  sample const s{p, seq_++};
+  if (!b.used) {
+    b.used = true;
+    b.s.fill(s);
+    return;
   }
-  std::uint64_t combined_live = 0;
-  while (!heads.empty()) {
-    auto const [t, l] = heads.top();
-    heads.pop();
-    auto const& p = logs[l]->timeline[next[l]];
-    combined_live = combined_live - live[l] + p.live;
-    live[l] = p.live;
-    c.timeline.push_back({p.time_ns, combined_live, -1, 0});
-    if (combined_live > c.peak_live_bytes) {
-      c.peak_live_bytes = combined_live;
-      c.peak_time_ns = p.time_ns;
-      c.peak_log = l;
-      c.peak_at = log_position{next[l], p.line, p.time_ns, -1};
+  b.s[last] = s;
+  if (p.live > b.s[live_hi].p.live) b.s[live_hi] = s;
+  if (p.live < b.s[live_lo].p.live) b.s[live_lo] = s;
+  if (p.reserved > b.s[reserved_hi].p.reserved) b.s[reserved_hi] = s;
+  if (p.reserved >= 0 && (b.s[reserved_lo].p.reserved < 0 || p.reserved < b.s[reserved_lo].p.reserved)) {
+    b.s[reserved_lo] = s;
+  }
+}
+
+std::vector<timeline_point> timeline_builder::points() const {
+  std::vector<timeline_point> out;
+  for (auto const& b : buckets_) {
+    if (!b.used) continue;
+    std::array<sample, kept> s = b.s;
+    std::sort(s.begin(), s.end(), [](sample const& x, sample const& y) { return x.seq < y.seq; });
+    for (std::size_t i = 0; i < s.size(); ++i) {
+      if (i == 0 || s[i].seq != s[i - 1].seq) out.push_back(s[i].p);
     }
-    if (++next[l] < logs[l]->timeline.size()) heads.emplace(logs[l]->timeline[next[l]].time_ns, l);
   }
-  return c;
+  return out;
 }
 
 std::vector<timeline_point> downsample(std::vector<timeline_point> const& tl, std::size_t max_points) {
-  if (tl.size() <= max_points || max_points < 4) return tl;
-  std::size_t const slices = max_points / 4;  // up to 4 points kept per slice
-  std::int64_t const t0 = tl.front().time_ns;
-  std::int64_t const span = std::max<std::int64_t>(tl.back().time_ns - t0, 1);
-  std::vector<timeline_point> out;
-  out.reserve(slices * 3);
-  std::size_t i = 0;
-  while (i < tl.size()) {
-    // Slice of the point i: all following points that fall in the same slice.
-    auto slice_of = [&](std::int64_t t) {
-      auto const rel = static_cast<double>(std::max<std::int64_t>(t - t0, 0)) / static_cast<double>(span);
-      return std::min(static_cast<std::size_t>(rel * static_cast<double>(slices)), slices - 1);
-    };
-    std::size_t const slice = slice_of(tl[i].time_ns);
-    std::size_t j = i, hi = i, lo = i;
-    while (j < tl.size() && slice_of(tl[j].time_ns) <= slice) {
-      if (tl[j].live > tl[hi].live) hi = j;
-      if (tl[j].live < tl[lo].live) lo = j;
-      ++j;
-    }
-    std::array<std::size_t, 4> keep{i, std::min(hi, lo), std::max(hi, lo), j - 1};
-    std::size_t last = std::numeric_limits<std::size_t>::max();
-    for (std::size_t k : keep) {
-      if (k != last) out.push_back(tl[k]);
-      last = k;
-    }
-    i = j;
+  if (tl.size() <= max_points || max_points < 12) return tl;
+  timeline_builder b{max_points / 6};
+  for (auto const& p : tl) b.add(p);
+  return b.points();
+}
+
+// ---- one log -------------------------------------------------------------------------
+
+void log_analyzer::key_tracker::add(std::uint64_t key, log_event const& ev) {
+  auto it = counts.find(key);
+  key_counts* c = nullptr;
+  if (it != counts.end()) {
+    c = &it->second;
+  } else if (counts.size() < key_table::max_rows) {
+    c = &counts.emplace(key, key_counts{key, 0, 0, 0, 0}).first->second;
+  } else {
+    c = &table.others;
+    table.truncated = true;
   }
-  return out;
+  switch (ev.kind) {
+    case event_kind::allocate:
+      ++c->allocations;
+      add_saturating(c->bytes_allocated, ev.size);
+      break;
+    case event_kind::free: ++c->frees; break;
+    case event_kind::allocate_failure: ++c->failures; break;
+  }
+}
+
+key_table log_analyzer::key_tracker::sorted() const {
+  key_table t = table;
+  t.rows.reserve(counts.size());
+  for (auto const& [key, c] : counts) t.rows.push_back(c);
+  std::sort(t.rows.begin(), t.rows.end(), [](key_counts const& a, key_counts const& b) { return a.key < b.key; });
+  return t;
+}
+
+log_analyzer::log_analyzer(log_columns const& columns, std::size_t top_n, std::size_t timeline_buckets)
+    : has_device_{columns.device}, timeline_{timeline_buckets} {
+  s_.top_n = top_n;
+  s_.columns = columns;
+  largest_.reserve(top_n + 1);
+}
+
+std::uint64_t log_analyzer::live_bytes() const noexcept { return saturated(live_bytes_); }
+
+void log_analyzer::add(log_event const& ev) {
+  auto& s = s_;
+  if (s.events == 0) {
+    s.first_time_ns = s.last_time_ns = ev.time_ns;
+  } else {
+    s.first_time_ns = std::min(s.first_time_ns, ev.time_ns);
+    s.last_time_ns = std::max(s.last_time_ns, ev.time_ns);
+  }
+  ++s.events;
+  threads_.add(ev.thread, ev);
+  streams_.add(ev.stream, ev);
+  if (has_device_) devices_.add(static_cast<std::uint64_t>(ev.device), ev);
+  switch (ev.kind) {
+    case event_kind::allocate: {
+      ++s.allocations;
+      add_saturating(s.bytes_allocated, ev.size);
+      auto& b = hist_[static_cast<std::size_t>(size_bucket(ev.size))];
+      ++b.count;
+      add_saturating(b.bytes, ev.size);
+      if (s.top_n > 0) {
+        // Min-heap under larger_first: the front is the one to drop first.
+        allocation_record const r = record_of(ev);
+        if (largest_.size() < s.top_n || larger_first(r, largest_.front())) {
+          largest_.push_back(r);
+          std::push_heap(largest_.begin(), largest_.end(), larger_first);
+          if (largest_.size() > s.top_n) {
+            std::pop_heap(largest_.begin(), largest_.end(), larger_first);
+            largest_.pop_back();
+          }
+        }
+      }
+      if (ev.pointer == 0) break;  // a zero-byte allocation owns nothing
+      auto const [it, inserted] = live_.try_emplace(ev.pointer, record_of(ev));
+      if (!inserted) {
+        ++s.reused_live_pointers;
+        live_bytes_ -= it->second.size;
+        it->second = record_of(ev);
+      }
+      live_bytes_ += ev.size;
+      break;
+    }
+    case event_kind::free: {
+      ++s.frees;
+      if (ev.pointer == 0) break;
+      auto const it = live_.find(ev.pointer);
+      if (it == live_.end()) {
+        if (s.unknown_frees.size() < s.top_n) {
+          s.unknown_frees.push_back({ev.pointer, ev.size, ev.thread, ev.stream, position_of(ev)});
+        }
+        ++s.unknown_free_count;
+        break;
+      }
+      std::uint64_t const size = it->second.size;
+      live_bytes_ -= size;
+      add_saturating(s.bytes_freed, size);
+      live_.erase(it);
+      break;
+    }
+    case event_kind::allocate_failure:
+      ++s.failures;
+      if (s.failed.size() < s.top_n) {
+        s.failed.push_back({ev.size, ev.thread, ev.stream, ev.entry, ev.result, position_of(ev)});
+      }
+      break;
+  }
+  std::uint64_t const live = live_bytes();
+  if (live > s.peak_live_bytes) {
+    s.peak_live_bytes = live;
+    s.peak_live_at = position_of(ev);
+  }
+  if (ev.reserved >= 0) {
+    reserved_ = ev.reserved;
+    if (!s.peak_reserved_bytes || static_cast<std::uint64_t>(ev.reserved) > *s.peak_reserved_bytes) {
+      s.peak_reserved_bytes = static_cast<std::uint64_t>(ev.reserved);
+      s.peak_reserved_at = position_of(ev);
+    }
+  }
+  timeline_.add({ev.time_ns, live, reserved_, ev.line});
+}
+
+log_summary log_analyzer::finish(log_reader const& reader) {
+  log_summary s = std::move(s_);
+  s.path = reader.path();
+  s.dialect = std::string{reader.dialect()};
+  s.columns = reader.columns();
+  s.lines = reader.lines();
+  s.strings = reader.strings();
+  s.warnings = reader.warnings();
+  s.warning_count = reader.warning_count();
+  s.incomplete = reader.incomplete();
+  s.ended_abruptly = reader.ended_abruptly();
+
+  s.live_at_end_bytes = live_bytes();
+  s.live_at_end_count = live_.size();
+  std::vector<allocation_record> live;
+  live.reserve(live_.size());
+  for (auto const& [ptr, r] : live_) live.push_back(r);
+  std::size_t const shown = std::min(s.top_n, live.size());
+  std::partial_sort(live.begin(), live.begin() + static_cast<std::ptrdiff_t>(shown), live.end(), larger_first);
+  live.resize(shown);
+  s.live_at_end = std::move(live);
+
+  for (std::size_t k = 0; k < hist_.size(); ++k) {
+    if (hist_[k].count == 0) continue;
+    histogram_bucket b = hist_[k];
+    b.lo = k == 0 ? 0 : std::uint64_t{1} << (k - 1);
+    b.hi = k == 0 ? 0 : (k == 64 ? max_u64 : (std::uint64_t{1} << k) - 1);
+    s.histogram.push_back(b);
+  }
+  std::sort_heap(largest_.begin(), largest_.end(), larger_first);
+  s.largest = std::move(largest_);
+  s.threads = threads_.sorted();
+  s.streams = streams_.sorted();
+  s.devices = devices_.sorted();
+  s.timeline = timeline_.points();
+  return s;
+}
+
+log_summary analyze(std::string_view text, std::string name, std::size_t top_n) {
+  log_reader reader{text, std::move(name)};
+  log_analyzer a{reader.columns(), top_n};
+  log_event ev;
+  while (reader.next(ev)) a.add(ev);
+  return a.finish(reader);
 }
 
 }  // namespace gpumem::tools

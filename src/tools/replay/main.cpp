@@ -1,29 +1,38 @@
-// gpumem-replay LOG [--config F]... [--device-memory SIZE] [--csv] [--real-device]
+// gpumem-replay LOG [--config FILE]... [--device-memory SIZE] [--csv] [--real-device]
 //
 // Replays an allocation log through resource chains and prints, per configuration,
 // peak reserved, peak live, fragmentation at the live peak, failed allocations and
 // upstream calls. Runs on the simulated device (re-executing itself with the sim on
-// LD_LIBRARY_PATH) unless --real-device. Exit status: 0 all configurations replayed,
-// 1 some could not be (built or replayed), 2 bad command line / unreadable log / no
-// device.
+// LD_LIBRARY_PATH, one simulated device per configuration) unless --real-device.
+// The log is streamed: memory is bounded by the allocations live in the replay.
+// Exit status: 0 all configurations replayed, 1 some could not be (built or
+// replayed), 2 bad command line / unreadable log / no device.
 #include "builtin_configs.hpp"
 #include "replay_engine.hpp"
 #include "sim_exec.hpp"
 
+#include "command_line.hpp"
+
 #include <gpumem/detail/driver_api.hpp>
 #include <gpumem/error.hpp>
-#include <gpumem/tools/alloc_log.hpp>
+#include <gpumem/config/size_parse.hpp>
 #include <gpumem/tools/log_analysis.hpp>
+#include <gpumem/tools/log_reader.hpp>
+#include <gpumem/tools/text_escape.hpp>
 
 #include <fmt/format.h>
 
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <optional>
-#include <set>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 namespace {
@@ -32,84 +41,60 @@ using namespace gpumem::tools;
 
 constexpr int exit_ok = 0;
 constexpr int exit_some_failed = 1;
-constexpr int exit_usage = 2;
 constexpr std::size_t warnings_shown = 20;
-constexpr std::size_t gib = std::size_t{1} << 30;
-
-constexpr char const* usage =
-    "usage: gpumem-replay LOG [--config FILE]... [--device-memory SIZE] [--csv] [--real-device]\n"
-    "  LOG                 CSV allocation log (gpumem or RMM columns)\n"
-    "  --config FILE       TOML configuration to compare (repeatable); default: the embedded\n"
-    "                      default and the built-in pool, binning and cuda chains\n"
-    "  --device-memory SZ  simulated device size (default max(1.5 x the log's peak live, 1 GiB))\n"
-    "  --csv               print CSV instead of a table\n"
-    "  --real-device       use the real CUDA driver (and time every call) instead of the sim\n";
+constexpr std::uint64_t gib = std::uint64_t{1} << 30;
+// Largest device the replay sizes by itself (larger than any GPU, and a mapping
+// every 64-bit Linux host can make several times over).
+constexpr std::uint64_t max_default_device = std::uint64_t{4} << 40;
+// The simulated device offers at most this many devices.
+constexpr std::size_t max_sim_devices = 64;
 
 struct options {
   std::string log;
   std::vector<std::string> configs;
-  std::optional<std::size_t> device_memory;
+  std::optional<std::uint64_t> device_memory;
   bool csv = false;
   bool real_device = false;
 };
 
-std::optional<options> parse_args(int argc, char** argv) {
+options parse_args(int argc, char** argv) {
   options o;
-  for (int i = 1; i < argc; ++i) {
-    std::string_view const a = argv[i];
-    auto value = [&]() -> char const* {
-      if (i + 1 >= argc) {
-        fmt::print(stderr, "gpumem-replay: {} needs a value\n", a);
-        return nullptr;
-      }
-      return argv[++i];
-    };
-    if (a == "--help" || a == "-h") {
-      std::fputs(usage, stdout);
-      std::exit(exit_ok);
-    } else if (a == "--csv") {
-      o.csv = true;
-    } else if (a == "--real-device") {
-      o.real_device = true;
-    } else if (a == "--config") {
-      char const* v = value();
-      if (!v) return std::nullopt;
-      o.configs.emplace_back(v);
-    } else if (a == "--device-memory") {
-      char const* v = value();
-      if (!v) return std::nullopt;
-      try {
-        auto const size = gpumem::config::parse_size(v);
-        if (size.is_percent || size.bytes == 0) {
-          fmt::print(stderr, "gpumem-replay: --device-memory needs a size in bytes, got '{}'\n", v);
-          return std::nullopt;
+  CLI::App app{"Replays a GPU allocation log through resource chains (the simulated device unless --real-device) "
+               "and compares peak reserved, peak live, fragmentation, failures and upstream calls.",
+               "gpumem-replay"};
+  app.add_option("LOG", o.log, "CSV allocation log (gpumem or RMM columns; '-': standard input)")->required();
+  app.add_option("--config", o.configs,
+                 "TOML configuration to compare (repeatable); default: the embedded default and the built-in "
+                 "pool, binning and cuda chains")
+      ->type_name("FILE")
+      ->allow_extra_args(false);
+  std::string device_memory;
+  app.add_option("--device-memory", device_memory,
+                 "simulated device size, e.g. 16GiB (default: max(1.5 x the log's peak live, 1 GiB), which takes a "
+                 "first pass over the log)")
+      ->type_name("SIZE")
+      ->check([&o](std::string const& v) -> std::string {
+        try {
+          auto const size = gpumem::config::parse_size(v);
+          if (size.is_percent || size.bytes == 0) return fmt::format("needs a size in bytes, got '{}'", v);
+          o.device_memory = size.bytes;
+          return {};
+        } catch (gpumem::config::config_error const& e) {
+          return e.what();
         }
-        o.device_memory = static_cast<std::size_t>(size.bytes);
-      } catch (gpumem::config::config_error const& e) {
-        fmt::print(stderr, "gpumem-replay: --device-memory: {}\n", e.what());
-        return std::nullopt;
-      }
-    } else if (a.size() > 1 && a[0] == '-') {
-      fmt::print(stderr, "gpumem-replay: unknown option '{}'\n", a);
-      return std::nullopt;
-    } else if (o.log.empty()) {
-      o.log = a;
-    } else {
-      fmt::print(stderr, "gpumem-replay: one log at a time (got '{}' and '{}')\n", o.log, a);
-      return std::nullopt;
-    }
-  }
-  if (o.log.empty()) {
-    fmt::print(stderr, "gpumem-replay: no log given\n");
-    return std::nullopt;
-  }
+      });
+  app.add_flag("--csv", o.csv, "print CSV instead of a table");
+  app.add_flag("--real-device", o.real_device, "use the real CUDA driver (and time every call) instead of the sim");
+  app.footer("Exit status: 0 every configuration replayed, 1 some could not be built or replayed, 2 a bad command "
+             "line, an unreadable log or no device.");
+  parse_command_line(app, argc, argv);
   return o;
 }
 
 std::string csv_field(std::string_view s) {
-  if (s.find_first_of(",\"\n") == std::string_view::npos) return std::string{s};
+  if (s.find_first_of(",\"\n\r") == std::string_view::npos) return escape_text(s);
   std::string out = "\"";
-  for (char c : s) {
+  for (char c : escape_text(s)) {
     if (c == '"') out += '"';
     out += c;
   }
@@ -120,20 +105,20 @@ std::string human(std::uint64_t b) { return gpumem::config::format_bytes(b); }
 
 void print_table(std::vector<replay_result> const& rows, bool timing) {
   std::size_t name_w = 6;
-  for (auto const& r : rows) name_w = std::max(name_w, r.name.size());
+  for (auto const& r : rows) name_w = std::max(name_w, escape_text(r.name).size());
   fmt::print("{:<{}}  {:>14} {:>14} {:>13} {:>7} {:>9}", "config", name_w, "peak reserved", "peak live",
              "frag@peak", "failed", "upstream");
   if (timing) fmt::print(" {:>10} {:>10}", "alloc ns", "free ns");
   fmt::print("  chain\n");
   for (auto const& r : rows) {
     if (r.error) {
-      fmt::print("{:<{}}  error: {}\n", r.name, name_w, *r.error);
+      fmt::print("{:<{}}  error: {}\n", escape_text(r.name), name_w, escape_text(*r.error));
       continue;
     }
-    fmt::print("{:<{}}  {:>14} {:>14} {:>12.1f}% {:>7} {:>9}", r.name, name_w, human(r.peak_reserved),
+    fmt::print("{:<{}}  {:>14} {:>14} {:>12.1f}% {:>7} {:>9}", escape_text(r.name), name_w, human(r.peak_reserved),
                human(r.peak_live), r.fragmentation_at_peak * 100.0, r.failed, r.upstream_calls);
     if (timing) fmt::print(" {:>10.0f} {:>10.0f}", r.mean_allocate_ns, r.mean_free_ns);
-    fmt::print("  {}\n", r.chain);
+    fmt::print("  {}\n", escape_text(r.chain));
   }
 }
 
@@ -149,27 +134,116 @@ void print_csv(std::vector<replay_result> const& rows, bool timing) {
   }
 }
 
+/// Whether `path` cannot be read twice: standard input, a pipe, a device. (A path
+/// that cannot be opened at all is left to the reader, which says why.)
+bool read_once_only(std::string const& path) {
+  struct stat st {};
+  return path == "-" || (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode));
+}
+
+/// Peak live bytes of the log (a first pass, to size the simulated device).
+std::optional<std::uint64_t> peak_live_of(std::string const& path) {
+  log_reader reader{path};
+  if (!reader.readable()) {
+    fmt::print(stderr, "error: {}\n", escape_text(reader.fatal()->text()));
+    return std::nullopt;
+  }
+  std::unordered_map<std::uint64_t, std::uint64_t> live;
+  wide_bytes live_bytes = 0, peak = 0;
+  log_event ev;
+  while (reader.next(ev)) {
+    if (ev.pointer == 0) continue;
+    if (ev.kind == event_kind::allocate) {
+      auto const [it, inserted] = live.try_emplace(ev.pointer, ev.size);
+      if (!inserted) {
+        live_bytes -= it->second;
+        it->second = ev.size;
+      }
+      live_bytes += ev.size;
+      peak = std::max(peak, live_bytes);
+    } else if (ev.kind == event_kind::free) {
+      if (auto it = live.find(ev.pointer); it != live.end()) {
+        live_bytes -= it->second;
+        live.erase(it);
+      }
+    }
+  }
+  return peak > ~std::uint64_t{0} ? ~std::uint64_t{0} : static_cast<std::uint64_t>(peak);
+}
+
+/// max(1.5 x peak, 1 GiB), at most max_default_device.
+std::uint64_t default_device_size(std::uint64_t peak) {
+  long double const wanted = static_cast<long double>(peak) * 1.5L;
+  if (wanted >= static_cast<long double>(max_default_device)) return max_default_device;
+  return std::max(static_cast<std::uint64_t>(wanted), gib);
+}
+
+void print_warnings(log_reader const& log) {
+  for (std::size_t i = 0; i < std::min(log.warnings().size(), warnings_shown); ++i) {
+    fmt::print(stderr, "warning: {}\n", escape_text(log.warnings()[i].text()));
+  }
+  if (log.warning_count() > warnings_shown) {
+    fmt::print(stderr, "warning: {}: {} more warnings not shown\n", escape_text(log.path()),
+               log.warning_count() - warnings_shown);
+  }
+}
+
+std::optional<std::string> incomplete_note(log_reader const& log) {
+  auto const& m = log.incomplete();
+  if (!m) return std::nullopt;
+  std::string what = m->dropped_rows ? fmt::format("{} rows were dropped", *m->dropped_rows) : "rows were dropped";
+  if (!m->reason.empty()) what += fmt::format(" ({})", escape_text(m->reason));
+  return fmt::format("{} is incomplete: {}; the replay misses them, so its numbers may be low", escape_text(log.path()),
+                     what);
+}
+
+/// In the re-executed child: checks the simulated devices are what was asked for.
+bool check_sim_devices(std::size_t count) {
+  auto const& drv = gpumem::detail::driver();
+  int n = 0;
+  if (drv.cuDeviceGetCount(&n) != CUDA_SUCCESS || n < static_cast<int>(count)) {
+    fmt::print(stderr, "gpumem-replay: the simulated device offers {} devices, {} needed\n", n, count);
+    return false;
+  }
+  char const* asked = std::getenv("GPUMEM_SIM_DEVICE_MEMORY");
+  for (std::size_t d = 0; d < count; ++d) {
+    std::size_t total = 0;
+    if (drv.cuDeviceTotalMem(&total, static_cast<CUdevice>(d)) != CUDA_SUCCESS || total == 0) {
+      fmt::print(stderr,
+                 "gpumem-replay: the simulated device could not be given {} bytes of memory (the host could not "
+                 "map that much); pass a smaller --device-memory\n",
+                 asked != nullptr ? asked : "the requested");
+      return false;
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  auto const opts = parse_args(argc, argv);
-  if (!opts) {
-    std::fputs(usage, stderr);
-    return exit_usage;
-  }
+  options const opts = parse_args(argc, argv);
   bool const child = std::getenv(replay_sim_env) != nullptr;
 
-  parsed_log const log = read_log(opts->log);
-  if (!log.readable) {
-    fmt::print(stderr, "error: {}\n", log.fatal->text());
+  std::vector<named_config> configs;
+  try {
+    if (opts.configs.empty()) {
+      configs = builtin_configs();
+    } else {
+      for (auto const& f : opts.configs) configs.push_back(load_config_file(f));
+    }
+  } catch (std::exception const& e) {
+    fmt::print(stderr, "{}\n", e.what());
     return exit_usage;
   }
-  std::size_t const device_bytes = opts->device_memory.value_or([&] {
-    auto const peak = analyze(log, 0).peak_live_bytes;
-    return std::max(static_cast<std::size_t>(static_cast<double>(peak) * 1.5), gib);
-  }());
 
-  if (!opts->real_device && !child) {
+  if (!opts.real_device && !child) {
+    // Everything that can fail fast does, before a long first pass.
+    if (configs.size() > max_sim_devices) {
+      fmt::print(stderr, "gpumem-replay: at most {} configurations at a time (one simulated device each)\n",
+                 max_sim_devices);
+      return exit_usage;
+    }
     std::string const exe = self_exe();
     auto const sim = find_sim_dir(exe);
     if (!sim) {
@@ -180,70 +254,112 @@ int main(int argc, char** argv) {
                  where[0], where[1]);
       return exit_usage;
     }
-    std::string const why = reexec_on_sim(*sim, device_bytes, argv);
+    std::uint64_t device_bytes = 0;
+    if (opts.device_memory) {
+      device_bytes = *opts.device_memory;
+    } else {
+      if (read_once_only(opts.log)) {
+        fmt::print(stderr,
+                   "gpumem-replay: {} is not a regular file (a pipe?): pass --device-memory, because sizing the "
+                   "device from the log's peak takes a first pass over it\n",
+                   escape_text(opts.log));
+        return exit_usage;
+      }
+      auto const peak = peak_live_of(opts.log);
+      if (!peak) return exit_usage;
+      device_bytes = default_device_size(*peak);
+      if (device_bytes == max_default_device && static_cast<long double>(*peak) * 1.5L > device_bytes) {
+        fmt::print(stderr,
+                   "gpumem-replay: the log's peak live ({}) is more than a simulated device holds: replaying on {}, "
+                   "so allocations beyond that fail (pass --device-memory to choose)\n",
+                   human(*peak), human(device_bytes));
+      }
+    }
+    std::string const why = reexec_on_sim(*sim, device_bytes, configs.size(), argv);
     fmt::print(stderr, "gpumem-replay: cannot restart on the simulated device: {}\n", why);
     return exit_usage;
   }
-  // Warnings once, from the process that does the work.
-  for (std::size_t i = 0; i < std::min(log.warnings.size(), warnings_shown); ++i) {
-    fmt::print(stderr, "warning: {}\n", log.warnings[i].text());
-  }
-  if (log.warning_count > warnings_shown) {
-    fmt::print(stderr, "warning: {}: {} more warnings not shown\n", log.path, log.warning_count - warnings_shown);
-  }
 
+  if (opts.real_device && configs.size() > 1 && read_once_only(opts.log)) {
+    fmt::print(stderr, "gpumem-replay: {} is not a regular file (a pipe?): on a real device each configuration "
+                       "replays in a pass of its own, so give one --config or a file\n",
+               escape_text(opts.log));
+    return exit_usage;
+  }
+  auto first = std::make_unique<log_reader>(opts.log);
+  if (!first->readable()) {
+    fmt::print(stderr, "error: {}\n", escape_text(first->fatal()->text()));
+    return exit_usage;
+  }
   if (!gpumem::detail::driver_available()) {
     fmt::print(stderr, "gpumem-replay: no CUDA driver: {}\n",
                gpumem::result_name(gpumem::detail::driver().init_result));
     return exit_usage;
   }
-  if (!opts->real_device && !running_on_sim()) {
-    // Never replay on a real GPU by accident (e.g. a loader that ignored LD_LIBRARY_PATH).
-    fmt::print(stderr, "gpumem-replay: libcuda.so.1 loaded from the library path is not the simulated device; "
-                       "pass --real-device to replay on it\n");
-    return exit_usage;
+  if (!opts.real_device) {
+    if (!running_on_sim()) {
+      // Never replay on a real GPU by accident (e.g. a loader that ignored LD_LIBRARY_PATH).
+      fmt::print(stderr, "gpumem-replay: libcuda.so.1 loaded from the library path is not the simulated device; "
+                         "pass --real-device to replay on it\n");
+      return exit_usage;
+    }
+    if (!check_sim_devices(configs.size())) return exit_usage;
   }
 
-  std::vector<named_config> configs;
-  try {
-    if (opts->configs.empty()) {
-      configs = builtin_configs();
-    } else {
-      for (auto const& f : opts->configs) configs.push_back(load_config_file(f));
-    }
-  } catch (std::exception const& e) {
-    fmt::print(stderr, "{}\n", e.what());
-    return exit_usage;
-  }
-
-  auto const order = replay_order(log);
-  std::vector<replay_result> rows;
-  for (auto& c : configs) rows.push_back(replay(log, order, c.settings, c.name));
-
-  if (!opts->csv) {
-    std::set<std::uint64_t> threads, streams;
-    for (auto const& e : log.events) {
-      threads.insert(e.thread);
-      streams.insert(e.stream);
-    }
-    fmt::print("replay of {}: {} events, {} threads, {} streams ({} log)\n", log.path, log.events.size(),
-               threads.size(), streams.size(), log.dialect());
-    if (opts->real_device) {
-      fmt::print("device: real CUDA device (host time per call in ns)\n");
-    } else {
-      fmt::print("device: simulated, {}\n", human(device_bytes));
-    }
-    fmt::print("order: each thread's calls in log order, threads merged by time, issued from one thread "
-               "on one stream per log stream\n\n");
-    print_table(rows, opts->real_device);
-    for (auto const& r : rows) {
-      if (r.skipped_frees > 0) {
-        fmt::print("\n{}: {} frees of pointers not live in the replay were skipped\n", r.name, r.skipped_frees);
+  std::string const dialect{first->dialect()};
+  std::optional<std::string> note;
+  replay_pass pass;
+  if (opts.real_device) {
+    // One GPU: each configuration gets it whole, in a pass of its own.
+    for (std::size_t i = 0; i < configs.size(); ++i) {
+      auto reader = i == 0 ? std::move(first) : std::make_unique<log_reader>(opts.log);
+      auto one = replay_log(*reader, {configs[i]}, {0}, true);
+      if (i == 0) {
+        pass = std::move(one);
+        print_warnings(*reader);
+        note = incomplete_note(*reader);
+      } else {
+        pass.results.push_back(std::move(one.results.front()));
       }
     }
   } else {
-    print_csv(rows, opts->real_device);
+    std::vector<int> devices(configs.size());
+    for (std::size_t i = 0; i < devices.size(); ++i) devices[i] = static_cast<int>(i);
+    pass = replay_log(*first, configs, devices, false);
+    print_warnings(*first);
+    note = incomplete_note(*first);
   }
-  bool const all_ok = std::none_of(rows.begin(), rows.end(), [](replay_result const& r) { return r.error.has_value(); });
+  if (note) fmt::print(stderr, "warning: {}\n", *note);
+
+  if (!opts.csv) {
+    fmt::print("replay of {}: {} events, {}{} threads, {}{} streams ({} log)\n",
+               escape_text(opts.log == "-" ? "(standard input)" : opts.log), pass.events, pass.threads,
+               pass.counts_capped ? "+" : "", pass.streams, pass.counts_capped ? "+" : "", dialect);
+    if (note) fmt::print("WARNING: {}\n", *note);
+    if (opts.real_device) {
+      fmt::print("device: real CUDA device (host time per call in ns)\n");
+    } else {
+      std::size_t total = 0;
+      static_cast<void>(gpumem::detail::driver().cuDeviceTotalMem(&total, 0));
+      fmt::print("device: simulated, {} (one per configuration)\n", human(total));
+    }
+    fmt::print("order: each thread's calls in log order, threads merged by time, issued from one thread "
+               "per configuration on one stream per log stream\n\n");
+    print_table(pass.results, opts.real_device);
+    for (auto const& r : pass.results) {
+      if (r.skipped_frees > 0) {
+        fmt::print("\n{}: {} frees of pointers not live in the replay were skipped\n", escape_text(r.name),
+                   r.skipped_frees);
+      }
+    }
+  } else {
+    print_csv(pass.results, opts.real_device);
+  }
+  if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+    fmt::print(stderr, "gpumem-replay: cannot write to standard output: {}\n", std::strerror(errno != 0 ? errno : EIO));
+    return exit_some_failed;
+  }
+  bool const all_ok =
+      std::none_of(pass.results.begin(), pass.results.end(), [](replay_result const& r) { return r.error.has_value(); });
   return all_ok ? exit_ok : exit_some_failed;
 }

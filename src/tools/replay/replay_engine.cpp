@@ -1,57 +1,86 @@
 #include "replay_engine.hpp"
 
+#include "builtin_configs.hpp"
+
 #include <gpumem/call_context.hpp>
 #include <gpumem/detail/driver_api.hpp>
 #include <gpumem/error.hpp>
 #include <gpumem/statistics_resource_adaptor.hpp>
 #include <gpumem/stream.hpp>
+#include <gpumem/tools/log_reader.hpp>
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <functional>
 #include <map>
-#include <queue>
+#include <mutex>
+#include <set>
 #include <string_view>
-#include <unordered_map>
+#include <thread>
+#include <unordered_set>
 #include <utility>
 
 namespace gpumem::tools {
 
-std::vector<std::uint32_t> replay_order(parsed_log const& log) {
-  auto const& events = log.events;
-  // Per log thread, its events in file order.
-  std::unordered_map<std::uint64_t, std::vector<std::uint32_t>> per_thread;
-  for (std::uint32_t i = 0; i < events.size(); ++i) per_thread[events[i].thread].push_back(i);
-  std::vector<std::vector<std::uint32_t> const*> queues;
-  queues.reserve(per_thread.size());
-  for (auto const& [thread, q] : per_thread) queues.push_back(&q);
+// ---- order -------------------------------------------------------------------------
 
-  // Merge by (time, file position): equal times keep file order.
-  using head = std::tuple<std::int64_t, std::uint32_t, std::size_t>;  // time, event, queue
-  std::priority_queue<head, std::vector<head>, std::greater<>> heads;
-  std::vector<std::size_t> next(queues.size(), 0);
-  for (std::size_t q = 0; q < queues.size(); ++q) {
-    std::uint32_t const first = queues[q]->front();
-    heads.emplace(events[first].time_ns, first, q);
+replay_sequencer::replay_sequencer(std::size_t window) : window_{std::max<std::size_t>(window, 1)} {}
+
+void replay_sequencer::push(log_event const& ev) {
+  std::uint32_t i = 0;
+  if (!free_nodes_.empty()) {
+    i = free_nodes_.back();
+    free_nodes_.pop_back();
+    nodes_[i] = node{ev, none};
+  } else {
+    i = static_cast<std::uint32_t>(nodes_.size());
+    nodes_.push_back(node{ev, none});
   }
-  std::vector<std::uint32_t> order;
-  order.reserve(events.size());
-  while (!heads.empty()) {
-    auto const [t, ev, q] = heads.top();
-    heads.pop();
-    order.push_back(ev);
-    if (++next[q] < queues[q]->size()) {
-      std::uint32_t const n = (*queues[q])[next[q]];
-      heads.emplace(events[n].time_ns, n, q);
-    }
+  queue& q = threads_[ev.thread];
+  if (q.head == none) {
+    q.head = q.tail = i;
+    heads_.push_back({ev.time_ns, ev.index, ev.thread});
+    std::push_heap(heads_.begin(), heads_.end(), std::greater<>{});
+  } else {
+    nodes_[q.tail].next = i;
+    q.tail = i;
   }
-  return order;
+  ++held_;
 }
+
+bool replay_sequencer::pop(log_event& out, bool draining) {
+  if (held_ == 0 || (!draining && held_ <= window_)) return false;
+  std::pop_heap(heads_.begin(), heads_.end(), std::greater<>{});
+  std::uint64_t const thread = heads_.back().thread;
+  heads_.pop_back();
+  auto it = threads_.find(thread);
+  if (it == threads_.end()) return false;  // cannot happen: every head has its queue
+  std::uint32_t const i = it->second.head;
+  out = nodes_[i].ev;
+  it->second.head = nodes_[i].next;
+  free_nodes_.push_back(i);
+  --held_;
+  if (it->second.head == none) {
+    threads_.erase(it);
+  } else {
+    log_event const& next = nodes_[it->second.head].ev;
+    heads_.push_back({next.time_ns, next.index, thread});
+    std::push_heap(heads_.begin(), heads_.end(), std::greater<>{});
+  }
+  return true;
+}
+
+// ---- one chain ---------------------------------------------------------------------
 
 namespace {
 
 /// The log's streams as replay streams: created on first use, destroyed at the end.
+/// The reading thread creates them (add) ahead of the worker that replays the
+/// events (get): so their handles, which a pool orders its free lists by, come in
+/// the same order whether the chains replay on threads or not.
 class stream_table {
  public:
   stream_table() = default;
@@ -64,12 +93,15 @@ class stream_table {
     }
   }
 
-  /// Throws cuda_error if a stream cannot be created.
+  /// The replay stream of a log stream (created if need be, in the current
+  /// context). Throws cuda_error if a stream cannot be created.
   stream_ref get(std::uint64_t log_stream, std::uint64_t thread) {
     if (log_stream == 0) return stream_ref{};
     if (log_stream == legacy_stream_handle) return stream_ref{reinterpret_cast<CUstream>(legacy_stream_handle)};
     // The per-thread default stream is one stream per thread.
-    auto const key = log_stream == per_thread_stream_handle ? std::pair{log_stream, thread} : std::pair{log_stream, std::uint64_t{0}};
+    auto const key = log_stream == per_thread_stream_handle ? std::pair{log_stream, thread}
+                                                             : std::pair{log_stream, std::uint64_t{0}};
+    std::lock_guard lock{mutex_};
     auto it = created_.find(key);
     if (it == created_.end()) {
       CUstream s = nullptr;
@@ -80,6 +112,7 @@ class stream_table {
   }
 
  private:
+  std::mutex mutex_;
   std::map<std::pair<std::uint64_t, std::uint64_t>, CUstream> created_;
 };
 
@@ -92,111 +125,336 @@ struct live_block {
   std::size_t size;
 };
 
+using replay_clock = std::chrono::steady_clock;
+
 }  // namespace
 
-replay_result replay(parsed_log const& log, std::vector<std::uint32_t> const& order, config::settings const& s,
-                     std::string name, int device) {
+struct chain_replayer::impl {
   replay_result r;
-  r.name = std::move(name);
-  using clock = std::chrono::steady_clock;
+  int device = 0;
+  bool timed = false;
+  CUcontext ctx = nullptr;
+  bool retained = false;
+  // Declared before the chain, so destroyed after it: the chain's destructor may
+  // still name the streams.
+  std::unique_ptr<stream_table> streams;
+  std::unique_ptr<config::resource_chain> chain;
+  std::unordered_map<std::uint64_t, live_block> live;  // log pointer -> replay block
+  std::uint64_t live_bytes = 0, peak_seen = 0;
   std::chrono::nanoseconds alloc_time{}, free_time{};
-  try {
-    if (CUresult const c = detail::ensure_context(); c != CUDA_SUCCESS) {
-      r.error = fmt::format("no CUDA context: {}", result_name(c));
-      return r;
-    }
-    // Streams outlive the chain: the chain's destructor may still name them.
-    stream_table streams;
-    auto chain = config::build_chain(s, device);
-    r.chain = chain->describe();
-    auto& top = chain->top();
-    std::unordered_map<std::uint64_t, live_block> live;  // log pointer -> replay block
-    std::uint64_t live_bytes = 0, peak_seen = 0;
 
-    auto allocate = [&](log_event const& ev) -> void* {
-      stream_ref const st = streams.get(ev.stream, ev.thread);
-      scoped_call_context const ctx{log.string(ev.entry).empty() ? nullptr : log.string(ev.entry).data(), device};
-      auto const t0 = clock::now();
-      void* p = nullptr;
-      try {
-        p = top.allocate(ev.size, st);
-      } catch (gpumem::bad_alloc const&) {
-        alloc_time += clock::now() - t0;
-        ++r.failed;
-        return nullptr;
-      }
-      alloc_time += clock::now() - t0;
+  std::uint64_t last_stream = 0, last_thread = 0;
+  stream_ref last_ref{};
+  bool have_last = false;
+
+  [[nodiscard]] bool usable() const noexcept { return chain != nullptr && !r.error; }
+
+  /// The replay stream of an event; the last one is remembered (consecutive events
+  /// mostly share a stream), so the table's lock is taken only on a change.
+  stream_ref stream_of(log_event const& ev) {
+    if (!have_last || ev.stream != last_stream || (ev.stream == per_thread_stream_handle && ev.thread != last_thread)) {
+      last_ref = streams->get(ev.stream, ev.thread);
+      last_stream = ev.stream;
+      last_thread = ev.thread;
+      have_last = true;
+    }
+    return last_ref;
+  }
+
+  void* allocate(log_event const& ev, std::string_view entry) {
+    stream_ref const st = stream_of(ev);
+    scoped_call_context const call{entry.empty() ? nullptr : entry.data(), device};
+    auto const t0 = timed ? replay_clock::now() : replay_clock::time_point{};
+    void* p = nullptr;
+    try {
+      p = chain->top().allocate(ev.size, st);
+    } catch (gpumem::bad_alloc const&) {
+      p = nullptr;
+    }
+    if (timed) alloc_time += replay_clock::now() - t0;
+    if (p == nullptr) {
+      ++r.failed;
+    } else {
       ++r.allocations;
-      return p;
-    };
-    auto deallocate = [&](live_block const& b, log_event const& ev) {
-      stream_ref const st = streams.get(ev.stream, ev.thread);
-      std::string_view const entry = log.string(ev.entry);
-      scoped_call_context const ctx{entry.empty() ? nullptr : entry.data(), device, is_synchronous_free(entry)};
-      auto const t0 = clock::now();
-      top.deallocate(b.p, b.size, st);
-      free_time += clock::now() - t0;
-      ++r.frees;
-      live_bytes -= b.size;
-    };
+    }
+    return p;
+  }
 
-    for (std::uint32_t const i : order) {
-      log_event const& ev = log.events[i];
-      switch (ev.action) {
-        case log_action::allocate: {
-          if (ev.size == 0) break;
-          void* p = allocate(ev);
-          if (p == nullptr) break;
-          auto const [it, inserted] = live.try_emplace(ev.pointer, live_block{p, ev.size});
-          if (!inserted) {  // the log lost a free: release the older block now
-            deallocate(it->second, ev);
-            it->second = live_block{p, ev.size};
-          }
+  void deallocate(live_block const& b, log_event const& ev, std::string_view entry) {
+    stream_ref const st = stream_of(ev);
+    scoped_call_context const call{entry.empty() ? nullptr : entry.data(), device, is_synchronous_free(entry)};
+    auto const t0 = timed ? replay_clock::now() : replay_clock::time_point{};
+    chain->top().deallocate(b.p, b.size, st);
+    if (timed) free_time += replay_clock::now() - t0;
+    ++r.frees;
+    live_bytes -= b.size;
+  }
+
+  void apply(log_event const& ev, std::string_view entry) {
+    switch (ev.kind) {
+      case event_kind::allocate: {
+        if (ev.size == 0) break;
+        void* p = allocate(ev, entry);
+        if (p == nullptr) break;
+        auto const [it, inserted] = live.try_emplace(ev.pointer, live_block{p, ev.size});
+        if (!inserted) {  // the log lost a free: release the older block now
+          deallocate(it->second, ev, entry);
+          it->second = live_block{p, ev.size};
+        }
+        live_bytes += ev.size;
+        if (live_bytes > peak_seen) {
+          peak_seen = live_bytes;
+          r.fragmentation_at_peak = chain->info().fragmentation();
+        }
+        break;
+      }
+      case event_kind::allocate_failure: {
+        if (ev.size == 0) break;
+        if (void* p = allocate(ev, entry)) {
           live_bytes += ev.size;
-          if (live_bytes > peak_seen) {
-            peak_seen = live_bytes;
-            r.fragmentation_at_peak = chain->info().fragmentation();
-          }
+          deallocate(live_block{p, ev.size}, ev, entry);
+        }
+        break;
+      }
+      case event_kind::free: {
+        if (ev.pointer == 0) break;
+        auto const it = live.find(ev.pointer);
+        if (it == live.end()) {
+          ++r.skipped_frees;
           break;
         }
-        case log_action::allocate_failure: {
-          if (ev.size == 0) break;
-          if (void* p = allocate(ev)) {
-            live_bytes += ev.size;
-            deallocate(live_block{p, ev.size}, ev);
-          }
-          break;
-        }
-        case log_action::free: {
-          if (ev.pointer == 0) break;
-          auto const it = live.find(ev.pointer);
-          if (it == live.end()) {
-            ++r.skipped_frees;
-            break;
-          }
-          deallocate(it->second, ev);
-          live.erase(it);
-          break;
-        }
+        deallocate(it->second, ev, entry);
+        live.erase(it);
+        break;
       }
     }
-    // The log's leaks: give them back so the chain ends clean.
-    for (auto const& [ptr, b] : live) top.deallocate(b.p, b.size, stream_ref{});
-    live.clear();
-    if (auto const sync = detail::driver().cuCtxSynchronize) GPUMEM_CU_TRY(sync());
+  }
+};
 
-    auto const& dev = chain->device_stats();
-    r.peak_reserved = static_cast<std::uint64_t>(dev.bytes().peak);
-    r.upstream_calls = static_cast<std::uint64_t>(dev.allocations().total);
-    r.peak_live = static_cast<std::uint64_t>(chain->live_stats().bytes().peak);
+chain_replayer::chain_replayer(config::settings const& settings, std::string name, int device, bool timed)
+    : impl_{std::make_unique<impl>()} {
+  auto& m = *impl_;
+  m.r.name = std::move(name);
+  m.device = device;
+  m.timed = timed;
+  try {
+    auto const& drv = detail::driver();
+    if (drv.init_result != CUDA_SUCCESS) {
+      m.r.error = fmt::format("no CUDA driver: {}", result_name(drv.init_result));
+      return;
+    }
+    CUdevice dev{};
+    GPUMEM_CU_TRY(drv.cuDeviceGet(&dev, device));
+    GPUMEM_CU_TRY(drv.cuDevicePrimaryCtxRetain(&m.ctx, dev));
+    m.retained = true;
+    GPUMEM_CU_TRY(drv.cuCtxSetCurrent(m.ctx));
+    m.streams = std::make_unique<stream_table>();
+    m.chain = config::build_chain(settings, device);
+    m.r.chain = m.chain->describe();
   } catch (std::exception const& e) {
-    r.error = e.what();
+    m.r.error = e.what();
+  }
+}
+
+chain_replayer::~chain_replayer() {
+  auto& m = *impl_;
+  activate();
+  m.live.clear();
+  m.chain.reset();
+  m.streams.reset();
+  auto const& drv = detail::driver();
+  if (m.retained && drv.cuDevicePrimaryCtxRelease != nullptr) {
+    CUdevice dev{};
+    if (drv.cuDeviceGet(&dev, m.device) == CUDA_SUCCESS) static_cast<void>(drv.cuDevicePrimaryCtxRelease(dev));
+  }
+}
+
+void chain_replayer::add_stream(log_event const& ev) {
+  auto& m = *impl_;
+  if (!m.usable()) return;
+  activate();
+  try {
+    static_cast<void>(m.streams->get(ev.stream, ev.thread));
+  } catch (std::exception const& e) {
+    m.r.error = fmt::format("line {}: {}", ev.line, e.what());
+  }
+}
+
+void chain_replayer::activate() const noexcept {
+  if (impl_->ctx != nullptr) static_cast<void>(detail::driver().cuCtxSetCurrent(impl_->ctx));
+}
+
+void chain_replayer::apply(log_event const& ev, char const* entry) {
+  auto& m = *impl_;
+  if (!m.usable()) return;
+  try {
+    m.apply(ev, entry != nullptr ? std::string_view{entry} : std::string_view{});
+  } catch (std::exception const& e) {
+    m.r.error = fmt::format("line {}: {}", ev.line, e.what());
+  }
+}
+
+replay_result chain_replayer::finish() {
+  auto& m = *impl_;
+  auto& r = m.r;
+  if (m.chain != nullptr) {
+    activate();
+    try {
+      // The log's leaks: give them back so the chain ends clean.
+      for (auto const& [ptr, b] : m.live) m.chain->top().deallocate(b.p, b.size, stream_ref{});
+      m.live.clear();
+      if (auto const sync = detail::driver().cuCtxSynchronize) GPUMEM_CU_TRY(sync());
+      auto const& dev = m.chain->device_stats();
+      r.peak_reserved = static_cast<std::uint64_t>(dev.bytes().peak);
+      r.upstream_calls = static_cast<std::uint64_t>(dev.allocations().total);
+      r.peak_live = static_cast<std::uint64_t>(m.chain->live_stats().bytes().peak);
+    } catch (std::exception const& e) {
+      if (!r.error) r.error = e.what();
+    }
   }
   if (r.allocations + r.failed > 0) {
-    r.mean_allocate_ns = static_cast<double>(alloc_time.count()) / static_cast<double>(r.allocations + r.failed);
+    r.mean_allocate_ns = static_cast<double>(m.alloc_time.count()) / static_cast<double>(r.allocations + r.failed);
   }
-  if (r.frees > 0) r.mean_free_ns = static_cast<double>(free_time.count()) / static_cast<double>(r.frees);
+  if (r.frees > 0) r.mean_free_ns = static_cast<double>(m.free_time.count()) / static_cast<double>(r.frees);
   return r;
+}
+
+// ---- a pass --------------------------------------------------------------------------
+
+namespace {
+
+struct batch_item {
+  log_event ev;
+  char const* entry;  ///< the reader's interned text: stable for the reader's lifetime
+};
+using batch = std::vector<batch_item>;
+
+constexpr std::size_t batch_size = 4096;
+
+/// Batches in replay order handed from the reading thread to one worker per chain:
+/// at most `slots` batches in flight, so memory stays bounded when a chain is slow.
+class batch_ring {
+ public:
+  batch_ring(std::size_t workers, std::size_t slots) : slots_(slots), consumed_(workers, 0) {}
+
+  /// The slot to fill next; blocks while the slowest worker still needs it.
+  batch& acquire() {
+    std::unique_lock lock{mutex_};
+    space_.wait(lock, [&] { return produced_ - *std::min_element(consumed_.begin(), consumed_.end()) < slots_.size(); });
+    return slots_[produced_ % slots_.size()];
+  }
+  void publish() {
+    {
+      std::lock_guard lock{mutex_};
+      ++produced_;
+    }
+    ready_.notify_all();
+  }
+  void close() {
+    {
+      std::lock_guard lock{mutex_};
+      closed_ = true;
+    }
+    ready_.notify_all();
+  }
+  /// Worker `w`'s next batch, or nullptr once the ring is closed and drained.
+  batch const* next(std::size_t w) {
+    std::unique_lock lock{mutex_};
+    ready_.wait(lock, [&] { return consumed_[w] < produced_ || closed_; });
+    return consumed_[w] < produced_ ? &slots_[consumed_[w] % slots_.size()] : nullptr;
+  }
+  void done(std::size_t w) {
+    {
+      std::lock_guard lock{mutex_};
+      ++consumed_[w];
+    }
+    space_.notify_one();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable ready_, space_;
+  std::vector<batch> slots_;
+  std::vector<std::uint64_t> consumed_;
+  std::uint64_t produced_ = 0;
+  bool closed_ = false;
+};
+
+}  // namespace
+
+replay_pass replay_log(log_reader& reader, std::vector<named_config> const& configs, std::vector<int> const& devices,
+                       bool timed) {
+  constexpr std::size_t max_counted = std::size_t{1} << 16;
+  replay_pass pass;
+  std::vector<std::unique_ptr<chain_replayer>> replayers;
+  for (std::size_t i = 0; i < configs.size(); ++i) {
+    replayers.push_back(std::make_unique<chain_replayer>(configs[i].settings, configs[i].name, devices.at(i), timed));
+  }
+  // Several chains replay on threads of their own (each keeps its device's context
+  // current); one chain, or a timed replay, on this thread.
+  bool const threaded = replayers.size() > 1 && !timed && std::thread::hardware_concurrency() > 1;
+  batch_ring ring{replayers.size(), 8};
+  std::vector<std::thread> workers;
+  if (threaded) {
+    for (std::size_t w = 0; w < replayers.size(); ++w) {
+      workers.emplace_back([&ring, &r = *replayers[w], w] {
+        r.activate();
+        while (batch const* b = ring.next(w)) {
+          for (auto const& item : *b) r.apply(item.ev, item.entry);
+          ring.done(w);
+        }
+      });
+    }
+  }
+  batch own;
+  batch* filling = nullptr;
+  auto flush = [&] {
+    if (filling == nullptr) return;
+    if (threaded) {
+      ring.publish();
+    } else {
+      for (auto& r : replayers) {
+        r->activate();
+        for (auto const& item : own) r->apply(item.ev, item.entry);
+      }
+    }
+    filling = nullptr;
+  };
+  std::set<std::pair<std::uint64_t, std::uint64_t>> streams_made;
+  auto take = [&](log_event const& ev) {
+    auto const key = std::pair{ev.stream, ev.stream == per_thread_stream_handle ? ev.thread : 0};
+    if (streams_made.insert(key).second) {
+      for (auto& r : replayers) r->add_stream(ev);
+    }
+    if (filling == nullptr) {
+      filling = threaded ? &ring.acquire() : &own;
+      filling->clear();
+    }
+    filling->push_back({ev, reader.string(ev.entry).data()});
+    if (filling->size() == batch_size) flush();
+  };
+
+  std::unordered_set<std::uint64_t> threads, streams;
+  replay_sequencer order;
+  log_event ev, out;
+  while (reader.next(ev)) {
+    ++pass.events;
+    if (threads.size() < max_counted) threads.insert(ev.thread);
+    if (streams.size() < max_counted) streams.insert(ev.stream);
+    order.push(ev);
+    while (order.pop(out, false)) take(out);
+  }
+  while (order.pop(out, true)) take(out);
+  flush();
+  if (threaded) {
+    ring.close();
+    for (auto& t : workers) t.join();
+  }
+  pass.threads = threads.size();
+  pass.streams = streams.size();
+  pass.counts_capped = threads.size() >= max_counted || streams.size() >= max_counted;
+  for (auto& r : replayers) pass.results.push_back(r->finish());
+  return pass;
 }
 
 }  // namespace gpumem::tools

@@ -33,12 +33,12 @@ std::string self_exe() {
   return ec ? std::string{} : p.string();
 }
 
-std::string reexec_on_sim(std::string const& sim_dir, std::size_t device_bytes, char** argv) {
+std::string reexec_on_sim(std::string const& sim_dir, std::uint64_t device_bytes, std::size_t devices, char** argv) {
   std::string path = sim_dir;
   if (char const* old = std::getenv("LD_LIBRARY_PATH"); old != nullptr && *old != '\0') path += std::string{":"} + old;
   if (::setenv("LD_LIBRARY_PATH", path.c_str(), 1) != 0 || ::setenv(replay_sim_env, sim_dir.c_str(), 1) != 0 ||
       ::setenv("GPUMEM_SIM_DEVICE_MEMORY", std::to_string(device_bytes).c_str(), 1) != 0 ||
-      ::setenv("GPUMEM_SIM_DEVICES", "1", 1) != 0) {
+      ::setenv("GPUMEM_SIM_DEVICES", std::to_string(devices).c_str(), 1) != 0) {
     return std::string{"setenv: "} + std::strerror(errno);
   }
   std::string const exe = self_exe();

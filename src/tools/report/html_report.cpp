@@ -6,6 +6,8 @@
 #include "timeline_plot.hpp"
 #include "units.hpp"
 
+#include <gpumem/tools/text_escape.hpp>
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -57,17 +59,17 @@ void timeline_svg(out_it out, std::vector<log_summary const*> const& logs, combi
                  R"~(<text transform="translate(18 {7}) rotate(-90)" text-anchor="middle">{8}</text>)~"
                  "\n",
                  l.plot_left(), l.plot_top(), l.plot_bottom(), l.plot_right(), (l.plot_left() + l.plot_right()) / 2,
-                 l.plot_bottom() + 38, html_escape(l.x_label()), (l.plot_top() + l.plot_bottom()) / 2,
-                 html_escape(l.y_label()));
+                 l.plot_bottom() + 38, escape_html(l.x_label()), (l.plot_top() + l.plot_bottom()) / 2,
+                 escape_html(l.y_label()));
   for (auto const& s : series) {
     fmt::format_to(out, R"~(<polyline fill="none" stroke-width="2" stroke="{}" points=")~", css(s.color));
     for (auto const& [x, y] : l.path(s)) fmt::format_to(out, "{:.1f},{:.1f} ", x, y);
-    fmt::format_to(out, "\"><title>{}</title></polyline>\n", html_escape(s.label));
+    fmt::format_to(out, "\"><title>{}</title></polyline>\n", escape_html(s.label));
   }
   int y = l.plot_top() + 12;
   for (auto const& s : series) {
     fmt::format_to(out, R"~(<rect x="{}" y="{}" width="14" height="8" fill="{}"/><text x="{}" y="{}">{}</text>)~" "\n",
-                   l.plot_right() - 190, y - 8, css(s.color), l.plot_right() - 170, y, html_escape(s.label));
+                   l.plot_right() - 190, y - 8, css(s.color), l.plot_right() - 170, y, escape_html(s.label));
     y += 16;
   }
   fmt::format_to(out, "</svg>\n");
@@ -100,37 +102,60 @@ void histogram_svg(out_it out, log_summary const& s) {
     std::string const range = b.hi == 0 ? "0 B" : human_bytes(b.lo);
     fmt::format_to(out,
                    R"~(<rect x="{:.1f}" y="{:.1f}" width="{:.1f}" height="{:.1f}" fill="rgb(31,119,180)">)~"
-                   R"~(<title>{} - &lt;{}: {} allocations, {}</title></rect>)~"
+                   R"~(<title>{}: {} allocations, {}</title></rect>)~"
                    R"~(<text transform="translate({:.1f} {}) rotate(-45)" text-anchor="end">{}</text>)~" "\n",
-                   x + slot * 0.1, top_y, slot * 0.8, (h - bottom) - top_y, html_escape(human_bytes(b.lo)),
-                   html_escape(human_bytes(b.hi + 1)), b.count, html_escape(human_bytes(b.bytes)), x + slot * 0.5,
-                   h - bottom + 14, html_escape(range));
+                   x + slot * 0.1, top_y, slot * 0.8, (h - bottom) - top_y, escape_html(size_range_label(b.lo, b.hi)),
+                   b.count, escape_html(human_bytes(b.bytes)), x + slot * 0.5,
+                   h - bottom + 14, escape_html(range));
   }
   fmt::format_to(out, R"~(<path d="M{0} {1}V{2}H{3}" fill="none" stroke="#282828"/>)~"
                  R"~(<text transform="translate(14 {4}) rotate(-90)" text-anchor="middle">allocations</text></svg>)~" "\n",
                  left, top, h - bottom, w - right, (top + h - bottom) / 2);
 }
 
-void allocation_rows(out_it out, analysed_log const& a, std::vector<allocation_record> const& rows, std::size_t limit) {
-  fmt::format_to(out, "<table><tr><th>size</th><th>bytes</th><th>time</th><th>thread</th><th>stream</th>"
-                      "<th>entry</th><th>pointer</th><th>line</th></tr>\n");
-  for (std::size_t i = 0; i < std::min(limit, rows.size()); ++i) {
-    auto const& r = rows[i];
-    fmt::format_to(out, "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
-                   human_bytes(r.size), r.size, html_escape(describe_when(r.at, a.summary.first_time_ns)), r.thread,
-                   hex(r.stream), html_escape(a.log.string(r.entry)), hex(r.pointer), r.at.line);
-  }
-  fmt::format_to(out, "</table>\n");
-  if (rows.size() > limit) fmt::format_to(out, "<p>… {} more not shown (--top).</p>\n", rows.size() - limit);
+void more(out_it out, std::uint64_t total, std::size_t shown) {
+  if (total > shown) fmt::format_to(out, "<p>… {} more not shown (--top).</p>\n", total - shown);
 }
 
-void one_log(out_it out, analysed_log const& a, std::size_t top_n) {
-  auto const& s = a.summary;
-  fmt::format_to(out, "<section><h2>{}</h2>\n<table class=\"summary\">\n", html_escape(s.path));
-  auto row = [&](std::string_view k, std::string const& v) {
-    fmt::format_to(out, "<tr><th>{}</th><td>{}</td></tr>\n", k, html_escape(v));
+void allocation_rows(out_it out, log_summary const& s, std::vector<allocation_record> const& rows,
+                     std::uint64_t total) {
+  fmt::format_to(out, "<table><tr><th>size</th><th>bytes</th><th>time</th><th>thread</th><th>stream</th>"
+                      "<th>entry</th><th>pointer</th><th>line</th></tr>\n");
+  for (auto const& r : rows) {
+    fmt::format_to(out, "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
+                   human_bytes(r.size), r.size, escape_html(describe_when(r.at, s.first_time_ns)), r.thread,
+                   hex(r.stream), escape_html(s.string(r.entry)), hex(r.pointer), r.at.line);
+  }
+  fmt::format_to(out, "</table>\n");
+  more(out, total, rows.size());
+}
+
+void keyed(out_it out, char const* title, key_table const& t, bool hex_key, char const* key_name) {
+  fmt::format_to(out, "<h3>{}</h3>\n<table><tr><th>{}</th><th>allocations</th><th>frees</th><th>failures</th>"
+                      "<th>allocated</th></tr>\n",
+                 title, key_name);
+  auto row = [&](std::string const& key, key_counts const& k) {
+    fmt::format_to(out, "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n", key, k.allocations,
+                   k.frees, k.failures, human_bytes(k.bytes_allocated));
   };
-  row("format", fmt::format("{} log, {} columns, {} lines", s.dialect, a.log.columns.count, a.log.lines));
+  for (auto const& k : t.rows) row(hex_key ? hex(k.key) : fmt::format("{}", k.key), k);
+  if (t.truncated) row("(others)", t.others);
+  fmt::format_to(out, "</table>\n");
+}
+
+void one_log(out_it out, log_summary const& s) {
+  fmt::format_to(out, "<section><h2>{}</h2>\n", escape_html(s.path));
+  if (!s.complete()) {
+    fmt::format_to(out,
+                   "<p class=\"incomplete\"><b>Incomplete log:</b> {} (marker at line {}). Allocations still live "
+                   "at its end may have been freed in the lost rows: none is called a leak.</p>\n",
+                   escape_html(incomplete_reason(s)), s.incomplete->line);
+  }
+  fmt::format_to(out, "<table class=\"summary\">\n");
+  auto row = [&](std::string_view k, std::string const& v) {
+    fmt::format_to(out, "<tr><th>{}</th><td>{}</td></tr>\n", k, escape_html(v));
+  };
+  row("format", fmt::format("{} log, {} columns, {} lines", s.dialect, s.columns.count, s.lines));
   row("events", fmt::format("{}: {}, {}, {}", s.events, plural(s.allocations, "allocation", "allocations"),
                             plural(s.frees, "free", "frees"), plural(s.failures, "failure", "failures")));
   row("span", human_duration(s.last_time_ns - s.first_time_ns));
@@ -138,70 +163,66 @@ void one_log(out_it out, analysed_log const& a, std::size_t top_n) {
                                                 s.peak_live_bytes, describe_when(*s.peak_live_at, s.first_time_ns),
                                                 s.peak_live_at->event_index, s.peak_live_at->line)
                                   : std::string{"0 B"});
-  row("peak reserved", s.peak_reserved_bytes ? fmt::format("{} ({} B) at {}", human_bytes(*s.peak_reserved_bytes),
+  row("peak reserved", s.peak_reserved_bytes ? fmt::format("{} ({} B) at {}, line {}", human_bytes(*s.peak_reserved_bytes),
                                                            *s.peak_reserved_bytes,
-                                                           describe_when(*s.peak_reserved_at, s.first_time_ns))
+                                                           describe_when(*s.peak_reserved_at, s.first_time_ns),
+                                                           s.peak_reserved_at->line)
                                              : std::string{"not in log"});
-  row("live at end", fmt::format("{} in {} never freed", human_bytes(s.live_at_end_bytes),
-                                 plural(s.leaks.size(), "allocation", "allocations")));
-  row("frees of unknown pointers", fmt::format("{}", s.unknown_frees.size()));
-  row("warnings", fmt::format("{}", a.log.warning_count));
+  row("live at end", fmt::format("{} in {} {}", human_bytes(s.live_at_end_bytes),
+                                 plural(s.live_at_end_count, "allocation", "allocations"), live_at_end_title(s)));
+  row("frees of unknown pointers", fmt::format("{}", s.unknown_free_count));
+  row("warnings", fmt::format("{}", s.warning_count));
+  if (s.ended_abruptly) {
+    row("note", "the log ends in NUL padding or a torn row: its writer did not close it (killed, crashed, or still "
+                "running)");
+  }
   fmt::format_to(out, "</table>\n");
 
-  fmt::format_to(out, "<h3>Never freed ({})</h3>\n", s.leaks.size());
-  if (!s.leaks.empty()) allocation_rows(out, a, s.leaks, top_n);
+  std::string title{live_at_end_title(s)};
+  title[0] = static_cast<char>(title[0] - 'a' + 'A');
+  fmt::format_to(out, "<h3>{} ({})</h3>\n", escape_html(title), s.live_at_end_count);
+  if (!s.live_at_end.empty()) allocation_rows(out, s, s.live_at_end, s.live_at_end_count);
   if (!s.failed.empty()) {
     fmt::format_to(out, "<h3>Failed allocations ({})</h3>\n<table><tr><th>size</th><th>bytes</th><th>time</th>"
                         "<th>thread</th><th>stream</th><th>entry</th><th>result</th><th>line</th></tr>\n",
-                   s.failed.size());
-    for (std::size_t i = 0; i < std::min(top_n, s.failed.size()); ++i) {
-      auto const& f = s.failed[i];
+                   s.failures);
+    for (auto const& f : s.failed) {
       fmt::format_to(out, "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
-                     human_bytes(f.size), f.size, html_escape(describe_when(f.at, s.first_time_ns)), f.thread,
-                     hex(f.stream), html_escape(a.log.string(f.entry)),
-                     f.result ? html_escape(a.log.string(f.result)) : "(not in log)", f.at.line);
+                     human_bytes(f.size), f.size, escape_html(describe_when(f.at, s.first_time_ns)), f.thread,
+                     hex(f.stream), escape_html(s.string(f.entry)),
+                     f.result ? escape_html(s.string(f.result)) : "(not in log)", f.at.line);
     }
     fmt::format_to(out, "</table>\n");
+    more(out, s.failures, s.failed.size());
   }
   if (!s.unknown_frees.empty()) {
     fmt::format_to(out, "<h3>Frees of unknown pointers ({})</h3>\n<table><tr><th>pointer</th><th>size</th>"
                         "<th>time</th><th>thread</th><th>stream</th><th>line</th></tr>\n",
-                   s.unknown_frees.size());
-    for (std::size_t i = 0; i < std::min(top_n, s.unknown_frees.size()); ++i) {
-      auto const& u = s.unknown_frees[i];
+                   s.unknown_free_count);
+    for (auto const& u : s.unknown_frees) {
       fmt::format_to(out, "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n", hex(u.pointer),
-                     human_bytes(u.size), html_escape(describe_when(u.at, s.first_time_ns)), u.thread, hex(u.stream),
+                     human_bytes(u.size), escape_html(describe_when(u.at, s.first_time_ns)), u.thread, hex(u.stream),
                      u.at.line);
     }
     fmt::format_to(out, "</table>\n");
+    more(out, s.unknown_free_count, s.unknown_frees.size());
   }
   fmt::format_to(out, "<h3>Largest allocations</h3>\n");
-  allocation_rows(out, a, s.largest, top_n);
+  allocation_rows(out, s, s.largest, s.largest.size());
   fmt::format_to(out, "<h3>Size histogram</h3>\n");
   histogram_svg(out, s);
   fmt::format_to(out, "<table><tr><th>sizes</th><th>count</th><th>bytes</th></tr>\n");
   for (auto const& b : s.histogram) {
-    std::string const range = b.hi == 0 ? "0 B" : fmt::format("{} – <{}", human_bytes(b.lo), human_bytes(b.hi + 1));
-    fmt::format_to(out, "<tr><td>{}</td><td>{}</td><td>{}</td></tr>\n", html_escape(range), b.count, human_bytes(b.bytes));
+    fmt::format_to(out, "<tr><td>{}</td><td>{}</td><td>{}</td></tr>\n", escape_html(size_range_label(b.lo, b.hi, " – ")),
+                   b.count, human_bytes(b.bytes));
   }
   fmt::format_to(out, "</table>\n");
-  auto keyed = [&](char const* title, std::vector<key_counts> const& rows, bool hex_key, char const* key_name) {
-    fmt::format_to(out, "<h3>{}</h3>\n<table><tr><th>{}</th><th>allocations</th><th>frees</th><th>failures</th>"
-                        "<th>allocated</th></tr>\n",
-                   title, key_name);
-    for (auto const& k : rows) {
-      fmt::format_to(out, "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
-                     hex_key ? hex(k.key) : fmt::format("{}", k.key), k.allocations, k.frees, k.failures,
-                     human_bytes(k.bytes_allocated));
-    }
-    fmt::format_to(out, "</table>\n");
-  };
-  keyed("Per thread", s.threads, false, "thread");
-  keyed("Per stream", s.streams, true, "stream");
-  if (!s.devices.empty()) keyed("Per device", s.devices, false, "device");
-  if (!a.log.warnings.empty()) {
-    fmt::format_to(out, "<h3>Warnings ({})</h3>\n<ul class=\"warnings\">\n", a.log.warning_count);
-    for (auto const& w : a.log.warnings) fmt::format_to(out, "<li>{}</li>\n", html_escape(w.text()));
+  keyed(out, "Per thread", s.threads, false, "thread");
+  keyed(out, "Per stream", s.streams, true, "stream");
+  if (s.columns.device) keyed(out, "Per device", s.devices, false, "device");
+  if (!s.warnings.empty()) {
+    fmt::format_to(out, "<h3>Warnings ({})</h3>\n<ul class=\"warnings\">\n", s.warning_count);
+    for (auto const& w : s.warnings) fmt::format_to(out, "<li>{}</li>\n", escape_html(w.text()));
     fmt::format_to(out, "</ul>\n");
   }
   fmt::format_to(out, "</section>\n");
@@ -220,34 +241,48 @@ std::string html_report(report_data const& r) {
                       "table.summary th{{text-align:left;background:#f4f4f4}}\ntable.summary td{{text-align:left}}\n"
                       "section{{border-top:2px solid #1f77b4;margin-top:2em}}\n"
                       ".warnings{{color:#a00;font-family:monospace}}\nsvg.plot{{border:1px solid #ddd}}\n"
+                      ".incomplete{{background:#fde8e8;border:2px solid #a00;padding:.5em 1em}}\n"
                       "</style></head><body>\n<h1>gpumem allocation report</h1>\n");
+  for (auto const& s : r.logs) {
+    if (!s.complete()) {
+      fmt::format_to(out, "<p class=\"incomplete\"><b>{} is incomplete:</b> {}. No allocation in it is called a "
+                          "leak.</p>\n",
+                     escape_html(s.path), escape_html(incomplete_reason(s)));
+    }
+  }
   std::vector<log_summary const*> logs;
-  for (auto const& a : r.logs) logs.push_back(&a.summary);
+  for (auto const& s : r.logs) logs.push_back(&s);
   fmt::format_to(out, "<h2>Device memory over time</h2>\n");
   timeline_svg(out, logs, r.combined ? &*r.combined : nullptr);
   if (r.combined) {
     auto const& c = *r.combined;
     fmt::format_to(out, "<h2>All {} logs</h2>\n<table class=\"summary\"><tr><th></th>", r.logs.size());
-    for (auto const& a : r.logs) fmt::format_to(out, "<th>{}</th>", html_escape(a.summary.path));
+    for (auto const& s : r.logs) fmt::format_to(out, "<th>{}</th>", escape_html(s.path));
     fmt::format_to(out, "<th>combined</th></tr>\n");
     auto row = [&](std::string_view k, auto&& f, std::string const& total) {
       fmt::format_to(out, "<tr><th>{}</th>", k);
-      for (auto const& a : r.logs) fmt::format_to(out, "<td>{}</td>", html_escape(f(a.summary)));
-      fmt::format_to(out, "<td>{}</td></tr>\n", html_escape(total));
+      for (auto const& s : r.logs) fmt::format_to(out, "<td>{}</td>", escape_html(f(s)));
+      fmt::format_to(out, "<td>{}</td></tr>\n", escape_html(total));
     };
     auto num = [](std::uint64_t v) { return fmt::format("{}", v); };
+    row("complete", [](log_summary const& s) { return std::string{s.complete() ? "yes" : "NO"}; },
+        c.complete ? "yes" : "NO");
     row("events", [&](log_summary const& s) { return num(s.events); }, num(c.events));
     row("failures", [&](log_summary const& s) { return num(s.failures); }, num(c.failures));
     row("peak live", [](log_summary const& s) { return human_bytes(s.peak_live_bytes); }, human_bytes(c.peak_live_bytes));
+    row("peak reserved",
+        [](log_summary const& s) { return s.peak_reserved_bytes ? human_bytes(*s.peak_reserved_bytes) : "not in log"; },
+        c.peak_reserved_bytes ? human_bytes(*c.peak_reserved_bytes) : "");
     row("live at end", [](log_summary const& s) { return human_bytes(s.live_at_end_bytes); },
         human_bytes(c.live_at_end_bytes));
-    row("never freed", [&](log_summary const& s) { return num(s.leaks.size()); }, num(c.leaked_allocations));
+    row(c.complete ? "never freed" : "still live at end", [&](log_summary const& s) { return num(s.live_at_end_count); },
+        num(c.live_at_end_count));
     fmt::format_to(out, "</table>\n");
   }
-  for (auto const& a : r.logs) one_log(out, a, r.top_n);
+  for (auto const& s : r.logs) one_log(out, s);
   if (!r.unreadable.empty()) {
     fmt::format_to(out, "<h2>Not read</h2>\n<ul class=\"warnings\">\n");
-    for (auto const& u : r.unreadable) fmt::format_to(out, "<li>{}</li>\n", html_escape(u.text()));
+    for (auto const& u : r.unreadable) fmt::format_to(out, "<li>{}</li>\n", escape_html(u.text()));
     fmt::format_to(out, "</ul>\n");
   }
   fmt::format_to(out, "</body></html>\n");

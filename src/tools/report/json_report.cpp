@@ -1,6 +1,9 @@
 // JSON rendering for machines and tests: every number exact (bytes, ns, indices).
-// Optional values are null when the log lacks the column.
+// Optional values are null when the log lacks the column. Lists are bounded by
+// --top; the counts beside them are exact. Strings are escaped (json_string).
 #include "report.hpp"
+
+#include <gpumem/tools/text_escape.hpp>
 
 #include <fmt/format.h>
 
@@ -12,37 +15,14 @@ namespace {
 
 using out_it = std::back_insert_iterator<std::string>;
 
-std::string json_string(std::string_view s) {
-  std::string out = "\"";
-  for (char ch : s) {
-    auto const c = static_cast<unsigned char>(ch);
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      case '\r': out += "\\r"; break;
-      default:
-        if (c < 0x20) {
-          out += fmt::format("\\u{:04x}", c);
-        } else {
-          out += ch;
-        }
-    }
-  }
-  out += '"';
-  return out;
-}
-
 std::string position(log_position const& p) {
   return fmt::format(R"({{"event_index":{},"line":{},"time_ns":{},"time":{}}})", p.event_index, p.line, p.time_ns,
                      p.clock_us < 0 ? "null" : json_string(format_time_of_day(p.clock_us)));
 }
 
-std::string allocation(parsed_log const& log, allocation_record const& a) {
+std::string allocation(log_summary const& s, allocation_record const& a) {
   return fmt::format(R"({{"pointer":"{:#x}","size":{},"thread":{},"stream":{},"device":{},"entry":{},"at":{}}})",
-                     a.pointer, a.size, a.thread, a.stream, a.device, json_string(log.string(a.entry)),
-                     position(a.at));
+                     a.pointer, a.size, a.thread, a.stream, a.device, json_string(s.string(a.entry)), position(a.at));
 }
 
 template <typename Range, typename Fn>
@@ -56,11 +36,33 @@ void array(out_it out, Range const& rows, Fn&& item) {
   fmt::format_to(out, "]");
 }
 
-void one_log(out_it out, analysed_log const& a) {
-  auto const& s = a.summary;
-  auto const& log = a.log;
+std::string keyed(key_counts const& k) {
+  return fmt::format(R"({{"id":{},"allocations":{},"frees":{},"failures":{},"bytes_allocated":{}}})", k.key,
+                     k.allocations, k.frees, k.failures, k.bytes_allocated);
+}
+
+void key_list(out_it out, std::string_view name, key_table const& t) {
+  fmt::format_to(out, R"(,"{}":)", name);
+  array(out, t.rows, keyed);
+  fmt::format_to(out, R"(,"{}_others":{})", name,
+                 t.truncated ? fmt::format(R"({{"allocations":{},"frees":{},"failures":{},"bytes_allocated":{}}})",
+                                           t.others.allocations, t.others.frees, t.others.failures,
+                                           t.others.bytes_allocated)
+                             : "null");
+}
+
+void one_log(out_it out, log_summary const& s) {
   fmt::format_to(out, R"({{"path":{},"dialect":"{}","columns":{},"lines":{},)", json_string(s.path), s.dialect,
-                 log.columns.count, log.lines);
+                 s.columns.count, s.lines);
+  fmt::format_to(out, R"("complete":{},"incomplete":)", s.complete());
+  if (s.incomplete) {
+    fmt::format_to(out, R"({{"dropped_rows":{},"reason":{},"line":{}}},)",
+                   s.incomplete->dropped_rows ? fmt::format("{}", *s.incomplete->dropped_rows) : "null",
+                   json_string(s.incomplete->reason), s.incomplete->line);
+  } else {
+    fmt::format_to(out, "null,");
+  }
+  fmt::format_to(out, R"("ended_abruptly":{},)", s.ended_abruptly);
   fmt::format_to(out, R"("events":{},"allocations":{},"frees":{},"failures":{},"bytes_allocated":{},"bytes_freed":{},)",
                  s.events, s.allocations, s.frees, s.failures, s.bytes_allocated, s.bytes_freed);
   fmt::format_to(out, R"("first_time_ns":{},"last_time_ns":{},)", s.first_time_ns, s.last_time_ns);
@@ -72,19 +74,27 @@ void one_log(out_it out, analysed_log const& a) {
   } else {
     fmt::format_to(out, R"("peak_reserved_bytes":null,"peak_reserved_at":null,)");
   }
-  fmt::format_to(out, R"("live_at_end_bytes":{},"reused_live_pointers":{},"leaks":)", s.live_at_end_bytes,
-                 s.reused_live_pointers);
-  array(out, s.leaks, [&](allocation_record const& r) { return allocation(log, r); });
+  fmt::format_to(out, R"("live_at_end_bytes":{},"live_at_end_count":{},"reused_live_pointers":{},"live_at_end":)",
+                 s.live_at_end_bytes, s.live_at_end_count, s.reused_live_pointers);
+  auto const alloc = [&](allocation_record const& r) { return allocation(s, r); };
+  array(out, s.live_at_end, alloc);
+  // Leaks only where the log is complete: otherwise a free may be among the lost rows.
+  fmt::format_to(out, R"(,"leaks":)");
+  if (s.complete()) {
+    array(out, s.live_at_end, alloc);
+  } else {
+    fmt::format_to(out, "null");
+  }
   fmt::format_to(out, R"(,"largest":)");
-  array(out, s.largest, [&](allocation_record const& r) { return allocation(log, r); });
+  array(out, s.largest, alloc);
   fmt::format_to(out, R"(,"failed":)");
   array(out, s.failed, [&](failure_record const& f) {
     return fmt::format(R"({{"size":{},"thread":{},"stream":{},"entry":{},"result":{},"at":{}}})", f.size, f.thread,
-                       f.stream, json_string(log.string(f.entry)),
-                       f.result ? json_string(log.string(f.result)) : "null", position(f.at));
+                       f.stream, json_string(s.string(f.entry)), f.result ? json_string(s.string(f.result)) : "null",
+                       position(f.at));
   });
-  fmt::format_to(out, R"(,"unknown_frees":)");
-  array(out, s.unknown_frees, [&](unknown_free_record const& u) {
+  fmt::format_to(out, R"(,"unknown_free_count":{},"unknown_frees":)", s.unknown_free_count);
+  array(out, s.unknown_frees, [](unknown_free_record const& u) {
     return fmt::format(R"({{"pointer":"{:#x}","size":{},"thread":{},"stream":{},"at":{}}})", u.pointer, u.size,
                        u.thread, u.stream, position(u.at));
   });
@@ -92,18 +102,17 @@ void one_log(out_it out, analysed_log const& a) {
   array(out, s.histogram, [](histogram_bucket const& b) {
     return fmt::format(R"({{"min":{},"max":{},"count":{},"bytes":{}}})", b.lo, b.hi, b.count, b.bytes);
   });
-  auto keyed = [](key_counts const& k) {
-    return fmt::format(R"({{"id":{},"allocations":{},"frees":{},"failures":{},"bytes_allocated":{}}})", k.key,
-                       k.allocations, k.frees, k.failures, k.bytes_allocated);
-  };
-  fmt::format_to(out, R"(,"threads":)");
-  array(out, s.threads, keyed);
-  fmt::format_to(out, R"(,"streams":)");
-  array(out, s.streams, keyed);
-  fmt::format_to(out, R"(,"devices":)");
-  array(out, s.devices, keyed);
-  fmt::format_to(out, R"(,"warning_count":{},"warnings":)", log.warning_count);
-  array(out, log.warnings, [](log_diagnostic const& d) { return json_string(d.text()); });
+  key_list(out, "threads", s.threads);
+  key_list(out, "streams", s.streams);
+  key_list(out, "devices", s.devices);
+  fmt::format_to(out, R"(,"warning_count":{},"warnings":)", s.warning_count);
+  array(out, s.warnings, [](log_diagnostic const& d) { return json_string(d.text()); });
+  // [time_ns, live bytes, reserved bytes or null], bounded (see timeline_builder).
+  fmt::format_to(out, R"(,"timeline":)");
+  array(out, s.timeline, [](timeline_point const& p) {
+    return p.reserved < 0 ? fmt::format("[{},{},null]", p.time_ns, p.live)
+                          : fmt::format("[{},{},{}]", p.time_ns, p.live, p.reserved);
+  });
   fmt::format_to(out, "}}");
 }
 
@@ -122,11 +131,13 @@ std::string json_report(report_data const& r) {
   if (r.combined) {
     auto const& c = *r.combined;
     fmt::format_to(out,
-                   R"(,"combined":{{"logs":{},"events":{},"allocations":{},"frees":{},"failures":{},)"
+                   R"(,"combined":{{"logs":{},"complete":{},"events":{},"allocations":{},"frees":{},"failures":{},)"
                    R"("bytes_allocated":{},"peak_live_bytes":{},"peak_time_ns":{},"peak_log":{},"peak_line":{},)"
-                   R"("live_at_end_bytes":{},"leaked_allocations":{}}})",
-                   c.logs, c.events, c.allocations, c.frees, c.failures, c.bytes_allocated, c.peak_live_bytes,
-                   c.peak_time_ns, c.peak_log, c.peak_at.line, c.live_at_end_bytes, c.leaked_allocations);
+                   R"("peak_reserved_bytes":{},"live_at_end_bytes":{},"live_at_end_count":{},"leaked_allocations":{}}})",
+                   c.logs, c.complete, c.events, c.allocations, c.frees, c.failures, c.bytes_allocated,
+                   c.peak_live_bytes, c.peak_time_ns, c.peak_log, c.peak_at.line,
+                   c.peak_reserved_bytes ? fmt::format("{}", *c.peak_reserved_bytes) : "null", c.live_at_end_bytes,
+                   c.live_at_end_count, c.complete ? fmt::format("{}", c.live_at_end_count) : "null");
   } else {
     fmt::format_to(out, R"(,"combined":null)");
   }

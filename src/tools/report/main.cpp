@@ -1,129 +1,170 @@
-// gpumem-report LOG... [--html OUT.html] [--png OUT.png] [--top N] [--json]
+// gpumem-report LOG... [--json] [--html FILE] [--png FILE] [--trace FILE] [--top N]
 //
-// Summarises gpumem / RMM allocation logs. Damaged lines are reported on stderr as
-// file:line: problem and skipped. Exit status: 0 when at least one log was reported
-// (warnings or not), 2 when no log could be read or the command line is wrong,
-// 1 when an output file could not be written.
+// Summarises gpumem / RMM allocation logs, reading them in one pass with memory
+// bounded by the allocations live at a time. Damaged lines are reported on stderr
+// as file:line: problem and skipped. Exit status: 0 when at least one log was
+// reported (warnings or not), 1 when an output could not be written, 2 when no log
+// could be read or the command line is wrong.
 #include "report.hpp"
+#include "trace_writer.hpp"
+
+#include "command_line.hpp"
+
+#include <gpumem/tools/text_escape.hpp>
 
 #include <fmt/format.h>
 
-#include <charconv>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <optional>
 #include <string>
-#include <string_view>
 #include <vector>
 
 namespace {
 
+using namespace gpumem::tools;
+
 constexpr int exit_ok = 0;
 constexpr int exit_write_failed = 1;
-constexpr int exit_no_log = 2;
 constexpr std::size_t warnings_shown_per_log = 20;
-
-constexpr char const* usage =
-    "usage: gpumem-report LOG... [--html OUT.html] [--png OUT.png] [--top N] [--json]\n"
-    "  LOG          CSV allocation log (gpumem or RMM columns); several logs = ranks of one job\n"
-    "  --html FILE  write a self-contained HTML page (summary, timeline, histogram, leaks)\n"
-    "  --png FILE   write the live-bytes timeline as a PNG image\n"
-    "  --top N      rows in the leak / largest / failure tables (default 10)\n"
-    "  --json       print JSON instead of text\n";
 
 struct options {
   std::vector<std::string> logs;
-  std::optional<std::string> html, png;
+  std::string html, png, trace;
   std::size_t top_n = 10;
   bool json = false;
 };
 
-std::optional<options> parse_args(int argc, char** argv) {
+options parse_args(int argc, char** argv) {
   options o;
-  for (int i = 1; i < argc; ++i) {
-    std::string_view const a = argv[i];
-    auto value = [&]() -> char const* {
-      if (i + 1 >= argc) {
-        fmt::print(stderr, "gpumem-report: {} needs a value\n", a);
-        return nullptr;
-      }
-      return argv[++i];
-    };
-    if (a == "--help" || a == "-h") {
-      std::fputs(usage, stdout);
-      std::exit(exit_ok);
-    } else if (a == "--json") {
-      o.json = true;
-    } else if (a == "--html" || a == "--png") {
-      char const* v = value();
-      if (!v) return std::nullopt;
-      (a == "--html" ? o.html : o.png) = v;
-    } else if (a == "--top") {
-      char const* v = value();
-      if (!v) return std::nullopt;
-      std::string_view const sv = v;
-      auto const [p, ec] = std::from_chars(sv.data(), sv.data() + sv.size(), o.top_n);
-      if (ec != std::errc{} || p != sv.data() + sv.size()) {
-        fmt::print(stderr, "gpumem-report: --top needs a number, got '{}'\n", sv);
-        return std::nullopt;
-      }
-    } else if (a.size() > 1 && a[0] == '-' && a != "-") {
-      fmt::print(stderr, "gpumem-report: unknown option '{}'\n", a);
-      return std::nullopt;
-    } else {
-      o.logs.emplace_back(a == "-" ? "/dev/stdin" : std::string{a});
-    }
-  }
-  if (o.logs.empty()) {
-    fmt::print(stderr, "gpumem-report: no log given\n");
-    return std::nullopt;
-  }
+  CLI::App app{"Summarises GPU allocation logs written by the gpumem shim or by RMM's logging_resource_adaptor: "
+               "peak live and reserved bytes, allocations never freed, failures, sizes, threads and streams.",
+               "gpumem-report"};
+  app.add_option("LOG", o.logs, "CSV allocation log ('-': standard input); several logs = ranks of one job")
+      ->required();
+  app.add_flag("--json", o.json, "print JSON instead of text");
+  app.add_option("--html", o.html, "also write a self-contained HTML page (summary, timeline, histogram, tables)")
+      ->type_name("FILE");
+  app.add_option("--png", o.png, "also write the timeline of live and reserved bytes as a PNG image")
+      ->type_name("FILE");
+  app.add_option("--trace", o.trace,
+                 "also write a Chrome trace-event file (JSON) for Perfetto or chrome://tracing: live and reserved "
+                 "bytes as counters, each allocation as a slice on its stream, failures as instants")
+      ->type_name("FILE");
+  app.add_option("--top", o.top_n,
+                 "rows in the never-freed, largest, failure and unknown-free tables (0 to 100000; default 10)")
+      ->type_name("N")
+      ->check(CLI::Range(std::size_t{0}, std::size_t{100000}).description(""));
+  app.footer("Exit status: 0 reported, 1 an output could not be written, 2 no log could be read or a bad command "
+             "line.");
+  parse_command_line(app, argc, argv);
   return o;
 }
 
-bool write_file(std::string const& path, std::string const& data) {
-  std::FILE* f = std::fopen(path.c_str(), "wb");
-  if (!f) {
-    fmt::print(stderr, "gpumem-report: cannot write {}: {}\n", path, std::strerror(errno));
+/// An output file opened before the (possibly long) pass, so an unwritable path
+/// is reported at once; removed again if no report is made.
+class output_file {
+ public:
+  explicit output_file(std::string path) : path_{std::move(path)} {
+    if (path_.empty()) return;
+    f_ = std::fopen(path_.c_str(), "wb");
+    if (f_ == nullptr) error_ = errno;
+  }
+  ~output_file() {
+    if (f_ != nullptr) std::fclose(f_);
+  }
+  output_file(output_file const&) = delete;
+  output_file& operator=(output_file const&) = delete;
+
+  [[nodiscard]] bool wanted() const noexcept { return !path_.empty(); }
+  [[nodiscard]] bool open_failed() const noexcept { return wanted() && f_ == nullptr; }
+  [[nodiscard]] std::FILE* get() const noexcept { return f_; }
+
+  /// Writes `data` (if any) and closes; false (with a message naming the file) on failure.
+  bool finish(std::string const& data, int earlier_error = 0) {
+    if (f_ == nullptr) return report(error_);
+    if (earlier_error == 0 && !data.empty() && std::fwrite(data.data(), 1, data.size(), f_) != data.size()) {
+      earlier_error = errno;
+    }
+    if (earlier_error == 0 && std::fflush(f_) != 0) earlier_error = errno;
+    if (std::fclose(f_) != 0 && earlier_error == 0) earlier_error = errno;
+    f_ = nullptr;
+    return earlier_error == 0 || report(earlier_error);
+  }
+  void remove() {
+    if (f_ == nullptr) return;
+    std::fclose(f_);
+    f_ = nullptr;
+    ::unlink(path_.c_str());
+  }
+  bool report(int error) const {
+    fmt::print(stderr, "gpumem-report: cannot write {}: {}\n", escape_text(path_),
+               std::strerror(error != 0 ? error : EIO));
     return false;
   }
-  bool ok = std::fwrite(data.data(), 1, data.size(), f) == data.size();
-  ok = (std::fclose(f) == 0) && ok;
-  if (!ok) fmt::print(stderr, "gpumem-report: cannot write {}: {}\n", path, std::strerror(errno));
+
+ private:
+  std::string path_;
+  std::FILE* f_ = nullptr;
+  int error_ = 0;
+};
+
+/// Standard output, checked: a full disk or closed pipe is an error, not a lost report.
+bool write_stdout(std::string const& body) {
+  errno = 0;
+  bool ok = std::fwrite(body.data(), 1, body.size(), stdout) == body.size();
+  ok = std::fflush(stdout) == 0 && ok && !std::ferror(stdout);
+  if (!ok) {
+    fmt::print(stderr, "gpumem-report: cannot write the report to standard output: {}\n",
+               std::strerror(errno != 0 ? errno : EIO));
+  }
   return ok;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  auto const opts = parse_args(argc, argv);
-  if (!opts) {
-    std::fputs(usage, stderr);
-    return exit_no_log;
-  }
-  auto const report = gpumem::tools::build_report(opts->logs, opts->top_n);
+  options const opts = parse_args(argc, argv);
 
-  for (auto const& a : report.logs) {
-    auto const& w = a.log.warnings;
+  output_file html{opts.html}, png{opts.png}, trace{opts.trace};
+  bool outputs_ok = true;
+  for (output_file* f : {&html, &png, &trace}) {
+    if (f->open_failed()) outputs_ok = f->finish({}) && outputs_ok;
+  }
+  if (!outputs_ok) return exit_write_failed;
+
+  std::optional<trace_writer> tracer;
+  if (trace.wanted()) tracer.emplace(trace.get());
+  auto const report = analyse_logs(opts.logs, opts.top_n, tracer ? &*tracer : nullptr);
+
+  for (auto const& s : report.logs) {
+    auto const& w = s.warnings;
     for (std::size_t i = 0; i < std::min(w.size(), warnings_shown_per_log); ++i) {
-      fmt::print(stderr, "warning: {}\n", w[i].text());
+      fmt::print(stderr, "warning: {}\n", escape_text(w[i].text()));
     }
-    if (a.log.warning_count > warnings_shown_per_log) {
-      fmt::print(stderr, "warning: {}: {} more warnings not shown\n", a.log.path,
-                 a.log.warning_count - warnings_shown_per_log);
+    if (s.warning_count > warnings_shown_per_log) {
+      fmt::print(stderr, "warning: {}: {} more warnings not shown\n", escape_text(s.path),
+                 s.warning_count - warnings_shown_per_log);
+    }
+    if (!s.complete()) {
+      fmt::print(stderr, "warning: {} is incomplete: {}; no allocation in it is called a leak\n", escape_text(s.path),
+                 escape_text(incomplete_reason(s)));
     }
   }
-  for (auto const& u : report.unreadable) fmt::print(stderr, "error: {}\n", u.text());
+  for (auto const& u : report.unreadable) fmt::print(stderr, "error: {}\n", escape_text(u.text()));
   if (report.logs.empty()) {
     fmt::print(stderr, "gpumem-report: no log could be read\n");
-    return exit_no_log;
+    for (output_file* f : {&html, &png, &trace}) f->remove();
+    return exit_usage;
   }
 
-  std::string const body = opts->json ? gpumem::tools::json_report(report) : gpumem::tools::text_report(report);
-  std::fwrite(body.data(), 1, body.size(), stdout);
-
   int status = exit_ok;
-  if (opts->html && !write_file(*opts->html, gpumem::tools::html_report(report))) status = exit_write_failed;
-  if (opts->png && !write_file(*opts->png, gpumem::tools::png_report(report))) status = exit_write_failed;
+  if (!write_stdout(opts.json ? json_report(report) : text_report(report))) status = exit_write_failed;
+  if (html.wanted() && !html.finish(html_report(report))) status = exit_write_failed;
+  if (png.wanted() && !png.finish(png_report(report))) status = exit_write_failed;
+  if (trace.wanted() && !trace.finish({}, tracer->error())) status = exit_write_failed;
   return status;
 }

@@ -1,8 +1,10 @@
 // Terminal rendering: one block per log, then (several logs) a side-by-side table
-// and the totals of the merged timeline.
+// and the totals of the merged timeline. Text from the log is escaped (escape_text).
 #include "report.hpp"
 
 #include "units.hpp"
+
+#include <gpumem/tools/text_escape.hpp>
 
 #include <fmt/format.h>
 
@@ -23,25 +25,43 @@ std::string bytes_exact(std::uint64_t b) {
   return b < 1024 ? human_bytes(b) : fmt::format("{} ({} B)", human_bytes(b), b);
 }
 
-std::string_view or_dash(std::string_view s) { return s.empty() ? std::string_view{"-"} : s; }
+std::string or_dash(std::string_view s) { return s.empty() ? std::string{"-"} : escape_text(s); }
 
-void allocation_table(out_it out, analysed_log const& a, std::vector<allocation_record> const& rows,
-                      std::size_t limit) {
-  fmt::format_to(out, "    {:>12}  {:<28} {:>8} {:>8} {:<14} {:<18} {:>8}\n", "size", "time", "thread", "stream",
-                 "entry", "pointer", "line");
-  for (std::size_t i = 0; i < std::min(limit, rows.size()); ++i) {
-    auto const& r = rows[i];
-    fmt::format_to(out, "    {:>12}  {:<28} {:>8} {:>8} {:<14} {:<18} {:>8}\n", human_bytes(r.size),
-                   describe_when(r.at, a.summary.first_time_ns), r.thread, hex(r.stream),
-                   or_dash(a.log.string(r.entry)), hex(r.pointer), r.at.line);
-  }
-  if (rows.size() > limit) fmt::format_to(out, "    ... {} more\n", rows.size() - limit);
+void more(out_it out, std::uint64_t total, std::size_t shown) {
+  if (total > shown) fmt::format_to(out, "    ... {} more (--top)\n", total - shown);
 }
 
-void one_log(out_it out, analysed_log const& a, std::size_t top_n) {
-  auto const& s = a.summary;
-  auto const& log = a.log;
-  fmt::format_to(out, "== {} ({} log, {} columns) ==\n", s.path, s.dialect, log.columns.count);
+void allocation_table(out_it out, log_summary const& s, std::vector<allocation_record> const& rows,
+                      std::uint64_t total) {
+  fmt::format_to(out, "    {:>12}  {:<28} {:>8} {:>8} {:<14} {:<18} {:>8}\n", "size", "time", "thread", "stream",
+                 "entry", "pointer", "line");
+  for (auto const& r : rows) {
+    fmt::format_to(out, "    {:>12}  {:<28} {:>8} {:>8} {:<14} {:<18} {:>8}\n", human_bytes(r.size),
+                   describe_when(r.at, s.first_time_ns), r.thread, hex(r.stream), or_dash(s.string(r.entry)),
+                   hex(r.pointer), r.at.line);
+  }
+  more(out, total, rows.size());
+}
+
+void keyed(out_it out, char const* title, key_table const& t, bool hex_key, char const* key_name) {
+  fmt::format_to(out, "\n  {} ({}{}):\n", title, t.rows.size(), t.truncated ? "+" : "");
+  fmt::format_to(out, "    {:>18} {:>10} {:>10} {:>9} {:>12}\n", key_name, "allocs", "frees", "failures", "bytes");
+  auto row = [&](std::string const& key, key_counts const& k) {
+    fmt::format_to(out, "    {:>18} {:>10} {:>10} {:>9} {:>12}\n", key, k.allocations, k.frees, k.failures,
+                   human_bytes(k.bytes_allocated));
+  };
+  for (auto const& k : t.rows) row(hex_key ? hex(k.key) : fmt::format("{}", k.key), k);
+  if (t.truncated) row("(others)", t.others);
+}
+
+void one_log(out_it out, log_summary const& s) {
+  fmt::format_to(out, "== {} ({} log, {} columns) ==\n", escape_text(s.path), s.dialect, s.columns.count);
+  if (!s.complete()) {
+    fmt::format_to(out,
+                   "  !! INCOMPLETE LOG: {} (marker at line {}).\n"
+                   "  !! Allocations live at its end may have been freed in the lost rows: none is called a leak.\n",
+                   escape_text(incomplete_reason(s)), s.incomplete->line);
+  }
   fmt::format_to(out, "  events         {}: {}, {}, {}\n", s.events, plural(s.allocations, "allocation", "allocations"),
                  plural(s.frees, "free", "frees"), plural(s.failures, "failure", "failures"));
   if (s.events > 0) fmt::format_to(out, "  span           {}\n", human_duration(s.last_time_ns - s.first_time_ns));
@@ -60,65 +80,58 @@ void one_log(out_it out, analysed_log const& a, std::size_t top_n) {
   } else {
     fmt::format_to(out, "  peak reserved  not in log\n");
   }
-  fmt::format_to(out, "  live at end    {} in {} never freed\n", bytes_exact(s.live_at_end_bytes),
-                 plural(s.leaks.size(), "allocation", "allocations"));
-  fmt::format_to(out, "  unknown frees  {}\n", s.unknown_frees.size());
+  fmt::format_to(out, "  live at end    {} in {} {}\n", bytes_exact(s.live_at_end_bytes),
+                 plural(s.live_at_end_count, "allocation", "allocations"), live_at_end_title(s));
+  fmt::format_to(out, "  unknown frees  {}\n", s.unknown_free_count);
   if (s.reused_live_pointers > 0) {
     fmt::format_to(out, "  reused live pointers {} (allocate of a pointer already live)\n", s.reused_live_pointers);
   }
+  if (s.ended_abruptly) {
+    fmt::format_to(out, "  note           the log ends in NUL padding or a torn row: its writer did not close it\n"
+                        "                 (killed, crashed, or still running)\n");
+  }
 
-  if (!s.leaks.empty()) {
-    fmt::format_to(out, "\n  never freed ({}, largest first):\n", s.leaks.size());
-    allocation_table(out, a, s.leaks, top_n);
+  if (!s.live_at_end.empty()) {
+    fmt::format_to(out, "\n  {} ({}, largest first):\n", live_at_end_title(s), s.live_at_end_count);
+    allocation_table(out, s, s.live_at_end, s.live_at_end_count);
   }
   if (!s.largest.empty()) {
     fmt::format_to(out, "\n  largest allocations (top {}):\n", s.largest.size());
-    allocation_table(out, a, s.largest, top_n);
+    allocation_table(out, s, s.largest, s.largest.size());
   }
   if (!s.failed.empty()) {
-    fmt::format_to(out, "\n  failed allocations ({}):\n", s.failed.size());
+    fmt::format_to(out, "\n  failed allocations ({}):\n", s.failures);
     fmt::format_to(out, "    {:>12}  {:<28} {:>8} {:>8} {:<14} {:<28} {:>8}\n", "size", "time", "thread", "stream",
                    "entry", "result", "line");
-    for (std::size_t i = 0; i < std::min(top_n, s.failed.size()); ++i) {
-      auto const& f = s.failed[i];
+    for (auto const& f : s.failed) {
       fmt::format_to(out, "    {:>12}  {:<28} {:>8} {:>8} {:<14} {:<28} {:>8}\n", human_bytes(f.size),
-                     describe_when(f.at, s.first_time_ns), f.thread, hex(f.stream), or_dash(log.string(f.entry)),
-                     f.result ? log.string(f.result) : "(not in log)", f.at.line);
+                     describe_when(f.at, s.first_time_ns), f.thread, hex(f.stream), or_dash(s.string(f.entry)),
+                     f.result ? escape_text(s.string(f.result)) : "(not in log)", f.at.line);
     }
-    if (s.failed.size() > top_n) fmt::format_to(out, "    ... {} more\n", s.failed.size() - top_n);
+    more(out, s.failures, s.failed.size());
   }
   if (!s.unknown_frees.empty()) {
-    fmt::format_to(out, "\n  frees of unknown pointers ({}):\n", s.unknown_frees.size());
+    fmt::format_to(out, "\n  frees of unknown pointers ({}):\n", s.unknown_free_count);
     fmt::format_to(out, "    {:<18} {:>12}  {:<28} {:>8} {:>8} {:>8}\n", "pointer", "size", "time", "thread",
                    "stream", "line");
-    for (std::size_t i = 0; i < std::min(top_n, s.unknown_frees.size()); ++i) {
-      auto const& u = s.unknown_frees[i];
+    for (auto const& u : s.unknown_frees) {
       fmt::format_to(out, "    {:<18} {:>12}  {:<28} {:>8} {:>8} {:>8}\n", hex(u.pointer), human_bytes(u.size),
                      describe_when(u.at, s.first_time_ns), u.thread, hex(u.stream), u.at.line);
     }
-    if (s.unknown_frees.size() > top_n) fmt::format_to(out, "    ... {} more\n", s.unknown_frees.size() - top_n);
+    more(out, s.unknown_free_count, s.unknown_frees.size());
   }
   if (!s.histogram.empty()) {
     fmt::format_to(out, "\n  size histogram (successful allocations):\n");
     fmt::format_to(out, "    {:<24} {:>10} {:>12}\n", "size", "count", "bytes");
     for (auto const& b : s.histogram) {
-      std::string const range = b.hi == 0 ? "0 B" : fmt::format("{} - <{}", human_bytes(b.lo), human_bytes(b.hi + 1));
-      fmt::format_to(out, "    {:<24} {:>10} {:>12}\n", range, b.count, human_bytes(b.bytes));
+      fmt::format_to(out, "    {:<24} {:>10} {:>12}\n", size_range_label(b.lo, b.hi), b.count, human_bytes(b.bytes));
     }
   }
-  auto keyed = [&](char const* title, std::vector<key_counts> const& rows, bool hex_key, char const* key_name) {
-    fmt::format_to(out, "\n  {} ({}):\n", title, rows.size());
-    fmt::format_to(out, "    {:>18} {:>10} {:>10} {:>9} {:>12}\n", key_name, "allocs", "frees", "failures", "bytes");
-    for (auto const& k : rows) {
-      fmt::format_to(out, "    {:>18} {:>10} {:>10} {:>9} {:>12}\n", hex_key ? hex(k.key) : fmt::format("{}", k.key),
-                     k.allocations, k.frees, k.failures, human_bytes(k.bytes_allocated));
-    }
-  };
-  keyed("per thread", s.threads, false, "thread");
-  keyed("per stream", s.streams, true, "stream");
-  if (!s.devices.empty()) keyed("per device", s.devices, false, "device");
-  if (log.warning_count > 0) {
-    fmt::format_to(out, "\n  {} (see stderr)\n", plural(log.warning_count, "warning", "warnings"));
+  keyed(out, "per thread", s.threads, false, "thread");
+  keyed(out, "per stream", s.streams, true, "stream");
+  if (s.columns.device) keyed(out, "per device", s.devices, false, "device");
+  if (s.warning_count > 0) {
+    fmt::format_to(out, "\n  {} (see stderr)\n", plural(s.warning_count, "warning", "warnings"));
   }
   fmt::format_to(out, "\n");
 }
@@ -126,22 +139,24 @@ void one_log(out_it out, analysed_log const& a, std::size_t top_n) {
 void side_by_side(out_it out, report_data const& r) {
   auto const& c = *r.combined;
   std::vector<std::string> names;
-  for (auto const& a : r.logs) {
-    std::string n = a.summary.path;
+  for (auto const& s : r.logs) {
+    std::string n = s.path;
     if (auto slash = n.rfind('/'); slash != std::string::npos) n.erase(0, slash + 1);
-    names.push_back(std::move(n));
+    names.push_back(escape_text(n));
   }
   std::size_t w = 12;
   for (auto const& n : names) w = std::max(w, n.size());
   auto row = [&](std::string_view label, auto&& value_of, std::string const& total) {
     fmt::format_to(out, "  {:<16}", label);
-    for (auto const& a : r.logs) fmt::format_to(out, " {:>{}}", value_of(a.summary), w);
+    for (auto const& s : r.logs) fmt::format_to(out, " {:>{}}", value_of(s), w);
     fmt::format_to(out, " {:>{}}\n", total, w);
   };
   fmt::format_to(out, "== {} logs side by side ==\n  {:<16}", r.logs.size(), "");
   for (auto const& n : names) fmt::format_to(out, " {:>{}}", n, w);
   fmt::format_to(out, " {:>{}}\n", "combined", w);
   auto num = [](std::uint64_t v) { return fmt::format("{}", v); };
+  row("complete", [](log_summary const& s) { return std::string{s.complete() ? "yes" : "NO"}; },
+      c.complete ? "yes" : "NO");
   row("events", [&](log_summary const& s) { return num(s.events); }, num(c.events));
   row("allocations", [&](log_summary const& s) { return num(s.allocations); }, num(c.allocations));
   row("frees", [&](log_summary const& s) { return num(s.frees); }, num(c.frees));
@@ -150,23 +165,24 @@ void side_by_side(out_it out, report_data const& r) {
   row("peak live", [&](log_summary const& s) { return human_bytes(s.peak_live_bytes); }, human_bytes(c.peak_live_bytes));
   row("peak reserved",
       [&](log_summary const& s) { return s.peak_reserved_bytes ? human_bytes(*s.peak_reserved_bytes) : "not in log"; },
-      "");
+      c.peak_reserved_bytes ? human_bytes(*c.peak_reserved_bytes) : "");
   row("live at end", [&](log_summary const& s) { return human_bytes(s.live_at_end_bytes); },
       human_bytes(c.live_at_end_bytes));
-  row("never freed", [&](log_summary const& s) { return num(s.leaks.size()); }, num(c.leaked_allocations));
-  row("unknown frees", [&](log_summary const& s) { return num(s.unknown_frees.size()); }, "");
+  row(c.complete ? "never freed" : "live at end (n)", [&](log_summary const& s) { return num(s.live_at_end_count); },
+      num(c.live_at_end_count));
+  row("unknown frees", [&](log_summary const& s) { return num(s.unknown_free_count); }, "");
 
   if (c.peak_live_bytes == 0) {
     fmt::format_to(out, "\n  combined peak live 0 B\n\n");
     return;
   }
-  auto const& peak_log = r.logs[c.peak_log].summary;
+  auto const& peak_log = r.logs[c.peak_log];
   std::int64_t start = peak_log.first_time_ns;
-  for (auto const& a : r.logs) {
-    if (a.summary.events > 0) start = std::min(start, a.summary.first_time_ns);
+  for (auto const& s : r.logs) {
+    if (s.events > 0) start = std::min(start, s.first_time_ns);
   }
   fmt::format_to(out, "\n  combined peak live {} at +{} on the merged timeline (reached by {} line {})\n\n",
-                 bytes_exact(c.peak_live_bytes), human_duration(c.peak_time_ns - start), peak_log.path,
+                 bytes_exact(c.peak_live_bytes), human_duration(c.peak_time_ns - start), escape_text(peak_log.path),
                  c.peak_at.line);
 }
 
@@ -175,9 +191,9 @@ void side_by_side(out_it out, report_data const& r) {
 std::string text_report(report_data const& r) {
   std::string s;
   auto out = std::back_inserter(s);
-  for (auto const& a : r.logs) one_log(out, a, r.top_n);
+  for (auto const& log : r.logs) one_log(out, log);
   if (r.combined) side_by_side(out, r);
-  for (auto const& u : r.unreadable) fmt::format_to(out, "not read: {}\n", u.text());
+  for (auto const& u : r.unreadable) fmt::format_to(out, "not read: {}\n", escape_text(u.text()));
   return s;
 }
 

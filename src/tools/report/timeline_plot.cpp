@@ -41,7 +41,12 @@ std::vector<plot_series> timeline_series(std::vector<log_summary const*> const& 
     }
     out.push_back({name + "live", color, downsample(s.timeline, max_points), false});
   }
-  if (combined != nullptr) out.push_back({"all logs live", ink, downsample(combined->timeline, max_points), false});
+  if (combined != nullptr) {
+    if (combined->peak_reserved_bytes) {
+      out.push_back({"all logs reserved", lighter(ink), downsample(combined->timeline, max_points), true});
+    }
+    out.push_back({"all logs live", ink, downsample(combined->timeline, max_points), false});
+  }
   return out;
 }
 

@@ -6,6 +6,7 @@
 // Thread safety: plain values and pure functions.
 
 #include <gpumem/tools/log_analysis.hpp>
+#include <gpumem/tools/log_merge.hpp>
 
 #include "raster.hpp"
 #include "units.hpp"

@@ -30,6 +30,12 @@ std::string human_bytes(std::uint64_t bytes) {
   return three_digits(v, units[u]);
 }
 
+std::string size_range_label(std::uint64_t lo, std::uint64_t hi, std::string_view dash) {
+  if (hi == 0) return "0 B";
+  std::string const upper = hi == ~std::uint64_t{0} ? std::string{"16.0 EiB"} : human_bytes(hi + 1);
+  return fmt::format("{}{}<{}", human_bytes(lo), dash, upper);
+}
+
 std::string human_duration(std::int64_t ns) {
   if (ns < 0) return "-" + human_duration(-ns);
   auto const v = static_cast<double>(ns);

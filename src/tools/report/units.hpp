@@ -3,12 +3,17 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace gpumem::tools {
 
 /// "0 B", "512 B", "1.50 KiB", "12.3 MiB", "768 MiB": three significant digits, binary units.
 [[nodiscard]] std::string human_bytes(std::uint64_t bytes);
+
+/// A histogram bucket's sizes: "1.00 KiB - <2.00 KiB" (lo to hi inclusive, so the
+/// label names hi + 1 exclusive; the top bucket ends "<16.0 EiB", 2^64); "0 B" for 0.
+[[nodiscard]] std::string size_range_label(std::uint64_t lo, std::uint64_t hi, std::string_view dash = " - ");
 
 /// A duration in the largest unit that keeps it >= 1: "250 ns", "1.50 ms", "12.0 s".
 [[nodiscard]] std::string human_duration(std::int64_t ns);

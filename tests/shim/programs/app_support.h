@@ -33,7 +33,7 @@ static int app_failures = 0;
   } while (0)
 
 /* Zeroed stats when the shim is absent. */
-static gpumem_shim_stats app_stats(void) {
+static inline gpumem_shim_stats app_stats(void) {
   gpumem_shim_stats s;
   memset(&s, 0, sizeof s);
   int (*get)(gpumem_shim_stats*) = (int (*)(gpumem_shim_stats*))dlsym(RTLD_DEFAULT, "gpumem_shim_get_stats");
@@ -41,24 +41,24 @@ static gpumem_shim_stats app_stats(void) {
   return s;
 }
 
-static void* app_sim_symbol(const char* name) {
+static inline void* app_sim_symbol(const char* name) {
   void* h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
   return h != NULL ? dlsym(h, name) : NULL;
 }
 
 /* Calls of one exported driver entry point; -1 without the sim. */
-static long app_sim_calls(const char* entry) {
+static inline long app_sim_calls(const char* entry) {
   long (*f)(const char*) = (long (*)(const char*))app_sim_symbol("gpumemsim_call_count");
   return f != NULL ? f(entry) : -1;
 }
 
-static long app_sim_violations(void) {
+static inline long app_sim_violations(void) {
   long (*f)(void) = (long (*)(void))app_sim_symbol("gpumemsim_violations");
   return f != NULL ? f() : 0;
 }
 
 /* After calls that hand CUDA invalid pointers on purpose: the sim counts those. */
-static void app_sim_reset_violations(void) {
+static inline void app_sim_reset_violations(void) {
   void (*f)(void) = (void (*)(void))app_sim_symbol("gpumemsim_reset_violations");
   if (f != NULL) f();
 }
@@ -67,19 +67,19 @@ static void app_sim_reset_violations(void) {
 static inline int app_shim_active(void) { return app_stats().mode == GPUMEM_SHIM_MODE_ACTIVE; }
 
 /* One line the gtest driver parses: "STATS key=value ...". */
-static void app_print_stats(void) {
+static inline void app_print_stats(void) {
   gpumem_shim_stats s = app_stats();
   printf("STATS mode=%d chains=%d chain_allocations=%llu runtime_allocations=%llu chain_frees=%llu "
          "passthrough_allocations=%llu passthrough_frees=%llu double_frees=%llu failed=%llu live=%llu "
-         "captured=%llu flushes=%llu ipc_refused=%llu sim_cuMemAlloc=%ld violations=%ld\n",
+         "captured=%llu barriers=%llu ipc_refused=%llu device_syncs=%llu sim_cuMemAlloc=%ld violations=%ld\n",
          s.mode, s.chains, s.chain_allocations, s.runtime_allocations, s.chain_frees,
          s.passthrough_allocations, s.passthrough_frees, s.double_frees, s.failed_allocations,
-         s.live_allocations, s.captured_passthroughs, s.deferred_flushes, s.ipc_refused,
+         s.live_allocations, s.captured_passthroughs, s.reclaim_barriers, s.ipc_refused, s.device_syncs,
          app_sim_calls("cuMemAlloc_v2"), app_sim_violations());
   fflush(stdout);
 }
 
-static int app_finish(const char* scenario) {
+static inline int app_finish(const char* scenario) {
   app_print_stats();
   printf("PID %ld\n", (long)getpid());
   if (app_failures == 0) printf("PASS %s\n", scenario);

@@ -1,9 +1,10 @@
-// Initialisation, devices and primary contexts.
+// Initialisation, devices, primary contexts, contexts made by cuCtxCreate, peer access.
 
 #include "pool.hpp"
 #include "state.hpp"
 #include "stream.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 
@@ -61,6 +62,12 @@ int attribute_value(CUdevice_attribute a, int ordinal) {
 }
 
 bool valid_device(CUdevice d) { return device_at(static_cast<int>(d)) != nullptr; }
+
+// An unknown context handle; a destroyed one is also a violation (real CUDA: undefined).
+CUresult bad_context(CUcontext h, char const* entry) {
+  if (destroyed_context(h)) violation("use of destroyed context %p (%s)", static_cast<void*>(h), entry);
+  return CUDA_ERROR_INVALID_CONTEXT;
+}
 
 }  // namespace
 
@@ -217,7 +224,7 @@ CUresult cuCtxSetCurrent(CUcontext ctx) {
     return CUDA_SUCCESS;
   }
   context* c = context_from_handle(ctx);
-  if (c == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  if (c == nullptr) return bad_context(ctx, "cuCtxSetCurrent");
   if (stack.empty()) stack.push_back(c);
   else stack.back() = c;
   return CUDA_SUCCESS;
@@ -227,7 +234,7 @@ CUresult cuCtxPushCurrent_v2(CUcontext ctx) {
   SIM_ENTRY("cuCtxPushCurrent_v2");
   SIM_REQUIRE_INIT();
   context* c = context_from_handle(ctx);
-  if (c == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  if (c == nullptr) return bad_context(ctx, "cuCtxPushCurrent_v2");
   context_stack().push_back(c);
   return CUDA_SUCCESS;
 }
@@ -239,6 +246,98 @@ CUresult cuCtxPopCurrent_v2(CUcontext* pctx) {
   if (stack.empty()) return CUDA_ERROR_INVALID_CONTEXT;
   if (pctx != nullptr) *pctx = to_handle(stack.back());
   stack.pop_back();
+  return CUDA_SUCCESS;
+}
+
+// ---- contexts made by cuCtxCreate -------------------------------------------
+
+CUresult cuCtxCreate_v4(CUcontext* pctx, CUctxCreateParams* params, unsigned int flags, CUdevice dev) {
+  SIM_ENTRY("cuCtxCreate_v4");
+  SIM_REQUIRE_INIT();
+  if (pctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  if (params != nullptr) {
+    // Documented: exactly one of the two may be set. Execution affinity needs MPS and
+    // CIG a graphics client, neither of which the sim has (guessed code).
+    if ((params->execAffinityParams == nullptr) == (params->cigParams == nullptr)) return CUDA_ERROR_INVALID_VALUE;
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  constexpr unsigned known = CU_CTX_SCHED_MASK | CU_CTX_MAP_HOST | CU_CTX_LMEM_RESIZE_TO_MAX |
+                             CU_CTX_COREDUMP_ENABLE | CU_CTX_USER_COREDUMP_ENABLE | CU_CTX_SYNC_MEMOPS;
+  unsigned const sched = flags & CU_CTX_SCHED_MASK;
+  if ((flags & ~known) != 0 || (sched & (sched - 1)) != 0) return CUDA_ERROR_INVALID_VALUE;
+  context* c = create_context(dev);
+  context_stack().push_back(c);  // documented: current to the calling thread, the old one below it
+  *pctx = to_handle(c);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuCtxDestroy_v2(CUcontext ctx) {
+  SIM_ENTRY("cuCtxDestroy_v2");
+  SIM_REQUIRE_INIT();
+  if (ctx == nullptr) return CUDA_ERROR_INVALID_VALUE;  // guessed
+  context* c = context_from_handle(ctx);
+  if (c == nullptr) return bad_context(ctx, "cuCtxDestroy_v2");
+  if (c->primary) return CUDA_ERROR_INVALID_CONTEXT;  // guessed: primary contexts are released, not destroyed
+  // Its work finishes, its streams and events go, its memory is freed.
+  run_context(c);
+  reset_context_streams(c);
+  std::vector<allocation> released;
+  device_at(c->device)->heap->release_all(c, &released);
+  for (allocation const& a : released) {
+    if (a.pool != nullptr) a.pool->on_free(a.size);
+  }
+  {
+    std::lock_guard lock(c->mutex);
+    c->refcount = 0;
+    c->destroyed = true;
+  }
+  // Documented: popped from the calling thread's stack; other threads that still
+  // have it current get CUDA_ERROR_CONTEXT_IS_DESTROYED.
+  std::erase(context_stack(), c);
+  return CUDA_SUCCESS;
+}
+
+// ---- peer access ------------------------------------------------------------
+
+CUresult cuDeviceCanAccessPeer(int* can_access, CUdevice dev, CUdevice peer) {
+  SIM_ENTRY("cuDeviceCanAccessPeer");
+  SIM_REQUIRE_INIT();
+  if (can_access == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (!valid_device(dev) || !valid_device(peer)) return CUDA_ERROR_INVALID_DEVICE;
+  *can_access = dev != peer ? 1 : 0;  // every pair of simulated devices is linked; a device is not its own peer
+  return CUDA_SUCCESS;
+}
+
+namespace {
+
+std::uint64_t device_bit(int device) { return std::uint64_t{1} << static_cast<unsigned>(device); }
+
+}  // namespace
+
+CUresult cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags) {
+  SIM_ENTRY("cuCtxEnablePeerAccess");
+  context* c = nullptr;
+  if (CUresult r = require_context(&c); r != CUDA_SUCCESS) return r;
+  if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  context* p = context_from_handle(peer);
+  if (p == nullptr) return bad_context(peer, "cuCtxEnablePeerAccess");
+  if (p->device == c->device) return CUDA_ERROR_INVALID_DEVICE;  // documented: cannot access itself as a peer
+  std::lock_guard lock(c->mutex);
+  if ((c->peers & device_bit(p->device)) != 0) return CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED;
+  c->peers |= device_bit(p->device);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuCtxDisablePeerAccess(CUcontext peer) {
+  SIM_ENTRY("cuCtxDisablePeerAccess");
+  context* c = nullptr;
+  if (CUresult r = require_context(&c); r != CUDA_SUCCESS) return r;
+  context* p = context_from_handle(peer);
+  if (p == nullptr) return bad_context(peer, "cuCtxDisablePeerAccess");
+  std::lock_guard lock(c->mutex);
+  if ((c->peers & device_bit(p->device)) == 0) return CUDA_ERROR_PEER_ACCESS_NOT_ENABLED;
+  c->peers &= ~device_bit(p->device);
   return CUDA_SUCCESS;
 }
 
@@ -283,6 +382,9 @@ CUresult error_name(CUresult error, const char** str) {
     SIM_ERROR_NAME(CUDA_ERROR_NO_DEVICE)
     SIM_ERROR_NAME(CUDA_ERROR_INVALID_DEVICE)
     SIM_ERROR_NAME(CUDA_ERROR_INVALID_CONTEXT)
+    SIM_ERROR_NAME(CUDA_ERROR_CONTEXT_IS_DESTROYED)
+    SIM_ERROR_NAME(CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED)
+    SIM_ERROR_NAME(CUDA_ERROR_PEER_ACCESS_NOT_ENABLED)
     SIM_ERROR_NAME(CUDA_ERROR_INVALID_HANDLE)
     SIM_ERROR_NAME(CUDA_ERROR_NOT_FOUND)
     SIM_ERROR_NAME(CUDA_ERROR_NOT_READY)

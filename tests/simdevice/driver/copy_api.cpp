@@ -164,3 +164,54 @@ SIM_ASYNC_COPY(cuMemcpyDtoDAsync_v2, false, CUdeviceptr, CUdeviceptr,
 SIM_ASYNC_COPY(cuMemcpyDtoDAsync_v2_ptsz, true, CUdeviceptr, CUdeviceptr,
                check_device_range(dst, n) != CUDA_SUCCESS || check_device_range(src, n) != CUDA_SUCCESS)
 #undef SIM_ASYNC_COPY
+
+// ---- peer copies --------------------------------------------------------------
+// They work with or without peer access (CUDA stages them otherwise); each pointer
+// must lie in an allocation on its context's device.
+
+namespace {
+
+CUresult check_peer(CUdeviceptr p, CUcontext h, std::size_t n) {
+  context* c = context_from_handle(h);
+  if (c == nullptr) return CUDA_ERROR_INVALID_CONTEXT;  // guessed
+  auto const a = static_cast<std::uintptr_t>(p);
+  device* d = device_of(a);
+  if (d == nullptr || d->ordinal != c->device) return CUDA_ERROR_INVALID_VALUE;
+  return check_device_range(a, n);
+}
+
+}  // namespace
+
+CUresult cuMemcpyPeer(CUdeviceptr dst, CUcontext dst_ctx, CUdeviceptr src, CUcontext src_ctx, size_t n) {
+  SIM_ENTRY("cuMemcpyPeer");
+  SIM_REQUIRE_INIT();
+  if (n == 0) return CUDA_SUCCESS;
+  if (CUresult r = check_peer(dst, dst_ctx, n); r != CUDA_SUCCESS) return r;
+  if (CUresult r = check_peer(src, src_ctx, n); r != CUDA_SUCCESS) return r;
+  return run_sync("cuMemcpyPeer", copy(reinterpret_cast<void*>(dst), reinterpret_cast<void const*>(src), n));
+}
+
+namespace {
+
+CUresult peer_async(CUdeviceptr dst, CUcontext dst_ctx, CUdeviceptr src, CUcontext src_ctx, std::size_t n, CUstream h,
+                    bool ptsz, char const* entry) {
+  if (CUresult r = init_status(); r != CUDA_SUCCESS) return r;
+  if (n == 0) return CUDA_SUCCESS;
+  if (CUresult r = check_peer(dst, dst_ctx, n); r != CUDA_SUCCESS) return r;
+  if (CUresult r = check_peer(src, src_ctx, n); r != CUDA_SUCCESS) return r;
+  return run_async(h, ptsz, entry, copy(reinterpret_cast<void*>(dst), reinterpret_cast<void const*>(src), n));
+}
+
+}  // namespace
+
+CUresult cuMemcpyPeerAsync(CUdeviceptr dst, CUcontext dst_ctx, CUdeviceptr src, CUcontext src_ctx, size_t n,
+                           CUstream h) {
+  SIM_ENTRY("cuMemcpyPeerAsync");
+  return peer_async(dst, dst_ctx, src, src_ctx, n, h, false, "cuMemcpyPeerAsync");
+}
+
+SIM_EXPORT CUresult cuMemcpyPeerAsync_ptsz(CUdeviceptr dst, CUcontext dst_ctx, CUdeviceptr src, CUcontext src_ctx,
+                                           size_t n, CUstream h) {
+  SIM_ENTRY("cuMemcpyPeerAsync_ptsz");
+  return peer_async(dst, dst_ctx, src, src_ctx, n, h, true, "cuMemcpyPeerAsync_ptsz");
+}

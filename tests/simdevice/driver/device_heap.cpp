@@ -4,7 +4,10 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <cstdlib>
 #include <string>
 
@@ -23,23 +26,36 @@ device_heap::~device_heap() { unmap(); }
 
 void device_heap::map(std::size_t bytes) {
   std::string const name = "gpumemsim-device-" + std::to_string(ordinal_);
-  fd_ = memfd_create(name.c_str(), MFD_CLOEXEC);
-  capacity_ = round_up(bytes, alignment);
-  void* p = MAP_FAILED;
-  if (fd_ >= 0 && ftruncate(fd_, static_cast<off_t>(capacity_)) == 0) {
-    p = mmap(nullptr, capacity_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd_, 0);
-  }
-  if (p == MAP_FAILED) {
-    // A test double without its memory cannot do anything useful.
-    std::fprintf(stderr, "gpumemsim: cannot map %zu bytes for device %d\n", capacity_, ordinal_);
-    std::abort();
-  }
-  base_ = reinterpret_cast<std::uintptr_t>(p);
   owner_pid_ = static_cast<int>(getpid());
   used_ = 0;
   free_by_addr_.clear();
   free_by_size_.clear();
   freed_bases_.clear();
+  int err = 0;
+  void* p = MAP_FAILED;
+  if (bytes > SIZE_MAX - alignment) {
+    err = ENOMEM;  // rounding up would wrap around
+  } else {
+    capacity_ = round_up(bytes, alignment);
+    fd_ = memfd_create(name.c_str(), MFD_CLOEXEC);
+    if (fd_ >= 0 && ftruncate(fd_, static_cast<off_t>(capacity_)) == 0) {
+      p = mmap(nullptr, capacity_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd_, 0);
+    }
+    if (p == MAP_FAILED) err = errno;
+  }
+  if (p == MAP_FAILED) {
+    // A size the host cannot back (say 100 TiB): the device gets no memory, so
+    // every allocation fails with CUDA_ERROR_OUT_OF_MEMORY, as on a full GPU,
+    // instead of the process dying. Said once, here.
+    std::fprintf(stderr, "gpumemsim: cannot map %zu bytes for device %d (%s); the device has no memory\n", bytes,
+                 ordinal_, std::strerror(err));
+    if (fd_ >= 0) close(fd_);
+    fd_ = -1;
+    capacity_ = 0;
+    base_ = 0;
+    return;
+  }
+  base_ = reinterpret_cast<std::uintptr_t>(p);
   insert_free(base_, capacity_);
 }
 
@@ -176,7 +192,7 @@ bool device_heap::find(std::uintptr_t ptr, allocation* out) {
   return true;
 }
 
-std::size_t device_heap::release_all(context const* ctx) {
+std::size_t device_heap::release_all(context const* ctx, std::vector<allocation>* released) {
   std::lock_guard lock(mutex_);
   std::size_t n = 0;
   for (auto it = live_.begin(); it != live_.end();) {
@@ -184,6 +200,7 @@ std::size_t device_heap::release_all(context const* ctx) {
       ++it;
       continue;
     }
+    if (released != nullptr) released->push_back(it->second);
     std::uintptr_t const ptr = it->first;
     std::size_t const size = it->second.size;
     it = live_.erase(it);

@@ -1,7 +1,8 @@
 #pragma once
 // One simulated device's memory: a memfd-backed host mapping (so another process
 // can map it for IPC) sub-allocated by a best-fit allocator over an
-// address-ordered free map with coalescing.
+// address-ordered free map with coalescing. A size the host cannot map leaves the
+// device with no memory (total 0, every allocation CUDA_ERROR_OUT_OF_MEMORY).
 //
 // Thread safety: every member function locks the heap's own mutex; one heap per
 // device, so devices never contend with each other.
@@ -61,8 +62,9 @@ class device_heap {
   bool contains(std::uintptr_t ptr) const noexcept {
     return ptr >= base_ && ptr < base_ + capacity_;
   }
-  /// Frees every allocation of `ctx` (primary context reset); returns how many.
-  std::size_t release_all(context const* ctx);
+  /// Frees every allocation of `ctx` (primary context reset, cuCtxDestroy); returns
+  /// how many, and what they were in `released` if given.
+  std::size_t release_all(context const* ctx, std::vector<allocation>* released = nullptr);
 
   std::size_t total() const noexcept { return capacity_; }
   std::size_t used();

@@ -23,6 +23,7 @@ CUresult cuMemcpyAsync_ptsz(CUdeviceptr, CUdeviceptr, size_t, CUstream);
 CUresult cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr, const void*, size_t, CUstream);
 CUresult cuMemcpyDtoHAsync_v2_ptsz(void*, CUdeviceptr, size_t, CUstream);
 CUresult cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr, CUdeviceptr, size_t, CUstream);
+CUresult cuMemcpyPeerAsync_ptsz(CUdeviceptr, CUcontext, CUdeviceptr, CUcontext, size_t, CUstream);
 CUresult cuStreamSynchronize_ptsz(CUstream);
 CUresult cuStreamQuery_ptsz(CUstream);
 CUresult cuStreamWaitEvent_ptsz(CUstream, CUevent, unsigned int);
@@ -80,6 +81,11 @@ proc_entry const table[] = {
     ROW("cuCtxGetDevice", 2000, cuCtxGetDevice),
     ROW("cuCtxSynchronize", 2000, cuCtxSynchronize),
     ROW("cuCtxGetApiVersion", 3020, cuCtxGetApiVersion),
+    ROW("cuCtxCreate", 12050, cuCtxCreate_v4),
+    ROW("cuCtxDestroy", 4000, cuCtxDestroy_v2),
+    ROW("cuDeviceCanAccessPeer", 4000, cuDeviceCanAccessPeer),
+    ROW("cuCtxEnablePeerAccess", 4000, cuCtxEnablePeerAccess),
+    ROW("cuCtxDisablePeerAccess", 4000, cuCtxDisablePeerAccess),
     ROW("cuMemAlloc", 3020, cuMemAlloc_v2),
     ROW("cuMemFree", 3020, cuMemFree_v2),
     ROW("cuMemAllocPitch", 3020, cuMemAllocPitch_v2),
@@ -111,6 +117,8 @@ proc_entry const table[] = {
     ROW_PTSZ("cuMemcpyHtoDAsync", 3020, cuMemcpyHtoDAsync_v2),
     ROW_PTSZ("cuMemcpyDtoHAsync", 3020, cuMemcpyDtoHAsync_v2),
     ROW_PTSZ("cuMemcpyDtoDAsync", 3020, cuMemcpyDtoDAsync_v2),
+    ROW("cuMemcpyPeer", 4000, cuMemcpyPeer),
+    ROW_PTSZ("cuMemcpyPeerAsync", 4000, cuMemcpyPeerAsync),
     ROW("cuStreamCreate", 2000, cuStreamCreate),
     ROW("cuStreamCreateWithPriority", 5050, cuStreamCreateWithPriority),
     ROW("cuStreamDestroy", 4000, cuStreamDestroy_v2),

@@ -60,6 +60,17 @@ counters& all_counters() {
   return *c;
 }
 
+// Contexts made by cuCtxCreate, destroyed ones included (immortal: their handles
+// stay recognisable).
+struct created_contexts {
+  std::mutex mutex;
+  std::vector<context*> all;
+};
+created_contexts& created() {
+  static auto* c = new created_contexts;
+  return *c;
+}
+
 }  // namespace
 
 sim_state& state() {
@@ -102,16 +113,55 @@ context* current_context() noexcept {
 CUresult require_context(context** out) noexcept {
   if (CUresult r = init_status(); r != CUDA_SUCCESS) return r;
   context* c = current_context();
-  if (c == nullptr || !c->active()) return CUDA_ERROR_INVALID_CONTEXT;
+  if (c == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  if (!c->active()) return c->is_destroyed() ? CUDA_ERROR_CONTEXT_IS_DESTROYED : CUDA_ERROR_INVALID_CONTEXT;
   *out = c;
   return CUDA_SUCCESS;
 }
 
 context* context_from_handle(CUcontext h) noexcept {
+  if (h == nullptr) return nullptr;
   for (auto& d : state().devices) {
     if (to_handle(&d->ctx) == h) return &d->ctx;
   }
+  auto& c = created();
+  std::lock_guard lock(c.mutex);
+  for (context* x : c.all) {
+    if (to_handle(x) == h) return x->is_destroyed() ? nullptr : x;
+  }
   return nullptr;
+}
+
+bool destroyed_context(CUcontext h) noexcept {
+  auto& c = created();
+  std::lock_guard lock(c.mutex);
+  for (context* x : c.all) {
+    if (to_handle(x) == h) return x->is_destroyed();
+  }
+  return false;
+}
+
+context* create_context(int device) {
+  auto* x = new context;
+  x->device = device;
+  x->primary = false;
+  x->refcount = 1;
+  x->legacy = new_stream(x, stream_kind::legacy, 0, 0);
+  auto& c = created();
+  std::lock_guard lock(c.mutex);
+  c.all.push_back(x);
+  return x;
+}
+
+std::vector<context*> all_contexts() {
+  std::vector<context*> out;
+  for (auto& d : state().devices) out.push_back(&d->ctx);
+  auto& c = created();
+  std::lock_guard lock(c.mutex);
+  for (context* x : c.all) {
+    if (!x->is_destroyed()) out.push_back(x);
+  }
+  return out;
 }
 
 void violation(char const* fmt, ...) {

@@ -4,12 +4,14 @@
 //
 // Thread safety: the state is built once (first cuInit, thread-safe static);
 // each device heap and each context has its own mutex. Lock order, when two are
-// held: context, then stream, then heap; never the other way round.
+// held: the list of created contexts, then context, then stream, then heap; never
+// the other way round.
 
 #include "device_heap.hpp"
 #include "sim_api.hpp"
 
 #include <array>
+#include <cstdint>
 #include <cstdarg>
 #include <memory>
 #include <mutex>
@@ -20,16 +22,24 @@ namespace gpumemsim {
 struct stream;
 struct mem_pool;
 
-/// A primary context. Never deleted: handles stay valid for the process.
+/// A context: a device's primary context, or one made by cuCtxCreate. Never
+/// deleted: handles stay recognisable for the process (a destroyed one is reported).
 struct context {
   int device = 0;
-  std::mutex mutex;              ///< guards refcount and streams
-  int refcount = 0;              ///< primary-context retains
+  bool primary = true;           ///< false: made by cuCtxCreate
+  std::mutex mutex;              ///< guards refcount, destroyed, peers and streams
+  int refcount = 0;              ///< primary-context retains; 1 for a created context until cuCtxDestroy
+  bool destroyed = false;        ///< a created context after cuCtxDestroy
+  std::uint64_t peers = 0;       ///< bit d: peer access to device d enabled (cuCtxEnablePeerAccess)
   stream* legacy = nullptr;      ///< the NULL / CU_STREAM_LEGACY stream
   std::vector<stream*> streams;  ///< other streams with possibly pending work
   bool active() {
     std::lock_guard lock(mutex);
     return refcount > 0;
+  }
+  bool is_destroyed() {
+    std::lock_guard lock(mutex);
+    return destroyed;
   }
 };
 
@@ -64,10 +74,17 @@ void mark_initialized() noexcept;
 
 /// The calling thread's current context (nullptr when none).
 context* current_context() noexcept;
-/// CUDA_ERROR_INVALID_CONTEXT unless the thread has an active current context.
+/// CUDA_ERROR_INVALID_CONTEXT unless the thread has an active current context
+/// (CUDA_ERROR_CONTEXT_IS_DESTROYED when it is a destroyed created one).
 CUresult require_context(context** out) noexcept;
-/// Whether `h` is one of the primary contexts.
+/// The primary or live created context behind `h`, or nullptr.
 context* context_from_handle(CUcontext h) noexcept;
+/// Whether `h` is a created context that cuCtxDestroy destroyed.
+bool destroyed_context(CUcontext h) noexcept;
+/// A new created context on `device` (cuCtxCreate), with its own legacy stream.
+context* create_context(int device);
+/// Every primary context and every live created one.
+std::vector<context*> all_contexts();
 inline CUcontext to_handle(context* c) noexcept { return reinterpret_cast<CUcontext>(c); }
 std::vector<context*>& context_stack() noexcept;
 

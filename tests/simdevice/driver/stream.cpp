@@ -32,13 +32,12 @@ std::vector<std::unique_ptr<capture>>& all_captures() {
   return *v;
 }
 
-// Per-thread default streams, one per device; marked destroyed when the thread
+// Per-thread default streams, one per context; marked destroyed when the thread
 // exits so contexts can drop them once drained.
 struct per_thread_streams {
-  std::vector<stream*> by_device;
+  std::vector<std::pair<context*, stream*>> by_context;
   ~per_thread_streams() {
-    for (stream* s : by_device) {
-      if (s == nullptr) continue;
+    for (auto const& [ctx, s] : by_context) {
       std::lock_guard lock(s->mutex);
       s->destroyed = true;
     }
@@ -50,15 +49,19 @@ per_thread_streams& thread_streams() {
 }
 
 stream* per_thread_stream(context* ctx) {
-  auto& v = thread_streams().by_device;
-  auto const i = static_cast<std::size_t>(ctx->device);
-  if (v.size() <= i) v.resize(i + 1, nullptr);
-  if (v[i] != nullptr) {
-    std::lock_guard lock(v[i]->mutex);
-    if (!v[i]->destroyed) return v[i];
+  auto& v = thread_streams().by_context;
+  auto it = std::find_if(v.begin(), v.end(), [ctx](auto const& e) { return e.first == ctx; });
+  if (it != v.end()) {
+    std::lock_guard lock(it->second->mutex);
+    if (!it->second->destroyed) return it->second;
   }
-  v[i] = new_stream(ctx, stream_kind::per_thread, 0, 0);
-  return v[i];
+  stream* s = new_stream(ctx, stream_kind::per_thread, 0, 0);
+  if (it != v.end()) {
+    it->second = s;
+  } else {
+    v.emplace_back(ctx, s);
+  }
+  return s;
 }
 
 std::vector<stream*> streams_of(context* ctx) {
@@ -288,7 +291,7 @@ void run_context(context* ctx) {
 }
 
 void run_everything() {
-  for (auto& d : state().devices) run_context(&d->ctx);
+  for (context* c : all_contexts()) run_context(c);
 }
 
 CUstreamCaptureMode& thread_capture_mode() noexcept {

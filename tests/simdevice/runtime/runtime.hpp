@@ -30,7 +30,8 @@ namespace gpumemsim::rt {
   X(cuEventRecord) X(cuEventQuery) X(cuEventSynchronize) X(cuEventDestroy)                      \
   X(cuEventElapsedTime) X(cuLaunchHostFunc) X(cuStreamBeginCapture) X(cuStreamEndCapture)       \
   X(cuStreamIsCapturing) X(cuGraphDestroy) X(cuIpcGetMemHandle) X(cuIpcOpenMemHandle)           \
-  X(cuIpcCloseMemHandle) X(cuGetErrorName)
+  X(cuIpcCloseMemHandle) X(cuGetErrorName) X(cuDeviceCanAccessPeer) X(cuCtxEnablePeerAccess)       \
+  X(cuCtxDisablePeerAccess) X(cuMemcpyPeer) X(cuMemcpyPeerAsync)
 
 struct driver_table {
 #define SIMRT_MEMBER(name) decltype(&::name) name = nullptr;
@@ -59,6 +60,8 @@ cudaError_t ensure_context() noexcept;
 int current_device() noexcept;
 /// cudaSetDevice.
 cudaError_t set_device(int device) noexcept;
+/// The primary context of `device`, retained once per process (as cudart does).
+cudaError_t primary_context(int device, CUcontext* out) noexcept;
 
 }  // namespace gpumemsim::rt
 

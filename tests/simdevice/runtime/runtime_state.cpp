@@ -57,6 +57,8 @@ thread_state& self() noexcept {
 std::mutex g_retain_mutex;
 std::vector<CUcontext> g_primary;
 
+}  // namespace
+
 cudaError_t primary_context(int device, CUcontext* out) noexcept {
   auto const& d = driver();
   std::lock_guard lock(g_retain_mutex);
@@ -71,8 +73,6 @@ cudaError_t primary_context(int device, CUcontext* out) noexcept {
   *out = g_primary[i];
   return cudaSuccess;
 }
-
-}  // namespace
 
 driver_table const& driver() noexcept {
   static driver_table const t = load();
@@ -89,6 +89,9 @@ cudaError_t to_runtime_error(CUresult r) noexcept {
     case CUDA_ERROR_NO_DEVICE: return cudaErrorNoDevice;
     case CUDA_ERROR_INVALID_DEVICE: return cudaErrorInvalidDevice;
     case CUDA_ERROR_INVALID_CONTEXT: return cudaErrorDeviceUninitialized;
+    case CUDA_ERROR_CONTEXT_IS_DESTROYED: return cudaErrorContextIsDestroyed;
+    case CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED: return cudaErrorPeerAccessAlreadyEnabled;
+    case CUDA_ERROR_PEER_ACCESS_NOT_ENABLED: return cudaErrorPeerAccessNotEnabled;
     case CUDA_ERROR_INVALID_HANDLE: return cudaErrorInvalidResourceHandle;
     case CUDA_ERROR_NOT_FOUND: return cudaErrorSymbolNotFound;
     case CUDA_ERROR_NOT_READY: return cudaErrorNotReady;

@@ -1,0 +1,363 @@
+// gpumem_compare_shim: a plain CUDA program (shared runtime, nothing of gpumem linked)
+// timing cudaMalloc+cudaFree and cudaMallocAsync+cudaFreeAsync pairs, their scaling
+// over threads, and replaying allocation logs through the entry points the log names.
+// scripts/bench-compare runs it without gpumem and under LD_PRELOAD=libgpumem_shim.so
+// (safe and stream mode), interleaved with gpumem_compare's rounds.
+//
+//   gpumem_compare_shim --label NAME [--expect-shim|--expect-no-shim] [--out FILE]
+//                       [--rep N] [--quick] [--only LIST] [--replay NAME=LOG]...
+//
+// Row names are "<label>: cudaMalloc" and "<label>: cudaMallocAsync" (the pair each
+// stands for); the replay row is "<label>".
+#include "device.hpp"
+#include "replay_plan.hpp"
+#include "samples.hpp"
+#include "timing.hpp"
+
+#include "gpumem_shim.h"
+
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+using namespace gpumem_compare;
+
+constexpr char const* usage_text =
+    "usage: gpumem_compare_shim --label NAME [options]\n"
+    "  --label NAME         row prefix: plain, shim safe, shim stream ...\n"
+    "  --expect-shim        fail unless libgpumem_shim.so is loaded and active\n"
+    "  --expect-no-shim     fail if it is loaded\n"
+    "  --out FILE           append JSON lines here (default: stdout)\n"
+    "  --rep N              round number recorded with each sample\n"
+    "  --quick              fewer sizes, shorter samples\n"
+    "  --time-scale X       multiply every sample's target time\n"
+    "  --only LIST          latency,scaling,replay\n"
+    "  --replay NAME=LOG    replay this allocation log; repeatable\n"
+    "  --latency-sizes LIST, --scaling-sizes LIST, --threads LIST\n";
+
+[[noreturn]] void usage_error(std::string const& msg) {
+  std::fprintf(stderr, "gpumem_compare_shim: %s\n%s", msg.c_str(), usage_text);
+  std::exit(2);
+}
+
+std::vector<std::string> split(std::string const& s) {
+  std::vector<std::string> out;
+  std::stringstream in{s};
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+std::uint64_t parse_size(std::string const& s) {
+  char* end = nullptr;
+  unsigned long long v = std::strtoull(s.c_str(), &end, 10);
+  std::string const unit{end};
+  if (end == s.c_str() || v == 0) usage_error("not a size: '" + s + "'");
+  if (unit == "K" || unit == "KiB") v <<= 10U;
+  else if (unit == "M" || unit == "MiB") v <<= 20U;
+  else if (unit == "G" || unit == "GiB") v <<= 30U;
+  else if (!unit.empty() && unit != "B") usage_error("not a size: '" + s + "'");
+  return v;
+}
+
+std::string size_label(std::uint64_t bytes) {
+  static constexpr char const* units[] = {"B", "KiB", "MiB", "GiB"};
+  int u = 0;
+  while (u < 3 && bytes >= 1024 && bytes % 1024 == 0) {
+    bytes /= 1024;
+    ++u;
+  }
+  return std::to_string(bytes) + " " + units[u];
+}
+
+using stats_fn = int (*)(gpumem_shim_stats*);
+using describe_fn = int (*)(int, char*, unsigned long);
+
+/// The shim's query API, if the shim is loaded (looked up, never linked).
+struct shim_probe {
+  stats_fn stats = reinterpret_cast<stats_fn>(dlsym(RTLD_DEFAULT, "gpumem_shim_get_stats"));
+  describe_fn describe = reinterpret_cast<describe_fn>(dlsym(RTLD_DEFAULT, "gpumem_shim_describe_chain"));
+  [[nodiscard]] bool loaded() const noexcept { return stats != nullptr; }
+  [[nodiscard]] gpumem_shim_stats read() const {
+    gpumem_shim_stats s{};
+    if (stats != nullptr) stats(&s);
+    return s;
+  }
+  [[nodiscard]] std::string chain() const {
+    char buf[512] = {};
+    if (describe == nullptr || describe(0, buf, sizeof buf) < 0) return {};
+    return buf;
+  }
+};
+
+/// One allocation family: how a pair is made.
+struct family {
+  char const* name;  ///< "cudaMalloc" or "cudaMallocAsync"
+  bool async;
+};
+constexpr family families[] = {{"cudaMalloc", false}, {"cudaMallocAsync", true}};
+
+bool one_pair(family f, std::size_t bytes, cudaStream_t s) {
+  void* p = nullptr;
+  if (f.async) {
+    if (cudaMallocAsync(&p, bytes, s) != cudaSuccess) return false;
+    return cudaFreeAsync(p, s) == cudaSuccess;
+  }
+  if (cudaMalloc(&p, bytes) != cudaSuccess) return false;
+  return cudaFree(p) == cudaSuccess;
+}
+
+struct settings {
+  std::string label;
+  bool quick = false;
+  double time_scale = 1.0;
+  std::vector<std::uint64_t> latency_sizes, scaling_sizes;
+  std::vector<int> threads;
+  std::vector<replay_plan> replays;
+  [[nodiscard]] double target(double full, double quick_s) const { return (quick ? quick_s : full) * time_scale; }
+  [[nodiscard]] std::string row(family f) const { return label + ": " + f.name; }
+};
+
+void latency(settings const& st, sample_writer& out, stream_set const& streams) {
+  for (std::uint64_t const size : st.latency_sizes) {
+    for (family const f : families) {
+      auto pair = [&] { return one_pair(f, size, streams[0]); };
+      pair_timing const t = pair_latency(pair, st.target(0.02, 0.005));
+      cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+      if (t.failed) {
+        static_cast<void>(cudaGetLastError());
+        out.note("latency", st.row(f), "allocation of " + size_label(size) + " failed");
+        continue;
+      }
+      json_object params;
+      params.add("size", size);
+      out.sample("latency", st.row(f), params, "ns_per_pair", t.ns_per_pair);
+    }
+  }
+}
+
+void scaling(settings const& st, sample_writer& out, stream_set const& streams) {
+  for (std::uint64_t const size : st.scaling_sizes) {
+    for (int const threads : st.threads) {
+      for (family const f : families) {
+        auto make_pair = [&](int i) {
+          static_cast<void>(cudaSetDevice(0));
+          cudaStream_t const s = streams[static_cast<std::size_t>(i)];
+          return [f, size, s] { return one_pair(f, size, s); };
+        };
+        scaling_result const r = thread_scaling(threads, make_pair, st.target(0.04, 0.01));
+        cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+        if (r.timed.failed || r.cold.failed) {
+          static_cast<void>(cudaGetLastError());
+          out.note("scaling", st.row(f), "allocation of " + size_label(size) + " failed with " + std::to_string(threads) + " threads");
+          continue;
+        }
+        json_object params;
+        params.add("size", size).add("threads", threads);
+        out.sample("scaling", st.row(f), params, "pairs_per_s", r.timed.pairs_per_second(threads));
+        out.sample("scaling", st.row(f), params, "mean_thread_pairs_per_s", r.timed.mean_thread_rate(threads));
+        out.sample("scaling", st.row(f), params, "slowest_over_fastest",
+                   r.timed.fastest_thread_s > 0 ? r.timed.slowest_thread_s / r.timed.fastest_thread_s : 0);
+        out.sample("scaling", st.row(f), params, "cold_pairs_per_s", r.cold.pairs_per_second(threads));
+      }
+    }
+  }
+}
+
+/// Replays through the entry points the log names. Peak reserved: the shim's own
+/// count when it is loaded (its cudaMemGetInfo shows pooled memory as free), else
+/// cudaMemGetInfo's used bytes above the start.
+void replay(settings const& st, sample_writer& out, shim_probe const& shim) {
+  for (replay_plan const& plan : st.replays) {
+    stream_set created(plan.streams - 1, cudaStreamDefault);
+    std::vector<cudaStream_t> streams{nullptr};
+    for (std::size_t i = 0; i < created.size(); ++i) streams.push_back(created[i]);
+    cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    std::uint64_t const used_before = query_device_memory().used();
+    gpumem_shim_stats const before = shim.read();
+    replay_tally t;
+    std::vector<void*> slot(plan.slots, nullptr);
+    std::chrono::nanoseconds in_calls{};
+    auto note_memory = [&] {
+      if (shim.loaded()) {
+        t.reserved_known = true;
+        t.peak_reserved = std::max<std::uint64_t>(t.peak_reserved, shim.read().reserved_bytes);
+      } else {
+        t.device_used_known = true;
+        std::uint64_t const used = query_device_memory().used();
+        if (used > used_before) t.peak_device_used = std::max(t.peak_device_used, used - used_before);
+      }
+    };
+    auto alloc = [&](replay_op const& op) -> void* {
+      void* p = nullptr;
+      auto const t0 = bench_clock::now();
+      cudaError_t const e = op.synchronous ? cudaMalloc(&p, op.bytes) : cudaMallocAsync(&p, op.bytes, streams[op.stream]);
+      in_calls += bench_clock::now() - t0;
+      ++t.calls;
+      if (e != cudaSuccess) {
+        static_cast<void>(cudaGetLastError());
+        return nullptr;
+      }
+      note_memory();
+      return p;
+    };
+    auto release = [&](void* p, bool sync, std::uint32_t stream) {
+      auto const t0 = bench_clock::now();
+      static_cast<void>(sync ? cudaFree(p) : cudaFreeAsync(p, streams[stream]));
+      in_calls += bench_clock::now() - t0;
+      ++t.calls;
+    };
+    for (replay_op const& op : plan.ops) {
+      switch (op.what) {
+        case replay_op::kind::allocate:
+          slot[op.slot] = alloc(op);
+          t.failed += slot[op.slot] == nullptr ? 1 : 0;
+          break;
+        case replay_op::kind::try_allocate:
+          if (void* p = alloc(op)) release(p, op.synchronous, op.stream);
+          break;
+        case replay_op::kind::free:
+          if (slot[op.slot] != nullptr) release(slot[op.slot], op.synchronous, op.stream);
+          slot[op.slot] = nullptr;
+          break;
+      }
+    }
+    for (replay_op const& op : plan.ops) {
+      if (op.what == replay_op::kind::allocate && slot[op.slot] != nullptr) {
+        release(slot[op.slot], op.synchronous, op.stream);
+        slot[op.slot] = nullptr;
+      }
+    }
+    cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    json_object params;
+    params.add("log", plan.name).add("events", static_cast<std::uint64_t>(plan.ops.size()));
+    out.sample("replay", st.label, params, "peak_live", static_cast<double>(plan.peak_live));
+    if (t.reserved_known) out.sample("replay", st.label, params, "peak_reserved", static_cast<double>(t.peak_reserved));
+    if (t.device_used_known) {
+      out.sample("replay", st.label, params, "peak_device_used", static_cast<double>(t.peak_device_used));
+    }
+    out.sample("replay", st.label, params, "failed", static_cast<double>(t.failed));
+    out.sample("replay", st.label, params, "ns_per_call",
+               t.calls > 0 ? std::chrono::duration<double, std::nano>(in_calls).count() / static_cast<double>(t.calls) : 0);
+    if (shim.loaded()) {
+      gpumem_shim_stats const s = shim.read();
+      out.sample("replay", st.label, params, "device_syncs", static_cast<double>(s.device_syncs - before.device_syncs));
+      out.sample("replay", st.label, params, "barriers", static_cast<double>(s.reclaim_barriers - before.reclaim_barriers));
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  settings st;
+  std::string out_path;
+  int rep = 0, expect = 0;  // 1: shim, -1: no shim
+  std::set<std::string> only;
+  std::string latency_sizes, scaling_sizes, threads = "1,4,16";
+  std::vector<std::pair<std::string, std::string>> replays;
+  for (int i = 1; i < argc; ++i) {
+    std::string const a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) usage_error(a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--label") st.label = value();
+    else if (a == "--expect-shim") expect = 1;
+    else if (a == "--expect-no-shim") expect = -1;
+    else if (a == "--out") out_path = value();
+    else if (a == "--rep") rep = std::atoi(value().c_str());
+    else if (a == "--quick") st.quick = true;
+    else if (a == "--time-scale") {
+      st.time_scale = std::atof(value().c_str());
+      if (!(st.time_scale > 0)) usage_error("--time-scale needs a positive number");
+    } else if (a == "--only") {
+      for (auto const& m : split(value())) {
+        if (m != "latency" && m != "scaling" && m != "replay") usage_error("unknown measurement '" + m + "'");
+        only.insert(m);
+      }
+    } else if (a == "--replay") {
+      std::string const v = value();
+      auto const eq = v.find('=');
+      if (eq == std::string::npos || eq == 0 || eq + 1 == v.size()) usage_error("--replay needs NAME=LOG, got '" + v + "'");
+      replays.emplace_back(v.substr(0, eq), v.substr(eq + 1));
+    } else if (a == "--latency-sizes") latency_sizes = value();
+    else if (a == "--scaling-sizes") scaling_sizes = value();
+    else if (a == "--threads") threads = value();
+    else if (a == "--help" || a == "-h") {
+      std::fputs(usage_text, stdout);
+      return 0;
+    } else usage_error("unknown option '" + a + "'");
+  }
+  if (st.label.empty()) usage_error("--label is required");
+  constexpr std::uint64_t KiB = 1024, MiB = KiB << 10U, GiB = MiB << 10U;
+  auto sizes = [&](std::string const& given, std::vector<std::uint64_t> dflt) {
+    if (given.empty()) return dflt;
+    std::vector<std::uint64_t> v;
+    for (auto const& s : split(given)) v.push_back(parse_size(s));
+    if (v.empty()) usage_error("empty size list");
+    return v;
+  };
+  st.latency_sizes = sizes(latency_sizes, st.quick ? std::vector<std::uint64_t>{256, MiB, 64 * MiB, GiB}
+                                                    : std::vector<std::uint64_t>{256, 4 * KiB, 64 * KiB, MiB, 16 * MiB, 64 * MiB, 256 * MiB, GiB});
+  st.scaling_sizes = sizes(scaling_sizes, st.quick ? std::vector<std::uint64_t>{256, MiB} : std::vector<std::uint64_t>{256, MiB, 64 * MiB});
+  for (auto const& t : split(threads)) {
+    int const n = std::atoi(t.c_str());
+    if (n < 1 || n > 256) usage_error("thread count out of range: '" + t + "'");
+    st.threads.push_back(n);
+  }
+  for (auto const& [name, path] : replays) st.replays.push_back(plan_replay(path, name));
+  auto const wants = [&](char const* m) { return only.empty() || only.contains(m); };
+
+  device_info const dev = open_device();
+  {
+    // The shim builds the device's chain at the first allocation; make one so the
+    // chain can be described (and its creation is not timed).
+    void* p = nullptr;
+    cuda_check(cudaMalloc(&p, 256), "cudaMalloc (first allocation)");
+    cuda_check(cudaFree(p), "cudaFree (first allocation)");
+  }
+  shim_probe const shim;
+  gpumem_shim_stats const s0 = shim.read();
+  if (expect == 1 && (!shim.loaded() || s0.mode != GPUMEM_SHIM_MODE_ACTIVE)) {
+    std::fprintf(stderr, "gpumem_compare_shim: --expect-shim, but %s\n",
+                 shim.loaded() ? "the shim is not active (disabled or misconfigured)" : "libgpumem_shim.so is not loaded");
+    return 1;
+  }
+  if (expect == -1 && shim.loaded()) {
+    std::fprintf(stderr, "gpumem_compare_shim: --expect-no-shim, but libgpumem_shim.so is loaded\n");
+    return 1;
+  }
+  sample_writer out{out_path};
+  out.set_rep(rep);
+  int const most = *std::max_element(st.threads.begin(), st.threads.end());
+  stream_set const streams(static_cast<std::size_t>(std::max(16, most)));
+  json_object meta;
+  meta.add("program", "gpumem_compare_shim").add("label", st.label).add("rep", rep).add("quick", st.quick);
+  meta.add("device", dev.name).add("driver_version", dev.driver_version).add("runtime_version", dev.runtime_version);
+  meta.add("simulated", dev.simulated).add("shim_loaded", shim.loaded());
+  if (shim.loaded()) {
+    meta.add("shim_chain", shim.chain()).add("shim_mode", static_cast<int>(s0.mode));
+    char const* mode = std::getenv("GPUMEM_SYNC_MODE");
+    meta.add("sync_mode", mode != nullptr && *mode != '\0' ? mode : "safe (default)");
+  }
+  out.meta(meta);
+
+  if (wants("latency")) latency(st, out, streams);
+  if (wants("scaling")) scaling(st, out, streams);
+  if (wants("replay")) replay(st, out, shim);
+  return 0;
+} catch (std::exception const& e) {
+  std::fprintf(stderr, "gpumem_compare_shim: %s\n", e.what());
+  return 1;
+}

@@ -1,0 +1,195 @@
+// The shim's pointer registry (src/shim/allocation_registry) on the CPU: what every
+// interposed allocation+free pair pays for it, and what pointer queries cost.
+//
+//   pair_same            insert + take of one address again and again (a pool's
+//                        LIFO reuse), per thread its own address
+//   pair_rotating        insert + take over 4096 addresses of each thread's own
+//   pair_window          each thread keeps 1024 allocations live: insert a new
+//                        address, take the oldest (addresses come back only after
+//                        65536 pairs: tombstones are created and evicted)
+//   find_base            find_containing(base) of one of 16384 live allocations
+//   find_interior        find_containing(base + offset), nothing changing
+//   find_interior_churn  an insert+take pair, then an interior lookup (the index
+//                        has a change to take in before every lookup)
+//   find_unknown         find_containing of an address no allocation holds (a host
+//                        pointer given to cudaPointerGetAttributes)
+//
+// Pair benchmarks run on 1, 2, 4, 8 and 16 threads against one shared registry;
+// time is real time per pair per thread, items_per_second the pairs of all threads.
+// Only the registry's public interface is used, so the same file measures an older
+// registry built from another tree.
+//
+// An idle thread runs throughout: the shim always lives in a multi-threaded process
+// (CUDA starts threads of its own), and glibc's mutexes skip their atomic
+// instructions while a process has a single thread, which would flatter any
+// registry built on std::mutex.
+//
+//   registry_bench [--benchmark_min_time=0.5] [--benchmark_repetitions=3]
+#include "allocation_registry.hpp"
+
+#include <benchmark/benchmark.h>
+
+#include <cstdint>
+#include <future>
+#include <memory>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using gpumem::shim::alloc_kind;
+using gpumem::shim::allocation;
+using gpumem::shim::allocation_registry;
+
+allocation_registry& shared_registry() {
+  static auto* const r = new allocation_registry{};
+  return *r;
+}
+
+allocation block(std::size_t bytes) {
+  allocation a;
+  a.bytes = bytes;
+  a.kind = alloc_kind::sync;
+  a.device = 0;
+  a.entry = "cudaMalloc";
+  return a;
+}
+
+/// Each thread's own address range (a pool slab per thread, 64 GiB apart).
+std::uintptr_t thread_base(benchmark::State const& state) {
+  return std::uintptr_t{0x100000000000} + static_cast<std::uintptr_t>(state.thread_index()) * (std::uintptr_t{1} << 36);
+}
+
+void pair_same(benchmark::State& state) {
+  auto& r = shared_registry();
+  std::uintptr_t const p = thread_base(state);
+  allocation const a = block(1 << 20);
+  allocation out;
+  for (auto _ : state) {
+    r.insert(p, a);
+    benchmark::DoNotOptimize(r.take(p, out));
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+
+void pair_rotating(benchmark::State& state) {
+  auto& r = shared_registry();
+  std::uintptr_t const base = thread_base(state);
+  allocation const a = block(4096);
+  allocation out;
+  std::uintptr_t i = 0;
+  for (auto _ : state) {
+    std::uintptr_t const p = base + (i++ % 4096) * 4096;
+    r.insert(p, a);
+    benchmark::DoNotOptimize(r.take(p, out));
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+
+void pair_window(benchmark::State& state) {
+  auto& r = shared_registry();
+  std::uintptr_t const base = thread_base(state);
+  constexpr std::uintptr_t window = 1024;
+  constexpr std::uintptr_t range = 65536;
+  allocation const a = block(2048);
+  allocation out;
+  for (std::uintptr_t i = 0; i < window; ++i) r.insert(base + i * 2048, a);
+  std::uintptr_t next = window;
+  for (auto _ : state) {
+    r.insert(base + (next % range) * 2048, a);
+    benchmark::DoNotOptimize(r.take(base + ((next - window) % range) * 2048, out));
+    ++next;
+  }
+  for (std::uintptr_t i = next - window; i < next; ++i) (void)r.take(base + (i % range) * 2048, out);
+  state.SetItemsProcessed(state.iterations());
+}
+
+/// 16384 live allocations of 4 KiB to 4 MiB, 8 MiB apart, for the lookups.
+struct population {
+  std::vector<std::uintptr_t> bases;
+  std::vector<std::size_t> sizes;
+  explicit population(allocation_registry& r) {
+    for (std::uintptr_t i = 0; i < 16384; ++i) {
+      std::uintptr_t const p = std::uintptr_t{0x500000000000} + i * (8 << 20);
+      std::size_t const bytes = std::size_t{4096} << (i % 11);
+      r.insert(p, block(bytes));
+      bases.push_back(p);
+      sizes.push_back(bytes);
+    }
+  }
+};
+
+void find_base(benchmark::State& state) {
+  auto const owner = std::make_unique<allocation_registry>();
+  auto& r = *owner;
+  population const pop{r};
+  std::size_t i = 0;
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(r.find_containing(pop.bases[i++ % pop.bases.size()]));
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+
+void find_interior(benchmark::State& state) {
+  auto const owner = std::make_unique<allocation_registry>();
+  auto& r = *owner;
+  population const pop{r};
+  std::size_t i = 0;
+  for (auto _ : state) {
+    std::size_t const k = (i++ * 7919) % pop.bases.size();
+    benchmark::DoNotOptimize(r.find_containing(pop.bases[k] + pop.sizes[k] / 2 + 256));
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+
+void find_interior_churn(benchmark::State& state) {
+  auto const owner = std::make_unique<allocation_registry>();
+  auto& r = *owner;
+  population const pop{r};
+  allocation const a = block(4096);
+  allocation out;
+  std::size_t i = 0;
+  for (auto _ : state) {
+    std::uintptr_t const p = std::uintptr_t{0x100000000000} + (i % 4096) * 4096;
+    r.insert(p, a);
+    benchmark::DoNotOptimize(r.take(p, out));
+    std::size_t const k = (i++ * 7919) % pop.bases.size();
+    benchmark::DoNotOptimize(r.find_containing(pop.bases[k] + pop.sizes[k] / 2 + 256));
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+
+void find_unknown(benchmark::State& state) {
+  auto const owner = std::make_unique<allocation_registry>();
+  auto& r = *owner;
+  population const pop{r};
+  std::size_t i = 0;
+  for (auto _ : state) {
+    // Between allocations: past each one's end, before the next base.
+    std::size_t const k = (i++ * 7919) % pop.bases.size();
+    benchmark::DoNotOptimize(r.find_containing(pop.bases[k] + (6 << 20)));
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+
+}  // namespace
+
+BENCHMARK(pair_same)->ThreadRange(1, 16)->UseRealTime();
+BENCHMARK(pair_rotating)->ThreadRange(1, 16)->UseRealTime();
+BENCHMARK(pair_window)->ThreadRange(1, 16)->UseRealTime();
+BENCHMARK(find_base);
+BENCHMARK(find_interior);
+BENCHMARK(find_interior_churn);
+BENCHMARK(find_unknown);
+
+int main(int argc, char** argv) {
+  std::promise<void> done;
+  std::thread idle{[f = done.get_future()] { f.wait(); }};
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  done.set_value();
+  idle.join();
+  return 0;
+}

@@ -1,0 +1,128 @@
+#pragma once
+// stream_tracker: the streams of one device, and a device-wide barrier that orders
+// all later GPU work after all earlier GPU work WITHOUT blocking the host.
+//
+// Why: real cudaFree/cuMemFree synchronize the device, so a program may free a
+// block that a kernel on any stream still uses, and memory from cudaMalloc may be
+// used at once on any stream. A pool that hands such a block out again must make
+// sure the new owner's work cannot start before the old owner's work finished.
+// Synchronizing the device does that but drains the GPU's queue; barrier() does it
+// on the GPU side:
+//   1. every tracked non-blocking stream S records an event E_S, and the legacy
+//      stream L waits on each E_S (and on the last event of every stream destroyed
+//      since the previous barrier, and on any extra events the caller passes);
+//   2. L records E_L. E_L now follows all work submitted so far to every stream:
+//      blocking streams (created without CU_STREAM_NON_BLOCKING, per-thread
+//      default streams of every thread) because L waits for them implicitly, the
+//      others through step 1;
+//   3. every tracked non-blocking stream waits on E_L. Later work on blocking
+//      streams waits for L implicitly; a non-blocking stream created later waits on
+//      E_L when stream_created() registers it.
+// After barrier() returns true, any block freed (on the host) before the call may
+// be handed to any new owner on any stream at once. Cost: 3k+1 driver calls for k
+// non-blocking streams, no host wait; on the GPU it joins the streams once, as a
+// device synchronization would (which real cudaFree does on every call).
+//
+// Soundness depends on knowing every non-blocking stream of the device's primary
+// context: the shim registers each stream from its cuStreamCreate* hooks (the
+// runtime creates streams through them too) and unregisters it from its
+// cuStreamDestroy hooks. A library user who frees with synchronous semantics and
+// runs work on non-blocking streams must register them the same way.
+//
+// Captures: while any stream capture is active in the process a barrier is
+// refused (barrier() returns false and changes nothing): recording on a capturing
+// stream would become part of its graph, and touching the legacy stream while a
+// blocking stream captures invalidates the capture. Captures begun through
+// begin_capture() are serialised against barriers, so none starts mid-barrier.
+//
+// Contexts: a tracker serves the PRIMARY context of its device (the one the pool's
+// memory lives in); barrier() makes it current for the duration if another context
+// is current, and restores the caller's. Streams of other contexts are not tracked.
+//
+// Thread safety: every member is thread-safe. One process-wide mutex serialises
+// barriers, stream registration and capture begins (all rare next to allocations).
+// No member blocks on the GPU.
+
+#include <cuda.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+namespace gpumem {
+
+class stream_tracker {
+ public:
+  static constexpr int max_devices = 64;
+
+  /// The tracker of `device` (0 <= device < max_devices; others get a tracker that
+  /// refuses every barrier). Never destroyed: frees may arrive during exit.
+  [[nodiscard]] static stream_tracker& of(int device) noexcept;
+
+  /// Registers a stream just created in this device's primary context. `flags` are
+  /// the cuStreamCreate flags (CU_STREAM_NON_BLOCKING matters). A non-blocking
+  /// stream created after a barrier is made to wait on that barrier's event.
+  void stream_created(CUstream stream, unsigned flags) noexcept;
+  /// Call before the stream is destroyed: its last work is remembered (one event)
+  /// until the next barrier has waited for it. Unknown streams are ignored.
+  void stream_destroying(CUstream stream) noexcept;
+  /// The primary context was reset (cudaDeviceReset): every stream and event of it
+  /// is gone.
+  void context_reset() noexcept;
+
+  /// Whether a barrier orders `stream`'s work: the legacy and per-thread default
+  /// streams, registered streams, and blocking streams (through the legacy stream).
+  /// An unregistered non-blocking stream is not covered.
+  [[nodiscard]] bool covers(CUstream stream) noexcept;
+
+  /// Whether `ctx` is this device's primary context (retains it once, on first use).
+  [[nodiscard]] bool is_primary(CUcontext ctx) noexcept;
+
+  /// The barrier described above. Returns false, having assumed nothing, when a
+  /// capture is active, no driver is loaded, or a driver call failed. `also_after`:
+  /// extra events (of any context) that E_L must follow.
+  [[nodiscard]] bool barrier(std::span<CUevent const> also_after = {}) noexcept;
+
+  /// Barriers made so far on this device (successful ones).
+  [[nodiscard]] std::uint64_t barrier_count() const noexcept;
+  /// Streams registered now (blocking and non-blocking).
+  [[nodiscard]] std::size_t stream_count() const noexcept;
+
+  // -- Stream capture, process-wide -------------------------------------------------
+  /// Runs `begin` (a cuStreamBeginCapture* call returning CUresult) so that no
+  /// barrier runs concurrently, and counts the capture if it returns success.
+  template <class Begin>
+  static CUresult begin_capture(Begin&& begin) noexcept {
+    lock_captures();
+    CUresult const r = begin();
+    unlock_captures(r == CUDA_SUCCESS);
+    return r;
+  }
+  /// A capture ended (EndCapture, or its stream was destroyed). Never below zero.
+  static void capture_ended() noexcept;
+  [[nodiscard]] static bool capture_active() noexcept;
+  [[nodiscard]] static long capture_count() noexcept;
+
+  /// Forked child: no streams, no captures, fresh locks (the parent's GPU state is
+  /// not the child's).
+  static void reset_after_fork() noexcept;
+
+  stream_tracker(stream_tracker const&) = delete;
+  stream_tracker& operator=(stream_tracker const&) = delete;
+
+  struct state;  // implementation detail (stream_tracker.cpp)
+
+ private:
+  explicit stream_tracker(int device) noexcept : device_{device} {}
+  static void lock_captures() noexcept;
+  static void unlock_captures(bool began) noexcept;
+  /// The state, created if needed; nullptr when out of host memory. Caller holds
+  /// the process-wide mutex.
+  state* ensure_state() noexcept;
+
+  int device_;
+  std::atomic<state*> state_{nullptr};  ///< created on first use, under the process-wide mutex
+};
+
+}  // namespace gpumem

@@ -1,0 +1,68 @@
+#pragma once
+// What one line of an allocation log (CSV) says, as the post-mortem tools see it,
+// and the problems a reader reports about a log.
+//
+// Thread safety: plain values and pure functions.
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace gpumem::tools {
+
+/// The Action column. (The log writer has its own enum; this is the reader's view.)
+enum class event_kind : std::uint8_t { allocate, free, allocate_failure };
+
+/// The text of a kind as it appears in the log ("allocate failure").
+[[nodiscard]] std::string_view to_string(event_kind k) noexcept;
+
+/// One data line of a log. Optional columns hold the "absent" value noted.
+struct log_event {
+  std::int64_t time_ns{};        ///< TimeNs, or derived from Time (see log_reader.hpp)
+  std::int64_t clock_us{-1};     ///< Time column as microseconds since midnight; -1 if absent
+  std::uint64_t pointer{};       ///< 0 for (nil)
+  std::uint64_t size{};          ///< requested bytes
+  std::uint64_t stream{};        ///< handle as written (0 = null stream)
+  std::uint64_t thread{};
+  std::int64_t duration_ns{-1};  ///< DurationNs; -1 if absent
+  std::int64_t reserved{-1};     ///< Reserved (bytes held from the device); -1 if absent
+  std::uint64_t index{};         ///< 0-based position among the log's events
+  std::uint32_t line{};          ///< 1-based line number in the file
+  std::uint16_t entry{};         ///< index into the reader's strings (0 = "")
+  std::uint16_t result{};        ///< index into the reader's strings (0 = "")
+  std::int16_t device{-1};       ///< Device; -1 if absent
+  event_kind kind{};
+};
+
+/// A problem found in a log, anchored to file:line (line 0: the file as a whole).
+struct log_diagnostic {
+  std::string file;
+  std::size_t line{};
+  std::string message;
+  /// "file:line: message" (or "file: message" for line 0).
+  [[nodiscard]] std::string text() const;
+};
+
+/// Which optional columns the header named.
+struct log_columns {
+  bool time{}, time_ns{}, thread{}, stream{}, device{}, entry{}, duration{}, result{}, reserved{};
+  std::size_t count{};  ///< fields per line, as the header has them
+};
+
+/// The log's own statement that rows are missing: a metadata line
+/// `#gpumem incomplete,dropped_rows=<N>,reason=<text>` (the last one wins).
+struct incomplete_marker {
+  std::optional<std::uint64_t> dropped_rows;  ///< empty when the marker does not say
+  std::string reason;                         ///< "" when the marker does not say
+  std::size_t line{};
+};
+
+/// Parses "HH:MM:SS[.fraction]" into nanoseconds since midnight.
+[[nodiscard]] std::optional<std::int64_t> parse_time_of_day(std::string_view s) noexcept;
+
+/// Formats microseconds since midnight (any day) as "HH:MM:SS.ffffff".
+[[nodiscard]] std::string format_time_of_day(std::int64_t clock_us);
+
+}  // namespace gpumem::tools

@@ -1,0 +1,289 @@
+#include <gpumem/stream_tracker.hpp>
+
+#include <gpumem/detail/driver_api.hpp>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <mutex>
+#include <new>
+#include <vector>
+
+namespace gpumem {
+
+struct stream_tracker::state {
+  struct tracked {
+    CUstream stream{};
+    bool non_blocking{};
+    CUevent event{};  ///< recorded on `stream` by each barrier; created on first need
+  };
+  CUcontext primary{};
+  bool primary_known = false;
+  CUevent legacy_event{};    ///< E_L of the last barrier
+  bool broken = false;       ///< a stream could not be registered: barriers would be unsound
+  std::vector<tracked> streams;
+  std::vector<CUevent> retired;  ///< last events of streams destroyed since the last barrier
+  std::atomic<std::uint64_t> barriers{0};
+  std::atomic<std::size_t> stream_count{0};
+};
+
+namespace {
+
+// One mutex for every tracker: barriers, registrations and capture begins are rare,
+// and a capture begin must exclude every device's barrier.
+std::mutex& tracker_mutex() noexcept {
+  static auto* m = new std::mutex{};
+  return *m;
+}
+std::atomic<long>& capture_counter() noexcept {
+  static std::atomic<long> n{0};
+  return n;
+}
+
+/// Makes `target` current for a scope, restoring the caller's context.
+class scoped_context {
+ public:
+  explicit scoped_context(CUcontext target) noexcept {
+    auto const& d = detail::driver();
+    if (d.cuCtxGetCurrent(&saved_) != CUDA_SUCCESS) {
+      ok_ = false;
+      return;
+    }
+    if (saved_ != target) {
+      ok_ = d.cuCtxSetCurrent(target) == CUDA_SUCCESS;
+      switched_ = ok_;
+    }
+  }
+  ~scoped_context() {
+    if (switched_) static_cast<void>(detail::driver().cuCtxSetCurrent(saved_));
+  }
+  scoped_context(scoped_context const&) = delete;
+  scoped_context& operator=(scoped_context const&) = delete;
+  [[nodiscard]] bool ok() const noexcept { return ok_; }
+
+ private:
+  CUcontext saved_{};
+  bool switched_ = false;
+  bool ok_ = true;
+};
+
+CUresult ensure_event(CUevent& ev) noexcept {
+  if (ev != nullptr) return CUDA_SUCCESS;
+  CUresult const r = detail::driver().cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING);
+  if (r != CUDA_SUCCESS) ev = nullptr;
+  return r;
+}
+
+void destroy(CUevent& ev) noexcept {
+  // Destroying an event other streams still wait on is allowed: the waits keep it.
+  if (ev != nullptr) static_cast<void>(detail::driver().cuEventDestroy(ev));
+  ev = nullptr;
+}
+
+bool capturing(CUstream s) noexcept {
+  auto const& d = detail::driver();
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  if (d.cuStreamIsCapturing == nullptr) return true;
+  return d.cuStreamIsCapturing(s, &status) != CUDA_SUCCESS || status != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+}  // namespace
+
+stream_tracker& stream_tracker::of(int device) noexcept {
+  // Built once, never destroyed (no destructor runs at exit). The last slot serves
+  // out-of-range devices: its state is broken, so it refuses every barrier.
+  static auto* const all = [] {
+    auto* a = static_cast<stream_tracker*>(::operator new(sizeof(stream_tracker) * (max_devices + 1)));
+    for (int i = 0; i <= max_devices; ++i) new (a + i) stream_tracker{i < max_devices ? i : -1};
+    return a;
+  }();
+  if (device < 0 || device >= max_devices) return all[max_devices];
+  return all[device];
+}
+
+stream_tracker::state* stream_tracker::ensure_state() noexcept {
+  state* s = state_.load(std::memory_order_acquire);
+  if (s == nullptr) {
+    s = new (std::nothrow) state{};
+    state_.store(s, std::memory_order_release);
+  }
+  if (s != nullptr && !s->primary_known) {
+    auto const& d = detail::driver();
+    CUdevice dev{};
+    // Retained once for the life of the process: the handle stays valid across resets.
+    if (d.init_result == CUDA_SUCCESS && d.cuDeviceGet(&dev, device_) == CUDA_SUCCESS &&
+        d.cuDevicePrimaryCtxRetain(&s->primary, dev) == CUDA_SUCCESS) {
+      s->primary_known = true;
+    }
+  }
+  return s;
+}
+
+bool stream_tracker::is_primary(CUcontext ctx) noexcept {
+  if (ctx == nullptr || device_ < 0) return false;
+  std::lock_guard lock{tracker_mutex()};
+  state* s = ensure_state();
+  return s != nullptr && s->primary_known && ctx == s->primary;
+}
+
+bool stream_tracker::covers(CUstream stream) noexcept {
+  auto const h = reinterpret_cast<std::uintptr_t>(stream);
+  if (h == 0 || stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD) return true;
+  {
+    std::lock_guard lock{tracker_mutex()};
+    state const* s = state_.load(std::memory_order_acquire);
+    if (s != nullptr && std::any_of(s->streams.begin(), s->streams.end(),
+                                    [&](state::tracked const& t) { return t.stream == stream; })) {
+      return true;
+    }
+  }
+  auto const& d = detail::driver();
+  unsigned flags = 0;
+  return d.cuStreamGetFlags != nullptr && d.cuStreamGetFlags(stream, &flags) == CUDA_SUCCESS &&
+         (flags & CU_STREAM_NON_BLOCKING) == 0;
+}
+
+void stream_tracker::stream_created(CUstream stream, unsigned flags) noexcept {
+  if (stream == nullptr || device_ < 0) return;
+  std::lock_guard lock{tracker_mutex()};
+  state* s = ensure_state();
+  if (s == nullptr) return;  // no state, so no barrier can ever be made: safe
+  bool const non_blocking = (flags & CU_STREAM_NON_BLOCKING) != 0;
+  try {
+    s->streams.push_back({stream, non_blocking, nullptr});
+  } catch (...) {
+    s->broken = true;  // an unknown non-blocking stream would make barriers unsound
+    return;
+  }
+  s->stream_count.store(s->streams.size(), std::memory_order_relaxed);
+  // Blocks reused after the last barrier may still be touched by work older than
+  // it; a new non-blocking stream must not overtake that work either.
+  if (non_blocking && s->legacy_event != nullptr) {
+    if (detail::driver().cuStreamWaitEvent(stream, s->legacy_event, 0) != CUDA_SUCCESS) s->broken = true;
+  }
+}
+
+void stream_tracker::stream_destroying(CUstream stream) noexcept {
+  if (stream == nullptr || device_ < 0 || state_.load(std::memory_order_acquire) == nullptr) return;
+  std::lock_guard lock{tracker_mutex()};
+  state* const s = state_.load(std::memory_order_acquire);
+  if (s == nullptr) return;
+  auto& v = s->streams;
+  auto const it = std::find_if(v.begin(), v.end(), [&](state::tracked const& t) { return t.stream == stream; });
+  if (it == v.end()) return;
+  CUevent last = nullptr;
+  auto const& d = detail::driver();
+  // Work queued on a destroyed stream still runs: remember its end for the next
+  // barrier. A capturing stream has no work of its own in flight to remember.
+  if (!capturing(stream)) {
+    if (ensure_event(last) != CUDA_SUCCESS || d.cuEventRecord(last, stream) != CUDA_SUCCESS) {
+      destroy(last);
+      s->broken = true;
+    }
+  }
+  if (last != nullptr) {
+    try {
+      s->retired.push_back(last);
+    } catch (...) {
+      destroy(last);
+      s->broken = true;
+    }
+  }
+  destroy(it->event);
+  v.erase(it);
+  s->stream_count.store(v.size(), std::memory_order_relaxed);
+}
+
+void stream_tracker::context_reset() noexcept {
+  if (device_ < 0) return;
+  std::lock_guard lock{tracker_mutex()};
+  state* const s = state_.load(std::memory_order_acquire);
+  if (s == nullptr) return;
+  // The context's streams and events died with it; only the primary handle stays.
+  s->streams.clear();
+  s->retired.clear();
+  s->legacy_event = nullptr;
+  s->broken = false;
+  s->stream_count.store(0, std::memory_order_relaxed);
+}
+
+bool stream_tracker::barrier(std::span<CUevent const> also_after) noexcept {
+  auto const& d = detail::driver();
+  if (d.init_result != CUDA_SUCCESS || device_ < 0) return false;
+  std::lock_guard lock{tracker_mutex()};
+  if (capture_counter().load(std::memory_order_acquire) > 0) return false;
+  state* const st = ensure_state();
+  if (st == nullptr || st->broken || !st->primary_known) return false;
+  scoped_context ctx{st->primary};
+  if (!ctx.ok()) return false;
+  CUstream const legacy = CU_STREAM_LEGACY;
+
+  // 1. The legacy stream waits for every non-blocking stream, destroyed streams'
+  //    last work and the caller's events.
+  for (auto& t : st->streams) {
+    if (!t.non_blocking) continue;
+    if (ensure_event(t.event) != CUDA_SUCCESS || d.cuEventRecord(t.event, t.stream) != CUDA_SUCCESS ||
+        d.cuStreamWaitEvent(legacy, t.event, 0) != CUDA_SUCCESS) {
+      return false;
+    }
+  }
+  for (CUevent ev : st->retired) {
+    if (d.cuStreamWaitEvent(legacy, ev, 0) != CUDA_SUCCESS) return false;
+  }
+  for (CUevent ev : also_after) {
+    if (ev != nullptr && d.cuStreamWaitEvent(legacy, ev, 0) != CUDA_SUCCESS) return false;
+  }
+  // 2. E_L follows everything submitted so far.
+  if (ensure_event(st->legacy_event) != CUDA_SUCCESS || d.cuEventRecord(st->legacy_event, legacy) != CUDA_SUCCESS) {
+    return false;
+  }
+  // 3. Every non-blocking stream's later work follows E_L (blocking streams follow
+  //    the legacy stream by themselves).
+  for (auto& t : st->streams) {
+    if (t.non_blocking && d.cuStreamWaitEvent(t.stream, st->legacy_event, 0) != CUDA_SUCCESS) return false;
+  }
+  for (CUevent& ev : st->retired) destroy(ev);
+  st->retired.clear();
+  st->barriers.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+std::uint64_t stream_tracker::barrier_count() const noexcept {
+  auto const* s = state_.load(std::memory_order_acquire);
+  return s == nullptr ? 0 : s->barriers.load(std::memory_order_relaxed);
+}
+
+std::size_t stream_tracker::stream_count() const noexcept {
+  auto const* s = state_.load(std::memory_order_acquire);
+  return s == nullptr ? 0 : s->stream_count.load(std::memory_order_relaxed);
+}
+
+void stream_tracker::lock_captures() noexcept { tracker_mutex().lock(); }
+
+void stream_tracker::unlock_captures(bool began) noexcept {
+  if (began) capture_counter().fetch_add(1, std::memory_order_acq_rel);
+  tracker_mutex().unlock();
+}
+
+void stream_tracker::capture_ended() noexcept {
+  auto& n = capture_counter();
+  long cur = n.load(std::memory_order_acquire);
+  // Never below zero: an EndCapture of a capture begun before gpumem counted.
+  while (cur > 0 && !n.compare_exchange_weak(cur, cur - 1, std::memory_order_acq_rel)) {
+  }
+}
+
+bool stream_tracker::capture_active() noexcept { return capture_counter().load(std::memory_order_acquire) > 0; }
+long stream_tracker::capture_count() noexcept { return capture_counter().load(std::memory_order_acquire); }
+
+void stream_tracker::reset_after_fork() noexcept {
+  new (&tracker_mutex()) std::mutex{};  // a parent thread may have held it at fork()
+  capture_counter().store(0, std::memory_order_relaxed);
+  for (int i = 0; i < max_devices; ++i) {
+    auto& t = of(i);
+    // The parent's state (its events and streams) means nothing here: leak it.
+    t.state_.store(nullptr, std::memory_order_relaxed);
+  }
+}
+
+}  // namespace gpumem

@@ -1,0 +1,210 @@
+// stream_tracker: the device-wide GPU-side barrier. On the simulated device queued
+// work runs only when something synchronizes, so "B's later work runs after A's
+// earlier work" is checked by synchronizing B alone and looking at what ran.
+
+#include <gpumem/detail/driver_api.hpp>
+#include <gpumem/stream_tracker.hpp>
+
+#include <support/sim_control.hpp>
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <deque>
+#include <vector>
+
+namespace gpumem {
+namespace {
+
+class StreamTracker : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!test::sim_control::get().present() || !detail::driver_available()) {
+      GTEST_SKIP() << "needs the simulated device (queued work must wait for a synchronization)";
+    }
+    ASSERT_EQ(detail::ensure_context(), CUDA_SUCCESS);
+    device_ = detail::current_device();
+    ASSERT_GE(device_, 0);
+  }
+  void TearDown() override {
+    auto const& d = detail::driver();
+    for (CUstream s : streams_) {
+      tracker().stream_destroying(s);
+      EXPECT_EQ(d.cuStreamSynchronize(s), CUDA_SUCCESS);
+      EXPECT_EQ(d.cuStreamDestroy(s), CUDA_SUCCESS);
+    }
+    test::sim_control::get().run_all();
+  }
+
+  stream_tracker& tracker() { return stream_tracker::of(device_); }
+
+  /// A stream created (and registered, unless `track` is false) like the shim does.
+  CUstream make(unsigned flags, bool track = true) {
+    CUstream s = nullptr;
+    EXPECT_EQ(detail::driver().cuStreamCreate(&s, flags), CUDA_SUCCESS);
+    if (track) tracker().stream_created(s, flags);
+    streams_.push_back(s);
+    return s;
+  }
+
+  /// Queues a host function that sets `flag`.
+  static void mark(CUstream s, std::atomic<bool>& flag) {
+    ASSERT_EQ(detail::driver().cuLaunchHostFunc(
+                  s, [](void* f) { static_cast<std::atomic<bool>*>(f)->store(true); }, &flag),
+              CUDA_SUCCESS);
+  }
+  /// Queues a host function that records whether `before` had run when it ran.
+  static void check_after(CUstream s, std::atomic<bool> const& before, std::atomic<int>& seen) {
+    struct arg {
+      std::atomic<bool> const* before;
+      std::atomic<int>* seen;
+    };
+    auto* a = new arg{&before, &seen};
+    ASSERT_EQ(detail::driver().cuLaunchHostFunc(
+                  s,
+                  [](void* p) {
+                    auto* x = static_cast<arg*>(p);
+                    x->seen->store(x->before->load() ? 1 : 0);
+                    delete x;
+                  },
+                  a),
+              CUDA_SUCCESS);
+  }
+
+  /// Flags the queued functions write: members, so they outlive the test body
+  /// (TearDown synchronizes the streams, which runs what is still queued).
+  std::atomic<bool>& new_flag() { return bools_.emplace_back(false); }
+  std::atomic<int>& new_seen() { return ints_.emplace_back(-1); }
+
+  int device_ = -1;
+  std::vector<CUstream> streams_;
+  std::deque<std::atomic<bool>> bools_;
+  std::deque<std::atomic<int>> ints_;
+};
+
+TEST_F(StreamTracker, WithoutABarrierNonBlockingStreamsRunInAnyOrder) {
+  // The premise of every other test: nothing orders two non-blocking streams.
+  CUstream a = make(CU_STREAM_NON_BLOCKING);
+  CUstream b = make(CU_STREAM_NON_BLOCKING);
+  auto& old_work = new_flag();
+  auto& seen = new_seen();
+  mark(a, old_work);
+  check_after(b, old_work, seen);
+  ASSERT_EQ(detail::driver().cuStreamSynchronize(b), CUDA_SUCCESS);
+  EXPECT_EQ(seen.load(), 0);  // b's work ran while a's earlier work had not
+}
+
+TEST_F(StreamTracker, BarrierOrdersLaterWorkOnEveryStreamAfterEarlierWork) {
+  CUstream a = make(CU_STREAM_NON_BLOCKING);
+  CUstream b = make(CU_STREAM_NON_BLOCKING);
+  CUstream blocking = make(0);
+  auto& old_work = new_flag();
+  mark(a, old_work);
+  auto const before = tracker().barrier_count();
+  ASSERT_TRUE(tracker().barrier());
+  EXPECT_EQ(tracker().barrier_count(), before + 1);
+  for (CUstream later : {b, blocking, static_cast<CUstream>(CU_STREAM_LEGACY)}) {
+    auto& seen = new_seen();
+    check_after(later, old_work, seen);
+    ASSERT_EQ(detail::driver().cuStreamSynchronize(later), CUDA_SUCCESS);
+    EXPECT_EQ(seen.load(), 1) << "later work ran before earlier work of another stream";
+  }
+}
+
+TEST_F(StreamTracker, BarrierCoversBlockingStreamsWithoutRegistration) {
+  CUstream blocking = make(0, /*track=*/false);
+  CUstream b = make(CU_STREAM_NON_BLOCKING);
+  auto& old_work = new_flag();
+  mark(blocking, old_work);
+  ASSERT_TRUE(tracker().barrier());
+  auto& seen = new_seen();
+  check_after(b, old_work, seen);
+  ASSERT_EQ(detail::driver().cuStreamSynchronize(b), CUDA_SUCCESS);
+  EXPECT_EQ(seen.load(), 1);
+}
+
+TEST_F(StreamTracker, AStreamCreatedAfterABarrierWaitsForIt) {
+  CUstream a = make(CU_STREAM_NON_BLOCKING);
+  auto& old_work = new_flag();
+  mark(a, old_work);
+  ASSERT_TRUE(tracker().barrier());
+  CUstream fresh = make(CU_STREAM_NON_BLOCKING);  // created after the barrier
+  auto& seen = new_seen();
+  check_after(fresh, old_work, seen);
+  ASSERT_EQ(detail::driver().cuStreamSynchronize(fresh), CUDA_SUCCESS);
+  EXPECT_EQ(seen.load(), 1);
+}
+
+TEST_F(StreamTracker, ADestroyedStreamsLastWorkIsCoveredByTheNextBarrier) {
+  auto const& d = detail::driver();
+  CUstream a = nullptr;
+  ASSERT_EQ(d.cuStreamCreate(&a, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  tracker().stream_created(a, CU_STREAM_NON_BLOCKING);
+  CUstream b = make(CU_STREAM_NON_BLOCKING);
+  auto& old_work = new_flag();
+  mark(a, old_work);
+  tracker().stream_destroying(a);
+  ASSERT_EQ(d.cuStreamDestroy(a), CUDA_SUCCESS);  // its work is still queued
+  ASSERT_TRUE(tracker().barrier());
+  auto& seen = new_seen();
+  check_after(b, old_work, seen);
+  ASSERT_EQ(d.cuStreamSynchronize(b), CUDA_SUCCESS);
+  EXPECT_EQ(seen.load(), 1);
+}
+
+TEST_F(StreamTracker, RefusedWhileACaptureIsActive) {
+  CUstream c = make(CU_STREAM_NON_BLOCKING);
+  auto& sim = test::sim_control::get();
+  // The counter is what refuses barriers; the shim's capture hooks feed it.
+  ASSERT_EQ(stream_tracker::begin_capture([] { return CUDA_SUCCESS; }), CUDA_SUCCESS);
+  EXPECT_TRUE(stream_tracker::capture_active());
+  long const records = sim.call_count("cuEventRecord");
+  long const waits = sim.call_count("cuStreamWaitEvent");
+  EXPECT_FALSE(tracker().barrier());
+  EXPECT_EQ(sim.call_count("cuEventRecord"), records);  // nothing touched while capturing
+  EXPECT_EQ(sim.call_count("cuStreamWaitEvent"), waits);
+  stream_tracker::capture_ended();
+  EXPECT_FALSE(stream_tracker::capture_active());
+  stream_tracker::capture_ended();  // never below zero
+  EXPECT_EQ(stream_tracker::capture_count(), 0);
+  EXPECT_TRUE(tracker().barrier());
+  (void)c;
+}
+
+TEST_F(StreamTracker, AFailedCaptureBeginIsNotCounted) {
+  EXPECT_EQ(stream_tracker::begin_capture([] { return CUDA_ERROR_INVALID_VALUE; }), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_FALSE(stream_tracker::capture_active());
+}
+
+TEST_F(StreamTracker, CoversRegisteredBlockingAndDefaultStreamsOnly) {
+  CUstream known = make(CU_STREAM_NON_BLOCKING);
+  CUstream unknown = make(CU_STREAM_NON_BLOCKING, /*track=*/false);
+  CUstream blocking = make(0, /*track=*/false);
+  EXPECT_TRUE(tracker().covers(known));
+  EXPECT_FALSE(tracker().covers(unknown));  // the barrier cannot order what it does not know
+  EXPECT_TRUE(tracker().covers(blocking));
+  EXPECT_TRUE(tracker().covers(nullptr));
+  EXPECT_TRUE(tracker().covers(CU_STREAM_LEGACY));
+  EXPECT_TRUE(tracker().covers(CU_STREAM_PER_THREAD));
+}
+
+TEST_F(StreamTracker, TheBarrierRestoresTheCallersContext) {
+  auto const& d = detail::driver();
+  CUcontext before = nullptr;
+  ASSERT_EQ(d.cuCtxGetCurrent(&before), CUDA_SUCCESS);
+  ASSERT_EQ(d.cuCtxSetCurrent(nullptr), CUDA_SUCCESS);  // no context: the tracker uses the primary one
+  EXPECT_TRUE(tracker().barrier());
+  CUcontext after = before;
+  ASSERT_EQ(d.cuCtxGetCurrent(&after), CUDA_SUCCESS);
+  EXPECT_EQ(after, nullptr);
+  ASSERT_EQ(d.cuCtxSetCurrent(before), CUDA_SUCCESS);
+}
+
+TEST(StreamTrackerBounds, OutOfRangeDevicesRefuseEveryBarrier) {
+  EXPECT_FALSE(stream_tracker::of(-1).barrier());
+  EXPECT_FALSE(stream_tracker::of(stream_tracker::max_devices).barrier());
+  EXPECT_FALSE(stream_tracker::of(-1).is_primary(nullptr));
+}
+
+}  // namespace
+}  // namespace gpumem

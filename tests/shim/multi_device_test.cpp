@@ -1,0 +1,155 @@
+// Many devices and many processes under the shim, on two simulated devices: device
+// switching from threads, frees with the other device current, peer copies between
+// pooled buffers, the same limit on each device, contexts the program creates itself,
+// IPC (refused with the fix named; working with GPUMEM_RESOURCE=cuda), and per-rank
+// logs and reports of a launched job. Programs run with GPUMEM_SIM_STRICT=1.
+
+#include "shim_process.hpp"
+#include "support/csv_log_reader.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string>
+
+namespace gpumem::test {
+namespace {
+
+process_result run_app(std::string const& app, std::vector<std::string> args,
+                       std::map<std::string, std::string> env = {}) {
+  env.emplace("LD_PRELOAD", shim_path());
+  env.emplace("GPUMEM_SIM_STRICT", "1");
+  env.emplace("GPUMEM_SIM_DEVICES", "2");
+  args.insert(args.begin(), program(app));
+  return run_process(args, env);
+}
+
+void expect_pass(process_result const& r, std::string const& scenario) {
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("PASS " + scenario), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("CHECK FAILED"), std::string::npos) << r.output;
+}
+
+std::string slurp(std::string const& path) {
+  std::ifstream in{path};
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// A fresh folder for one test's files.
+std::string temp_dir(std::string const& name) {
+  std::string dir = "/tmp/gpumem-multi-" + name + "-" + std::to_string(getpid());
+  std::string const cmd = "rm -rf '" + dir + "' && mkdir -p '" + dir + "'";
+  EXPECT_EQ(std::system(cmd.c_str()), 0);
+  return dir;
+}
+
+void remove_dir(std::string const& dir) {
+  std::string const cmd = "rm -rf '" + dir + "'";
+  (void)std::system(cmd.c_str());
+}
+
+TEST(ShimMultiDevice, ThreadsSwitchDevicesAndFreeWithTheOtherCurrent) {
+  auto const r = run_app("shim_multi_app", {"devices"});
+  expect_pass(r, "devices");
+  EXPECT_EQ(parse_stats(r.output)["violations"], 0);
+}
+
+TEST(ShimMultiDevice, PeerCopiesBetweenPooledBuffersOfTwoDevices) {
+  auto const r = run_app("shim_multi_app", {"peer"});
+  expect_pass(r, "peer");
+  EXPECT_NE(r.output.find("PEER 0->1 can_access=1"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("PEER 1->0 can_access=1"), std::string::npos) << r.output;
+}
+
+TEST(ShimMultiDevice, TheSameLimitHoldsOnEachDeviceOfOneProcess) {
+  auto const r = run_app("shim_multi_app", {"limit", "67108864"}, {{"GPUMEM_LIMIT", "64MiB"}});
+  expect_pass(r, "limit");
+  EXPECT_NE(r.output.find("MEMINFO device=0 free=66060288 total=67108864"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("MEMINFO device=1 free=66060288 total=67108864"), std::string::npos) << r.output;
+}
+
+TEST(ShimMultiDevice, APercentLimitResolvesAgainstEachDevicesOwnMemory) {
+  auto const r = run_app("shim_multi_app", {"percent"}, {{"GPUMEM_LIMIT", "50%"}});
+  expect_pass(r, "percent");
+  EXPECT_NE(r.output.find("total=268435456"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("total=134217728"), std::string::npos) << r.output;
+}
+
+TEST(ShimContexts, CreatedContextsPassThroughAndNeverShareAPool) {
+  auto const r = run_app("shim_ctx_app", {"contexts", "268435456"}, {{"GPUMEM_LIMIT", "256MiB"}});
+  expect_pass(r, "contexts");
+  auto s = parse_stats(r.output);
+  EXPECT_EQ(s["chains"], 2);
+  EXPECT_EQ(s["violations"], 0);
+}
+
+TEST(ShimContexts, TheProgramPassesWithoutTheShimToo) {
+  auto const r = run_process({program("shim_ctx_app"), "contexts"}, {{"GPUMEM_SIM_STRICT", "1"}});
+  expect_pass(r, "contexts");
+}
+
+TEST(ShimIpc, APooledHandleIsRefusedAndTheMessageNamesTheFix) {
+  auto const r = run_app("shim_multi_app", {"ipc"});
+  expect_pass(r, "ipc");
+  EXPECT_NE(r.output.find("cudaIpcGetMemHandle"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("GPUMEM_RESOURCE=cuda"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--resource cuda"), std::string::npos) << r.output;
+}
+
+TEST(ShimIpc, WithResourceCudaAnotherProcessOpensExactlyTheAllocation) {
+  auto const r = run_app("shim_multi_app", {"ipc-export"}, {{"GPUMEM_RESOURCE", "cuda"}});
+  expect_pass(r, "ipc-export");
+  expect_pass(r, "ipc-open");  // the child, under the shim too
+}
+
+// Device column of every row of a log.
+std::set<std::string> devices_in_log(std::string const& path) {
+  std::set<std::string> out;
+  for (auto const& row : read_csv_log(path).rows) out.insert(row.at(6));
+  return out;
+}
+
+TEST(ShimRanks, EachRanksLogAndReportNameItsOwnDeviceOnly) {
+  std::string const dir = temp_dir("ranks");
+  std::string const gpumem_run = build_dir() + "/bin/gpumem-run";
+  for (std::string const rank : {"0", "1"}) {
+    auto const r = run_process({gpumem_run, "--log", dir + "/alloc-rank%r.csv", "--report-file", dir + "/report-%r.txt",
+                                "--", program("shim_multi_app"), "rank"},
+                               {{"RANK", rank}, {"GPUMEM_SIM_DEVICES", "2"}, {"GPUMEM_SIM_STRICT", "1"}});
+    expect_pass(r, "rank");
+  }
+  for (std::string const rank : {"0", "1"}) {
+    std::string const other = rank == "0" ? "1" : "0";
+    EXPECT_EQ(devices_in_log(dir + "/alloc-rank" + rank + ".csv"), std::set<std::string>{rank});
+    std::string const report = slurp(dir + "/report-" + rank + ".txt");
+    EXPECT_NE(report.find("device " + rank + ": "), std::string::npos) << report;
+    EXPECT_EQ(report.find("device " + other + ": "), std::string::npos) << report;
+    EXPECT_NE(report.find("allocations 12 "), std::string::npos) << report;
+  }
+  remove_dir(dir);
+}
+
+// The same through a launcher that runs under the shim itself (torchrun, mpirun):
+// the launcher's own exit must not replace rank 0's report or log.
+TEST(ShimRanks, ALauncherUnderTheShimLeavesTheRanksFilesAlone) {
+  std::string const dir = temp_dir("launcher");
+  std::string const gpumem_run = build_dir() + "/bin/gpumem-run";
+  auto const r = run_process({gpumem_run, "--log", dir + "/alloc-rank%r.csv", "--report-file", dir + "/report-%r.txt",
+                              "--", program("shim_multi_app"), "launcher"},
+                             {{"RANK", ""}, {"GPUMEM_SIM_DEVICES", "2"}, {"GPUMEM_SIM_STRICT", "1"}});
+  expect_pass(r, "launcher");
+  for (std::string const rank : {"0", "1"}) {
+    EXPECT_EQ(devices_in_log(dir + "/alloc-rank" + rank + ".csv"), std::set<std::string>{rank});
+    std::string const report = slurp(dir + "/report-" + rank + ".txt");
+    EXPECT_NE(report.find("device " + rank + ": "), std::string::npos) << report;
+  }
+  remove_dir(dir);
+}
+
+}  // namespace
+}  // namespace gpumem::test

@@ -1,0 +1,241 @@
+/* Test program: contexts the program creates itself (cuCtxCreate), next to the
+ * primary contexts, on every device, switched with cuCtxPushCurrent/PopCurrent from
+ * two threads. C, driver API through dlopen("libcuda.so.1"), no CUDA library linked.
+ *
+ *   ctx_app contexts [LIMIT_BYTES]
+ *
+ * What gpumem must do: serve the primary contexts' allocations from their device's
+ * chain and pass every allocation made while a created context is current through
+ * to CUDA, so no pool ever holds memory of two contexts. Checked through the
+ * driver's own answer: CU_POINTER_ATTRIBUTE_CONTEXT of every pointer must be the
+ * context that was current when it was allocated. LIMIT_BYTES (the GPUMEM_LIMIT the
+ * run uses): cuMemGetInfo shows it in a primary context, the device in a created one. */
+#include "app_support.h"
+
+#include <cuda.h>
+#include <pthread.h>
+#include <stdint.h>
+
+typedef CUresult (*init_fn)(unsigned);
+typedef CUresult (*count_fn)(int*);
+typedef CUresult (*retain_fn)(CUcontext*, CUdevice);
+typedef CUresult (*release_fn)(CUdevice);
+typedef CUresult (*create_fn)(CUcontext*, CUctxCreateParams*, unsigned, CUdevice);
+typedef CUresult (*ctx_fn)(CUcontext);
+typedef CUresult (*pop_fn)(CUcontext*);
+typedef CUresult (*alloc_fn)(CUdeviceptr*, size_t);
+typedef CUresult (*free_fn)(CUdeviceptr);
+typedef CUresult (*alloc_async_fn)(CUdeviceptr*, size_t, CUstream);
+typedef CUresult (*free_async_fn)(CUdeviceptr, CUstream);
+typedef CUresult (*stream_create_fn)(CUstream*, unsigned);
+typedef CUresult (*stream_fn)(CUstream);
+typedef CUresult (*attr_fn)(void*, CUpointer_attribute, CUdeviceptr);
+typedef CUresult (*info_fn)(size_t*, size_t*);
+typedef CUresult (*htod_fn)(CUdeviceptr, const void*, size_t);
+typedef CUresult (*dtoh_fn)(void*, CUdeviceptr, size_t);
+
+static struct {
+  init_fn init;
+  count_fn device_count;
+  retain_fn primary_retain;
+  release_fn primary_release;
+  create_fn create;
+  ctx_fn destroy, push, set_current;
+  pop_fn pop;
+  alloc_fn alloc;
+  free_fn release;
+  alloc_async_fn alloc_async;
+  free_async_fn free_async;
+  stream_create_fn stream_create;
+  stream_fn stream_sync, stream_destroy;
+  attr_fn attribute;
+  info_fn info;
+  htod_fn htod;
+  dtoh_fn dtoh;
+} cu;
+
+static int load(void) {
+  void* lib = dlopen("libcuda.so.1", RTLD_NOW);
+  if (lib == NULL) return 0;
+#define LOAD(field, name) cu.field = (__typeof__(cu.field))dlsym(lib, name)
+  LOAD(init, "cuInit");
+  LOAD(device_count, "cuDeviceGetCount");
+  LOAD(primary_retain, "cuDevicePrimaryCtxRetain");
+  LOAD(primary_release, "cuDevicePrimaryCtxRelease_v2");
+  LOAD(create, "cuCtxCreate_v4");
+  LOAD(destroy, "cuCtxDestroy_v2");
+  LOAD(push, "cuCtxPushCurrent_v2");
+  LOAD(pop, "cuCtxPopCurrent_v2");
+  LOAD(set_current, "cuCtxSetCurrent");
+  LOAD(alloc, "cuMemAlloc_v2");
+  LOAD(release, "cuMemFree_v2");
+  LOAD(alloc_async, "cuMemAllocAsync");
+  LOAD(free_async, "cuMemFreeAsync");
+  LOAD(stream_create, "cuStreamCreate");
+  LOAD(stream_sync, "cuStreamSynchronize");
+  LOAD(stream_destroy, "cuStreamDestroy_v2");
+  LOAD(attribute, "cuPointerGetAttribute");
+  LOAD(info, "cuMemGetInfo_v2");
+  LOAD(htod, "cuMemcpyHtoD_v2");
+  LOAD(dtoh, "cuMemcpyDtoH_v2");
+#undef LOAD
+  return cu.create != NULL && cu.destroy != NULL && cu.alloc != NULL && cu.attribute != NULL;
+}
+
+enum { devices = 2, rounds = 40, per_thread = rounds * 2 };
+
+typedef struct {
+  CUdeviceptr p;
+  size_t bytes;
+  CUcontext owner; /* current when it was allocated */
+  int pooled;      /* allocated in a primary context: the chain's */
+  unsigned char seed;
+} block;
+
+static CUcontext primary[devices];
+static CUcontext created[devices];
+static block blocks[devices][per_thread];
+
+static int owner_is(CUdeviceptr p, CUcontext expected) {
+  CUcontext owner = NULL;
+  return cu.attribute(&owner, CU_POINTER_ATTRIBUTE_CONTEXT, p) == CUDA_SUCCESS && owner == expected;
+}
+
+static void fill(CUdeviceptr p, size_t n, unsigned char seed) {
+  unsigned char* host = (unsigned char*)malloc(n);
+  for (size_t i = 0; i < n; ++i) host[i] = (unsigned char)(seed + i * 13U);
+  APP_CHECK_EQ(cu.htod(p, host, n), CUDA_SUCCESS);
+  free(host);
+}
+
+static int holds(CUdeviceptr p, size_t n, unsigned char seed) {
+  unsigned char* host = (unsigned char*)malloc(n);
+  int ok = cu.dtoh(host, p, n) == CUDA_SUCCESS;
+  for (size_t i = 0; ok && i < n; ++i) ok = host[i] == (unsigned char)(seed + i * 13U);
+  free(host);
+  return ok;
+}
+
+/* One thread per device: alternately push the created and the primary context,
+ * allocate (sync and stream-ordered), pop. */
+static void* worker(void* arg) {
+  int const d = (int)(intptr_t)arg;
+  APP_CHECK_EQ(cu.push(created[d]), CUDA_SUCCESS);
+  CUstream s = NULL;
+  APP_CHECK_EQ(cu.stream_create(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);  /* a stream of the created context */
+  CUcontext popped = NULL;
+  APP_CHECK_EQ(cu.pop(&popped), CUDA_SUCCESS);
+  for (int i = 0; i < per_thread; ++i) {
+    int const pooled = i % 2;
+    CUcontext const c = pooled ? primary[d] : created[d];
+    block* b = &blocks[d][i];
+    b->bytes = ((size_t)256 << (unsigned)(i % 9)) + (size_t)i * 8;
+    b->owner = c;
+    b->pooled = pooled;
+    b->seed = (unsigned char)(d * 101 + i);
+    APP_CHECK_EQ(cu.push(c), CUDA_SUCCESS);
+    if (!pooled && i % 4 == 0) {
+      APP_CHECK_EQ(cu.alloc_async(&b->p, b->bytes, s), CUDA_SUCCESS);
+      APP_CHECK_EQ(cu.stream_sync(s), CUDA_SUCCESS);
+    } else {
+      APP_CHECK_EQ(cu.alloc(&b->p, b->bytes), CUDA_SUCCESS);
+    }
+    fill(b->p, b->bytes, b->seed);
+    APP_CHECK_EQ(cu.pop(&popped), CUDA_SUCCESS);
+    APP_CHECK(popped == c);
+  }
+  APP_CHECK_EQ(cu.push(created[d]), CUDA_SUCCESS);
+  APP_CHECK_EQ(cu.stream_destroy(s), CUDA_SUCCESS);
+  APP_CHECK_EQ(cu.pop(&popped), CUDA_SUCCESS);
+  return NULL;
+}
+
+static void contexts(size_t limit) {
+  APP_CHECK_EQ(cu.init(0), CUDA_SUCCESS);
+  int n = 0;
+  APP_CHECK_EQ(cu.device_count(&n), CUDA_SUCCESS);
+  APP_CHECK(n >= devices);
+  for (int d = 0; d < devices; ++d) {
+    APP_CHECK_EQ(cu.primary_retain(&primary[d], d), CUDA_SUCCESS);
+    APP_CHECK_EQ(cu.create(&created[d], NULL, 0, d), CUDA_SUCCESS);
+    CUcontext popped = NULL;
+    APP_CHECK_EQ(cu.pop(&popped), CUDA_SUCCESS); /* cuCtxCreate made it current */
+    APP_CHECK(popped == created[d] && created[d] != primary[d]);
+  }
+  pthread_t threads[devices];
+  for (int d = 0; d < devices; ++d) pthread_create(&threads[d], NULL, worker, (void*)(intptr_t)d);
+  for (int d = 0; d < devices; ++d) pthread_join(threads[d], NULL);
+
+  gpumem_shim_stats st = app_stats();
+  int const shim = st.mode == GPUMEM_SHIM_MODE_ACTIVE;
+  if (shim) {
+    APP_CHECK_EQ(st.chains, devices);
+    APP_CHECK_EQ(st.chain_allocations, devices * rounds);
+    APP_CHECK_EQ(st.passthrough_allocations, devices * rounds);
+  }
+  /* Memory info: a primary context sees its chain (and limit), a created one CUDA's device. */
+  for (int d = 0; d < devices; ++d) {
+    size_t f_primary = 0, t_primary = 0, f_created = 0, t_created = 0;
+    APP_CHECK_EQ(cu.push(primary[d]), CUDA_SUCCESS);
+    APP_CHECK_EQ(cu.info(&f_primary, &t_primary), CUDA_SUCCESS);
+    APP_CHECK_EQ(cu.set_current(created[d]), CUDA_SUCCESS);
+    APP_CHECK_EQ(cu.info(&f_created, &t_created), CUDA_SUCCESS);
+    CUcontext popped = NULL;
+    APP_CHECK_EQ(cu.pop(&popped), CUDA_SUCCESS);
+    printf("MEMINFO device=%d primary free=%zu total=%zu created free=%zu total=%zu\n", d, f_primary, t_primary,
+           f_created, t_created);
+    if (shim && limit != 0) {
+      APP_CHECK_EQ(t_primary, limit);
+      APP_CHECK(t_created > limit);
+    }
+  }
+  /* Every pointer belongs to the context that was current: none of a created
+   * context came from a pool, none of a primary one from a created context. Each is
+   * checked and freed with the other device's created context current. */
+  for (int d = 0; d < devices; ++d) {
+    APP_CHECK_EQ(cu.push(created[1 - d]), CUDA_SUCCESS);
+    for (int i = 0; i < per_thread; ++i) {
+      block const* b = &blocks[d][i];
+      if (!owner_is(b->p, b->owner)) {
+        fprintf(stderr, "device %d block %d (%s): wrong owning context\n", d, i, b->pooled ? "primary" : "created");
+        ++app_failures;
+      }
+      APP_CHECK(holds(b->p, b->bytes, b->seed));
+      if (b->pooled && i % 3 == 0) {
+        /* A pool block, stream-ordered on a stream of another device's created context. */
+        APP_CHECK_EQ(cu.free_async(b->p, NULL), CUDA_SUCCESS);
+      } else {
+        APP_CHECK_EQ(cu.release(b->p), CUDA_SUCCESS);
+      }
+    }
+    APP_CHECK_EQ(cu.stream_sync(NULL), CUDA_SUCCESS);
+    CUcontext popped = NULL;
+    APP_CHECK_EQ(cu.pop(&popped), CUDA_SUCCESS);
+  }
+  for (int d = 0; d < devices; ++d) {
+    APP_CHECK_EQ(cu.destroy(created[d]), CUDA_SUCCESS);
+    APP_CHECK_EQ(cu.primary_release(d), CUDA_SUCCESS);
+  }
+  st = app_stats();
+  if (shim) {
+    APP_CHECK_EQ(st.chain_frees, devices * rounds);
+    APP_CHECK_EQ(st.passthrough_frees, devices * rounds);
+    APP_CHECK_EQ(st.double_frees, 0);
+    APP_CHECK_EQ(st.live_allocations, 0);
+  }
+}
+
+int main(int argc, char** argv) {
+  const char* scenario = argc > 1 ? argv[1] : "contexts";
+  if (!load()) {
+    fprintf(stderr, "no libcuda.so.1 with cuCtxCreate_v4: %s\n", dlerror());
+    return 2;
+  }
+  if (strcmp(scenario, "contexts") == 0) {
+    contexts(argc > 2 ? (size_t)strtoull(argv[2], NULL, 10) : 0);
+  } else {
+    fprintf(stderr, "unknown scenario %s\n", scenario);
+    return 2;
+  }
+  return app_finish(scenario);
+}

@@ -1,0 +1,443 @@
+// Test program for many devices and processes: linked against the shared libcudart
+// (the simulated one in CI, NVIDIA's on a GPU machine). argv[1] picks the scenario;
+// each checks its own results and prints STATS for the gtest driver.
+//
+//   devices          threads switch devices, allocate on both, free with the other current
+//   peer             peer access, peer copies between pooled buffers of two devices
+//   limit BYTES      run with GPUMEM_LIMIT=BYTES: the same limit holds on each device
+//   percent          (simulated device only) GPUMEM_LIMIT=50% resolves per device
+//   ipc              a pooled pointer's IPC handle is refused
+//   ipc-export       (GPUMEM_RESOURCE=cuda) a child process opens the handle and sees the bytes
+//   rank             one rank of a job: uses device RANK % devices only
+//   launcher         a launcher (like torchrun) that touches the driver, starts ranks 0 and 1, waits
+
+#include "app_support.h"
+
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+extern char** environ;
+
+namespace {
+
+constexpr std::size_t MiB = std::size_t{1} << 20U;
+
+int device_count() {
+  int n = 0;
+  APP_CHECK_EQ(cudaGetDeviceCount(&n), cudaSuccess);
+  return n;
+}
+
+// A byte pattern that names the buffer it belongs to.
+unsigned char pattern_at(unsigned seed, std::size_t i) { return static_cast<unsigned char>((seed * 131U + i * 7U) ^ (i >> 8U)); }
+
+void fill(void* p, std::size_t n, unsigned seed) {
+  std::vector<unsigned char> host(n);
+  for (std::size_t i = 0; i < n; ++i) host[i] = pattern_at(seed, i);
+  APP_CHECK_EQ(cudaMemcpy(p, host.data(), n, cudaMemcpyHostToDevice), cudaSuccess);
+}
+
+bool holds(void const* p, std::size_t n, unsigned seed) {
+  std::vector<unsigned char> host(n);
+  if (cudaMemcpy(host.data(), p, n, cudaMemcpyDeviceToHost) != cudaSuccess) return false;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (host[i] != pattern_at(seed, i)) return false;
+  }
+  return true;
+}
+
+int device_of(void const* p) {
+  cudaPointerAttributes a{};
+  return cudaPointerGetAttributes(&a, p) == cudaSuccess ? a.device : -1;
+}
+
+struct block {
+  void* p = nullptr;
+  std::size_t bytes = 0;
+  int device = -1;
+  unsigned seed = 0;
+};
+
+// Threads switch devices with cudaSetDevice, allocate on both (sync and stream-
+// ordered), then other threads check and free every block with the OTHER device
+// current: each pointer must go back to the chain that made it.
+void devices() {
+  APP_CHECK(device_count() >= 2);
+  constexpr int thread_count = 6;
+  constexpr int rounds = 120;
+  std::vector<std::vector<block>> made(thread_count);
+  std::vector<std::thread> pool;
+  for (int t = 0; t < thread_count; ++t) {
+    pool.emplace_back([t, &made] {
+      cudaStream_t streams[2] = {nullptr, nullptr};
+      for (int d = 0; d < 2; ++d) {
+        APP_CHECK_EQ(cudaSetDevice(d), cudaSuccess);
+        APP_CHECK_EQ(cudaStreamCreateWithFlags(&streams[d], cudaStreamNonBlocking), cudaSuccess);
+      }
+      for (int i = 0; i < rounds; ++i) {
+        int const d = (t + i) % 2;
+        APP_CHECK_EQ(cudaSetDevice(d), cudaSuccess);
+        block b;
+        b.bytes = (std::size_t{256} << static_cast<unsigned>((t + 3 * i) % 11)) + static_cast<std::size_t>(i);
+        b.device = d;
+        b.seed = static_cast<unsigned>(t * 1000 + i);
+        if (i % 3 == 0) {
+          APP_CHECK_EQ(cudaMallocAsync(&b.p, b.bytes, streams[d]), cudaSuccess);
+          APP_CHECK_EQ(cudaStreamSynchronize(streams[d]), cudaSuccess);
+        } else {
+          APP_CHECK_EQ(cudaMalloc(&b.p, b.bytes), cudaSuccess);
+        }
+        fill(b.p, b.bytes, b.seed);
+        made[static_cast<std::size_t>(t)].push_back(b);
+      }
+      for (int d = 0; d < 2; ++d) {
+        APP_CHECK_EQ(cudaSetDevice(d), cudaSuccess);
+        APP_CHECK_EQ(cudaStreamDestroy(streams[d]), cudaSuccess);
+      }
+    });
+  }
+  for (auto& th : pool) th.join();
+  pool.clear();
+  auto const mid = app_stats();
+  APP_CHECK_EQ(mid.chains, 2);
+  APP_CHECK_EQ(mid.live_allocations, thread_count * rounds);
+  for (int t = 0; t < thread_count; ++t) {
+    pool.emplace_back([t, &made] {
+      for (block const& b : made[static_cast<std::size_t>((t + 1) % thread_count)]) {
+        APP_CHECK_EQ(cudaSetDevice(1 - b.device), cudaSuccess);
+        APP_CHECK_EQ(device_of(b.p), b.device);
+        APP_CHECK(holds(b.p, b.bytes, b.seed));  // no other block overlapped it
+        APP_CHECK_EQ(cudaFree(b.p), cudaSuccess);
+      }
+    });
+  }
+  for (auto& th : pool) th.join();
+  auto const st = app_stats();
+  APP_CHECK_EQ(st.chain_allocations, thread_count * rounds);
+  APP_CHECK_EQ(st.chain_frees, thread_count * rounds);
+  APP_CHECK_EQ(st.passthrough_allocations, 0);
+  APP_CHECK_EQ(st.double_frees, 0);
+  APP_CHECK_EQ(st.live_allocations, 0);
+}
+
+// Peer access and peer copies between pooled buffers that do not start their slab.
+void peer() {
+  APP_CHECK(device_count() >= 2);
+  constexpr std::size_t n = 3 * MiB + 512;
+  void* warm[2] = {nullptr, nullptr};
+  void* buf[2] = {nullptr, nullptr};
+  void* async_buf[2] = {nullptr, nullptr};
+  cudaStream_t s[2] = {nullptr, nullptr};
+  for (int d = 0; d < 2; ++d) {
+    APP_CHECK_EQ(cudaSetDevice(d), cudaSuccess);
+    int can = 0;
+    APP_CHECK_EQ(cudaDeviceCanAccessPeer(&can, d, 1 - d), cudaSuccess);
+    printf("PEER %d->%d can_access=%d\n", d, 1 - d, can);
+    if (can != 0) {
+      cudaError_t const e = cudaDeviceEnablePeerAccess(1 - d, 0);
+      APP_CHECK(e == cudaSuccess || e == cudaErrorPeerAccessAlreadyEnabled);
+      (void)cudaGetLastError();
+    }
+    APP_CHECK_EQ(cudaStreamCreateWithFlags(&s[d], cudaStreamNonBlocking), cudaSuccess);
+    APP_CHECK_EQ(cudaMalloc(&warm[d], 4096), cudaSuccess);  // the buffers below sit inside the slab
+    APP_CHECK_EQ(cudaMalloc(&buf[d], n), cudaSuccess);
+    APP_CHECK_EQ(cudaMallocAsync(&async_buf[d], n, s[d]), cudaSuccess);
+    APP_CHECK_EQ(cudaStreamSynchronize(s[d]), cudaSuccess);
+    APP_CHECK_EQ(device_of(buf[d]), d);
+    APP_CHECK_EQ(device_of(async_buf[d]), d);
+  }
+  fill(buf[0], n, 11);
+  fill(buf[1], n, 22);
+  // Device 0's stream copies 0 -> 1's stream-ordered buffer; device 1's copies back.
+  APP_CHECK_EQ(cudaSetDevice(0), cudaSuccess);
+  APP_CHECK_EQ(cudaMemcpyPeerAsync(async_buf[1], 1, buf[0], 0, n, s[0]), cudaSuccess);
+  APP_CHECK_EQ(cudaSetDevice(1), cudaSuccess);
+  APP_CHECK_EQ(cudaMemcpyPeerAsync(async_buf[0], 0, buf[1], 1, n, s[1]), cudaSuccess);
+  APP_CHECK_EQ(cudaStreamSynchronize(s[0]), cudaSuccess);
+  APP_CHECK_EQ(cudaStreamSynchronize(s[1]), cudaSuccess);
+  APP_CHECK(holds(async_buf[1], n, 11));
+  APP_CHECK(holds(async_buf[0], n, 22));
+  // Synchronous peer copy, and a unified-addressing copy across devices.
+  APP_CHECK_EQ(cudaMemcpyPeer(buf[1], 1, async_buf[1], 1, n), cudaSuccess);  // same device through the peer API
+  APP_CHECK_EQ(cudaMemcpyPeer(buf[0], 0, buf[1], 1, n / 2), cudaSuccess);
+  APP_CHECK_EQ(cudaMemcpy(static_cast<char*>(buf[0]) + n / 2, static_cast<char*>(async_buf[1]) + n / 2, n - n / 2,
+                          cudaMemcpyDefault),
+               cudaSuccess);
+  APP_CHECK(holds(buf[0], n, 11));
+  APP_CHECK(holds(buf[1], n, 11));
+  // Everything freed with the other device current; stream-ordered ones on the other's stream.
+  for (int d = 0; d < 2; ++d) {
+    APP_CHECK_EQ(cudaSetDevice(1 - d), cudaSuccess);
+    APP_CHECK_EQ(cudaFree(warm[d]), cudaSuccess);
+    APP_CHECK_EQ(cudaFree(buf[d]), cudaSuccess);
+    APP_CHECK_EQ(cudaFreeAsync(async_buf[d], s[1 - d]), cudaSuccess);
+  }
+  for (int d = 0; d < 2; ++d) {
+    APP_CHECK_EQ(cudaSetDevice(d), cudaSuccess);
+    APP_CHECK_EQ(cudaStreamSynchronize(s[d]), cudaSuccess);
+    APP_CHECK_EQ(cudaStreamDestroy(s[d]), cudaSuccess);
+  }
+  auto const st = app_stats();
+  APP_CHECK_EQ(st.chains, 2);
+  APP_CHECK_EQ(st.chain_allocations, 6);
+  APP_CHECK_EQ(st.chain_frees, 6);
+  APP_CHECK_EQ(st.passthrough_allocations, 0);
+  APP_CHECK_EQ(st.live_allocations, 0);
+}
+
+std::size_t free_on(int device, std::size_t* total = nullptr) {
+  std::size_t f = 0;
+  std::size_t t = 0;
+  APP_CHECK_EQ(cudaSetDevice(device), cudaSuccess);
+  APP_CHECK_EQ(cudaMemGetInfo(&f, &t), cudaSuccess);
+  if (total != nullptr) *total = t;
+  return f;
+}
+
+// One process, two devices, the same limit on each (GPUMEM_LIMIT): cudaMemGetInfo
+// reports each device's own limit and use, and device 1 still has its whole limit
+// when device 0 has run into its own.
+void limit(std::size_t cap) {
+  APP_CHECK(device_count() >= 2);
+  APP_CHECK(cap >= 8 * MiB);
+  // Before any allocation: frameworks size themselves from this first answer.
+  for (int d = 0; d < 2; ++d) {
+    std::size_t total = 0;
+    std::size_t const f = free_on(d, &total);
+    APP_CHECK_EQ(total, cap);
+    APP_CHECK_EQ(f, cap);
+  }
+  void* first[2] = {nullptr, nullptr};
+  for (int d = 0; d < 2; ++d) {
+    APP_CHECK_EQ(cudaSetDevice(d), cudaSuccess);
+    APP_CHECK_EQ(cudaMalloc(&first[d], MiB), cudaSuccess);
+    std::size_t total = 0;
+    std::size_t const f = free_on(d, &total);
+    printf("MEMINFO device=%d free=%zu total=%zu\n", d, f, total);
+    APP_CHECK_EQ(total, cap);
+    APP_CHECK_EQ(f, cap - MiB);
+  }
+  std::size_t const half = cap / 2;
+  void* big0 = nullptr;
+  APP_CHECK_EQ(cudaSetDevice(0), cudaSuccess);
+  APP_CHECK_EQ(cudaMalloc(&big0, half), cudaSuccess);
+  APP_CHECK_EQ(free_on(0), cap - MiB - half);
+  APP_CHECK_EQ(free_on(1), cap - MiB);  // device 1 unaffected
+  // Past device 0's limit: refused there, as CUDA refuses when a device is full.
+  APP_CHECK_EQ(cudaSetDevice(0), cudaSuccess);
+  void* over = nullptr;
+  APP_CHECK_EQ(cudaMalloc(&over, cap - half), cudaErrorMemoryAllocation);
+  APP_CHECK_EQ(cudaGetLastError(), cudaErrorMemoryAllocation);
+  // The same request fits on device 1, whose limit is its own; one more does not.
+  void* big1 = nullptr;
+  APP_CHECK_EQ(cudaSetDevice(1), cudaSuccess);
+  APP_CHECK_EQ(cudaMalloc(&big1, cap - 2 * MiB), cudaSuccess);
+  APP_CHECK_EQ(free_on(1), MiB);
+  APP_CHECK_EQ(cudaMalloc(&over, 2 * MiB), cudaErrorMemoryAllocation);
+  (void)cudaGetLastError();
+  // Freed with the other device current: each device's free memory comes back.
+  APP_CHECK_EQ(cudaSetDevice(1), cudaSuccess);
+  APP_CHECK_EQ(cudaFree(big0), cudaSuccess);
+  APP_CHECK_EQ(cudaFree(first[0]), cudaSuccess);
+  APP_CHECK_EQ(cudaSetDevice(0), cudaSuccess);
+  APP_CHECK_EQ(cudaFree(big1), cudaSuccess);
+  APP_CHECK_EQ(cudaFree(first[1]), cudaSuccess);
+  APP_CHECK_EQ(free_on(0), cap);
+  APP_CHECK_EQ(free_on(1), cap);
+  auto const st = app_stats();
+  APP_CHECK_EQ(st.chains, 2);
+  APP_CHECK_EQ(st.failed_allocations, 2);
+  APP_CHECK_EQ(st.live_allocations, 0);
+}
+
+// A percentage limit resolves against each device's own memory (simulated device:
+// device 1 is made half the size of device 0 before anything runs).
+void percent() {
+  using resize_fn = void (*)(int, std::size_t);
+  APP_CHECK_EQ(cudaFree(nullptr), cudaSuccess);  // loads the driver: the sim's control API is found there
+  auto const resize = reinterpret_cast<resize_fn>(app_sim_symbol("gpumemsim_set_device_memory"));
+  if (resize == nullptr) {
+    printf("SKIP percent: needs the simulated device\n");
+    return;
+  }
+  resize(0, 512 * MiB);
+  resize(1, 256 * MiB);
+  std::size_t const expected[2] = {256 * MiB, 128 * MiB};  // GPUMEM_LIMIT=50%
+  void* p[2] = {nullptr, nullptr};
+  for (int d = 0; d < 2; ++d) {
+    APP_CHECK_EQ(cudaSetDevice(d), cudaSuccess);
+    APP_CHECK_EQ(cudaMalloc(&p[d], MiB), cudaSuccess);
+    std::size_t total = 0;
+    std::size_t const f = free_on(d, &total);
+    printf("MEMINFO device=%d free=%zu total=%zu\n", d, f, total);
+    APP_CHECK_EQ(total, expected[d]);
+    void* over = nullptr;
+    APP_CHECK_EQ(cudaMalloc(&over, expected[d]), cudaErrorMemoryAllocation);
+    (void)cudaGetLastError();
+  }
+  for (int d = 0; d < 2; ++d) APP_CHECK_EQ(cudaFree(p[d]), cudaSuccess);
+}
+
+std::string hex(void const* data, std::size_t n) {
+  static char const digits[] = "0123456789abcdef";
+  std::string out;
+  for (std::size_t i = 0; i < n; ++i) {
+    auto const b = static_cast<unsigned char const*>(data)[i];
+    out += digits[b >> 4U];
+    out += digits[b & 15U];
+  }
+  return out;
+}
+
+bool unhex(std::string const& text, void* data, std::size_t n) {
+  if (text.size() != 2 * n) return false;
+  for (std::size_t i = 0; i < n; ++i) {
+    unsigned v = 0;
+    if (std::sscanf(text.c_str() + 2 * i, "%2x", &v) != 1) return false;
+    static_cast<unsigned char*>(data)[i] = static_cast<unsigned char>(v);
+  }
+  return true;
+}
+
+// Default configuration: the handle of a pooled block would open the whole slab in
+// the other process, so it is refused, with the fix in the message.
+void ipc() {
+  void* warm = nullptr;
+  void* p = nullptr;
+  APP_CHECK_EQ(cudaMalloc(&warm, 4096), cudaSuccess);
+  APP_CHECK_EQ(cudaMalloc(&p, 4096), cudaSuccess);
+  cudaIpcMemHandle_t h{};
+  APP_CHECK_EQ(cudaIpcGetMemHandle(&h, p), cudaErrorNotSupported);
+  APP_CHECK_EQ(cudaGetLastError(), cudaSuccess);  // refused before the runtime: no last error
+  APP_CHECK_EQ(app_stats().ipc_refused, 1);
+  APP_CHECK_EQ(cudaFree(p), cudaSuccess);
+  APP_CHECK_EQ(cudaFree(warm), cudaSuccess);
+}
+
+// With GPUMEM_RESOURCE=cuda every allocation is CUDA's own: the handle works, and a
+// child process (also under the shim) opens exactly this allocation.
+void ipc_export() {
+  char const* self = "/proc/self/exe";
+  void* warm = nullptr;
+  void* p = nullptr;
+  constexpr std::size_t n = 64 * 1024;
+  APP_CHECK_EQ(cudaMalloc(&warm, 4096), cudaSuccess);
+  APP_CHECK_EQ(cudaMalloc(&p, n), cudaSuccess);
+  fill(p, n, 77);
+  cudaIpcMemHandle_t h{};
+  APP_CHECK_EQ(cudaIpcGetMemHandle(&h, p), cudaSuccess);
+  std::string const arg = hex(&h, sizeof h);
+  std::vector<char*> argv = {const_cast<char*>(self), const_cast<char*>("ipc-open"), const_cast<char*>(arg.c_str()),
+                             nullptr};
+  pid_t pid = 0;
+  APP_CHECK_EQ(posix_spawn(&pid, self, nullptr, nullptr, argv.data(), environ), 0);
+  int status = 0;
+  APP_CHECK_EQ(waitpid(pid, &status, 0), pid);
+  APP_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  APP_CHECK(holds(p, n, 78));  // the child wrote its reply into the same memory
+  APP_CHECK_EQ(app_stats().ipc_refused, 0);
+  APP_CHECK_EQ(cudaFree(p), cudaSuccess);
+  APP_CHECK_EQ(cudaFree(warm), cudaSuccess);
+}
+
+void ipc_open(std::string const& handle_hex) {
+  cudaIpcMemHandle_t h{};
+  APP_CHECK(unhex(handle_hex, &h, sizeof h));
+  void* p = nullptr;
+  APP_CHECK_EQ(cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess), cudaSuccess);
+  constexpr std::size_t n = 64 * 1024;
+  if (p != nullptr) {
+    APP_CHECK(holds(p, n, 77));
+    fill(p, n, 78);
+    APP_CHECK_EQ(cudaIpcCloseMemHandle(p), cudaSuccess);
+  }
+}
+
+// One rank of a multi-process job: its device only. The rank comes from the
+// launcher's variable, looked up in the order gpumem's %r template uses.
+void rank() {
+  char const* r = nullptr;
+  for (char const* v : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID", "RANK"}) {
+    if (char const* x = std::getenv(v); r == nullptr && x != nullptr && *x != '\0') r = x;
+  }
+  APP_CHECK(r != nullptr);
+  int const n = device_count();
+  if (n < 1) return;
+  int const d = (r != nullptr ? std::atoi(r) : 0) % n;
+  APP_CHECK_EQ(cudaSetDevice(d), cudaSuccess);
+  std::vector<void*> ps(12);
+  for (std::size_t i = 0; i < ps.size(); ++i) {
+    APP_CHECK_EQ(cudaMalloc(&ps[i], (i + 1) * 4096), cudaSuccess);
+    APP_CHECK_EQ(device_of(ps[i]), d);
+  }
+  for (void* p : ps) APP_CHECK_EQ(cudaFree(p), cudaSuccess);
+  printf("RANK %s device=%d\n", r != nullptr ? r : "?", d);
+}
+
+// A launcher like torchrun or mpirun under gpumem-run: it loads CUDA and asks for
+// the device count (no allocation), then starts two ranks of this program (they
+// inherit the shim through the environment) and waits for them.
+void launcher() {
+  void* lib = dlopen("libcuda.so.1", RTLD_NOW);
+  APP_CHECK(lib != nullptr);
+  using init_fn = CUresult (*)(unsigned);
+  using count_fn = CUresult (*)(int*);
+  int n = 0;
+  if (lib != nullptr) {
+    APP_CHECK_EQ(reinterpret_cast<init_fn>(dlsym(lib, "cuInit"))(0), CUDA_SUCCESS);
+    APP_CHECK_EQ(reinterpret_cast<count_fn>(dlsym(lib, "cuDeviceGetCount"))(&n), CUDA_SUCCESS);
+  }
+  APP_CHECK(n >= 2);
+  std::vector<pid_t> pids;
+  for (int r = 0; r < 2; ++r) {
+    std::vector<std::string> env;
+    for (char** e = environ; *e != nullptr; ++e) {
+      if (std::strncmp(*e, "RANK=", 5) != 0) env.emplace_back(*e);
+    }
+    env.push_back("RANK=" + std::to_string(r));
+    std::vector<char*> envp;
+    for (auto& e : env) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    char const* self = "/proc/self/exe";
+    std::vector<char*> argv = {const_cast<char*>(self), const_cast<char*>("rank"), nullptr};
+    pid_t pid = 0;
+    APP_CHECK_EQ(posix_spawn(&pid, self, nullptr, nullptr, argv.data(), envp.data()), 0);
+    pids.push_back(pid);
+  }
+  for (pid_t pid : pids) {
+    int status = 0;
+    APP_CHECK_EQ(waitpid(pid, &status, 0), pid);
+    APP_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string const scenario = argc > 1 ? argv[1] : "devices";
+  if (scenario == "devices") devices();
+  else if (scenario == "peer") peer();
+  else if (scenario == "limit" && argc > 2) limit(std::strtoull(argv[2], nullptr, 10));
+  else if (scenario == "percent") percent();
+  else if (scenario == "ipc") ipc();
+  else if (scenario == "ipc-export") ipc_export();
+  else if (scenario == "ipc-open" && argc > 2) ipc_open(argv[2]);
+  else if (scenario == "rank") rank();
+  else if (scenario == "launcher") launcher();
+  else {
+    fprintf(stderr, "usage: %s devices|peer|limit BYTES|percent|ipc|ipc-export|rank|launcher\n", argv[0]);
+    return 2;
+  }
+  return app_finish(scenario.c_str());
+}
