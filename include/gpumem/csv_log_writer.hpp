@@ -1,43 +1,95 @@
 #pragma once
-// csv_log_writer: the allocation log that survives the process.
+// csv_log_writer: the allocation log that survives the process and never harms it.
 //
 // Format (RMM's columns first, in RMM's formats, then gpumem's):
-//   Thread,Time,Action,Pointer,Size,Stream,Device,Entry,TimeNs,DurationNs,Result
-//   140245,14:02:07.123456,allocate,0x7f3a40000000,1048576,0x1,0,cudaMalloc,1763733727123456789,412,CUDA_SUCCESS
+//   Thread,Time,Action,Pointer,Size,Stream,Device,Entry,TimeNs,DurationNs,Result,Reserved
+//   140245,14:02:07.123456,allocate,0x7f3a40000000,1048576,0x1,0,cudaMalloc,1763733727123456789,412,CUDA_SUCCESS,2097152
 // Thread: OS thread id. Time: local HH:MM:SS.ffffff. Action: allocate |
 // allocate failure | free. Pointer: %p style, "(nil)" for null. Size: requested
 // bytes. Stream: "0" for null, else 0x-hex. Device: ordinal, -1 unknown. Entry:
 // the intercepted entry point, or allocate/free for library calls. TimeNs:
 // CLOCK_REALTIME ns (absolute: comparable across processes and ranks).
 // DurationNs: time the upstream call took. Result: CUDA_SUCCESS or the error name.
+// Reserved: bytes the writer's resource chain held from the device after the
+// event, decimal; empty when unknown (logging_resource_adaptor leaves it empty).
 //
-// Durability: the file is mapped MAP_SHARED, so a row is in the page cache — and
-// will reach the file — as soon as write() returns, even if the process is then
-// killed (SIGKILL, SIGSEGV, abort). Space is reserved with one atomic fetch_add
-// on the write offset and the row memcpy'd in; only when the reserved space runs
-// out does one writer extend the file (others wait just then).
+// Metadata lines start with '#'; readers skip them as data. The writer adds the
+// incompleteness marker when rows were lost (and, after a truncation, possibly
+// a filler line: '#' and spaces):
+//   #gpumem incomplete,dropped_rows=<N>,reason=<text>
+// (one line, no other commas). It is appended as soon as rows start being
+// dropped (if the room kept for it allows, so a crash afterwards still leaves
+// it), after the log was truncated under the writer, and at close/exit. A later
+// marker supersedes an earlier one: the last counts. dropped_rows is the number
+// of rows the writer itself could not store up to that point; rows that someone
+// else's truncation erased are not counted (the reason names the truncation). A
+// log with a marker is incomplete: leak and peak figures from it are not to be
+// trusted. An orderly close (or exit) of a log that lost nothing adds no line.
 //
-// Page faults: the first store to each 4 KiB page of a shared file mapping is a
-// page fault (~1-2 us, i.e. tens of ns per row). A helper thread ("gpumem-log",
-// all signals blocked) keeps the file grown and its pages populated for writing
-// (MADV_POPULATE_WRITE) a few MiB ahead of the write offset, woken by the writer
-// whose row crosses a 128 KiB boundary, so writers normally neither fault nor
-// grow the file. Without the helper (kernel before 5.14, no thread could be
-// started, or in a forked child) writers fault the pages in themselves.
+// Durability: the file is mapped MAP_SHARED, so a row is in the page cache, and
+// will reach the file, as soon as write() returns, even if the process is then
+// killed (SIGKILL, SIGSEGV, abort). A row's space is reserved by one compare-and-
+// swap on the write offset, only inside the part of the file already allocated
+// (fallocate), then the row is memcpy'd in. A helper thread ("gpumem-log", all
+// signals blocked; it never stores into the mapping) keeps the file allocated
+// and its pages populated a few MiB ahead of the write offset, so writers
+// normally neither grow the file nor take page faults. Without the helper
+// (kernel before 5.14, no thread could be started, a forked child) writers do
+// both themselves.
 //
 // READERS MUST IGNORE NUL BYTES. After a crash the file ends in NULs past the
-// last row (space reserved ahead), and a row whose writer died mid-copy leaves a
-// NUL hole or an incomplete line; skip lines that contain NUL or do not have 11
-// fields. An orderly close() (or exit, via an atexit hook) truncates the file to
-// the bytes written.
+// last row (space allocated ahead), and a row whose writer died mid-copy leaves
+// a NUL hole or an incomplete line; skip lines that contain NUL or do not have
+// 12 fields. An orderly close() (or exit, via an atexit hook) truncates the file
+// to the bytes written: no NULs remain.
 //
-// fork: the write offset and the growth lock live in a shared anonymous page, so
-// a forked child appends to the same file without overwriting its parent's rows.
-// Only the opening process truncates at close/exit.
+// Hostile conditions (the log never kills or stops the program):
+// - Another process writes the same path: the first writer holds an exclusive
+//   flock on the file; a writer that finds it taken writes "<path>.<pid>"
+//   instead and says so through the notifier (one line naming both files).
+//   Two writers in one process on one path behave the same way. A forked child
+//   shares its parent's writer (one file, rows never interleaved mid-row) and
+//   is not a conflict. A writer that opens a path nobody holds any more empties
+//   it, as a rerun does. Files on a file system without flock are not protected.
+// - Disk full, quota, RLIMIT_FSIZE: the file cannot be allocated further. Rows
+//   that do not fit are dropped and counted (never a NUL gap: a row's space is
+//   reserved only where the file is allocated); the notifier says so once, the
+//   marker follows in room kept free for it at the end of the allocated file
+//   (two markers' worth), and close/exit reports the count. Growth is retried
+//   at most every 100 ms, so a full disk costs a dropped row no system call.
+//   The file never grows past RLIMIT_FSIZE (which would raise SIGXFSZ).
+// - The file is truncated under the writer (": > log", logrotate's
+//   copytruncate): pages of a MAP_SHARED mapping past the end of the file raise
+//   SIGBUS on access. A SIGBUS handler, installed with the first writer, acts
+//   only on faults inside a log's own mapping: it maps an anonymous page over
+//   the faulting one (the store lands there) and wakes the helper; every other
+//   SIGBUS goes to the handler that was installed before it (or the default
+//   action, so a real fault still kills with a core dump). The handler uses only
+//   atomics, mmap, sigaction, raise and a futex wake, and restores errno. The
+//   writer that faulted (or the helper, which also looks every 200 ms) then
+//   repairs the log: the file is allocated again, its header rewritten if it
+//   was cut, and the log goes on right after what is left of the file, behind
+//   a marker line (in the next page if the file now ends inside one: the gap
+//   becomes a '#' filler line; a row cut in the middle is ended there, and
+//   readers skip it as malformed). Rows written before the truncation are gone,
+//   as the truncating program wanted. A row in flight during the repair is
+//   stored again, or lost and counted; writers wait (yielding, at most 20 ms)
+//   during the few atomic operations the repair pauses reservations for. Rows
+//   stored between the truncation and its discovery into the page that then
+//   holds the end of the file are lost uncounted (at most a page of rows, and
+//   only when the file was cut to a size that is not a page multiple). A
+//   program that installs its own SIGBUS handler after the first writer opened
+//   replaces this guard (its handler then sees the log's faults).
+// - The file is renamed or deleted: rows keep going to the open file.
+//
+// fork: the write offset, the growth lock and the counters live in a shared
+// anonymous page, so a forked child appends to the same file without
+// overwriting its parent's rows. Only the opening process writes the final
+// marker and truncates at close/exit.
 //
 // Thread safety: write() and flush() from any number of threads. close() (and the
 // destructor) must not race with write() on other threads; write() after close()
-// drops the row.
+// stores nothing.
 
 #include <pthread.h>
 
@@ -61,16 +113,25 @@ struct log_row {
   std::size_t size{};
   std::uintptr_t stream{};
   int device{-1};
-  const char* entry{};             ///< nullptr: "allocate"/"free" from the action
+  /// nullptr: "allocate"/"free" from the action. A string that never changes (a
+  /// literal): format_row remembers its sanitized text by address.
+  const char* entry{};
   std::uint64_t duration_ns{};
   const char* result{};            ///< nullptr: "CUDA_SUCCESS"
+  std::int64_t reserved{-1};       ///< Reserved column; negative: unknown (empty)
 };
 
 inline constexpr std::string_view csv_log_header =
-    "Thread,Time,Action,Pointer,Size,Stream,Device,Entry,TimeNs,DurationNs,Result\n";
+    "Thread,Time,Action,Pointer,Size,Stream,Device,Entry,TimeNs,DurationNs,Result,Reserved\n";
+
+/// Fields per row (and in the header).
+inline constexpr std::size_t csv_log_columns = 12;
 
 /// Longest row format_row() can produce (entry and result are cut to 64 chars).
 inline constexpr std::size_t max_row_bytes = 384;
+
+/// Start of the incompleteness marker line (see the file comment).
+inline constexpr std::string_view csv_log_incomplete_prefix = "#gpumem incomplete,";
 
 /// Formats `row` as one CSV line ending in '\n' into `out` (at least
 /// max_row_bytes), returns its length. Pure: no locale, no allocation, no
@@ -79,17 +140,27 @@ std::size_t format_row(char* out, log_row const& row) noexcept;
 
 class csv_log_writer {
  public:
-  /// Creates (truncates) `path` and writes the header. Throws logic_error naming
-  /// the path and strerror when it cannot be opened or mapped.
-  explicit csv_log_writer(std::string path);
+  /// Receives one line of news about the log (no trailing newline): the path
+  /// was taken, rows start being dropped, the file was truncated, rows were
+  /// dropped (at close). Called from the writing thread, the helper thread or
+  /// at exit; never from a signal handler.
+  using notify_fn = void (*)(std::string_view line) noexcept;
+  /// The default notifier: "gpumem: <line>\n" on stderr, in one write().
+  static void notify_stderr(std::string_view line) noexcept;
+
+  /// Creates (or empties) `path` and writes the header; if another writer
+  /// holds `path`, uses "<path>.<pid>" (see the file comment). Throws
+  /// logic_error naming the path and the reason when it cannot be opened, is
+  /// not a regular file, or cannot hold the header.
+  explicit csv_log_writer(std::string path, notify_fn notifier = &notify_stderr);
   ~csv_log_writer();
   csv_log_writer(csv_log_writer const&) = delete;
   csv_log_writer& operator=(csv_log_writer const&) = delete;
   csv_log_writer(csv_log_writer&&) = delete;
   csv_log_writer& operator=(csv_log_writer&&) = delete;
 
-  /// Appends one row. Never throws; a row that cannot be stored (file cannot grow:
-  /// disk full) is counted in dropped_rows().
+  /// Appends one row. Never throws; a row that cannot be stored is counted in
+  /// dropped_rows().
   void write(log_row const& row) noexcept;
   /// Appends pre-formatted bytes (whole lines).
   void append(char const* data, std::size_t len) noexcept;
@@ -97,50 +168,88 @@ class csv_log_writer {
   /// Schedules write-back of the written pages (msync MS_ASYNC). Not needed for
   /// crash safety, only against a machine crash.
   void flush() noexcept;
-  /// Truncates the file to the bytes written and unmaps it. Idempotent.
+  /// Writes the marker if rows were lost, truncates the file to the bytes
+  /// written and unmaps it. Idempotent.
   void close() noexcept;
 
+  /// The file written: requested_path(), or "<requested_path>.<pid>".
   [[nodiscard]] std::string const& path() const noexcept { return path_; }
-  /// Bytes reserved so far, header included (== file size after close()).
+  /// The path the writer was asked for.
+  [[nodiscard]] std::string const& requested_path() const noexcept { return requested_path_; }
+  /// Bytes stored so far, header and markers included (== file size after close()).
   [[nodiscard]] std::uint64_t bytes_written() const noexcept;
+  /// Rows that could not be stored (disk full, a page lost to a truncation).
   [[nodiscard]] std::uint64_t dropped_rows() const noexcept;
+  /// Times the file was found truncated under the writer.
+  [[nodiscard]] std::uint32_t truncations() const noexcept;
+
+  /// Longest incompleteness marker line, '\n' included.
+  static constexpr std::size_t marker_bytes = 192;
 
   struct shared_state;  // the page shared across fork (implementation detail)
 
  private:
-  /// Makes [0, end) backed by the file and mapped in this process; false if
-  /// the file cannot grow (disk full).
-  bool ensure_mapped(std::uint64_t end) noexcept;
+  friend struct log_fault_guard;  // the SIGBUS handler (csv_log_writer.cpp)
+
+  void open_file();
+  /// Makes [0, need) allocated in the file (and mapped here); false when the
+  /// file cannot grow (disk full; then it backs off for a while).
+  /// `ahead`: the helper's guess; its failure neither backs off nor counts.
+  bool make_room(std::uint64_t need, bool ahead) noexcept;
+  bool grow_locked(std::uint64_t need, bool ahead) noexcept;
+  bool map_windows_locked(std::uint64_t end) noexcept;
+  /// Waits while a repair pauses reservations; false if that takes too long.
+  bool wait_unpaused(std::uint64_t& off) noexcept;
+  /// Copies a reserved row in; `epoch` is shared_state::epoch at reservation.
+  void store(std::uint64_t offset, char const* data, std::size_t len, std::uint32_t epoch) noexcept;
   void copy_out(std::uint64_t offset, char const* data, std::size_t len) noexcept;
-  void truncate_and_unmap(bool unmap) noexcept;
-  static void truncate_all_at_exit() noexcept;  // atexit hook over the live writers
-  void start_prefault() noexcept;
-  void stop_prefault() noexcept;
-  void prefault_loop() noexcept;
-  /// Populates file bytes [from, to) for writing; false when the helper must stop.
+  /// Counts a row not stored; the first one the file had no room for is announced.
+  void count_dropped(bool lost_page) noexcept;
+  /// The marker line for the counters now; its length (0 if it does not fit).
+  std::size_t format_marker(char (&line)[marker_bytes]) const noexcept;
+  /// Reserves and writes the marker line; `keep` bytes of the allocated file
+  /// must stay free after it; `close` also closes the log in the same step.
+  bool append_marker(std::uint64_t keep, bool close) noexcept;
+  /// After a fault in the mapping or when the file is found shorter than
+  /// allocated: re-allocates, restarts after what is left, remaps.
+  void recover() noexcept;
+  bool recover_locked(std::uint64_t& kept) noexcept;
+  void finish(bool unmap) noexcept;
+  static void finish_all_at_exit() noexcept;  // atexit hook over the live writers
+  void start_helper() noexcept;
+  void stop_helper() noexcept;
+  void helper_loop() noexcept;
+  /// Populates file bytes [from, to) for writing; false on a fault (truncation).
   bool populate(std::uint64_t from, std::uint64_t to) noexcept;
+  void wake_helper() noexcept;
+  void notify(std::string const& line) const noexcept;
 
   static constexpr std::size_t window_bytes = std::size_t{256} << 20;  // 256 MiB of address space
   static constexpr std::size_t max_windows = 4096;                      // 1 TiB of log
   static constexpr std::uint64_t prefault_ahead = std::uint64_t{4} << 20;  // populated past the write offset
   static constexpr unsigned prefault_grain_shift = 17;                       // writers wake the helper every 128 KiB
 
+  std::string requested_path_;
   std::string path_;
+  notify_fn notify_;
   int fd_{-1};
   int owner_pid_{};
   shared_state* shared_{};
   /// Window k maps file bytes [k*W, (k+1)*W) in this process; set under the
   /// growth lock, read lock-free by writers.
   std::atomic<char*> windows_[max_windows]{};
+  /// Set by the SIGBUS handler: a page of this process's mapping was replaced.
+  std::atomic<bool> faulted_{false};
   std::uint64_t final_bytes_{};   ///< bytes_written() after close()
   std::uint64_t final_dropped_{};
-  csv_log_writer* next_live_{};   ///< registry for the atexit truncation
+  std::uint32_t final_truncations_{};
+  csv_log_writer* next_live_{};   ///< registry for the atexit hook
   csv_log_writer* prev_live_{};
-  pthread_t prefault_thread_{};
-  bool prefault_started_{false};       ///< by this process (owner_pid_); a forked child has no helper
-  std::atomic<bool> prefault_on_{false};  ///< writers wake the helper
-  std::atomic<bool> prefault_stop_{false};
-  std::atomic<std::uint32_t> prefault_wake_{0};  ///< bumped (and notified) to wake the helper
+  pthread_t helper_thread_{};
+  bool helper_started_{false};          ///< by this process (owner_pid_); a forked child has no helper
+  std::atomic<bool> populate_on_{false};   ///< the helper populates pages: writers wake it
+  std::atomic<bool> helper_stop_{false};
+  alignas(4) std::atomic<std::uint32_t> helper_wake_{0};  ///< futex word: bumped to wake the helper
 };
 
 }  // namespace gpumem

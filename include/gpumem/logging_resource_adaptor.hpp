@@ -8,7 +8,8 @@
 // current context's device. deallocate rows are written after the upstream
 // returns, with the time the upstream took. Every call is logged as it passed
 // through, allocate(0) (a "(nil)" allocate row) and deallocate(nullptr) included,
-// so the log replays exactly what the program asked for.
+// so the log replays exactly what the program asked for. The Reserved column is
+// left empty (the adaptor does not know what its chain holds from the device).
 // Thread safety: as thread-safe as the upstream; the writer is lock-free on its
 // fast path. Streams: passed through unchanged and logged.
 
@@ -42,8 +43,8 @@ class logging_resource_adaptor final : public device_memory_resource {
   void do_stream_destroyed(stream_ref s) noexcept override { upstream_->stream_destroyed(s); }
   [[nodiscard]] bool do_owns(void const* p) const noexcept override { return upstream_->owns(p); }
 
-  /// Writes one row; the duration runs from `start_ns` to now.
-  void log(log_action action, void const* p, std::size_t bytes, stream_ref stream, std::int64_t start_ns,
+  /// Writes one row; the event runs from `start_ticks` (detail::log_ticks()) to now.
+  void log(log_action action, void const* p, std::size_t bytes, stream_ref stream, std::uint64_t start_ticks,
            const char* result) const noexcept;
 
   device_memory_resource* upstream_;

@@ -23,6 +23,10 @@
 // - An allocation is served only from the CLEAN list: memory no queued GPU work
 //   can touch (fresh slabs, and memory reclaimed by a barrier). So the program may
 //   use it at once on any stream, as cudaMalloc's memory.
+// - Once the pending memory reaches the reclamation threshold (below), a synchronous
+//   request that finds no exact fit in the clean list reclaims before it splits a
+//   clean block: the waiting memory often holds the better fit, and splitting
+//   meanwhile fragments the pool.
 // - A free files the block as PENDING: work on any stream may still use it (real
 //   cudaFree synchronizes the device first). Pending blocks become clean only by
 //   reclamation: one device-wide GPU-side barrier (stream_tracker::barrier(): the
@@ -35,10 +39,11 @@
 //   stream-ordered one (so that stream's frees coalesce with it).
 //
 // When memory runs short (see grow_and_take in the .cpp): a miss first reclaims if
-// the memory waiting for reclamation is at least the request and 1/32 of the pool
-// (so a tight loop makes a barrier only every few dozen frees, and pending memory
-// never drives growth: the pool stays within a few percent of what is live); else
-// it grows by max(request, min_growth, 1/16 of the pool) within maximum_size. If
+// the memory waiting for reclamation is at least the request and min(1/32 of the
+// pool, 8 MiB) (so a tight loop makes a barrier only every few dozen frees, and
+// pending memory never drives growth); else it grows by max(request, min_growth,
+// min(1/64 of the pool, 32 MiB)) within maximum_size: sized to the request, so the
+// pool stays within a few percent of what is live. If
 // the upstream refuses, it reclaims whatever is waiting, takes every other
 // stream's free memory, returns fully free slabs upstream and retries the request
 // alone; only then it throws out_of_memory saying what it holds.

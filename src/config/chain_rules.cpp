@@ -54,6 +54,20 @@ void validate_chain(std::vector<resource_spec> const& chain, std::string_view co
           fmt::format("end it with one of: {}", device_types), policy);
   }
   for (std::size_t i = 0; i < chain.size(); ++i) {
+    // A zero cap is a mistake, not a meaning: every allocation would fail, silently.
+    resource_spec const& s = chain[i];
+    if (auto const* l = std::get_if<limiting_spec>(&s.options); l != nullptr && is_zero(l->limit)) {
+      raise(where(s), key_of(i, "limit"), fmt::format("limit {} would refuse every allocation", l->limit.to_string()),
+            "omit the limiting entry for no limit, or give a size above 0", policy);
+    }
+    if (auto const* p = std::get_if<pool_spec>(&s.options); p != nullptr && p->maximum_size && is_zero(*p->maximum_size)) {
+      raise(where(s), key_of(i, "maximum_size"),
+            fmt::format("maximum {} lets the pool hold no memory: every allocation would fail",
+                        p->maximum_size->to_string()),
+            "omit maximum_size for no cap, or give a size above 0", policy);
+    }
+  }
+  for (std::size_t i = 0; i < chain.size(); ++i) {
     resource_spec const& s = chain[i];
     auto const* pool = std::get_if<pool_spec>(&s.options);
     if (pool == nullptr || !pool->maximum_size) { continue; }

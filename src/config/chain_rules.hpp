@@ -14,9 +14,13 @@ inline constexpr std::string_view resource_types =
 inline constexpr std::string_view device_types = "cuda | async | managed";
 
 /// Throws config_error unless `chain` is non-empty, ends in exactly one device resource,
-/// and has nothing after it; pool sizes must satisfy maximum >= initial where both are
-/// known without a device (both absolute or both percentages).
+/// and has nothing after it; no limit and no pool maximum is 0; pool sizes must satisfy
+/// maximum >= initial where both are known without a device (both absolute or both
+/// percentages).
 void validate_chain(std::vector<resource_spec> const& chain, std::string_view chain_source, on_error policy);
+
+/// 0 bytes or 0%: a cap that would refuse every allocation.
+[[nodiscard]] inline bool is_zero(size_value const& v) noexcept { return v.is_percent ? v.percent <= 0.0 : v.bytes == 0; }
 
 /// Checks one pool's maximum against its initial size; `initial`/`maximum` are bytes
 /// already resolved (percentages resolved, or absolute).

@@ -11,11 +11,13 @@
 #include <array>
 #include <cctype>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <iterator>
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -137,33 +139,69 @@ class overrides {
   on_error policy_;
 };
 
+// A pipe, FIFO or character device is read only while it delivers: for at
+// most this long in all, and this much. (A named pipe nobody writes to would
+// otherwise hang the program forever, in open() or in read().)
+constexpr int stream_wait_ms = 2000;
+constexpr std::size_t max_config_bytes = std::size_t{1} << 20U;
+
+std::string_view kind_of(mode_t m) {
+  if (S_ISFIFO(m)) { return "a FIFO (pipe)"; }
+  if (S_ISCHR(m)) { return "a character device"; }
+  if (S_ISSOCK(m)) { return "a socket"; }
+  return "a block device";
+}
+
 std::string read_file(overrides const& o, std::string const& path) {
   // POSIX calls rather than a stream: a stream "opens" a directory and then reads
   // nothing, which would silently mean an empty file.
-  auto fail = [&](int err) {
-    o.fail("GPUMEM_CONFIG", fmt::format("cannot read \"{}\": {}", path, std::strerror(err)),
+  auto fail = [&](std::string_view why) {
+    o.fail("GPUMEM_CONFIG", fmt::format("cannot read \"{}\": {}", path, why),
            "set it to a readable TOML file, or unset it to use the embedded default");
   };
-  int const fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) { fail(errno); }
+  // O_NONBLOCK: opening a FIFO without a writer returns at once instead of waiting.
+  int const fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) { fail(std::strerror(errno)); }
   struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    int const err = S_ISDIR(st.st_mode) ? EISDIR : errno != 0 ? errno : EINVAL;
+  if (::fstat(fd, &st) != 0 || S_ISDIR(st.st_mode) || S_ISBLK(st.st_mode)) {
+    int const err = errno;
+    bool const dir = S_ISDIR(st.st_mode);
+    bool const blk = S_ISBLK(st.st_mode);
     ::close(fd);
-    fail(err);
+    fail(dir ? std::strerror(EISDIR) : blk ? "it is a block device, not a file" : std::strerror(err));
   }
+  bool const stream = !S_ISREG(st.st_mode);  // FIFO, pipe (<(...)), character device (/dev/null), socket
+  auto const deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds{stream_wait_ms};
   std::string text;
   std::array<char, 4096> buf{};
   for (;;) {
+    if (stream) {
+      auto const left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      pollfd p{fd, POLLIN, 0};
+      int const r = ::poll(&p, 1, static_cast<int>(std::max<std::int64_t>(left.count(), 0)));
+      if (r < 0 && errno == EINTR) { continue; }
+      if (r == 0) {
+        ::close(fd);
+        fail(fmt::format("it is {} and {} within {} s (a named pipe needs a writer that closes it; or use a "
+                         "regular file)",
+                         kind_of(st.st_mode), text.empty() ? "nothing was written to it" : "it did not reach its end",
+                         stream_wait_ms / 1000));
+      }
+    }
     ssize_t const n = ::read(fd, buf.data(), buf.size());
     if (n == 0) { break; }
     if (n < 0) {
-      if (errno == EINTR) { continue; }
+      if (errno == EINTR || errno == EAGAIN) { continue; }
       int const err = errno;
       ::close(fd);
-      fail(err);
+      fail(std::strerror(err));
     }
     text.append(buf.data(), static_cast<std::size_t>(n));
+    if (stream && text.size() > max_config_bytes) {
+      ::close(fd);
+      fail(fmt::format("it is {} and delivered more than {} without an end", kind_of(st.st_mode),
+                       format_bytes(max_config_bytes)));
+    }
   }
   ::close(fd);
   return text;
@@ -198,6 +236,11 @@ void apply_pool_sizes(settings& s, overrides const& o) {
            fmt::format("the chain of {} has no pool", s.source),
            "add a [[chain]] entry of type \"pool\", or set GPUMEM_RESOURCE=pool");
   }
+  if (maximum && detail::is_zero(*maximum)) {
+    o.fail("GPUMEM_POOL_MAX", fmt::format("\"{}\" lets the pool hold no memory: every allocation would fail",
+                                          *o.get("GPUMEM_POOL_MAX")),
+           "unset it for no cap, or give a size above 0");
+  }
   auto& pool = std::get<pool_spec>(it->options);
   if (initial) { pool.initial_size = *initial; }
   if (maximum) { pool.maximum_size = *maximum; }
@@ -210,6 +253,10 @@ void apply_pool_sizes(settings& s, overrides const& o) {
 void apply_limit(settings& s, overrides const& o) {
   auto const limit = o.size("GPUMEM_LIMIT");
   if (!limit) { return; }
+  if (detail::is_zero(*limit)) {
+    o.fail("GPUMEM_LIMIT", fmt::format("\"{}\" would refuse every allocation", *o.get("GPUMEM_LIMIT")),
+           "unset it for no limit, or give a size above 0");
+  }
   auto const it = std::ranges::find_if(s.chain, [](resource_spec const& e) {
     return std::holds_alternative<limiting_spec>(e.options);
   });

@@ -89,6 +89,31 @@ char* put_u64(char* o, std::uint64_t v) noexcept {
   return end;
 }
 
+// Small numbers (durations, devices) without the general routine's call.
+inline char* put_small_u64(char* o, std::uint64_t v) noexcept {
+  if (v < 10) {
+    *o = static_cast<char>('0' + v);
+    return o + 1;
+  }
+  if (v < 100) {
+    std::memcpy(o, &digit_pairs[v * 2], 2);
+    return o + 2;
+  }
+  if (v < 10000) {
+    int const n = v < 1000 ? 3 : 4;
+    char* const end = o + n;
+    std::memcpy(end - 2, &digit_pairs[(v % 100) * 2], 2);
+    auto const h = v / 100;
+    if (n == 4) {
+      std::memcpy(o, &digit_pairs[h * 2], 2);
+    } else {
+      *o = static_cast<char>('0' + h);
+    }
+    return end;
+  }
+  return put_u64(o, v);
+}
+
 char* put_i64(char* o, std::int64_t v) noexcept {
   if (v < 0) {
     *o++ = '-';
@@ -97,7 +122,7 @@ char* put_i64(char* o, std::int64_t v) noexcept {
   return put_u64(o, static_cast<std::uint64_t>(v));
 }
 
-// "00" .. "ff": two hex digits per step.
+// "00" .. "ff": two hex digits per lookup.
 constexpr auto hex_pairs = [] {
   std::array<char, 512> t{};
   for (std::size_t i = 0; i < 256; ++i) {
@@ -107,21 +132,32 @@ constexpr auto hex_pairs = [] {
   return t;
 }();
 
+// "0x" and v in hex without leading zeros (as %p writes it), without a loop or
+// a branch: all 16 digits (8 independent lookups) into a scratch buffer, then a
+// fixed-size copy of the significant tail.
 char* put_hex(char* o, std::uint64_t v) noexcept {
   int const digits = v == 0 ? 1 : (64 - __builtin_clzll(v) + 3) / 4;
+  char scratch[32];
+  std::memset(scratch + 16, 0, 16);  // read by the tail copy, then overwritten in the row
+  int const bytes = v >> 48 == 0 ? 6 : 8;  // user-space and device addresses fit 48 bits
+  for (int i = 0; i < bytes; ++i) std::memcpy(scratch + 14 - 2 * i, &hex_pairs[((v >> (8 * i)) & 0xff) * 2], 2);
   *o++ = '0';
   *o++ = 'x';
-  char* w = o + digits;
-  for (; v >= 0x100; v >>= 8) {
-    w -= 2;
-    std::memcpy(w, &hex_pairs[(v & 0xff) * 2], 2);
-  }
-  if (v >= 0x10) {
-    std::memcpy(w - 2, &hex_pairs[v * 2], 2);
-  } else {
-    w[-1] = hex_pairs[v * 2 + 1];
-  }
+  std::memcpy(o, scratch + 16 - digits, 16);  // bytes past `digits` are overwritten by what follows
   return o + digits;
+}
+
+// The 9 digits of a nanosecond fraction (v < 10^9), zero-padded: two short
+// dependency chains instead of one long one.
+void put_nanos(char* o, std::uint32_t v) noexcept {
+  std::uint32_t const hi = v / 100000;  // 4 digits
+  std::uint32_t const lo = v % 100000;  // 5 digits
+  std::uint32_t const lo4 = lo % 10000;
+  std::memcpy(o, &digit_pairs[(hi / 100) * 2], 2);
+  std::memcpy(o + 2, &digit_pairs[(hi % 100) * 2], 2);
+  o[4] = static_cast<char>('0' + lo / 10000);
+  std::memcpy(o + 5, &digit_pairs[(lo4 / 100) * 2], 2);
+  std::memcpy(o + 7, &digit_pairs[(lo4 % 100) * 2], 2);
 }
 
 // Exactly `digits` digits, zero-padded (2, 6 or 9 here; v < 10^9).
@@ -167,10 +203,62 @@ struct row_memo {
   std::uint8_t epoch_len = 0;
   char hms[8]{};         // local HH:MM:SS
   char epoch_text[24]{};  // sec in decimal (sec >= 1 only)
+  // The last Pointer, Size and Reserved written by this thread: a free repeats
+  // its allocation's pointer and size, and Reserved changes only when the chain
+  // grows or shrinks.
+  std::uintptr_t pointer = 0;
+  std::uint8_t pointer_len = 0;
+  char pointer_text[24]{};
+  std::uint64_t size = ~std::uint64_t{0};
+  std::uint64_t reserved = ~std::uint64_t{0};
+  std::uint8_t size_len = 0;
+  std::uint8_t reserved_len = 0;
+  char size_text[24]{};
+  char reserved_text[24]{};
+  // Entry names, sanitized, by address (they are static strings): a few slots,
+  // replaced in turn. Copying the fixed-size text beats the per-character loop.
+  struct name_slot {
+    const char* key = nullptr;
+    std::uint8_t len = 0;
+    char text[max_text]{};
+  };
+  std::array<name_slot, 4> names{};
+  std::uint8_t next_name = 0;
 };
 
-row_memo& memo_for(std::uint64_t thread_id, std::int64_t sec, std::int32_t utc_offset) noexcept {
+char* put_entry(char* o, row_memo& m, const char* entry) noexcept {
+  for (auto const& slot : m.names) {
+    if (slot.key == entry) {
+      std::memcpy(o, slot.text, max_text);
+      return o + slot.len;
+    }
+  }
+  auto& slot = m.names[m.next_name++ % m.names.size()];
+  slot.key = entry;
+  slot.len = static_cast<std::uint8_t>(put_name(slot.text, entry) - slot.text);
+  std::memcpy(o, slot.text, max_text);
+  return o + slot.len;
+}
+
+// `v` in decimal from `text`, converting only when it differs from `last`.
+char* put_remembered(char* o, std::uint64_t v, std::uint64_t& last, std::uint8_t& len, char (&text)[24]) noexcept {
+  if (v != last || len == 0) {
+    len = static_cast<std::uint8_t>(put_u64(text, v) - text);
+    last = v;
+  }
+  return put_memo(o, text, len);
+}
+
+// The calling thread's memo. Out of line on purpose: in a shared library every
+// access to a thread_local can become a __tls_get_addr call (nine per row when
+// this was inlined); through the returned reference there is one.
+[[gnu::noinline]] row_memo& thread_memo() noexcept {
   static thread_local row_memo m;
+  return m;
+}
+
+row_memo& memo_for(std::uint64_t thread_id, std::int64_t sec, std::int32_t utc_offset) noexcept {
+  row_memo& m = thread_memo();
   if (m.thread_len == 0 || m.thread_id != thread_id) {
     m.thread_len = static_cast<std::uint8_t>(put_u64(m.thread_text, thread_id) - m.thread_text);
     m.thread_id = thread_id;
@@ -204,10 +292,10 @@ std::size_t format_row(char* out, log_row const& row) noexcept {
     frac += 1'000'000'000;
     --sec;
   }
-  auto const& m = memo_for(row.thread_id, sec, row.utc_offset_s);
+  auto& m = memo_for(row.thread_id, sec, row.utc_offset_s);
   // The nanosecond fraction once: Time shows its first 6 digits, TimeNs all 9.
   char frac_text[9];
-  put_fixed(frac_text, static_cast<std::uint32_t>(frac), 9);
+  put_nanos(frac_text, static_cast<std::uint32_t>(frac));
 
   char* o = out;
   o = put_memo(o, m.thread_text, m.thread_len);
@@ -224,16 +312,25 @@ std::size_t format_row(char* out, log_row const& row) noexcept {
   }
   *o++ = ',';
 
-  o = row.pointer == nullptr ? put_text(o, "(nil)") : put_hex(o, reinterpret_cast<std::uintptr_t>(row.pointer));
+  if (row.pointer == nullptr) {
+    o = put_text(o, "(nil)");
+  } else {
+    auto const p = reinterpret_cast<std::uintptr_t>(row.pointer);
+    if (p != m.pointer || m.pointer_len == 0) {
+      m.pointer_len = static_cast<std::uint8_t>(put_hex(m.pointer_text, p) - m.pointer_text);
+      m.pointer = p;
+    }
+    o = put_memo(o, m.pointer_text, m.pointer_len);
+  }
   *o++ = ',';
-  o = put_u64(o, row.size);
+  o = put_remembered(o, row.size, m.size, m.size_len, m.size_text);
   *o++ = ',';
   o = row.stream == 0 ? put_text(o, "0") : put_hex(o, row.stream);
   *o++ = ',';
-  o = put_i64(o, row.device);
+  o = row.device >= 0 ? put_small_u64(o, static_cast<std::uint64_t>(row.device)) : put_i64(o, row.device);
   *o++ = ',';
   if (row.entry != nullptr) {
-    o = put_name(o, row.entry);
+    o = put_entry(o, m, row.entry);
   } else {
     o = put_text(o, row.action == log_action::free ? "free" : "allocate");
   }
@@ -248,9 +345,13 @@ std::size_t format_row(char* out, log_row const& row) noexcept {
     o = put_i64(o, row.time_ns);
   }
   *o++ = ',';
-  o = put_u64(o, row.duration_ns);
+  o = put_small_u64(o, row.duration_ns);
   *o++ = ',';
   o = row.result != nullptr ? put_name(o, row.result) : put_text(o, "CUDA_SUCCESS");
+  *o++ = ',';
+  if (row.reserved >= 0) {
+    o = put_remembered(o, static_cast<std::uint64_t>(row.reserved), m.reserved, m.reserved_len, m.reserved_text);
+  }
   *o++ = '\n';
   return static_cast<std::size_t>(o - out);
 }

@@ -1,51 +1,119 @@
-// csv_log_writer: append-only, crash-durable CSV through a MAP_SHARED file mapping.
+// csv_log_writer: append-only, crash-durable CSV through a MAP_SHARED file mapping
+// (include/gpumem/csv_log_writer.hpp says what it guarantees).
 //
 // Layout: the file is mapped in fixed 256 MiB windows of address space (mapping
 // past the end of a file is allowed; only touching those pages is not), so growing
 // the file never moves a window and writers never wait on a remap. The write
-// offset, the backed size and the growth lock live in a MAP_SHARED anonymous page:
-// a forked child shares them, so parent and child append to one file safely.
+// offset, the allocated size, the counters and the growth lock live in a
+// MAP_SHARED anonymous page: a forked child shares them, so parent and child
+// append to one file safely.
+//
+// Invariant: bytes below `tail` were reserved by a writer; bytes below
+// `capacity` are allocated in the file (fallocate) and mapped by whoever
+// allocated them. A row is reserved only if it ends at least two markers'
+// worth of bytes below `capacity`, so the markers always find room.
 
 #include <gpumem/csv_log_writer.hpp>
 #include <gpumem/error.hpp>
 
 #include <fcntl.h>
+#include <linux/futex.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <new>
+
+#include <sched.h>
 
 namespace gpumem {
 
 struct csv_log_writer::shared_state {
   static_assert(std::atomic<std::uint64_t>::is_always_lock_free, "needs address-free atomics across fork");
-  /// Bytes reserved; bit 63 set once the owner closed the log (later rows drop).
-  std::atomic<std::uint64_t> tail{0};
-  /// Bytes the file is known to be backed for (fallocate'd).
+  /// Bytes reserved; bit 63 set once the owner closed the log (later rows are not
+  /// stored), bit 62 while a truncation is repaired (rows are dropped, counted).
+  alignas(64) std::atomic<std::uint64_t> tail{0};
+  /// Bytes allocated in the file (same cache line: writers read both).
   std::atomic<std::uint64_t> capacity{0};
-  std::atomic<std::uint64_t> dropped{0};
+  /// Bumped when a truncation moves `tail` back: a row reserved before may have
+  /// been stored where later rows go (its writer sees the change and counts it).
+  std::atomic<std::uint32_t> epoch{0};
+  alignas(64) std::atomic<std::uint64_t> dropped{0};
+  std::atomic<int> grow_errno{0};             ///< first reason the file could not grow
+  std::atomic<std::uint32_t> truncations{0};  ///< times found truncated under us
+  std::atomic<bool> space_notified{false};    ///< "rows are dropped" said once
+  std::atomic<std::int64_t> retry_after_ns{0};  ///< no growth attempt before (CLOCK_MONOTONIC_COARSE)
   pthread_mutex_t grow;  ///< process-shared, robust: a writer killed mid-growth does not wedge the others
 };
 
 namespace {
 
-constexpr std::uint64_t closed_bit = std::uint64_t{1} << 63;
+constexpr std::uint64_t closed_bit = std::uint64_t{1} << 63;  // in `tail`: the owner closed the log
+constexpr std::uint64_t paused_bit = std::uint64_t{1} << 62;  // in `tail`: a truncation is being repaired
+constexpr std::uint64_t offset_mask = paused_bit - 1;
 constexpr std::uint64_t min_chunk = std::uint64_t{1} << 20;   // first growth: 1 MiB
 constexpr std::uint64_t max_chunk = std::uint64_t{64} << 20;  // then by the file's size, up to 64 MiB
-constexpr std::uint64_t page_bytes = 4096;  // populate granularity (larger pages are multiples)
+constexpr std::uint64_t page_bytes = 4096;                    // growth and populate granularity
+constexpr std::size_t marker_max = csv_log_writer::marker_bytes;
+constexpr std::uint64_t kept_room = 2 * marker_max;           // rows never use the last bytes
+constexpr std::int64_t grow_backoff_ns = 100'000'000;         // after a failed growth
+constexpr std::int64_t truncation_poll_ns = 200'000'000;      // the helper's fstat
+constexpr std::int64_t pause_wait_ns = 20'000'000;            // longest wait on a repair's pause
+constexpr std::size_t reason_max = 120;
 
 #ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23  // Linux 5.14; older kernels answer EINVAL and the helper stops
+#define MADV_POPULATE_WRITE 23  // Linux 5.14; older kernels answer EINVAL and the helper stops populating
 #endif
 
-[[noreturn]] void throw_open_error(std::string const& path, const char* what, int err) {
-  throw logic_error{"gpumem: cannot " + std::string{what} + " log file '" + path + "': " + std::strerror(err)};
+std::int64_t coarse_now_ns() noexcept {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+std::uint64_t round_up(std::uint64_t v, std::uint64_t to) noexcept { return (v + to - 1) / to * to; }
+
+// The error's description, untranslated and thread-safe (unlike strerror).
+const char* error_text(int err) noexcept {
+  const char* d = strerrordesc_np(err);
+  return d != nullptr ? d : "unknown error";
+}
+
+// Set while a thread repairs a log: a fault seen meanwhile is left to the repair.
+thread_local bool tl_recovering = false;
+
+[[noreturn]] void throw_log_error(std::string const& path, std::string const& what) {
+  throw logic_error{"gpumem: cannot write the allocation log '" + path + "': " + what};
+}
+
+const char* file_kind(mode_t m) noexcept {
+  if (S_ISDIR(m)) return "a directory";
+  if (S_ISCHR(m)) return "a character device";
+  if (S_ISBLK(m)) return "a block device";
+  if (S_ISFIFO(m)) return "a FIFO";
+  if (S_ISSOCK(m)) return "a socket";
+  return "not a regular file";
+}
+
+void futex_wake(std::atomic<std::uint32_t>* word) noexcept {
+  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
+}
+
+void futex_wait(std::atomic<std::uint32_t>* word, std::uint32_t seen, std::int64_t timeout_ns) noexcept {
+  timespec ts{static_cast<time_t>(timeout_ns / 1'000'000'000), static_cast<long>(timeout_ns % 1'000'000'000)};
+  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), FUTEX_WAIT_PRIVATE, seen, &ts, nullptr, 0);
 }
 
 class grow_lock {
@@ -61,23 +129,164 @@ class grow_lock {
   pthread_mutex_t* m_;
 };
 
-// Registry of open writers for the atexit truncation (plain globals: usable
-// during exit, whatever the order of static destructors).
+// Registry of open writers for the atexit hook (plain globals: usable during
+// exit, whatever the order of static destructors).
 pthread_mutex_t registry_mutex = PTHREAD_MUTEX_INITIALIZER;
 csv_log_writer* registry_head = nullptr;
 pthread_once_t atexit_once = PTHREAD_ONCE_INIT;
 
+// Allocates file bytes [from, from + len). fallocate reserves the blocks now, so
+// a full disk fails here (the row is dropped) instead of as SIGBUS on a later
+// store. Never beyond RLIMIT_FSIZE: exceeding it would raise SIGXFSZ, which
+// kills a program that did not ask for it.
+int allocate_file(int fd, std::uint64_t from, std::uint64_t len) noexcept {
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_FSIZE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY && from + len > lim.rlim_cur) {
+    return EFBIG;
+  }
+  int const r = ::posix_fallocate(fd, static_cast<off_t>(from), static_cast<off_t>(len));
+  if (r == EOPNOTSUPP || r == ENOSYS || r == EINVAL) {  // no fallocate: size only (no reservation)
+    return ::ftruncate(fd, static_cast<off_t>(from + len)) == 0 ? 0 : errno;
+  }
+  return r;
+}
+
 }  // namespace
 
-csv_log_writer::csv_log_writer(std::string path) : path_{std::move(path)}, owner_pid_{::getpid()} {
-  fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd_ < 0) throw_open_error(path_, "open", errno);
+// ---------------------------------------------------------------------------
+// The SIGBUS guard: which address ranges are log windows, and the handler.
+
+struct log_fault_guard {
+  static constexpr std::size_t slots = 8192;
+  static inline std::atomic<std::uintptr_t> begin[slots]{};
+  static inline std::atomic<csv_log_writer*> owner[slots]{};
+  static inline std::atomic<std::size_t> used{0};  // high-water mark of slots
+  static constexpr std::uintptr_t claimed = 1;     // a slot being filled
+  static inline struct sigaction previous {};
+  static inline std::uintptr_t page = 4096;
+  static inline pthread_once_t once = PTHREAD_ONCE_INIT;
+
+  static void install() noexcept {
+    pthread_once(&once, [] {
+      long const ps = ::sysconf(_SC_PAGESIZE);
+      if (ps > 0) page = static_cast<std::uintptr_t>(ps);
+      struct sigaction sa {};
+      sa.sa_sigaction = &on_sigbus;
+      sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESTART;
+      sigemptyset(&sa.sa_mask);
+      struct sigaction old {};
+      if (::sigaction(SIGBUS, nullptr, &old) != 0) return;
+      sa.sa_mask = old.sa_mask;  // what the program's handler would have blocked
+      previous = old;
+      ::sigaction(SIGBUS, &sa, nullptr);
+    });
+  }
+
+  // Lock-free (claim a slot with a CAS): a fork while another thread registers
+  // must not leave the child a held lock.
+  static void add(void* window, csv_log_writer* w) noexcept {
+    for (std::size_t i = 0; i < slots; ++i) {
+      std::uintptr_t expected = 0;
+      if (!begin[i].compare_exchange_strong(expected, claimed, std::memory_order_acq_rel)) continue;
+      owner[i].store(w, std::memory_order_relaxed);
+      begin[i].store(reinterpret_cast<std::uintptr_t>(window), std::memory_order_release);
+      auto u = used.load(std::memory_order_relaxed);
+      while (u < i + 1 && !used.compare_exchange_weak(u, i + 1, std::memory_order_release)) {
+      }
+      return;
+    }  // all slots taken: that window is unguarded (more than 2 PiB of logs)
+  }
+
+  static void remove(void* window) noexcept {
+    auto const b = reinterpret_cast<std::uintptr_t>(window);
+    for (std::size_t i = 0; i < used.load(std::memory_order_acquire); ++i) {
+      if (begin[i].load(std::memory_order_relaxed) != b) continue;
+      owner[i].store(nullptr, std::memory_order_relaxed);
+      begin[i].store(0, std::memory_order_release);
+    }
+  }
+
+  // Async-signal-safe: atomics, mmap, sigaction, raise and a futex wake only.
+  static void on_sigbus(int sig, siginfo_t* info, void* context) {
+    int const saved_errno = errno;
+    if (info != nullptr && info->si_code > 0) {  // a fault, not kill()/raise()
+      auto const addr = reinterpret_cast<std::uintptr_t>(info->si_addr);
+      auto const n = used.load(std::memory_order_acquire);
+      for (std::size_t i = 0; i < n; ++i) {
+        auto const b = begin[i].load(std::memory_order_acquire);
+        if (b <= claimed || addr < b || addr - b >= csv_log_writer::window_bytes) continue;
+        csv_log_writer* w = owner[i].load(std::memory_order_acquire);
+        // The page is past the end of the file (truncated under us) or could not
+        // be backed: let the store land in anonymous memory, and tell the writer.
+        void* const p = reinterpret_cast<void*>(addr & ~(page - 1));
+        void* const r = ::mmap(p, page, PROT_READ | PROT_WRITE, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (r != p) break;  // cannot repair: treat as not ours
+        if (w != nullptr) {
+          w->faulted_.store(true, std::memory_order_release);
+          w->helper_wake_.fetch_add(1, std::memory_order_release);
+          futex_wake(&w->helper_wake_);
+        }
+        errno = saved_errno;
+        return;
+      }
+    }
+    chain(sig, info, context);
+    errno = saved_errno;
+  }
+
+  // What would have happened without us.
+  static void chain(int sig, siginfo_t* info, void* context) {
+    struct sigaction const& old = previous;
+    if (old.sa_handler == SIG_IGN && (info == nullptr || info->si_code <= 0)) return;  // ignored kill()
+    if (old.sa_handler == SIG_DFL || old.sa_handler == SIG_IGN) {
+      struct sigaction dfl {};
+      dfl.sa_handler = SIG_DFL;
+      sigemptyset(&dfl.sa_mask);
+      ::sigaction(sig, &dfl, nullptr);
+      // A fault repeats on return and now takes the default action (core dump
+      // at the faulting instruction); a sent signal is raised again.
+      if (info == nullptr || info->si_code <= 0) ::raise(sig);
+      return;
+    }
+    if ((old.sa_flags & SA_SIGINFO) != 0) {
+      old.sa_sigaction(sig, info, context);
+    } else {
+      old.sa_handler(sig);
+    }
+  }
+};
+
+// ---------------------------------------------------------------------------
+
+void csv_log_writer::notify_stderr(std::string_view line) noexcept {
+  char buf[1024];
+  std::string_view const prefix = "gpumem: ";
+  if (prefix.size() + line.size() + 1 <= sizeof buf) {
+    std::memcpy(buf, prefix.data(), prefix.size());
+    std::memcpy(buf + prefix.size(), line.data(), line.size());
+    buf[prefix.size() + line.size()] = '\n';
+    (void)!::write(2, buf, prefix.size() + line.size() + 1);  // one write: lines do not interleave
+    return;
+  }
+  iovec parts[3] = {{const_cast<char*>(prefix.data()), prefix.size()},
+                    {const_cast<char*>(line.data()), line.size()},
+                    {const_cast<char*>("\n"), 1}};
+  (void)!::writev(2, parts, 3);
+}
+
+void csv_log_writer::notify(std::string const& line) const noexcept {
+  if (notify_ != nullptr) notify_(line);
+}
+
+csv_log_writer::csv_log_writer(std::string path, notify_fn notifier)
+    : requested_path_{std::move(path)}, notify_{notifier}, owner_pid_{::getpid()} {
+  open_file();
 
   void* page = ::mmap(nullptr, sizeof(shared_state), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (page == MAP_FAILED) {
     int const err = errno;
     ::close(fd_);
-    throw_open_error(path_, "map state for", err);
+    throw_log_error(path_, std::string{"cannot map its state: "} + error_text(err));
   }
   shared_ = new (page) shared_state{};
   pthread_mutexattr_t attr;
@@ -87,20 +296,59 @@ csv_log_writer::csv_log_writer(std::string path) : path_{std::move(path)}, owner
   pthread_mutex_init(&shared_->grow, &attr);
   pthread_mutexattr_destroy(&attr);
 
-  if (!ensure_mapped(csv_log_header.size())) {
-    int const err = errno;
-    truncate_and_unmap(true);
-    throw_open_error(path_, "extend", err);
+  log_fault_guard::install();
+  if (!make_room(csv_log_header.size() + kept_room, false)) {
+    int const err = shared_->grow_errno.load(std::memory_order_relaxed);
+    finish(true);
+    throw_log_error(path_, std::string{"cannot allocate room for it: "} + error_text(err != 0 ? err : ENOSPC));
   }
   append(csv_log_header.data(), csv_log_header.size());
-  start_prefault();
+  start_helper();
 
-  pthread_once(&atexit_once, [] { std::atexit(&csv_log_writer::truncate_all_at_exit); });
+  pthread_once(&atexit_once, [] { std::atexit(&csv_log_writer::finish_all_at_exit); });
   pthread_mutex_lock(&registry_mutex);
   next_live_ = registry_head;
   if (registry_head != nullptr) registry_head->prev_live_ = this;
   registry_head = this;
   pthread_mutex_unlock(&registry_mutex);
+}
+
+// Opens the requested path, or "<path>.<pid>" when another writer holds it, and
+// empties it. The lock comes before the truncation: a file in use is never cut.
+void csv_log_writer::open_file() {
+  auto open_locked = [this](std::string const& p, bool& busy) {
+    busy = false;
+    int const fd = ::open(p.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) throw_log_error(p, error_text(errno));
+    struct stat st {};
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+      ::close(fd);
+      throw_log_error(p, std::string{"it is "} + file_kind(st.st_mode) + ", not a regular file");
+    }
+    if (::flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
+      ::close(fd);
+      busy = true;
+      return -1;
+    }  // other errors (no locks on this file system): go on unprotected
+    return fd;
+  };
+  bool busy = false;
+  fd_ = open_locked(requested_path_, busy);
+  path_ = requested_path_;
+  for (int n = 0; busy && n < 10; ++n) {
+    path_ = requested_path_ + "." + std::to_string(owner_pid_) + (n == 0 ? "" : "." + std::to_string(n));
+    fd_ = open_locked(path_, busy);
+  }
+  if (busy) throw_log_error(requested_path_, "it and ten alternatives are in use by other processes");
+  if (::ftruncate(fd_, 0) != 0) {
+    int const err = errno;
+    ::close(fd_);
+    throw_log_error(path_, error_text(err));
+  }
+  if (path_ != requested_path_) {
+    notify("the allocation log '" + requested_path_ + "' is in use by another process; this process (pid " +
+           std::to_string(owner_pid_) + ") logs to '" + path_ + "'");
+  }
 }
 
 csv_log_writer::~csv_log_writer() {
@@ -112,12 +360,12 @@ csv_log_writer::~csv_log_writer() {
   close();
 }
 
-void csv_log_writer::truncate_all_at_exit() noexcept {
+void csv_log_writer::finish_all_at_exit() noexcept {
   pthread_mutex_lock(&registry_mutex);
   for (auto* w = registry_head; w != nullptr; w = w->next_live_) {
     // Keep the mappings: a thread still running at exit may be mid-copy.
-    w->prefault_on_.store(false, std::memory_order_relaxed);
-    w->truncate_and_unmap(false);  // the helper sees the closed log and ends
+    w->populate_on_.store(false, std::memory_order_relaxed);
+    w->finish(false);  // the helper sees the closed log and ends
   }
   pthread_mutex_unlock(&registry_mutex);
 }
@@ -128,107 +376,83 @@ void csv_log_writer::write(log_row const& row) noexcept {
 }
 
 void csv_log_writer::append(char const* data, std::size_t len) noexcept {
-  if (shared_ == nullptr || len == 0) return;
-  auto const off = shared_->tail.fetch_add(len, std::memory_order_relaxed);
-  if ((off & closed_bit) != 0) {
-    shared_->dropped.fetch_add(1, std::memory_order_relaxed);
-    return;
-  }
-  auto const end = off + len;
-  if ((end - 1) / window_bytes >= max_windows) {  // past the largest log we can map
-    shared_->dropped.fetch_add(1, std::memory_order_relaxed);
-    return;
-  }
-  bool const mapped = end <= shared_->capacity.load(std::memory_order_acquire) &&
-                      windows_[off / window_bytes].load(std::memory_order_acquire) != nullptr &&
-                      windows_[(end - 1) / window_bytes].load(std::memory_order_acquire) != nullptr;
-  if (!mapped && !ensure_mapped(end)) {
-    shared_->dropped.fetch_add(1, std::memory_order_relaxed);  // the bytes stay NUL: readers skip them
-    return;
-  }
-  copy_out(off, data, len);
-  // Crossed a grain boundary: the helper populates the next pages before we get there.
-  if (((off ^ end) >> prefault_grain_shift) != 0 && prefault_on_.load(std::memory_order_relaxed)) {
-    prefault_wake_.fetch_add(1, std::memory_order_release);
-    prefault_wake_.notify_one();
-  }
-}
-
-void csv_log_writer::start_prefault() noexcept {
-  // All signals blocked in the helper: the program's handlers never run on it.
-  sigset_t all;
-  sigset_t old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old);
-  prefault_on_.store(true, std::memory_order_relaxed);
-  int const r = pthread_create(
-      &prefault_thread_, nullptr,
-      [](void* self) -> void* {
-        static_cast<csv_log_writer*>(self)->prefault_loop();
-        return nullptr;
-      },
-      this);
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
-  prefault_started_ = r == 0;
-  if (r != 0) {
-    prefault_on_.store(false, std::memory_order_relaxed);  // writers fault pages in themselves
-    return;
-  }
-  pthread_setname_np(prefault_thread_, "gpumem-log");
-}
-
-void csv_log_writer::stop_prefault() noexcept {
-  prefault_on_.store(false, std::memory_order_relaxed);
-  if (!prefault_started_) return;
-  prefault_started_ = false;
-  // In a forked child the thread does not exist (joining would wait forever).
-  if (::getpid() != owner_pid_) return;
-  prefault_stop_.store(true, std::memory_order_relaxed);
-  prefault_wake_.fetch_add(1, std::memory_order_release);
-  prefault_wake_.notify_all();
-  pthread_join(prefault_thread_, nullptr);
-}
-
-void csv_log_writer::prefault_loop() noexcept {
-  std::uint64_t done = 0;  // [0, done) populated in this process
-  while (!prefault_stop_.load(std::memory_order_relaxed)) {
-    auto const seen = prefault_wake_.load(std::memory_order_acquire);
-    auto const tail = shared_->tail.load(std::memory_order_relaxed);
-    if ((tail & closed_bit) != 0) break;
-    auto const want = tail + prefault_ahead;
-    if (want > done) {
-      // Grow the file ahead too (under the growth lock, as writers would).
-      if (want > shared_->capacity.load(std::memory_order_acquire) && !ensure_mapped(want)) {
-        break;  // disk full: writers count their dropped rows
+  shared_state* const s = shared_;
+  if (s == nullptr || len == 0) return;
+  // Sequentially consistent (free on x86: the CAS is a full barrier anyway): a
+  // reservation that succeeds before a repair pauses the log read the epoch from
+  // before it, one after the repair the epoch from after.
+  std::uint64_t off = s->tail.load();
+  std::uint32_t epoch = 0;
+  for (;;) {
+    if ((off & (closed_bit | paused_bit)) != 0) [[unlikely]] {
+      if ((off & closed_bit) != 0) return;  // closed: not stored
+      if (!wait_unpaused(off)) {
+        count_dropped(true);
+        return;
       }
-      auto const from = std::max(done, tail / page_bytes * page_bytes);
-      auto const to = std::min(want, shared_->capacity.load(std::memory_order_acquire)) / page_bytes * page_bytes;
-      if (from < to) {
-        if (!populate(from, to)) break;
-        done = to;
-      }
+      continue;
     }
-    prefault_wake_.wait(seen, std::memory_order_acquire);
+    if (off + len + kept_room > s->capacity.load(std::memory_order_acquire)) [[unlikely]] {
+      if (!make_room(off + len + kept_room, false)) {
+        count_dropped(false);
+        return;
+      }
+      off = s->tail.load();
+      continue;
+    }
+    epoch = s->epoch.load();
+    if (s->tail.compare_exchange_weak(off, off + len)) break;
   }
-  prefault_on_.store(false, std::memory_order_relaxed);
+  store(off, data, len, epoch);
 }
 
-bool csv_log_writer::populate(std::uint64_t from, std::uint64_t to) noexcept {
-  while (from < to) {
-    auto const k = from / window_bytes;
-    auto const in = from % window_bytes;
-    auto const n = std::min<std::uint64_t>(to - from, window_bytes - in);
-    char* w = windows_[k].load(std::memory_order_acquire);
-    if (w == nullptr) {  // the file was grown by another process (a forked child): map it here
-      if (!ensure_mapped(from + n)) return false;
-      w = windows_[k].load(std::memory_order_acquire);
-    }
-    // Write-faults the pages in without storing to them: rows already copied
-    // there are kept. EFAULT: the file was truncated under us (closed).
-    if (::madvise(w + in, n, MADV_POPULATE_WRITE) != 0 && errno != EINTR && errno != EAGAIN) return false;
-    from += n;
+// A repair pauses reservations for a few atomic operations; should its thread be
+// preempted right then, wait (yielding) for a while, but never forever: a fork
+// at that moment leaves the pause to a thread the child does not have.
+bool csv_log_writer::wait_unpaused(std::uint64_t& off) noexcept {
+  auto const give_up = coarse_now_ns() + pause_wait_ns;
+  while ((off & paused_bit) != 0 && (off & closed_bit) == 0) {
+    if (coarse_now_ns() > give_up) return false;
+    ::sched_yield();
+    off = shared_->tail.load();
   }
   return true;
+}
+
+void csv_log_writer::store(std::uint64_t offset, char const* data, std::size_t len, std::uint32_t epoch) noexcept {
+  auto const end = offset + len;
+  if (windows_[offset / window_bytes].load(std::memory_order_acquire) == nullptr ||
+      windows_[(end - 1) / window_bytes].load(std::memory_order_acquire) == nullptr) [[unlikely]] {
+    // Allocated by another process of the family: map it here too.
+    grow_lock lock{&shared_->grow};
+    if (!map_windows_locked(end)) {
+      shared_->dropped.fetch_add(1, std::memory_order_relaxed);  // reserved but unwritable: a NUL gap
+      return;
+    }
+  }
+  copy_out(offset, data, len);
+  if (faulted_.load(std::memory_order_acquire) || shared_->epoch.load() != epoch) [[unlikely]] {
+    // A page of the mapping was lost (the file was truncated). If the row's place
+    // is still its own (reserved after the log restarted), repair and store it
+    // again; else it is lost, and counted.
+    bool kept = false;
+    if (!tl_recovering && shared_->epoch.load() == epoch) {
+      recover();
+      if (shared_->epoch.load() == epoch) {
+        copy_out(offset, data, len);
+        kept = !faulted_.load(std::memory_order_acquire);
+      }
+    }
+    if (!kept) {
+      count_dropped(true);
+      if (!tl_recovering && faulted_.load(std::memory_order_acquire)) recover();
+    }
+    return;
+  }
+  // Crossed a grain boundary: the helper populates the next pages before we get there.
+  if (((offset ^ end) >> prefault_grain_shift) != 0 && populate_on_.load(std::memory_order_relaxed)) {
+    wake_helper();
+  }
 }
 
 void csv_log_writer::copy_out(std::uint64_t offset, char const* data, std::size_t len) noexcept {
@@ -243,46 +467,322 @@ void csv_log_writer::copy_out(std::uint64_t offset, char const* data, std::size_
   }
 }
 
-bool csv_log_writer::ensure_mapped(std::uint64_t end) noexcept {
-  if (end == 0 || (end - 1) / window_bytes >= max_windows) {
-    errno = EFBIG;
+void csv_log_writer::wake_helper() noexcept {
+  helper_wake_.fetch_add(1, std::memory_order_release);
+  futex_wake(&helper_wake_);
+}
+
+bool csv_log_writer::make_room(std::uint64_t need, bool ahead) noexcept {
+  shared_state* const s = shared_;
+  if (need <= s->capacity.load(std::memory_order_acquire)) return true;
+  if ((need - 1) / window_bytes >= max_windows) {
+    if (ahead) return false;
+    int expected = 0;
+    s->grow_errno.compare_exchange_strong(expected, EFBIG, std::memory_order_relaxed);
     return false;
   }
-  grow_lock lock{&shared_->grow};
-  auto const old_cap = shared_->capacity.load(std::memory_order_relaxed);
-  auto cap = old_cap;
-  if (end > cap) {
-    auto const tail = shared_->tail.load(std::memory_order_relaxed);
-    std::uint64_t target = 0;
-    if ((tail & closed_bit) != 0) {
-      target = tail & ~closed_bit;  // closed: back exactly the rows reserved before the close
-    } else {
-      auto const chunk = std::clamp(cap, min_chunk, max_chunk);
-      target = std::max((end + chunk - 1) / chunk * chunk, cap + chunk);
-    }
-    // fallocate, not just ftruncate: blocks are reserved now, so a full disk fails
-    // here (the row is dropped) instead of as SIGBUS on a later store.
-    int const r = ::posix_fallocate(fd_, static_cast<off_t>(cap), static_cast<off_t>(target - cap));
-    if (r == EOPNOTSUPP || r == ENOSYS || r == EINVAL) {
-      if (::ftruncate(fd_, static_cast<off_t>(target)) != 0) return false;
-    } else if (r != 0) {
-      errno = r;
-      return false;
-    }
-    cap = target;
+  // A full disk costs a dropped row no system call and no lock.
+  if (coarse_now_ns() < s->retry_after_ns.load(std::memory_order_relaxed)) return false;
+  bool truncated = false;
+  {
+    grow_lock lock{&s->grow};
+    if (need <= s->capacity.load(std::memory_order_relaxed)) return true;
+    if ((s->tail.load() & closed_bit) != 0) return false;  // (a repair holds this lock while paused)
+    // Growing a file someone truncated would leave its start a NUL hole without a
+    // header: repair first.
+    struct stat st {};
+    truncated = ::fstat(fd_, &st) == 0 &&
+                static_cast<std::uint64_t>(st.st_size) < s->capacity.load(std::memory_order_relaxed);
+    if (!truncated) return grow_locked(need, ahead);
   }
-  // Map every window of the backed file this process has not mapped yet.
-  for (std::uint64_t k = 0; k * window_bytes < std::max(cap, end) && k < max_windows; ++k) {
+  faulted_.store(true, std::memory_order_release);
+  recover();
+  return make_room(need, ahead);
+}
+
+bool csv_log_writer::grow_locked(std::uint64_t need, bool ahead) noexcept {
+  shared_state* const s = shared_;
+  auto const cap = s->capacity.load(std::memory_order_relaxed);
+  auto const chunk = std::clamp(cap, min_chunk, max_chunk);
+  auto target = std::max(round_up(need, chunk), cap + chunk);
+  int err = allocate_file(fd_, cap, target - cap);
+  if (err == ENOSPC || err == EFBIG || err == EDQUOT) {  // take what there is
+    target = round_up(need, page_bytes);
+    err = allocate_file(fd_, cap, target - cap);
+  }
+  if (err == 0 && !map_windows_locked(target)) err = errno != 0 ? errno : ENOMEM;
+  // Growing ahead (the helper) is a guess: its failure leaves the last bytes to
+  // the writers, who need less.
+  if (err != 0 && ahead) return false;
+  if (err != 0) {
+    int expected = 0;
+    s->grow_errno.compare_exchange_strong(expected, err, std::memory_order_relaxed);
+    s->retry_after_ns.store(coarse_now_ns() + grow_backoff_ns, std::memory_order_relaxed);
+    return false;
+  }
+  s->capacity.store(target, std::memory_order_release);  // only now may writers reserve up to it
+  return true;
+}
+
+bool csv_log_writer::map_windows_locked(std::uint64_t end) noexcept {
+  for (std::uint64_t k = 0; k * window_bytes < end && k < max_windows; ++k) {
     if (windows_[k].load(std::memory_order_relaxed) != nullptr) continue;
     void* w = ::mmap(nullptr, window_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd_,
                      static_cast<off_t>(k * window_bytes));
     if (w == MAP_FAILED) return false;
+    log_fault_guard::add(w, this);
     windows_[k].store(static_cast<char*>(w), std::memory_order_release);
   }
-  // Pages are faulted in by the writers as they go (about 1 us per 4 KiB, i.e.
-  // per ~40 rows); pre-faulting a whole chunk here was no faster on the H200
-  // host and made the one writer that grows wait tens of milliseconds.
-  if (cap > old_cap) shared_->capacity.store(cap, std::memory_order_release);  // only now may writers skip the lock
+  return true;
+}
+
+void csv_log_writer::count_dropped(bool lost_page) noexcept {
+  shared_state* const s = shared_;
+  s->dropped.fetch_add(1, std::memory_order_relaxed);
+  if (lost_page || s->space_notified.exchange(true, std::memory_order_relaxed)) return;
+  // The first row the file had no room for: say so in the log while the room kept
+  // for it is there, then on stderr.
+  append_marker(marker_max, false);
+  int const err = s->grow_errno.load(std::memory_order_relaxed);
+  notify("the allocation log '" + path_ + "' cannot grow (" + error_text(err != 0 ? err : ENOSPC) +
+         "): rows are dropped from now on and counted; the log will end with a '#gpumem incomplete' line");
+}
+
+std::size_t csv_log_writer::format_marker(char (&line)[marker_bytes]) const noexcept {
+  shared_state* const s = shared_;
+  // The reason: what went wrong, without commas (the marker's separators).
+  char reason[reason_max + 1] = {};
+  std::size_t rn = 0;
+  auto add = [&](const char* text) {
+    if (rn != 0 && rn + 2 < reason_max) {
+      reason[rn++] = ';';
+      reason[rn++] = ' ';
+    }
+    for (; *text != '\0' && rn < reason_max; ++text) reason[rn++] = *text == ',' || *text == '\n' ? ' ' : *text;
+  };
+  if (s->truncations.load(std::memory_order_relaxed) != 0) {
+    add("truncated by another program while in use: earlier rows are lost");
+  }
+  if (int const err = s->grow_errno.load(std::memory_order_relaxed); err != 0) add(error_text(err));
+  if (rn == 0) add("rows lost");
+  int const n = std::snprintf(line, sizeof line, "%.*sdropped_rows=%llu,reason=%.*s\n",
+                              static_cast<int>(csv_log_incomplete_prefix.size()), csv_log_incomplete_prefix.data(),
+                              static_cast<unsigned long long>(s->dropped.load(std::memory_order_relaxed)),
+                              static_cast<int>(rn), reason);
+  return n <= 0 || static_cast<std::size_t>(n) >= sizeof line ? 0 : static_cast<std::size_t>(n);
+}
+
+bool csv_log_writer::append_marker(std::uint64_t keep, bool close) noexcept {
+  shared_state* const s = shared_;
+  char line[marker_bytes];
+  auto const len = format_marker(line);
+  if (len == 0) return false;
+  std::uint64_t off = s->tail.load();
+  std::uint32_t epoch = 0;
+  for (;;) {
+    if ((off & (closed_bit | paused_bit)) != 0) return false;
+    bool const fits = off + len + keep <= s->capacity.load(std::memory_order_acquire);
+    std::uint64_t const next = fits ? off + len : off;
+    if (!fits && !close) return false;
+    epoch = s->epoch.load();
+    if (s->tail.compare_exchange_weak(off, close ? next | closed_bit : next)) {
+      if (!fits) return false;  // closed without room for it
+      break;
+    }
+  }
+  store(off, line, len, epoch);
+  return true;
+}
+
+void csv_log_writer::recover() noexcept {
+  std::uint64_t kept = 0;
+  bool lost = false;
+  tl_recovering = true;
+  {
+    grow_lock lock{&shared_->grow};
+    lost = recover_locked(kept);
+    if (faulted_.load(std::memory_order_acquire) || lost) {
+      // Replace pages the SIGBUS handler swapped out (and any page still mapped
+      // from before) by the file's.
+      for (std::size_t k = 0; k < max_windows; ++k) {
+        char* w = windows_[k].load(std::memory_order_relaxed);
+        if (w == nullptr) continue;
+        (void)::mmap(w, window_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd_,
+                     static_cast<off_t>(k * window_bytes));
+      }
+      faulted_.store(false, std::memory_order_release);
+      wake_helper();  // it re-populates from the write offset
+    }
+  }
+  tl_recovering = false;
+  if (!lost) return;
+  notify("the allocation log '" + path_ + "' was truncated by another program while in use (to " +
+         std::to_string(kept) + " bytes): its earlier rows are gone; logging goes on after a line that says so");
+}
+
+// Under the growth lock. True when the file was found shorter than what was
+// written: then it is allocated again, its header restored, and the write
+// offset moved to the end of what is left.
+bool csv_log_writer::recover_locked(std::uint64_t& kept) noexcept {
+  shared_state* const s = shared_;
+  if ((s->tail.load() & closed_bit) != 0) return false;
+  auto const cap = s->capacity.load(std::memory_order_relaxed);
+  struct stat st {};
+  if (::fstat(fd_, &st) != 0 || static_cast<std::uint64_t>(st.st_size) >= cap) return false;
+  auto const size = static_cast<std::uint64_t>(st.st_size);
+  // Rows go on after what is left, behind a marker. Everything that can be is
+  // prepared first; then for a few atomic operations reservations are paused
+  // (writers wait) while the epoch moves on: a row reserved before and stored
+  // after the file is whole again may be overwritten, and its writer, seeing the
+  // new epoch, counts it. Rows reserved after the restart but stored before the
+  // file is whole again fault into anonymous pages (the restart is in a page
+  // wholly past the end of the file), and their writers store them again after
+  // the repair.
+  std::uint64_t fill_from = size;  // [fill_from, restart): "\n" and/or a '#' filler line
+  bool cut_row = false;            // the file ends inside a row: end it (readers skip it)
+  if (size < csv_log_header.size()) {
+    fill_from = csv_log_header.size();  // the header is written again
+  } else {
+    char last = '\n';
+    cut_row = ::pread(fd_, &last, 1, static_cast<off_t>(size - 1)) == 1 && last != '\n';
+  }
+  std::uint64_t restart = fill_from + (cut_row ? 1 : 0);
+  // Past the page holding the end of the file: a store there would land beyond
+  // the end of the file without a fault, and be zeroed when the file grows.
+  if (size % page_bytes != 0) restart = round_up(restart + 2, page_bytes);
+  s->truncations.fetch_add(1, std::memory_order_relaxed);  // taken back if nothing was lost
+  char marker[marker_bytes];
+  std::size_t const marker_len = format_marker(marker);
+
+  auto const before = s->tail.fetch_or(paused_bit);
+  auto const tail = before & offset_mask;
+  bool const lost = (before & closed_bit) == 0 && size < tail;
+  if (lost) {
+    s->epoch.fetch_add(1);
+  } else {
+    s->truncations.fetch_sub(1, std::memory_order_relaxed);
+    restart = tail;
+  }
+  std::uint64_t cur = s->tail.load();
+  while (!s->tail.compare_exchange_weak(cur, (lost ? restart + marker_len : restart) | (cur & closed_bit))) {
+  }
+  if (allocate_file(fd_, 0, cap) != 0 && ::ftruncate(fd_, static_cast<off_t>(cap)) != 0) {
+    // Cannot even restore the size: no row can be stored until it grows again.
+    s->capacity.store(std::min(size, restart), std::memory_order_release);
+  }
+  if (!lost) return false;  // only the room allocated ahead was cut
+  // Written through the file, not the mapping: the helper may be the one here.
+  if (size < csv_log_header.size()) (void)!::pwrite(fd_, csv_log_header.data(), csv_log_header.size(), 0);
+  if (restart > fill_from) {
+    char fill[page_bytes + 8];
+    auto const n = static_cast<std::size_t>(restart - fill_from);
+    std::memset(fill, ' ', n);
+    std::size_t at = 0;
+    if (cut_row) fill[at++] = '\n';
+    if (n - at >= 2) {
+      fill[at] = '#';
+      fill[n - 1] = '\n';
+    }
+    (void)!::pwrite(fd_, fill, n, static_cast<off_t>(fill_from));
+  }
+  if (marker_len != 0) (void)!::pwrite(fd_, marker, marker_len, static_cast<off_t>(restart));
+  kept = size;
+  return true;
+}
+
+void csv_log_writer::start_helper() noexcept {
+  // All signals blocked in the helper: the program's handlers never run on it.
+  sigset_t all;
+  sigset_t old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  populate_on_.store(true, std::memory_order_relaxed);
+  int const r = pthread_create(
+      &helper_thread_, nullptr,
+      [](void* self) -> void* {
+        static_cast<csv_log_writer*>(self)->helper_loop();
+        return nullptr;
+      },
+      this);
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  helper_started_ = r == 0;
+  if (r != 0) {
+    populate_on_.store(false, std::memory_order_relaxed);  // writers fault pages in themselves
+    return;
+  }
+  pthread_setname_np(helper_thread_, "gpumem-log");
+}
+
+void csv_log_writer::stop_helper() noexcept {
+  populate_on_.store(false, std::memory_order_relaxed);
+  if (!helper_started_) return;
+  helper_started_ = false;
+  // In a forked child the thread does not exist (joining would wait forever).
+  if (::getpid() != owner_pid_) return;
+  helper_stop_.store(true, std::memory_order_relaxed);
+  wake_helper();
+  pthread_join(helper_thread_, nullptr);
+}
+
+// The helper runs with every signal blocked: it must never store into the mapping
+// (a SIGBUS there would kill the process). It populates with madvise (a fault is
+// an error code) and repairs with pwrite.
+void csv_log_writer::helper_loop() noexcept {
+  shared_state* const s = shared_;
+  std::uint64_t done = 0;  // [0, done) populated in this process
+  std::int64_t next_poll = 0;
+  while (!helper_stop_.load(std::memory_order_relaxed)) {
+    auto const seen = helper_wake_.load(std::memory_order_acquire);
+    // A page fault in the mapping, or (polled) a file cut shorter than allocated.
+    auto const now = coarse_now_ns();
+    if (faulted_.load(std::memory_order_acquire) || now >= next_poll) {
+      next_poll = now + truncation_poll_ns;
+      auto const before = s->truncations.load(std::memory_order_relaxed);
+      recover();
+      if (s->truncations.load(std::memory_order_relaxed) != before) done = 0;
+    }
+    auto const raw_tail = s->tail.load(std::memory_order_relaxed);
+    if ((raw_tail & closed_bit) != 0) break;
+    auto const tail = raw_tail & offset_mask;
+    if (tail + page_bytes < done && done - tail > prefault_ahead) done = 0;  // the offset moved back
+    auto const want = tail + prefault_ahead;
+    if (want > done) {
+      // Grow the file ahead too (under the growth lock, as writers would). A
+      // failure (disk full) backs off; writers count what they drop.
+      if (want + kept_room > s->capacity.load(std::memory_order_acquire)) (void)make_room(want + kept_room, true);
+      auto const from = std::max(done, tail / page_bytes * page_bytes);
+      auto const to = std::min(want, s->capacity.load(std::memory_order_acquire)) / page_bytes * page_bytes;
+      if (populate_on_.load(std::memory_order_relaxed) && from < to) {
+        if (populate(from, to)) {
+          done = to;
+        } else if (errno == EFAULT) {
+          faulted_.store(true, std::memory_order_release);  // past the end of the file: truncated
+          continue;
+        } else {
+          populate_on_.store(false, std::memory_order_relaxed);  // kernel without it: writers fault pages in
+        }
+      }
+    }
+    futex_wait(&helper_wake_, seen, truncation_poll_ns);
+  }
+}
+
+bool csv_log_writer::populate(std::uint64_t from, std::uint64_t to) noexcept {
+  while (from < to) {
+    auto const k = from / window_bytes;
+    auto const in = from % window_bytes;
+    auto const n = std::min<std::uint64_t>(to - from, window_bytes - in);
+    char* w = windows_[k].load(std::memory_order_acquire);
+    if (w == nullptr) {  // the file was grown by another process (a forked child): map it here
+      grow_lock lock{&shared_->grow};
+      if (!map_windows_locked(from + n)) return false;
+      w = windows_[k].load(std::memory_order_acquire);
+    }
+    // Write-faults the pages in without storing to them: rows already copied
+    // there are kept. EFAULT: past the end of the file (truncated under us).
+    if (::madvise(w + in, n, MADV_POPULATE_WRITE) != 0 && errno != EINTR && errno != EAGAIN) return false;
+    from += n;
+  }
   return true;
 }
 
@@ -297,42 +797,65 @@ void csv_log_writer::flush() noexcept {
 }
 
 void csv_log_writer::close() noexcept {
-  stop_prefault();  // before the windows it populates go away
-  truncate_and_unmap(true);
+  stop_helper();  // before the windows it populates go away
+  finish(true);
 }
 
-void csv_log_writer::truncate_and_unmap(bool unmap) noexcept {
-  if (shared_ == nullptr) return;
+void csv_log_writer::finish(bool unmap) noexcept {
+  shared_state* const s = shared_;
+  if (s == nullptr) return;
   // Only the opening process closes the shared log: a forked child that closes
   // its copy must not cut off its parent's rows.
-  if (::getpid() == owner_pid_) {
-    auto const written = shared_->tail.fetch_or(closed_bit, std::memory_order_relaxed) & ~closed_bit;
-    grow_lock lock{&shared_->grow};
-    if (::ftruncate(fd_, static_cast<off_t>(written)) == 0) {
-      shared_->capacity.store(std::min(shared_->capacity.load(std::memory_order_relaxed), written),
-                              std::memory_order_release);
+  if (::getpid() == owner_pid_ && (s->tail.load() & closed_bit) == 0) {
+    recover();  // a truncation not found yet (or being repaired by the helper): settled first
+    bool const incomplete =
+        s->dropped.load(std::memory_order_relaxed) != 0 || s->truncations.load(std::memory_order_relaxed) != 0;
+    // The marker and the close in one step: nothing follows the marker.
+    if (!incomplete || !append_marker(0, true)) s->tail.fetch_or(closed_bit);
+    auto const written = s->tail.load() & offset_mask;
+    {
+      grow_lock lock{&s->grow};
+      if (::ftruncate(fd_, static_cast<off_t>(written)) == 0) {
+        s->capacity.store(std::min(s->capacity.load(std::memory_order_relaxed), written), std::memory_order_release);
+      }
+    }
+    if (auto const dropped = s->dropped.load(std::memory_order_relaxed); incomplete) {
+      int const err = s->grow_errno.load(std::memory_order_relaxed);
+      std::string why;
+      if (s->truncations.load(std::memory_order_relaxed) != 0) why = "truncated by another program while in use";
+      if (err != 0) why += std::string{why.empty() ? "" : "; "} + error_text(err);
+      notify("the allocation log '" + path_ + "' is incomplete (" + why + "): " + std::to_string(dropped) +
+             " rows dropped; its last line says so");
     }
   }
   if (!unmap) return;
   for (auto& slot : windows_) {
-    if (auto* w = slot.exchange(nullptr, std::memory_order_relaxed); w != nullptr) ::munmap(w, window_bytes);
+    if (auto* w = slot.exchange(nullptr, std::memory_order_relaxed); w != nullptr) {
+      log_fault_guard::remove(w);
+      ::munmap(w, window_bytes);
+    }
   }
   ::close(fd_);
   fd_ = -1;
   // The state page stays mapped in a forked child's parent, and vice versa:
   // unmapping here only drops this process's view.
-  final_bytes_ = shared_->tail.load(std::memory_order_relaxed) & ~closed_bit;
-  final_dropped_ = shared_->dropped.load(std::memory_order_relaxed);
-  ::munmap(shared_, sizeof(shared_state));
+  final_bytes_ = s->tail.load(std::memory_order_relaxed) & offset_mask;
+  final_dropped_ = s->dropped.load(std::memory_order_relaxed);
+  final_truncations_ = s->truncations.load(std::memory_order_relaxed);
+  ::munmap(s, sizeof(shared_state));
   shared_ = nullptr;
 }
 
 std::uint64_t csv_log_writer::bytes_written() const noexcept {
-  return shared_ == nullptr ? final_bytes_ : shared_->tail.load(std::memory_order_relaxed) & ~closed_bit;
+  return shared_ == nullptr ? final_bytes_ : shared_->tail.load(std::memory_order_relaxed) & offset_mask;
 }
 
 std::uint64_t csv_log_writer::dropped_rows() const noexcept {
   return shared_ == nullptr ? final_dropped_ : shared_->dropped.load(std::memory_order_relaxed);
+}
+
+std::uint32_t csv_log_writer::truncations() const noexcept {
+  return shared_ == nullptr ? final_truncations_ : shared_->truncations.load(std::memory_order_relaxed);
 }
 
 }  // namespace gpumem

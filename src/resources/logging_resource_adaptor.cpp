@@ -1,9 +1,8 @@
 #include <gpumem/call_context.hpp>
 #include <gpumem/detail/driver_api.hpp>
+#include <gpumem/detail/log_clock.hpp>
 #include <gpumem/detail/os_thread.hpp>
 #include <gpumem/logging_resource_adaptor.hpp>
-
-#include <algorithm>
 
 namespace gpumem {
 
@@ -18,27 +17,25 @@ logging_resource_adaptor::logging_resource_adaptor(device_memory_resource* upstr
     : logging_resource_adaptor{upstream, std::make_shared<csv_log_writer>(filename)} {}
 
 void logging_resource_adaptor::log(log_action action, void const* p, std::size_t bytes, stream_ref stream,
-                                   std::int64_t start_ns, const char* result) const noexcept {
-  auto const end_ns = detail::realtime_ns();
+                                   std::uint64_t start_ticks, const char* result) const noexcept {
+  auto const when = detail::log_row_time(start_ticks);
   auto const& ctx = current_call();
   log_row row{.thread_id = detail::os_thread_id(),
-              .time_ns = start_ns,
-              .utc_offset_s = detail::local_utc_offset(start_ns),
+              .time_ns = when.start_ns,
+              .utc_offset_s = detail::local_utc_offset(when.start_ns),
               .action = action,
               .pointer = p,
               .size = bytes,
               .stream = stream_handle(stream),
               .device = ctx.device >= 0 ? ctx.device : detail::current_device(),
               .entry = ctx.entry_point,
-              // Both ends from CLOCK_REALTIME (one clock read fewer per row); a clock
-              // step during the call shows as 0 rather than as a huge duration.
-              .duration_ns = static_cast<std::uint64_t>(std::max<std::int64_t>(end_ns - start_ns, 0)),
+              .duration_ns = when.duration_ns,
               .result = result};
   sink_->write(row);
 }
 
 void* logging_resource_adaptor::do_allocate(std::size_t bytes, stream_ref stream) {
-  auto const start = detail::realtime_ns();
+  auto const start = detail::log_ticks();
   void* p = nullptr;
   try {
     p = upstream_->allocate(bytes, stream);
@@ -60,7 +57,7 @@ void* logging_resource_adaptor::do_allocate(std::size_t bytes, stream_ref stream
 }
 
 void logging_resource_adaptor::do_deallocate(void* p, std::size_t bytes, stream_ref stream) noexcept {
-  auto const start = detail::realtime_ns();
+  auto const start = detail::log_ticks();
   upstream_->deallocate(p, bytes, stream);
   log(log_action::free, p, bytes, stream, start, nullptr);
 }

@@ -4,12 +4,20 @@
 #include "shim_state.hpp"
 
 #include <gpumem/config.hpp>
+#include <gpumem/detail/log_clock.hpp>
 #include <gpumem/detail/os_thread.hpp>
 #include <gpumem/error.hpp>
+#include <gpumem/statistics_resource_adaptor.hpp>
 
-#include <algorithm>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <array>
 #include <atomic>
+#include <cerrno>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -17,6 +25,12 @@
 
 namespace gpumem::shim {
 namespace {
+
+// The writers' news (another process holds the path, rows dropped, truncated)
+// as shim messages, so GPUMEM_LOG_LEVEL applies.
+void notify_shim(std::string_view line) noexcept {
+  message(level::warn, "%.*s", static_cast<int>(line.size()), line.data());
+}
 
 struct log_sinks {
   std::mutex mtx;
@@ -42,46 +56,108 @@ csv_log_writer* writer_for(int device) noexcept {
     auto const path = config::expand_template(state().settings.log_file, device < 0 ? 0 : device);
     csv_log_writer* w = nullptr;
     for (auto const& existing : s.writers) {
-      if (existing->path() == path) w = existing.get();
+      if (existing->requested_path() == path) w = existing.get();
     }
     if (w == nullptr) {
-      s.writers.push_back(std::make_unique<csv_log_writer>(path));
+      s.writers.push_back(std::make_unique<csv_log_writer>(path, &notify_shim));
       w = s.writers.back().get();
     }
     s.by_device[slot].store(w, std::memory_order_release);
     return w;
   } catch (std::exception const& e) {
-    s.failed = true;  // one message, not one per event
-    message(level::error, "cannot write the allocation log: %s", e.what());
+    // Checked at start (check_log_path); this is a path that broke since, or a
+    // device whose name expands differently. The program goes on: one message,
+    // not one per event.
+    s.failed = true;
+    std::string_view what = e.what();
+    if (what.starts_with("gpumem: ")) what.remove_prefix(8);
+    message(level::error, "%.*s; this process goes on without an allocation log", static_cast<int>(what.size()),
+            what.data());
     return nullptr;
   }
 }
 
+// Bytes the device's chain holds from the device now: the statistics adaptor
+// right above the device resource. Unknown (-1) before the chain exists.
+std::int64_t reserved_bytes(int device) noexcept {
+  device_chain* c = built_chain(device);
+  if (c == nullptr || c->chain == nullptr) return -1;
+  return c->chain->device_stats().bytes().current;
+}
+
+std::string describe_mode(mode_t m) {
+  if (S_ISDIR(m)) return "it is a directory";
+  if (S_ISCHR(m)) return "it is a character device, not a regular file";
+  if (S_ISBLK(m)) return "it is a block device, not a regular file";
+  if (S_ISFIFO(m)) return "it is a FIFO, not a regular file";
+  if (S_ISSOCK(m)) return "it is a socket, not a regular file";
+  return "it is not a regular file";
+}
+
+// Why `path` cannot be the log; "" if it can (or may: it does not exist yet and
+// its folder is writable).
+std::string log_path_problem(std::string const& path) {
+  if (path.empty()) return "the name is empty";
+  if (path.size() >= PATH_MAX) return std::strerror(ENAMETOOLONG);
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0) {
+    if (!S_ISREG(st.st_mode)) return describe_mode(st.st_mode);
+    if (::access(path.c_str(), W_OK) != 0) return std::strerror(errno);
+    return {};
+  }
+  if (errno != ENOENT) return std::strerror(errno);
+  auto const slash = path.rfind('/');
+  std::string const name = slash == std::string::npos ? path : path.substr(slash + 1);
+  if (name.size() > NAME_MAX) return std::strerror(ENAMETOOLONG);
+  std::string const dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  if (::stat(dir.c_str(), &st) != 0) return "folder '" + dir + "': " + std::strerror(errno);
+  if (!S_ISDIR(st.st_mode)) return "folder '" + dir + "': " + std::strerror(ENOTDIR);
+  if (::access(dir.c_str(), W_OK | X_OK) != 0) return "folder '" + dir + "': " + std::strerror(errno);
+  return {};
+}
+
 }  // namespace
+
+void check_log_path(config::settings const& st) {
+  if (st.log_file.empty() || st.disabled) return;
+  std::string const path = config::expand_template(st.log_file, 0);
+  std::string const problem = log_path_problem(path);
+  if (problem.empty()) return;
+  // The variable overrides the file: name whichever set the path.
+  char const* env = std::getenv("GPUMEM_LOG_FILE");
+  std::string const where =
+      env != nullptr && *env != '\0' ? "environment: GPUMEM_LOG_FILE" : st.source + ": log_file";
+  throw config::config_error{
+      "gpumem: config error: " + where + ": cannot write the allocation log '" + path + "': " + problem,
+      st.on_config_error};
+}
 
 bool logging_enabled() noexcept {
   static bool const on = !state().settings.log_file.empty() && state().mode == shim_mode::active;
   return on;
 }
 
-std::int64_t event_clock() noexcept { return logging_enabled() ? detail::realtime_ns() : 0; }
+std::int64_t event_clock() noexcept {
+  return logging_enabled() ? static_cast<std::int64_t>(detail::log_ticks()) : 0;
+}
 
 void log_event(event const& e) noexcept {
   if (!logging_enabled()) return;
   auto* w = writer_for(e.device);
   if (w == nullptr) return;
-  auto const end = detail::realtime_ns();
+  auto const when = detail::log_row_time(static_cast<std::uint64_t>(e.start));
   log_row row{.thread_id = detail::os_thread_id(),
-              .time_ns = e.start_ns,
-              .utc_offset_s = detail::local_utc_offset(e.start_ns),
+              .time_ns = when.start_ns,
+              .utc_offset_s = detail::local_utc_offset(when.start_ns),
               .action = e.action,
               .pointer = e.pointer,
               .size = e.size,
               .stream = reinterpret_cast<std::uintptr_t>(e.stream),
               .device = e.device,
               .entry = e.entry,
-              .duration_ns = static_cast<std::uint64_t>(std::max<std::int64_t>(end - e.start_ns, 0)),
-              .result = e.result == CUDA_SUCCESS ? nullptr : result_name(e.result)};
+              .duration_ns = when.duration_ns,
+              .result = e.result == CUDA_SUCCESS ? nullptr : result_name(e.result),
+              .reserved = reserved_bytes(e.device)};
   w->write(row);
 }
 

@@ -1,14 +1,22 @@
 #pragma once
 // The shim's CSV allocation log (settings.log_file): one row per event the shim
 // sees at its entry points — chain allocations and frees, failures, pass-through
-// allocations and frees, refused double frees — with the entry point and device.
+// allocations and frees, refused double frees — with the entry point, the device
+// and the bytes the device's chain then holds from the device (Reserved).
 //
 // The file name is a template (%p pid, %r rank, %h host, %d device); it is expanded
 // per device when first needed, and devices whose names expand alike share one
-// writer. csv_log_writer keeps rows across a crash and appends from forked children.
+// writer. csv_log_writer keeps rows across a crash, appends from forked children,
+// moves to "<path>.<pid>" when another process holds the path, and reports
+// dropped rows and truncation through message().
+//
+// Cost per row: two cycle-counter reads (event_clock() at entry, one at the end;
+// detail::log_clock), the formatting and one compare-and-swap; no clock_gettime
+// except once a millisecond per thread.
 //
 // Thread safety: log_event from any thread; writers are created under a mutex once.
 
+#include <gpumem/config/settings.hpp>
 #include <gpumem/csv_log_writer.hpp>
 
 #include <cuda.h>
@@ -25,15 +33,21 @@ struct event {
   CUstream stream = nullptr;
   int device = -1;
   const char* entry = nullptr;
-  std::int64_t start_ns = 0;  ///< CLOCK_REALTIME at entry (event_clock())
+  std::int64_t start = 0;  ///< event_clock() at entry (log ticks, not ns)
   CUresult result = CUDA_SUCCESS;
 };
 
 /// Whether a log file is configured (read once).
 [[nodiscard]] bool logging_enabled() noexcept;
-/// Start time for an event: 0 (no clock read) when logging is off.
+/// Start stamp for an event (detail::log_ticks()): 0, no clock read, when logging is off.
 [[nodiscard]] std::int64_t event_clock() noexcept;
 /// Appends the row; never throws.
 void log_event(event const& e) noexcept;
+
+/// Throws config_error (key log_file, or GPUMEM_LOG_FILE when that set it) when
+/// the log cannot be written at the path its template gives for device 0: a
+/// directory, not a regular file (/dev/full), a name past NAME_MAX or PATH_MAX, a
+/// missing or unwritable folder, an unwritable file. Creates nothing.
+void check_log_path(config::settings const& st);
 
 }  // namespace gpumem::shim

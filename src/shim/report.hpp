@@ -12,7 +12,9 @@ namespace gpumem::shim {
 
 /// The report text (also used by tests through the same code path).
 [[nodiscard]] std::string build_report();
-/// atexit handler: writes build_report() to settings.report_file or stderr.
+/// atexit handler: writes build_report() to settings.report_file or stderr. When the
+/// file cannot be written (opened, written or closed: /dev/full, a full disk), a
+/// message names the path and the error and the report goes to stderr.
 void print_report_at_exit() noexcept;
 
 }  // namespace gpumem::shim

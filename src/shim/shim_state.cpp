@@ -13,6 +13,7 @@
 #include <pthread.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdarg>
 #include <cstdio>
@@ -42,26 +43,13 @@ void on_fork_child() noexcept {
   state().stats.reset();
 }
 
-// An unwritable log path is a configuration error at start — not a log that
-// silently stays empty while the program runs for hours. The file itself is opened
-// at the first event (its name may hold %d, the device); its folder is checked now.
-void check_log_path(config::settings const& st) {
-  if (st.log_file.empty() || st.disabled) return;
-  std::string const path = config::expand_template(st.log_file, 0);
-  auto const slash = path.rfind('/');
-  std::string const dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
-  if (access(dir.c_str(), W_OK | X_OK) != 0) {
-    throw config::config_error{"gpumem: config error: log_file: cannot write the allocation log '" + path +
-                                   "': folder '" + dir + "': " + std::strerror(errno),
-                               st.on_config_error};
-  }
-}
-
 void load_state(shim_state& s) noexcept {
   try {
     auto const env = config::environment::from_process();
     try {
       s.settings = config::load(env);
+      // An unusable log path is a configuration error at start, not a log that
+      // silently stays empty while the program runs for hours (event_log.hpp).
       check_log_path(s.settings);
       s.mode = s.settings.disabled ? shim_mode::disabled : shim_mode::active;
       s.threshold = parse_level(s.settings.log_level);
@@ -133,18 +121,33 @@ bool message_enabled(level lvl) noexcept { return lvl >= state().threshold && lv
 
 void message(level lvl, const char* fmt, ...) noexcept {
   if (!message_enabled(lvl)) return;
-  char buf[1024];
-  int n = std::snprintf(buf, sizeof buf, "gpumem: ");
+  static constexpr char prefix[] = "gpumem: ";
+  constexpr std::size_t prefix_len = sizeof prefix - 1;
+  char stack_buf[1024];
   va_list ap;
   va_start(ap, fmt);
-  int const m = std::vsnprintf(buf + n, sizeof buf - static_cast<std::size_t>(n) - 1, fmt, ap);
+  va_list again;
+  va_copy(again, ap);
+  int const m = std::vsnprintf(stack_buf + prefix_len, sizeof stack_buf - prefix_len - 1, fmt, ap);
   va_end(ap);
-  n += m < 0 ? 0 : m;
-  if (n > static_cast<int>(sizeof buf) - 2) n = static_cast<int>(sizeof buf) - 2;
-  buf[n++] = '\n';
+  std::size_t const body = m < 0 ? 0 : static_cast<std::size_t>(m);
+  char* buf = stack_buf;
+  // A long message (paths near PATH_MAX) gets a buffer of its size: never cut
+  // before the reason at its end. Only without memory is it cut.
+  if (prefix_len + body + 1 > sizeof stack_buf) {
+    if (auto* big = static_cast<char*>(std::malloc(prefix_len + body + 2)); big != nullptr) {
+      std::vsnprintf(big + prefix_len, body + 1, fmt, again);
+      buf = big;
+    }
+  }
+  va_end(again);
+  std::size_t const n = buf == stack_buf ? std::min(body, sizeof stack_buf - prefix_len - 2) : body;
+  std::memcpy(buf, prefix, prefix_len);
+  buf[prefix_len + n] = '\n';
   // One write(): lines from several threads do not interleave.
-  ssize_t const w = ::write(2, buf, static_cast<std::size_t>(n));
+  ssize_t const w = ::write(2, buf, prefix_len + n + 1);
   (void)w;
+  if (buf != stack_buf) std::free(buf);
 }
 
 }  // namespace gpumem::shim

@@ -12,7 +12,11 @@
 // are freed by another thread. Every allocation is checked against the live ranges
 // for overlap.
 //
-//   stress_test [--threads N] [--seconds S] [--families mixed|sync|async] [--spin-us U]
+//   stress_test [--threads N] [--seconds S] [--families mixed|sync|async] [--spin-us U] [--cross-frees]
+//
+// --cross-frees: in the mixed family, also free cudaMalloc memory with cudaFreeAsync
+// and cudaMallocAsync memory with cudaFree (without it each family frees its own,
+// as most programs do).
 //
 // Prints "corrupted_words=W overlaps=O allocations=A frees=F" and "PASS"/"FAIL";
 // exits 0 only when W == 0 and O == 0 (and no CUDA call failed).
@@ -41,6 +45,7 @@
 namespace {
 
 std::atomic<long> cuda_failures{0};
+std::atomic<char const*> first_failure{"none"};
 
 #define CHECK_CUDA(call)                                                                         \
   do {                                                                                           \
@@ -48,6 +53,8 @@ std::atomic<long> cuda_failures{0};
     if (e_ != cudaSuccess) {                                                                     \
       if (cuda_failures.fetch_add(1) < 10)                                                       \
         std::fprintf(stderr, "%s -> %s at line %d\n", #call, cudaGetErrorName(e_), __LINE__);    \
+      char const* none = "none";                                                                 \
+      first_failure.compare_exchange_strong(none, #call);                                        \
     }                                                                                            \
   } while (0)
 
@@ -117,20 +124,32 @@ struct options {
   double seconds = 10;
   std::string families = "mixed";
   double spin_us = 50;
+  bool cross_frees = false;
 };
 
 }  // namespace
 
 int main(int argc, char** argv) {
   options o;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  for (int i = 1; i < argc; i += 2) {
     std::string const k = argv[i];
+    if (k == "--cross-frees") {
+      o.cross_frees = true;
+      --i;
+      continue;
+    }
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "%s needs a value\n", k.c_str());
+      return 2;
+    }
     if (k == "--threads") o.threads = std::atoi(argv[i + 1]);
     else if (k == "--seconds") o.seconds = std::atof(argv[i + 1]);
     else if (k == "--families") o.families = argv[i + 1];
     else if (k == "--spin-us") o.spin_us = std::atof(argv[i + 1]);
     else {
-      std::fprintf(stderr, "usage: stress_test [--threads N] [--seconds S] [--families mixed|sync|async] [--spin-us U]\n");
+      std::fprintf(stderr,
+                   "usage: stress_test [--threads N] [--seconds S] [--families mixed|sync|async] [--spin-us U] "
+                   "[--cross-frees]\n");
       return 2;
     }
   }
@@ -214,13 +233,17 @@ int main(int argc, char** argv) {
           live.erase(live.begin() + static_cast<std::ptrdiff_t>(k));
           if (b.synchronous && pick(rng) < 33) {
             // Another thread frees it with cudaFree: order the hand-off after our work.
+            // (Bounded: a hand-off queue growing without end would hold all memory.)
             CHECK_CUDA(cudaStreamSynchronize(b.last));
             std::lock_guard lock{handoff_mutex};
-            handoff.push_back(b);
-            continue;
+            if (handoff.size() < static_cast<std::size_t>(o.threads)) {
+              handoff.push_back(b);
+              continue;
+            }
           }
-          // Mixed: stream-ordered frees of cudaMalloc memory and cudaFree of async memory too.
-          bool const stream_ordered = o.families == "async" || (o.families == "mixed" && pick(rng) < 50);
+          // Each family frees its own; with --cross-frees, either way.
+          bool const stream_ordered =
+              o.cross_frees && o.families == "mixed" ? pick(rng) < 50 : !b.synchronous;
           release(b, own, stream_ordered);
         } else {
           block b{};
@@ -243,10 +266,10 @@ int main(int argc, char** argv) {
   for (auto& s : streams) CHECK_CUDA(cudaStreamDestroy(s));
   unsigned long long const corrupted = *bad;
   CHECK_CUDA(cudaFree(bad));
-  std::printf("threads=%d families=%s seconds=%.1f corrupted_words=%llu overlaps=%ld allocations=%ld frees=%ld ooms=%ld "
-              "cuda_failures=%ld\n",
-              o.threads, o.families.c_str(), o.seconds, corrupted, overlaps.load(), allocations.load(), frees.load(),
-              ooms.load(), cuda_failures.load());
+  std::printf("threads=%d families=%s%s seconds=%.1f corrupted_words=%llu overlaps=%ld allocations=%ld frees=%ld "
+              "ooms=%ld cuda_failures=%ld first_failure=%s\n",
+              o.threads, o.families.c_str(), o.cross_frees ? "+cross" : "", o.seconds, corrupted, overlaps.load(),
+              allocations.load(), frees.load(), ooms.load(), cuda_failures.load(), first_failure.load());
   bool const pass = corrupted == 0 && overlaps.load() == 0 && cuda_failures.load() == 0;
   std::printf("%s\n", pass ? "PASS" : "FAIL");
   return pass ? 0 : 1;

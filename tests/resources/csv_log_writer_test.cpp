@@ -1,5 +1,7 @@
 // csv_log_writer and format_row: exact row format, concurrent appends, growth,
-// open errors, and durability when the writing process dies.
+// open errors, durability when the writing process dies, and the hostile cases:
+// several processes on one path, truncation under the writer, a full disk,
+// SIGBUS that is not the log's.
 
 #include <gpumem/csv_log_writer.hpp>
 #include <gpumem/error.hpp>
@@ -9,16 +11,25 @@
 
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <setjmp.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <csignal>
+#include <cstring>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <mutex>
+#include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -48,13 +59,14 @@ log_row example_row() {
                  .device = 0,
                  .entry = "cudaMalloc",
                  .duration_ns = 412,
-                 .result = nullptr};
+                 .result = nullptr,
+                 .reserved = 2097152};
 }
 
 TEST(FormatRow, MatchesTheDocumentedExample) {
   EXPECT_EQ(format(example_row()),
             "140245,14:02:07.123456,allocate,0x7f3a40000000,1048576,0x1,0,cudaMalloc,1763733727123456789,412,"
-            "CUDA_SUCCESS\n");
+            "CUDA_SUCCESS,2097152\n");
 }
 
 TEST(FormatRow, NullPointerNullStreamFailureAndDefaults) {
@@ -65,14 +77,17 @@ TEST(FormatRow, NullPointerNullStreamFailureAndDefaults) {
   row.device = -1;
   row.entry = nullptr;
   row.result = "CUDA_ERROR_OUT_OF_MEMORY";
+  row.reserved = -1;  // unknown: empty
   EXPECT_EQ(format(row),
             "140245,14:02:07.123456,allocate failure,(nil),1048576,0,-1,allocate,1763733727123456789,412,"
-            "CUDA_ERROR_OUT_OF_MEMORY\n");
+            "CUDA_ERROR_OUT_OF_MEMORY,\n");
   row.action = log_action::free;
   row.stream = 0x2;
   row.size = 0;
   EXPECT_EQ(format(row),
-            "140245,14:02:07.123456,free,(nil),0,0x2,-1,free,1763733727123456789,412,CUDA_ERROR_OUT_OF_MEMORY\n");
+            "140245,14:02:07.123456,free,(nil),0,0x2,-1,free,1763733727123456789,412,CUDA_ERROR_OUT_OF_MEMORY,\n");
+  row.reserved = 0;
+  EXPECT_EQ(split_csv_field(format(row), 11), "0");
 }
 
 TEST(FormatRow, LocalOffsetWrapsAroundMidnight) {
@@ -98,12 +113,12 @@ TEST(FormatRow, InterleavedThreadsSecondsAndOffsetsKeepTheirOwnText) {
   c.utc_offset_s = -3600;  // same second as a, another offset
   std::string const line_a =
       "140245,14:02:07.123456,allocate,0x7f3a40000000,1048576,0x1,0,cudaMalloc,1763733727123456789,412,"
-      "CUDA_SUCCESS\n";
+      "CUDA_SUCCESS,2097152\n";
   for (int i = 0; i < 2; ++i) {
     EXPECT_EQ(format(a), line_a);
     EXPECT_EQ(format(b),
               "7,15:02:08.123457,allocate,0x7f3a40000000,1048576,0x1,0,cudaMalloc,1763733728123457789,412,"
-              "CUDA_SUCCESS\n");
+              "CUDA_SUCCESS,2097152\n");
     EXPECT_EQ(split_csv_field(format(c), 1), "13:02:07.123456");
   }
   auto early = a;
@@ -114,13 +129,33 @@ TEST(FormatRow, InterleavedThreadsSecondsAndOffsetsKeepTheirOwnText) {
   EXPECT_EQ(format(a), line_a);
 }
 
+// Pointer, Size and Reserved are remembered per thread too: each row must show its own.
+TEST(FormatRow, PointerSizeAndReservedFollowEveryRow) {
+  auto row = example_row();
+  for (std::uint64_t v : {1ULL, 1ULL, 123456789ULL, 7ULL, 0ULL, 18446744073709551615ULL, 7ULL}) {
+    row.size = v;
+    row.reserved = static_cast<std::int64_t>(v >> 1);
+    row.pointer = reinterpret_cast<void const*>(static_cast<std::uintptr_t>(v));
+    auto const line = format(row);
+    EXPECT_EQ(split_csv_field(line, 4), std::to_string(v));
+    EXPECT_EQ(split_csv_field(line, 11), std::to_string(v >> 1));
+    std::ostringstream hex;
+    hex << "0x" << std::hex << v;
+    EXPECT_EQ(split_csv_field(line, 3), v == 0 ? "(nil)" : hex.str());
+  }
+  row.reserved = -1;
+  EXPECT_EQ(split_csv_field(format(row), 11), "");
+  row.reserved = 3;
+  EXPECT_EQ(split_csv_field(format(row), 11), "3");
+}
+
 TEST(FormatRow, NamesAreSanitizedAndCut) {
   auto row = example_row();
   row.entry = "evil,entry\n\"x\"";
   row.result = "";
   auto const line = format(row);
   auto const f = test::split_csv(line.substr(0, line.size() - 1));
-  ASSERT_EQ(f.size(), 11u);
+  ASSERT_EQ(f.size(), csv_log_columns);
   EXPECT_EQ(f[7], "evil_entry__x_");
   EXPECT_EQ(f[10], "");
 
@@ -135,15 +170,17 @@ TEST(FormatRow, NamesAreSanitizedAndCut) {
   row.pointer = reinterpret_cast<void const*>(UINTPTR_MAX);
   row.stream = UINTPTR_MAX;
   row.action = log_action::allocate_failure;
+  row.reserved = INT64_MAX;
   auto const worst = format(row);
   auto const g = test::split_csv(worst.substr(0, worst.size() - 1));
-  ASSERT_EQ(g.size(), 11u);
+  ASSERT_EQ(g.size(), csv_log_columns);
   EXPECT_EQ(g[0], "18446744073709551615");
   EXPECT_EQ(g[3], "0xffffffffffffffff");
   EXPECT_EQ(g[6], "-2147483648");
   EXPECT_EQ(g[7], std::string(64, 'a'));
   EXPECT_EQ(g[8], "-9223372036854775808");
   EXPECT_EQ(g[10], std::string(64, 'a'));
+  EXPECT_EQ(g[11], "9223372036854775807");
 }
 
 TEST(CsvLogWriter, WritesHeaderAndRowsAndTruncatesOnClose) {
@@ -318,6 +355,412 @@ void expect_rows_survive(int how, int rows) {
   ASSERT_EQ(log.rows.size(), static_cast<std::size_t>(rows));
   for (int i = 0; i < rows; ++i) EXPECT_EQ(log.rows[static_cast<std::size_t>(i)][4], std::to_string(i));
   EXPECT_GT(log.nul_bytes, 0u);  // never truncated: the reserved tail is NUL
+}
+
+// ---------------------------------------------------------------------------
+// Hostile conditions. Each case that could kill a process runs in a forked child,
+// so a regression shows as a failed test, not as a dead test binary.
+
+// Notifier lines: kept in this process, and copied to g_note_fd (a pipe to the
+// parent) when a forked child sets it.
+std::mutex g_notes_mutex;
+std::vector<std::string> g_notes;
+int g_note_fd = -1;
+
+void capture_note(std::string_view line) noexcept {
+  if (g_note_fd >= 0) {
+    std::string const l = std::string{line} + "\n";
+    (void)!::write(g_note_fd, l.data(), l.size());
+    return;
+  }
+  std::lock_guard lock{g_notes_mutex};
+  g_notes.emplace_back(line);
+}
+
+std::vector<std::string> take_notes() {
+  std::lock_guard lock{g_notes_mutex};
+  return std::exchange(g_notes, {});
+}
+
+struct child_result {
+  int status = 0;
+  std::vector<std::string> notes;  ///< notifier lines the child sent
+};
+
+/// Runs `body` in a forked child (its return value is the exit code) and
+/// collects the notifier lines it sends.
+template <class F>
+child_result in_child(F&& body) {
+  int fds[2];
+  EXPECT_EQ(::pipe(fds), 0);
+  pid_t const pid = ::fork();
+  if (pid == 0) {
+    ::close(fds[0]);
+    g_note_fd = fds[1];
+    ::_exit(body());
+  }
+  ::close(fds[1]);
+  std::string text;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) text.append(buf, static_cast<std::size_t>(n));
+  ::close(fds[0]);
+  child_result r;
+  ::waitpid(pid, &r.status, 0);
+  std::istringstream lines{text};
+  for (std::string l; std::getline(lines, l);) r.notes.push_back(l);
+  return r;
+}
+
+std::string describe(int status) {
+  if (WIFEXITED(status)) return "exit " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return std::string{"killed by "} + strsignal(WTERMSIG(status));
+  return "status " + std::to_string(status);
+}
+
+log_row numbered_row(std::uint64_t writer, std::size_t i) {
+  auto row = example_row();
+  row.thread_id = writer;
+  row.size = i;
+  return row;
+}
+
+/// "dropped_rows=N" of a marker line; -1 if `line` is not a marker.
+long long marker_dropped(std::string const& line) {
+  if (!line.starts_with(csv_log_incomplete_prefix)) return -1;
+  auto const at = line.find("dropped_rows=");
+  return at == std::string::npos ? -1 : std::stoll(line.substr(at + 13));
+}
+
+void truncate_file(std::string const& path, off_t size = 0) {
+  // As ": > path" (size 0) or truncate -s does it: through the path, by another party.
+  if (size == 0) {
+    int const fd = ::open(path.c_str(), O_WRONLY | O_TRUNC);
+    ASSERT_GE(fd, 0);
+    ::close(fd);
+  } else {
+    ASSERT_EQ(::truncate(path.c_str(), size), 0);
+  }
+}
+
+TEST(CsvLogWriter, SecondWriterOnAPathInUseMovesToItsPidFile) {
+  test::temp_file tmp;
+  take_notes();
+  csv_log_writer first{tmp.path(), &capture_note};
+  EXPECT_EQ(first.path(), tmp.path());
+  EXPECT_TRUE(take_notes().empty());
+  csv_log_writer second{tmp.path(), &capture_note};
+  std::string const moved = tmp.path() + "." + std::to_string(::getpid());
+  EXPECT_EQ(second.requested_path(), tmp.path());
+  EXPECT_EQ(second.path(), moved);
+  auto const notes = take_notes();
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_NE(notes[0].find("'" + tmp.path() + "' is in use by another process"), std::string::npos) << notes[0];
+  EXPECT_NE(notes[0].find("logs to '" + moved + "'"), std::string::npos) << notes[0];
+  for (std::size_t i = 0; i < 100; ++i) {
+    first.write(numbered_row(1, i));
+    second.write(numbered_row(2, i));
+  }
+  first.close();
+  second.close();
+  for (auto const& [path, id] : {std::pair{tmp.path(), 1UL}, std::pair{moved, 2UL}}) {
+    auto const log = test::read_csv_log(path);
+    EXPECT_EQ(log.header + "\n", csv_log_header);
+    EXPECT_EQ(log.nul_bytes, 0u);
+    ASSERT_EQ(log.rows.size(), 100u) << path;
+    for (auto const& r : log.rows) EXPECT_EQ(std::stoul(r[0]), id);
+  }
+  // Closed: the path is free again, and a new writer empties it.
+  csv_log_writer third{tmp.path(), &capture_note};
+  EXPECT_EQ(third.path(), tmp.path());
+  third.close();
+  EXPECT_EQ(test::read_csv_log(tmp.path()).rows.size(), 0u);
+}
+
+// Four processes (torchrun's ranks with one --log) open one path at once, three
+// runs: nobody dies, every process's rows are complete, in one file each.
+TEST(CsvLogWriterProcesses, ConcurrentProcessesOnOnePathNeverDieAndKeepTheirRows) {
+  constexpr int processes = 4;
+  constexpr std::size_t rows = 3000;  // several pages, a growth or two
+  for (int run = 0; run < 3; ++run) {
+    test::temp_file tmp;
+    // All open the log at once and keep it open until all have written (ranks of
+    // one job overlap; a process that opens a path nobody holds any more starts
+    // it afresh, as a rerun does).
+    int go[2];
+    int written[2];
+    int done[2];
+    ASSERT_EQ(::pipe(go), 0);
+    ASSERT_EQ(::pipe(written), 0);
+    ASSERT_EQ(::pipe(done), 0);
+    std::vector<pid_t> pids;
+    for (int p = 0; p < processes; ++p) {
+      pid_t const pid = ::fork();
+      ASSERT_GE(pid, 0);
+      if (pid == 0) {
+        ::close(go[1]);
+        ::close(done[1]);
+        char c = 0;
+        (void)!::read(go[0], &c, 1);
+        g_note_fd = -1;
+        csv_log_writer w{tmp.path(), &capture_note};
+        for (std::size_t i = 0; i < rows; ++i) w.write(numbered_row(static_cast<std::uint64_t>(::getpid()), i));
+        (void)!::write(written[1], "w", 1);
+        (void)!::read(done[0], &c, 1);
+        w.close();
+        ::_exit(0);
+      }
+      pids.push_back(pid);
+    }
+    ::close(go[0]);
+    ::close(done[0]);
+    ::close(written[1]);
+    ::close(go[1]);  // EOF: go
+    for (int p = 0; p < processes; ++p) {
+      char c = 0;
+      if (::read(written[0], &c, 1) != 1) break;  // a child died: its status says why
+    }
+    ::close(written[0]);
+    ::close(done[1]);  // EOF: finish
+    for (pid_t pid : pids) {
+      int status = 0;
+      ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+      EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "run " << run << ": " << describe(status);
+    }
+    // Every file in the folder is a well-formed log; together they hold each
+    // process's rows exactly once, in order, one process per file.
+    std::map<unsigned long, std::size_t> next;
+    int files = 0;
+    for (auto const& e : std::filesystem::directory_iterator{tmp.dir()}) {
+      ++files;
+      auto const log = test::read_csv_log(e.path().string());
+      EXPECT_EQ(log.header + "\n", csv_log_header) << e.path();
+      EXPECT_EQ(log.nul_bytes, 0u) << e.path();
+      EXPECT_EQ(log.bad_lines, 0u) << e.path();
+      EXPECT_TRUE(log.metadata.empty()) << e.path();
+      std::set<unsigned long> writers;
+      for (auto const& r : log.rows) {
+        auto const pid = std::stoul(r[0]);
+        writers.insert(pid);
+        EXPECT_EQ(std::stoul(r[4]), next[pid]++) << e.path();
+      }
+      EXPECT_EQ(writers.size(), 1u) << e.path();
+    }
+    EXPECT_EQ(files, processes);
+    ASSERT_EQ(next.size(), static_cast<std::size_t>(processes));
+    for (auto const& [pid, n] : next) EXPECT_EQ(n, rows) << "pid " << pid;
+  }
+}
+
+// ": > log" while the writer runs: the process goes on; the log restarts with its
+// header and a marker, and the rows written after the truncation are there.
+TEST(CsvLogWriterHostile, TruncationWhileWritingKeepsTheProgramAndTheLaterRows) {
+  test::temp_file tmp;
+  constexpr std::size_t before = 3000;
+  constexpr std::size_t after = 3000;
+  auto const r = in_child([&] {
+    csv_log_writer w{tmp.path(), &capture_note};
+    for (std::size_t i = 0; i < before; ++i) w.write(numbered_row(1, i));
+    truncate_file(tmp.path());
+    for (std::size_t i = 0; i < after; ++i) w.write(numbered_row(2, i));
+    w.close();
+    return w.truncations() == 1 ? 0 : 3;
+  });
+  ASSERT_TRUE(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0) << describe(r.status);
+  auto const log = test::read_csv_log(tmp.path());
+  EXPECT_EQ(log.header + "\n", csv_log_header);
+  EXPECT_EQ(log.nul_bytes, 0u);
+  EXPECT_EQ(log.bad_lines, 0u);
+  // The rows after the truncation, in order; at most the first is lost (the one
+  // whose page the truncation took), and then it is counted.
+  std::size_t expect = 0;
+  for (auto const& row : log.rows) {
+    EXPECT_EQ(row[0], "2");
+    auto const i = std::stoul(row[4]);
+    if (expect == 0 && i == 1) expect = 1;  // row 0 lost
+    EXPECT_EQ(i, expect++);
+  }
+  EXPECT_GE(log.rows.size(), after - 1);
+  ASSERT_FALSE(log.metadata.empty());
+  EXPECT_EQ(log.last_line, log.metadata.back());
+  EXPECT_EQ(marker_dropped(log.last_line), static_cast<long long>(after - log.rows.size())) << log.last_line;
+  EXPECT_NE(log.last_line.find("reason=truncated by another program"), std::string::npos) << log.last_line;
+  // Told once, when it was found.
+  int truncation_notes = 0;
+  for (auto const& n : r.notes) {
+    truncation_notes += n.find("was truncated by another program while in use (to 0 bytes)") != std::string::npos;
+  }
+  EXPECT_EQ(truncation_notes, 1);
+}
+
+// Truncated several times, once to a size inside a row, by a forked child of the
+// writer (which has no helper thread: its writes repair the log themselves).
+TEST(CsvLogWriterHostile, RepeatedTruncationsInAForkedChildAndACutMidRow) {
+  test::temp_file tmp;
+  auto const r = in_child([&] {
+    csv_log_writer w{tmp.path(), &capture_note};
+    w.write(numbered_row(1, 0));
+    pid_t const pid = ::fork();
+    if (pid == 0) {
+      for (std::uint64_t round = 0; round < 3; ++round) {
+        for (std::size_t i = 0; i < 500; ++i) w.write(numbered_row(10 + round, i));
+        truncate_file(tmp.path());
+      }
+      for (std::size_t i = 0; i < 500; ++i) w.write(numbered_row(20, i));
+      truncate_file(tmp.path(), static_cast<off_t>(w.bytes_written() - 50));  // inside the last row
+      for (std::size_t i = 0; i < 500; ++i) w.write(numbered_row(30, i));
+      // 0, or what was seen: truncations found * 10 + rows dropped (at most one per truncation).
+      ::_exit(w.truncations() == 4 && w.dropped_rows() <= 4
+                  ? 0
+                  : static_cast<int>(w.truncations() * 10 + std::min<std::uint64_t>(w.dropped_rows(), 9)));
+    }
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    w.close();
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 100 + WTERMSIG(status);
+  });
+  ASSERT_TRUE(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0) << describe(r.status);
+  auto const log = test::read_csv_log(tmp.path());
+  EXPECT_EQ(log.header + "\n", csv_log_header);
+  EXPECT_EQ(log.nul_bytes, 0u);
+  EXPECT_EQ(log.bad_lines, 1u);  // the row cut in the middle, ended by the repair
+  std::map<std::string, std::size_t> per_writer;
+  for (auto const& row : log.rows) ++per_writer[row[0]];
+  EXPECT_EQ(per_writer.size(), 2u);  // nothing from before the third truncation
+  EXPECT_GE(per_writer["20"], 498u);
+  // Rows stored between a cut inside a page and its discovery land past the new
+  // end of the file in that page: lost, uncounted (at most a page of rows).
+  EXPECT_GE(per_writer["30"], 500u - 4096u / 80u);
+  std::size_t next30 = 500 - per_writer["30"];
+  for (auto const& row : log.rows) {
+    if (row[0] == "30") {
+      EXPECT_EQ(std::stoul(row[4]), next30++);
+    }
+  }
+  auto const dropped = marker_dropped(log.last_line);
+  EXPECT_GE(dropped, 0) << log.last_line;
+  EXPECT_LE(dropped, 4) << log.last_line;
+}
+
+// RLIMIT_FSIZE stands in for a full disk (fallocate fails as on a full file
+// system; the writer never exceeds the limit, so no SIGXFSZ is raised).
+TEST(CsvLogWriterHostile, DiskFullDropsCountsAndMarksTheLogWithoutNuls) {
+  test::temp_file tmp;
+  constexpr rlim_t limit = 64 << 10;
+  constexpr std::size_t rows = 5000;  // ~650 KB of rows
+  auto const r = in_child([&] {
+    rlimit lim{limit, limit};
+    if (::setrlimit(RLIMIT_FSIZE, &lim) != 0) return 2;
+    csv_log_writer w{tmp.path(), &capture_note};
+    for (std::size_t i = 0; i < rows; ++i) w.write(numbered_row(1, i));
+    auto const dropped = w.dropped_rows();
+    w.close();
+    return dropped > 0 && dropped < rows ? 0 : 3;
+  });
+  ASSERT_TRUE(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0) << describe(r.status);
+  struct stat st {};
+  ASSERT_EQ(::stat(tmp.path().c_str(), &st), 0);
+  EXPECT_LE(static_cast<rlim_t>(st.st_size), limit);
+  auto const log = test::read_csv_log(tmp.path());
+  EXPECT_EQ(log.nul_bytes, 0u);
+  EXPECT_EQ(log.bad_lines, 0u);
+  ASSERT_GT(log.rows.size(), 300u);  // the file was used up to its limit
+  for (std::size_t i = 0; i < log.rows.size(); ++i) EXPECT_EQ(log.rows[i][4], std::to_string(i));
+  EXPECT_EQ(log.last_line, "#gpumem incomplete,dropped_rows=" + std::to_string(rows - log.rows.size()) +
+                               ",reason=File too large");
+  ASSERT_EQ(r.notes.size(), 2u);
+  EXPECT_NE(r.notes[0].find("cannot grow (File too large): rows are dropped from now on"), std::string::npos)
+      << r.notes[0];
+  EXPECT_NE(r.notes[1].find("is incomplete (File too large): " + std::to_string(rows - log.rows.size()) +
+                            " rows dropped; its last line says so"),
+            std::string::npos)
+      << r.notes[1];
+}
+
+// The marker written when rows start being dropped is in the file even if the
+// process is killed afterwards.
+TEST(CsvLogWriterHostile, MarkerSurvivesAKillAfterRowsWereDropped) {
+  test::temp_file tmp;
+  constexpr rlim_t limit = 32 << 10;
+  auto const r = in_child([&] {
+    rlimit lim{limit, limit};
+    if (::setrlimit(RLIMIT_FSIZE, &lim) != 0) return 2;
+    csv_log_writer w{tmp.path(), &capture_note};
+    for (std::size_t i = 0; i < 2000; ++i) w.write(numbered_row(1, i));
+    ::raise(SIGKILL);
+    return 3;
+  });
+  ASSERT_TRUE(WIFSIGNALED(r.status) && WTERMSIG(r.status) == SIGKILL) << describe(r.status);
+  auto const log = test::read_csv_log(tmp.path());
+  EXPECT_EQ(log.bad_lines, 0u);
+  ASSERT_EQ(log.metadata.size(), 1u);
+  EXPECT_EQ(log.last_line, log.metadata[0]);
+  EXPECT_GE(marker_dropped(log.last_line), 1);
+}
+
+// The guard acts only on the log's own pages: any other SIGBUS reaches the
+// handler the program installed, or kills as before.
+sigjmp_buf g_jump;
+volatile sig_atomic_t g_own_handler_calls = 0;
+void own_sigbus_handler(int) {
+  g_own_handler_calls = g_own_handler_calls + 1;
+  siglongjmp(g_jump, 1);
+}
+
+// Touches a page of a file mapping past the end of the file: a real SIGBUS.
+void touch_truncated_mapping(std::string const& path) {
+  int const fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
+  if (fd < 0 || ::ftruncate(fd, 8192) != 0) ::_exit(20);
+  auto* p = static_cast<volatile char*>(::mmap(nullptr, 8192, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+  if (p == MAP_FAILED || ::ftruncate(fd, 0) != 0) ::_exit(21);
+  p[4096] = 1;
+}
+
+TEST(CsvLogWriterHostile, OtherSigbusStillReachesTheProgramsHandler) {
+  test::temp_file tmp;
+  auto const r = in_child([&] {
+    struct sigaction sa {};
+    sa.sa_handler = own_sigbus_handler;
+    sigemptyset(&sa.sa_mask);
+    ::sigaction(SIGBUS, &sa, nullptr);
+    csv_log_writer w{tmp.path(), &capture_note};  // installs the guard over the program's handler
+    w.write(example_row());
+    if (sigsetjmp(g_jump, 1) == 0) touch_truncated_mapping(tmp.dir() + "/other");
+    if (sigsetjmp(g_jump, 1) == 0) ::raise(SIGBUS);
+    w.write(example_row());
+    w.close();
+    return g_own_handler_calls == 2 ? 0 : 10 + g_own_handler_calls;
+  });
+  EXPECT_TRUE(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0) << describe(r.status);
+  EXPECT_EQ(test::read_csv_log(tmp.path()).rows.size(), 2u);
+}
+
+TEST(CsvLogWriterHostile, OtherSigbusStillKillsByDefault) {
+  test::temp_file tmp;
+  auto const r = in_child([&] {
+    csv_log_writer w{tmp.path(), &capture_note};
+    touch_truncated_mapping(tmp.dir() + "/other");
+    return 0;
+  });
+  EXPECT_TRUE(WIFSIGNALED(r.status) && WTERMSIG(r.status) == SIGBUS) << describe(r.status);
+  auto const sent = in_child([&] {
+    csv_log_writer w{tmp.path(), &capture_note};
+    ::raise(SIGBUS);
+    return 0;
+  });
+  EXPECT_TRUE(WIFSIGNALED(sent.status) && WTERMSIG(sent.status) == SIGBUS) << describe(sent.status);
+}
+
+TEST(CsvLogWriter, NotARegularFileIsRefusedNamingWhatItIs) {
+  test::temp_file tmp;
+  for (auto const& [path, what] : {std::pair<std::string, std::string>{tmp.dir(), "Is a directory"},
+                                   {"/dev/full", "it is a character device, not a regular file"}}) {
+    try {
+      csv_log_writer w{path, &capture_note};
+      ADD_FAILURE() << "expected gpumem::logic_error for " << path;
+    } catch (logic_error const& e) {
+      EXPECT_EQ(std::string{e.what()}, "gpumem: cannot write the allocation log '" + path + "': " + what);
+    }
+  }
 }
 
 TEST(CsvLogWriterCrash, RowsSurviveSigkill) { expect_rows_survive(SIGKILL, 1000); }

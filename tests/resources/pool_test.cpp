@@ -173,10 +173,18 @@ TEST(Pool, GrowthStepsFollowTheRequestAndThePool) {
   EXPECT_EQ(i.used_bytes, used);
   EXPECT_EQ(i.free_bytes, 9 * MiB - used);
   EXPECT_EQ(i.largest_free_block, MiB - 2 * KiB);  // the rest of the first slab
-  void* f = pool.allocate(64 * MiB);  // the request: larger than 1/16 of the pool
+  void* f = pool.allocate(64 * MiB);  // the request: larger than 1/64 of the pool
   EXPECT_EQ(pool.pool_size(), 73 * MiB);
-  void* g = pool.allocate(MiB);  // 1/16 of a 73 MiB pool, rounded to 256: more than the request
-  EXPECT_EQ(pool.pool_size(), 73 * MiB + ((73 * MiB / 16) & ~std::size_t{255}));
+  void* g = pool.allocate(MiB);  // 1/64 of a 73 MiB pool, rounded to 256: more than the request
+  EXPECT_EQ(pool.pool_size(), 73 * MiB + ((73 * MiB / 64) & ~std::size_t{255}));
+  // 1/64 of a large pool is capped: a 4 GiB pool grows by 32 MiB for a small request.
+  test::arena_test_resource big_arena{8ULL << 30};
+  pool_memory_resource big{&big_arena, opts(0)};
+  void* h = big.allocate(4ULL << 30);
+  void* small = big.allocate(KiB);
+  EXPECT_EQ(big.pool_size(), (4ULL << 30) + 32 * MiB);
+  big.deallocate(small, KiB);
+  big.deallocate(h, 4ULL << 30);
   for (auto [p, n] : {std::pair{a, std::size_t{1000}}, {b, MiB}, {c, 3 * MiB}, {d, 4 * MiB}, {e, KiB}, {f, 64 * MiB}, {g, MiB}}) {
     pool.deallocate(p, n);
   }
@@ -596,11 +604,13 @@ TEST_F(PoolOnSim, CrossStreamTakeRecordsOneEventAndOneWait) {
   // B now owns A's whole list: reuse on B is free of events.
   before = snapshot();
   pool.deallocate(q, KiB, ref(b_));
-  EXPECT_EQ(pool.allocate(2 * KiB, ref(b_)), p);
+  EXPECT_EQ(pool.allocate(KiB, ref(b_)), p);
+  void* more = pool.allocate(2 * KiB, ref(b_));  // the rest of A's list, also B's now
   d = since(before);
   EXPECT_EQ(d.record, 0);
   EXPECT_EQ(d.wait, 0);
-  pool.deallocate(p, 2 * KiB, ref(b_));
+  pool.deallocate(more, 2 * KiB, ref(b_));
+  pool.deallocate(p, KiB, ref(b_));
 
   // Back to A: B's event is created once, then reused.
   before = snapshot();

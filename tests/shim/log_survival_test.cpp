@@ -1,4 +1,4 @@
-// Issue 4 §1: every row of an event that completed before the process died is in
+// Every row of an event that completed before the process died is in
 // the allocation log — after SIGKILL, a segmentation fault and abort(). A program
 // under the shim logs 61 known events (40 allocations, 20 frees, 1 failure) and
 // dies; the test reads the log back and counts complete rows.

@@ -1,7 +1,8 @@
 #pragma once
 // Reads a gpumem CSV allocation log the way csv_log_writer.hpp tells readers to:
-// NUL bytes are not data; a line counts only if it is complete ('\n'-terminated,
-// NUL-free) and has the 11 columns.
+// NUL bytes are not data; lines starting with '#' are metadata (kept apart); a
+// line counts only if it is complete ('\n'-terminated, NUL-free) and has the
+// csv_log_columns columns.
 
 #include <gpumem/csv_log_writer.hpp>
 
@@ -16,6 +17,8 @@ namespace gpumem::test {
 struct csv_log_contents {
   std::string header;                            ///< first line, without '\n'
   std::vector<std::vector<std::string>> rows;    ///< complete rows, split on ','
+  std::vector<std::string> metadata;             ///< complete '#' lines, without '\n'
+  std::string last_line;                         ///< the last complete line (row or metadata)
   std::size_t bad_lines = 0;                     ///< incomplete / malformed lines
   std::size_t nul_bytes = 0;                     ///< NULs seen (trailing reservation)
   std::size_t file_bytes = 0;
@@ -56,8 +59,13 @@ inline csv_log_contents read_csv_log(std::string const& path) {
       first = false;
       continue;
     }
+    if (complete) c.last_line = line;
+    if (complete && !line.empty() && line[0] == '#') {
+      c.metadata.push_back(line);
+      continue;
+    }
     auto fields = split_csv(line);
-    if (!complete || fields.size() != 11) {
+    if (!complete || fields.size() != csv_log_columns) {
       ++c.bad_lines;
       continue;
     }

@@ -1,7 +1,8 @@
 #pragma once
-// coalescing_free_list: the free blocks of one stream in pool_memory_resource.
+// coalescing_free_list: the free blocks of one stream (or of the clean list) in
+// pool_memory_resource: a coalescing_tree behind a small cache of recent frees.
 //
-// Two indexes over the same blocks: a size-ordered set (size, address) for best
+// coalescing_tree: two indexes over the same blocks: a size-ordered set (size, address) for best
 // fit, and a map keyed by each block's END address for coalescing with
 // neighbours (blocks are disjoint, so that order is also address order). Every
 // operation is O(log n). Blocks coalesce only when they are adjacent AND come
@@ -19,10 +20,20 @@
 // Invariants, checked in debug builds (GPUMEM_ASSERT): both indexes hold the same
 // blocks, and total_bytes() is their sum.
 //
+// The cache: programs free and allocate the same sizes over and over (a training
+// step's tensors). The last quick_slots freed blocks wait uncoalesced in a small
+// array; a request takes an exact size match from it first, newest first, so the
+// common free-then-allocate cycle touches no tree node. A block pushed out of the
+// cache, a request the cache cannot match exactly and every query of the whole list
+// (largest(), for_each..., merges) go to the tree, after the cache was flushed
+// into it where the answer depends on coalescing. Double frees are still refused:
+// an insert checks the cache and the tree for overlap.
+//
 // Not thread-safe: the owner (one stream's entry) guards it with its mutex.
 
 #include <gpumem/detail/assert.hpp>
 
+#include <array>
 #include <cstddef>
 #include <map>
 #include <optional>
@@ -39,15 +50,13 @@ struct free_block {
   [[nodiscard]] char* end() const noexcept { return ptr + size; }
 };
 
-class coalescing_free_list {
+class coalescing_tree {
  public:
-  using block_type = free_block;
-
-  coalescing_free_list() = default;
-  coalescing_free_list(coalescing_free_list&&) noexcept = default;
-  coalescing_free_list& operator=(coalescing_free_list&&) noexcept = default;
-  coalescing_free_list(coalescing_free_list const&) = delete;
-  coalescing_free_list& operator=(coalescing_free_list const&) = delete;
+  coalescing_tree() = default;
+  coalescing_tree(coalescing_tree&&) noexcept = default;
+  coalescing_tree& operator=(coalescing_tree&&) noexcept = default;
+  coalescing_tree(coalescing_tree const&) = delete;
+  coalescing_tree& operator=(coalescing_tree const&) = delete;
 
   /// Inserts `b`, merging it with free neighbours of the same slab. Returns false
   /// (and changes nothing) if `b` overlaps a block already free: a double free.
@@ -84,8 +93,11 @@ class coalescing_free_list {
     return true;
   }
 
-  /// insert() for stream_free_lists: a block overlapping a free one is dropped.
-  void add(free_block b) { static_cast<void>(insert(b)); }
+  /// Whether `b` overlaps a block of the tree.
+  [[nodiscard]] bool overlaps(free_block b) const noexcept {
+    auto const next = by_end_.upper_bound(b.ptr);
+    return next != by_end_.end() && next->second.ptr < b.end();
+  }
 
   /// Removes the smallest block of at least `size` bytes (lowest address among
   /// equals), returns its first `size` bytes and keeps the rest free.
@@ -108,6 +120,13 @@ class coalescing_free_list {
     by_size_.insert(std::move(node));
     check_invariants();
     return b;
+  }
+
+  /// Removes a block of exactly `size` bytes (the lowest address), if there is one.
+  std::optional<free_block> take_exact(std::size_t size) {
+    auto it = by_size_.lower_bound({size, nullptr});
+    if (it == by_size_.end() || it->first != size) return std::nullopt;
+    return take_best_fit(size);
   }
 
   /// Removes the smallest block of at least `size` bytes (lowest address among
@@ -134,7 +153,7 @@ class coalescing_free_list {
 
   /// Moves every block of `other` here (coalescing); `other` ends empty.
   /// Overlapping blocks (a double free across streams) are dropped.
-  void merge_from(coalescing_free_list&& other) {
+  void merge_from(coalescing_tree&& other) {
     if (other.by_end_.size() > by_end_.size()) std::swap(*this, other);  // insert the fewer
     for (auto const& [end, rec] : other.by_end_) insert({rec.ptr, static_cast<std::size_t>(end - rec.ptr), rec.slab});
     other.clear();
@@ -281,6 +300,162 @@ class coalescing_free_list {
   std::size_t total_ = 0;
   std::vector<end_map::node_type> spare_ends_;  ///< nodes a merge or exact fit freed (reused by emplace)
   std::vector<size_set::node_type> spare_sizes_;
+};
+
+class coalescing_free_list {
+ public:
+  using block_type = free_block;
+  /// Recent frees kept uncoalesced: a few, so scanning them costs less than one tree step.
+  static constexpr std::size_t quick_slots = 8;
+
+  coalescing_free_list() = default;
+  coalescing_free_list(coalescing_free_list&&) noexcept = default;
+  coalescing_free_list& operator=(coalescing_free_list&&) noexcept = default;
+  coalescing_free_list(coalescing_free_list const&) = delete;
+  coalescing_free_list& operator=(coalescing_free_list const&) = delete;
+
+  /// Files a freed block. Returns false (and changes nothing) if it overlaps a block
+  /// already free: a double free.
+  bool insert(free_block b) {
+    for (std::size_t i = 0; i < quick_n_; ++i) {
+      if (quick_[i].ptr < b.end() && b.ptr < quick_[i].end()) return false;
+    }
+    if (tree_.overlaps(b)) return false;
+    if (quick_n_ == quick_slots) {
+      // The oldest goes to the tree (where it coalesces); the newest stays at hand.
+      bool const ok = tree_.insert(quick_[0]);
+      GPUMEM_ASSERT(ok, "free list: a cached block overlapped the tree");
+      static_cast<void>(ok);
+      for (std::size_t i = 1; i < quick_slots; ++i) quick_[i - 1] = quick_[i];
+      --quick_n_;
+    }
+    quick_[quick_n_++] = b;
+    return true;
+  }
+  /// A block of a batch (stream_free_lists' reclaimed memory): straight into the tree,
+  /// where it coalesces, past the cache (kept for the frees of the hot path). One
+  /// overlapping a free block is dropped.
+  void add(free_block b) {
+    for (std::size_t i = 0; i < quick_n_; ++i) {
+      if (quick_[i].ptr < b.end() && b.ptr < quick_[i].end()) return;
+    }
+    static_cast<void>(tree_.insert(b));
+  }
+
+  /// The smallest block of at least `size` bytes (exact sizes from the cache first,
+  /// newest first), split: its first `size` bytes are returned, the rest stays free.
+  std::optional<free_block> take_best_fit(std::size_t size) {
+    bool larger_cached = false;
+    for (std::size_t i = quick_n_; i-- > 0;) {
+      if (quick_[i].size == size) {
+        free_block const b = quick_[i];
+        for (std::size_t j = i + 1; j < quick_n_; ++j) quick_[j - 1] = quick_[j];
+        --quick_n_;
+        return b;
+      }
+      larger_cached = larger_cached || quick_[i].size > size;
+    }
+    // A larger cached block may fit better than the tree's best: decide on everything.
+    if (larger_cached) flush();
+    if (auto b = tree_.take_best_fit(size)) return b;
+    if (quick_n_ == 0) return std::nullopt;
+    flush();  // smaller cached blocks, coalesced with their neighbours, may fit
+    return tree_.take_best_fit(size);
+  }
+
+  /// A block of exactly `size` bytes (cache first, then the tree), if there is one.
+  std::optional<free_block> take_exact(std::size_t size) {
+    for (std::size_t i = quick_n_; i-- > 0;) {
+      if (quick_[i].size == size) {
+        free_block const b = quick_[i];
+        for (std::size_t j = i + 1; j < quick_n_; ++j) quick_[j - 1] = quick_[j];
+        --quick_n_;
+        return b;
+      }
+    }
+    return tree_.take_exact(size);
+  }
+
+  /// The smallest block of at least `size` bytes whole, without splitting it.
+  std::optional<free_block> take_whole_best_fit(std::size_t size) {
+    flush();
+    return tree_.take_whole_best_fit(size);
+  }
+
+  /// Removes exactly the free block starting at `ptr`; false if there is none.
+  bool remove(char* ptr) {
+    flush();
+    return tree_.remove(ptr);
+  }
+
+  /// Moves every block of `other` here (coalescing); `other` ends empty.
+  /// Overlapping blocks (a double free across streams) are dropped.
+  void merge_from(coalescing_free_list&& other) {
+    flush();
+    other.flush();
+    tree_.merge_from(std::move(other.tree_));
+  }
+
+  [[nodiscard]] bool can_serve(std::size_t size) const noexcept { return largest() >= size; }
+  [[nodiscard]] std::size_t largest() const noexcept {
+    flush();
+    return tree_.largest();
+  }
+  [[nodiscard]] std::size_t total_bytes() const noexcept { return tree_.total_bytes() + quick_bytes(); }
+  [[nodiscard]] std::size_t free_bytes() const noexcept { return total_bytes(); }
+  [[nodiscard]] std::size_t block_count() const noexcept {
+    flush();
+    return tree_.block_count();
+  }
+  [[nodiscard]] bool empty() const noexcept { return quick_n_ == 0 && tree_.empty(); }
+  void clear() noexcept {
+    quick_n_ = 0;
+    tree_.clear();
+  }
+
+  /// Calls f(slab base, bytes) for each block (stream_free_lists' region view).
+  template <class F>
+  void for_each_piece(F&& f) const {
+    flush();
+    tree_.for_each_piece(f);
+  }
+  /// Removes every block inside the given regions (anything with .base, .size).
+  template <class Regions>
+  void remove_regions(Regions const& regions) {
+    flush();
+    tree_.remove_regions(regions);
+  }
+  /// Calls f(free_block) for each block in address order.
+  template <class F>
+  void for_each(F&& f) const {
+    flush();
+    tree_.for_each(f);
+  }
+  /// The tree's invariants (the cache is flushed first).
+  void check_invariants() const noexcept {
+    flush();
+    tree_.check_invariants();
+  }
+
+ private:
+  [[nodiscard]] std::size_t quick_bytes() const noexcept {
+    std::size_t n = 0;
+    for (std::size_t i = 0; i < quick_n_; ++i) n += quick_[i].size;
+    return n;
+  }
+  /// Moves the cached blocks into the tree (const: observers see coalesced blocks).
+  void flush() const {
+    for (std::size_t i = 0; i < quick_n_; ++i) {
+      bool const ok = tree_.insert(quick_[i]);
+      GPUMEM_ASSERT(ok, "free list: a cached block overlapped the tree");
+      static_cast<void>(ok);
+    }
+    quick_n_ = 0;
+  }
+
+  mutable coalescing_tree tree_;
+  mutable std::array<free_block, quick_slots> quick_{};  ///< oldest first
+  mutable std::size_t quick_n_ = 0;
 };
 
 }  // namespace gpumem::detail

@@ -120,9 +120,16 @@ bool is_synchronous_free(std::string_view entry) noexcept {
   return entry == "cudaFree" || entry == "cuMemFree" || entry == "cuMemFree_v2";
 }
 
+/// The cudaMalloc family: memory usable on any stream at once (as the shim marks it).
+bool is_synchronous_allocation(std::string_view entry) noexcept {
+  return entry == "cudaMalloc" || entry == "cudaMallocPitch" || entry == "cuMemAlloc" || entry == "cuMemAlloc_v2" ||
+         entry == "cuMemAllocPitch" || entry == "cuMemAllocPitch_v2";
+}
+
 struct live_block {
   void* p;
   std::size_t size;
+  bool synchronous = false;  ///< allocated synchronously (safe mode): its free is synchronous too
 };
 
 using replay_clock = std::chrono::steady_clock;
@@ -133,6 +140,7 @@ struct chain_replayer::impl {
   replay_result r;
   int device = 0;
   bool timed = false;
+  bool safe = true;  ///< the configuration's sync_mode: the shim's calls carry synchronous semantics
   CUcontext ctx = nullptr;
   bool retained = false;
   // Declared before the chain, so destroyed after it: the chain's destructor may
@@ -163,7 +171,8 @@ struct chain_replayer::impl {
 
   void* allocate(log_event const& ev, std::string_view entry) {
     stream_ref const st = stream_of(ev);
-    scoped_call_context const call{entry.empty() ? nullptr : entry.data(), device};
+    scoped_call_context const call{entry.empty() ? nullptr : entry.data(), device,
+                                   safe && is_synchronous_allocation(entry)};
     auto const t0 = timed ? replay_clock::now() : replay_clock::time_point{};
     void* p = nullptr;
     try {
@@ -182,7 +191,9 @@ struct chain_replayer::impl {
 
   void deallocate(live_block const& b, log_event const& ev, std::string_view entry) {
     stream_ref const st = stream_of(ev);
-    scoped_call_context const call{entry.empty() ? nullptr : entry.data(), device, is_synchronous_free(entry)};
+    // As the shim: stream order only when both the allocation and the free were.
+    scoped_call_context const call{entry.empty() ? nullptr : entry.data(), device,
+                                   safe && (is_synchronous_free(entry) || b.synchronous)};
     auto const t0 = timed ? replay_clock::now() : replay_clock::time_point{};
     chain->top().deallocate(b.p, b.size, st);
     if (timed) free_time += replay_clock::now() - t0;
@@ -196,10 +207,11 @@ struct chain_replayer::impl {
         if (ev.size == 0) break;
         void* p = allocate(ev, entry);
         if (p == nullptr) break;
-        auto const [it, inserted] = live.try_emplace(ev.pointer, live_block{p, ev.size});
+        live_block const block{p, ev.size, is_synchronous_allocation(entry)};
+        auto const [it, inserted] = live.try_emplace(ev.pointer, block);
         if (!inserted) {  // the log lost a free: release the older block now
           deallocate(it->second, ev, entry);
-          it->second = live_block{p, ev.size};
+          it->second = block;
         }
         live_bytes += ev.size;
         if (live_bytes > peak_seen) {
@@ -212,7 +224,7 @@ struct chain_replayer::impl {
         if (ev.size == 0) break;
         if (void* p = allocate(ev, entry)) {
           live_bytes += ev.size;
-          deallocate(live_block{p, ev.size}, ev, entry);
+          deallocate(live_block{p, ev.size, is_synchronous_allocation(entry)}, ev, entry);
         }
         break;
       }
@@ -237,6 +249,7 @@ chain_replayer::chain_replayer(config::settings const& settings, std::string nam
   m.r.name = std::move(name);
   m.device = device;
   m.timed = timed;
+  m.safe = settings.sync == config::sync_mode::safe;
   try {
     auto const& drv = detail::driver();
     if (drv.init_result != CUDA_SUCCESS) {

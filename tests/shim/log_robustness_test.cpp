@@ -1,0 +1,330 @@
+// The allocation log never harms the program it records: several processes on one
+// log path, the log truncated while the program runs, a full disk (RLIMIT_FSIZE),
+// unusable log paths, an unwritable report file, and the Reserved column. Each
+// case runs a real program under the shim on the simulated device.
+#include "shim_process.hpp"
+#include "support/csv_log_reader.hpp"
+#include "support/temp_file.hpp"
+
+#include <gpumem/csv_log_writer.hpp>
+
+#include <gtest/gtest.h>
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace gpumem::test {
+namespace {
+
+std::size_t count(std::string const& text, std::string const& what) {
+  std::size_t n = 0;
+  for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+/// "dropped_rows=N" of an incompleteness marker; -1 if `line` is none.
+long long marker_dropped(std::string const& line) {
+  if (!line.starts_with(csv_log_incomplete_prefix)) return -1;
+  auto const at = line.find("dropped_rows=");
+  return at == std::string::npos ? -1 : std::stoll(line.substr(at + 13));
+}
+
+std::map<std::string, std::string> shim_env(std::string const& log) {
+  return {{"LD_PRELOAD", shim_path()}, {"GPUMEM_LOG_FILE", log}};
+}
+
+// Starts `processes` copies of "shim_log_app sync <pairs>" on one log path, lets
+// them open the log together and keeps them all running until every one has
+// logged (ranks of one job overlap). Returns each one's exit code and output.
+std::vector<process_result> run_overlapping(int processes, long pairs, std::string const& log) {
+  int go[2];
+  int logged[2];
+  int done[2];
+  if (pipe(go) != 0 || pipe(logged) != 0 || pipe(done) != 0) return {};
+  auto env = shim_env(log);
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e != nullptr; ++e) {
+    std::string const kv{*e};
+    if (!env.contains(kv.substr(0, kv.find('=')))) env_strings.push_back(kv);
+  }
+  for (auto const& [k, v] : env) env_strings.push_back(k + "=" + v);
+  std::vector<char*> envp;
+  for (auto& s : env_strings) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  std::string prog = program("shim_log_app");
+  std::string mode = "sync";
+  std::string count_arg = std::to_string(pairs);
+  char* argv[] = {prog.data(), mode.data(), count_arg.data(), nullptr};
+
+  // Output to files, not pipes: nobody reads until all have finished.
+  std::vector<std::pair<pid_t, int>> children;
+  for (int p = 0; p < processes; ++p) {
+    FILE* out_file = std::tmpfile();
+    if (out_file == nullptr) break;
+    int const out = dup(fileno(out_file));
+    std::fclose(out_file);
+    pid_t const pid = fork();
+    if (pid == 0) {
+      // Out of the way first (a pipe may sit on 3..5), then into place.
+      int const moved[4] = {fcntl(out, F_DUPFD, 20), fcntl(go[0], F_DUPFD, 20), fcntl(logged[1], F_DUPFD, 20),
+                            fcntl(done[0], F_DUPFD, 20)};
+      for (int fd : {out, go[0], go[1], logged[0], logged[1], done[0], done[1]}) close(fd);
+      dup2(moved[0], 1);
+      dup2(moved[0], 2);
+      dup2(moved[1], 3);
+      dup2(moved[2], 4);
+      dup2(moved[3], 5);
+      for (int fd : moved) close(fd);
+      execve(argv[0], argv, envp.data());
+      _exit(127);
+    }
+    children.emplace_back(pid, out);
+  }
+  close(go[0]);
+  close(logged[1]);
+  close(done[0]);
+  for (std::size_t i = 0; i < children.size(); ++i) (void)!write(go[1], "g", 1);
+  close(go[1]);
+  // Wait until every child has logged or died (a dead one never writes; the
+  // others keep the pipe open, so EOF would never come).
+  std::map<pid_t, int> statuses;
+  std::size_t logged_count = 0;
+  while (logged_count + statuses.size() < children.size()) {
+    pollfd p{logged[0], POLLIN, 0};
+    if (poll(&p, 1, 100) == 1) {
+      char c = 0;
+      if (read(logged[0], &c, 1) == 1) ++logged_count;
+    }
+    for (auto [pid, fd] : children) {
+      int status = 0;
+      if (!statuses.contains(pid) && waitpid(pid, &status, WNOHANG) == pid) statuses[pid] = status;
+    }
+  }
+  close(logged[0]);
+  close(done[1]);  // EOF on fd 5: all exit
+  std::vector<process_result> results;
+  for (auto [pid, fd] : children) {
+    process_result r;
+    int status = 0;
+    if (auto const it = statuses.find(pid); it != statuses.end()) {
+      status = it->second;
+    } else {
+      waitpid(pid, &status, 0);
+    }
+    char buf[4096];
+    for (ssize_t n, at = 0; (n = pread(fd, buf, sizeof buf, at)) > 0; at += n) {
+      r.output.append(buf, static_cast<std::size_t>(n));
+    }
+    close(fd);
+    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    results.push_back(std::move(r));
+  }
+  return results;
+}
+
+// torchrun with one --log for four ranks, or two jobs given the same name, three
+// times: nobody dies; each process's rows are complete in a well-formed file of
+// its own, and each process that moved says where.
+TEST(ShimLog, ProcessesSharingOneLogPathNeverDieAndEachKeepsItsRows) {
+  constexpr int processes = 4;
+  constexpr long pairs = 1500;
+  for (int run = 0; run < 3; ++run) {
+    temp_file tmp{"alloc.csv"};
+    auto const results = run_overlapping(processes, pairs, tmp.path());
+    ASSERT_EQ(results.size(), static_cast<std::size_t>(processes));
+    int moved = 0;
+    std::set<std::string> named_files{tmp.path()};
+    for (auto const& r : results) {
+      EXPECT_EQ(r.exit_code, 0) << "run " << run << ":\n" << r.output;
+      EXPECT_NE(r.output.find("PASS sync"), std::string::npos) << r.output;
+      auto const at = r.output.find("is in use by another process; this process (pid ");
+      if (at == std::string::npos) continue;
+      ++moved;
+      EXPECT_NE(r.output.find("gpumem: the allocation log '" + tmp.path() + "' is in use"), std::string::npos)
+          << r.output;
+      auto const to = r.output.find("logs to '", at);
+      ASSERT_NE(to, std::string::npos) << r.output;
+      named_files.insert(r.output.substr(to + 9, r.output.find('\'', to + 9) - to - 9));
+    }
+    EXPECT_EQ(moved, processes - 1) << "run " << run;
+    std::set<std::string> files;
+    std::set<std::string> writers;
+    for (auto const& e : std::filesystem::directory_iterator{tmp.dir()}) {
+      files.insert(e.path().string());
+      auto const log = read_csv_log(e.path().string());
+      EXPECT_EQ(log.header + "\n", csv_log_header) << e.path();
+      EXPECT_EQ(log.nul_bytes, 0U) << e.path();
+      EXPECT_EQ(log.bad_lines, 0U) << e.path();
+      EXPECT_TRUE(log.metadata.empty()) << e.path();
+      ASSERT_EQ(log.rows.size(), static_cast<std::size_t>(2 * pairs)) << e.path();
+      std::set<std::string> threads;
+      for (std::size_t i = 0; i < log.rows.size(); ++i) {
+        threads.insert(log.rows[i][0]);
+        EXPECT_EQ(log.rows[i][2], i % 2 == 0 ? "allocate" : "free") << e.path() << " row " << i;
+      }
+      EXPECT_EQ(threads.size(), 1U) << e.path();  // one process per file (its main thread)
+      writers.insert(threads.begin(), threads.end());
+    }
+    EXPECT_EQ(files, named_files);  // every file is one the warnings named
+    EXPECT_EQ(writers.size(), static_cast<std::size_t>(processes));
+  }
+}
+
+// ": > alloc.csv" (or logrotate's copytruncate) while the program runs.
+TEST(ShimLog, TruncatedWhileRunningTheProgramGoesOnAndLaterRowsAreKept) {
+  temp_file tmp{"alloc.csv"};
+  constexpr long pairs = 4000;
+  auto const r = run_process({program("shim_log_app"), "truncate", std::to_string(pairs), tmp.path()},
+                             shim_env(tmp.path()));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("PASS truncate"), std::string::npos) << r.output;
+  EXPECT_EQ(count(r.output, "gpumem: the allocation log '" + tmp.path() +
+                                "' was truncated by another program while in use (to 0 bytes): its earlier rows are gone"),
+            1U)
+      << r.output;
+  EXPECT_EQ(count(r.output, "gpumem: the allocation log '" + tmp.path() +
+                                "' is incomplete (truncated by another program while in use): "),
+            1U)
+      << r.output;
+  auto const log = read_csv_log(tmp.path());
+  EXPECT_EQ(log.header + "\n", csv_log_header);
+  EXPECT_EQ(log.nul_bytes, 0U);
+  EXPECT_EQ(log.bad_lines, 0U);
+  // The second half's rows (the first row after the truncation may be lost, and
+  // is then counted).
+  auto const after = static_cast<std::size_t>(2 * (pairs - pairs / 2));
+  EXPECT_GE(log.rows.size(), after - 1);
+  EXPECT_LE(log.rows.size(), after);
+  ASSERT_FALSE(log.metadata.empty());
+  EXPECT_EQ(log.last_line, log.metadata.back());
+  EXPECT_EQ(marker_dropped(log.last_line), static_cast<long long>(after - log.rows.size())) << log.last_line;
+  EXPECT_NE(log.last_line.find("reason=truncated by another program while in use"), std::string::npos);
+}
+
+// A full disk, as RLIMIT_FSIZE (the same failure of fallocate, no mount needed).
+TEST(ShimLog, DiskFullIsReportedOnceCountedAtExitAndMarkedInTheLog) {
+  temp_file tmp{"alloc.csv"};
+  constexpr long limit = 64 << 10;
+  constexpr long pairs = 3000;  // ~700 KB of rows
+  auto const r = run_process({program("shim_log_app"), "fsize", std::to_string(limit), std::to_string(pairs)},
+                             shim_env(tmp.path()));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("PASS fsize"), std::string::npos) << r.output;
+  struct stat st {};
+  ASSERT_EQ(stat(tmp.path().c_str(), &st), 0);
+  EXPECT_LE(st.st_size, limit);
+  auto const log = read_csv_log(tmp.path());
+  EXPECT_EQ(log.nul_bytes, 0U);
+  EXPECT_EQ(log.bad_lines, 0U);
+  EXPECT_GT(log.rows.size(), 300U);
+  auto const dropped = static_cast<std::size_t>(2 * pairs) - log.rows.size();
+  EXPECT_EQ(log.last_line,
+            "#gpumem incomplete,dropped_rows=" + std::to_string(dropped) + ",reason=File too large");
+  EXPECT_EQ(count(r.output, "gpumem: the allocation log '" + tmp.path() +
+                                "' cannot grow (File too large): rows are dropped from now on"),
+            1U)
+      << r.output;
+  EXPECT_EQ(count(r.output, "gpumem: the allocation log '" + tmp.path() + "' is incomplete (File too large): " +
+                                std::to_string(dropped) + " rows dropped; its last line says so"),
+            1U)
+      << r.output;
+}
+
+// One rule for every log path that cannot be written: a configuration error at
+// start naming the key, the path and the reason (exit 1), unless pass-through on
+// error was asked for.
+TEST(ShimLog, UnusableLogPathsStopTheProgramAtStartNamingKeyPathAndReason) {
+  temp_file tmp{"alloc.csv"};
+  std::string const long_name(300, 'n');
+  std::string const deep = tmp.dir() + "/" + std::string(200, 'd') + "/" + std::string(3000, 'p') + ".csv";
+  std::vector<std::pair<std::string, std::string>> const cases = {
+      {tmp.dir(), "it is a directory"},
+      {"/dev/full", "it is a character device, not a regular file"},
+      {tmp.dir() + "/missing/alloc.csv", "folder '" + tmp.dir() + "/missing': No such file or directory"},
+      {tmp.dir() + "/" + long_name, "File name too long"},
+      {deep, "File name too long"},
+  };
+  for (auto const& [path, reason] : cases) {
+    auto env = shim_env(path);
+    auto const r = run_process({program("shim_log_app"), "pairs", "3"}, env);
+    EXPECT_EQ(r.exit_code, 1) << path << "\n" << r.output;
+    EXPECT_EQ(r.output.find("PASS"), std::string::npos) << r.output;
+    std::string const message =
+        "gpumem: config error: environment: GPUMEM_LOG_FILE: cannot write the allocation log '" + path + "': " + reason;
+    EXPECT_NE(r.output.find(message + "\n"), std::string::npos) << r.output;
+
+    env["GPUMEM_ON_ERROR"] = "passthrough";
+    auto const pass = run_process({program("shim_log_app"), "pairs", "3"}, env);
+    EXPECT_EQ(pass.exit_code, 0) << pass.output;
+    EXPECT_NE(pass.output.find(message + "\n"), std::string::npos) << pass.output;
+    EXPECT_NE(pass.output.find("PASS pairs"), std::string::npos) << pass.output;
+  }
+  // From a file, the key is the file's.
+  std::string const config = tmp.dir() + "/gpumem.toml";
+  { std::ofstream{config} << "[gpumem]\nlog_file = \"" << tmp.dir() << "\"\n"; }
+  auto const r = run_process({program("shim_log_app"), "pairs", "3"},
+                             {{"LD_PRELOAD", shim_path()}, {"GPUMEM_CONFIG", config}});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("gpumem: config error: " + config + ": log_file: cannot write the allocation log '" +
+                          tmp.dir() + "': it is a directory"),
+            std::string::npos)
+      << r.output;
+}
+
+// Reserved: what the device's chain holds from the device after each event.
+TEST(ShimLog, ReservedColumnIsWhatTheChainHoldsFromTheDevice) {
+  temp_file tmp{"alloc.csv"};
+  auto env = shim_env(tmp.path());
+  env["GPUMEM_RESOURCE"] = "cuda";  // nothing cached: 4 KiB held while allocated, none after the free
+  auto const r = run_process({program("shim_log_app"), "pairs", "5"}, env);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto const log = read_csv_log(tmp.path());
+  ASSERT_EQ(log.rows.size(), 10U);
+  for (std::size_t i = 0; i < log.rows.size(); ++i) {
+    EXPECT_EQ(log.rows[i][11], i % 2 == 0 ? "4096" : "0") << "row " << i;
+  }
+  // The default chain (a pool): what the pool took from the device, at least the
+  // allocation, and it stays after the free.
+  temp_file pooled{"alloc.csv"};
+  auto const p = run_process({program("shim_log_app"), "pairs", "5"}, shim_env(pooled.path()));
+  ASSERT_EQ(p.exit_code, 0) << p.output;
+  auto const plog = read_csv_log(pooled.path());
+  ASSERT_EQ(plog.rows.size(), 10U);
+  for (auto const& row : plog.rows) {
+    ASSERT_FALSE(row[11].empty());
+    EXPECT_GE(std::stoull(row[11]), 4096U);
+    EXPECT_EQ(row[11], plog.rows[0][11]);
+  }
+}
+
+// The report at exit: a file that cannot be written is named, with the error,
+// and the report is printed here instead of being lost.
+TEST(ShimReport, UnwritableReportFileIsNamedWithTheErrorAndPrintedHere) {
+  temp_file tmp{"report.txt"};
+  std::string const deep = tmp.dir() + "/missing/" + std::string(3000, 'r') + ".txt";
+  for (auto const& [path, reason] : {std::pair<std::string, std::string>{"/dev/full", "No space left on device"},
+                                     {deep, "No such file or directory"}}) {
+    auto const r = run_process({program("shim_log_app"), "pairs", "3"},
+                               {{"LD_PRELOAD", shim_path()}, {"GPUMEM_REPORT", "1"}, {"GPUMEM_REPORT_FILE", path}});
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("gpumem: cannot write the report to '" + path + "': " + reason +
+                            "; printing it here instead\n"),
+              std::string::npos)
+        << r.output.substr(0, 400);
+    EXPECT_NE(r.output.find("gpumem report (pid "), std::string::npos) << r.output.substr(0, 400);
+  }
+}
+
+}  // namespace
+}  // namespace gpumem::test
