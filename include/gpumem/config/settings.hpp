@@ -4,7 +4,7 @@
 // resources.
 
 #include <gpumem/config/config_error.hpp>
-#include <gpumem/size_parse.hpp>
+#include <gpumem/config/size_parse.hpp>
 
 #include <cstddef>
 #include <optional>
