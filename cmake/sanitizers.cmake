@@ -5,13 +5,11 @@
 # tool tests), the tools, the test drivers. Not instrumented: everything that runs
 # inside a process the shim is preloaded into -- libgpumem_shim.so (with its own
 # uninstrumented copy of libgpumem, gpumem_preload in src/CMakeLists.txt), the simulated
-# device's libcuda/libcudart and the shim's test programs. A sanitizer runtime
-# cannot start in such a process: it resolves its interceptors with
-# dlsym(RTLD_NEXT, ...) before any other library is initialized, that call reaches
-# the shim's dlsym, and the shim's RTLD_NEXT search (dlopen of each later object)
-# re-enters the runtime's dlopen interceptor before it works, or runs other
-# libraries' initializers out of order. Besides, the shim is preloaded into programs
-# that are not instrumented at all (the shell).
+# device's libcuda/libcudart and the shim's test programs. An instrumented program
+# needs its sanitizer runtime loaded first, ahead of the shim (LD_PRELOAD="libasan.so
+# libgpumem_shim.so", which tests/shim/dlsym_test.cpp checks), while the shim is
+# preloaded alone into programs that are not instrumented at all (the shell, and the
+# test programs as the drivers start them).
 set(GPUMEM_SANITIZER_FLAGS "")
 if(GPUMEM_SANITIZE)
   set(GPUMEM_SANITIZER_FLAGS -fsanitize=${GPUMEM_SANITIZE} -fno-sanitize-recover=all -fno-omit-frame-pointer)
