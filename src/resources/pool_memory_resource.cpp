@@ -3,7 +3,7 @@
 #include <gpumem/call_context.hpp>
 #include <gpumem/detail/assert.hpp>
 #include <gpumem/detail/driver_api.hpp>
-#include <gpumem/detail/free_list.hpp>
+#include <gpumem/detail/coalescing_free_list.hpp>
 #include <gpumem/detail/stream_free_lists.hpp>
 #include <gpumem/stream_tracker.hpp>
 
