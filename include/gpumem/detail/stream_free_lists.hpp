@@ -254,7 +254,7 @@ class stream_free_lists {
   /// any entry mutex.
   bool gather_into(entry& taker, std::size_t bytes, gather_mode mode) {
     GPUMEM_ASSERT(!taker.clean, "the clean list never gathers: it holds only memory no stream can touch");
-    if (!taker.id.usable_from_this_thread() || is_capturing(taker.id.handle)) return false;
+    if (!taker.id.usable_from_this_thread() || may_be_capturing(taker.id.handle)) return false;
     List gathered;
     bool any = take_foreign(taker, bytes, mode, gathered);
     if (!any || mode == gather_mode::everything) any = take_from_streams(taker, bytes, mode, gathered) || any;
@@ -283,7 +283,7 @@ class stream_free_lists {
       destroy_event(ev);
       return;
     }
-    bool const recorded = !is_capturing(id.handle) && record_event(ev, id.handle) == CUDA_SUCCESS;
+    bool const recorded = !may_be_capturing(id.handle) && record_event(ev, id.handle) == CUDA_SUCCESS;
     if (!recorded) destroy_event(ev);
     try {
       std::lock_guard flock{foreign_mutex_};
@@ -350,7 +350,7 @@ class stream_free_lists {
                                                      : reinterpret_cast<CUstream>(legacy_stream_handle);
       std::size_t const first_other = own != h.streams.end() ? 1 : 0;
       // Never hand a capturing stream to the upstream (without a driver nothing captures).
-      if (driver_available() && is_capturing(target)) continue;
+      if (driver_available() && may_be_capturing(target)) continue;
       bool const needs_order =
           h.streams.size() > first_other || std::any_of(h.batches.begin(), h.batches.end(), [&](auto* b) { return !is_done(b); });
       if (needs_order) {
@@ -359,7 +359,7 @@ class stream_free_lists {
           entry* o = h.streams[i];
           if (ordered.contains(pair_key(o, target))) continue;
           CUstream const from = o->id.record_handle();
-          ok = !is_capturing(from) && order_after(o->event, from, target) == CUDA_SUCCESS;
+          ok = !may_be_capturing(from) && order_after(o->event, from, target) == CUDA_SUCCESS;
           if (ok) ordered.insert(pair_key(o, target));
         }
         for (auto* b : h.batches) {
@@ -476,7 +476,7 @@ class stream_free_lists {
       std::lock_guard vlock{victim->mutex};
       if (victim->list.empty() || (mode == gather_mode::first_fit && !victim->list.can_serve(bytes))) continue;
       CUstream const from = victim->id.record_handle();
-      if (is_capturing(from)) continue;
+      if (may_be_capturing(from)) continue;
       if (order_after(victim->event, from, taker.id.handle) != CUDA_SUCCESS) continue;
       out.merge_from(std::move(victim->list));
       any = true;
