@@ -85,7 +85,7 @@ shim_state& state() noexcept {
   return *s;
 }
 
-bool interposing_allocations() noexcept {
+bool interposing_allocations_or_exit() noexcept {
   auto& s = state();
   if (s.mode == shim_mode::active) return true;
   // Never run with a configuration other than the one asked for.

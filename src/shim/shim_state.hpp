@@ -50,7 +50,7 @@ struct shim_state {
 /// it does not return: it prints the error and _exit(1)s (exit_refusing_configuration),
 /// so call it only from allocation entry points, where running with a different
 /// configuration than the one asked for would begin.
-[[nodiscard]] bool interposing_allocations() noexcept;
+[[nodiscard]] bool interposing_allocations_or_exit() noexcept;
 /// True when the chains are in use (no exit, for frees and queries).
 [[nodiscard]] inline bool active() noexcept;
 /// True when handed-out function pointers should be the shim's hooks (everything
