@@ -135,7 +135,7 @@ struct fixed_size_memory_resource::impl {
     bool const sync = current_call().synchronous;
     // Hot paths: a stream reuses its own frees; anything may use clean blocks.
     if (!sync) {
-      if (char* p = take(lists.borrow(s))) return p;
+      if (char* p = take(*lists.borrow(s))) return p;
     }
     if (char* p = take(lists.clean())) return p;
     if (sync) return miss(nullptr);
@@ -204,9 +204,9 @@ struct fixed_size_memory_resource::impl {
       return;
     }
     try {
-      auto& e = lists.borrow(s);  // nothing below re-enters a resource
-      std::lock_guard lock{e.mutex};
-      e.list.push({p, c});
+      auto const e = lists.borrow(s);  // nothing below re-enters a resource
+      std::lock_guard lock{e->mutex};
+      e->list.push({p, c});
     } catch (...) {
       // Out of host memory for the bookkeeping: the block is lost (never handed out twice).
     }

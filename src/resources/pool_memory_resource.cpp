@@ -108,7 +108,7 @@ struct pool_memory_resource::impl {
       if (char* p = take(lists.clean(), size)) return p;  // the synchronous hot path
       return grow_and_take(nullptr, size);
     }
-    if (char* p = take(lists.borrow(s), size)) return p;  // the stream-ordered hot path: no refcount traffic
+    if (char* p = take(*lists.borrow(s), size)) return p;  // the stream-ordered hot path: no refcount traffic
     auto const e = lists.get(s);  // owned from here: growing calls the upstream
     if (char* p = adopt_clean(*e, size)) return p;
     if (lists.gather_into(*e, size, gather_mode::first_fit)) {
@@ -132,10 +132,10 @@ struct pool_memory_resource::impl {
       return;
     }
     try {
-      auto& e = lists.borrow(s);  // nothing below re-enters a resource
-      std::lock_guard lock{e.mutex};
+      auto const e = lists.borrow(s);  // nothing below re-enters a resource
+      std::lock_guard lock{e->mutex};
       // false: overlaps a free block (a double free); ignored, the pool stays consistent.
-      static_cast<void>(e.list.insert({p, size, slab}));
+      static_cast<void>(e->list.insert({p, size, slab}));
     } catch (...) {
       // Out of host memory for the bookkeeping: the block is lost to the pool (never corrupts it).
     }
