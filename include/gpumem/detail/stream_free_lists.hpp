@@ -78,7 +78,7 @@ struct free_region {
   friend bool operator<(free_region const& a, free_region const& b) noexcept { return a.base < b.base; }
 };
 
-/// What a free list must offer stream_free_lists.
+/// What a free list must offer stream_free_lists and stream_ordered_memory_resource.
 /// A "region" is one upstream allocation (a pool slab, a fixed_size chunk);
 /// for_each_piece(f) calls f(region_base, bytes) for each free piece,
 /// remove_regions(sorted vector<free_region>) drops every piece inside those regions.
@@ -90,6 +90,7 @@ concept stream_free_list = std::default_initializable<List> && std::movable<List
       { cl.can_serve(n) } -> std::convertible_to<bool>;
       { cl.empty() } -> std::convertible_to<bool>;
       { cl.free_bytes() } -> std::convertible_to<std::size_t>;
+      { cl.largest() } -> std::convertible_to<std::size_t>;  // the largest request it can serve
       cl.for_each_piece([](char*, std::size_t) {});
       l.remove_regions(std::vector<free_region>{});
     };
