@@ -4,8 +4,8 @@
 // resources.
 
 #include <gpumem/config/config_error.hpp>
+#include <gpumem/config/size_parse.hpp>
 #include <gpumem/diagnostics.hpp>
-#include <gpumem/size_parse.hpp>
 
 #include <cstddef>
 #include <optional>
