@@ -28,7 +28,8 @@ int count(std::string const& text, std::string const& what) {
 }
 
 TEST(Diagnostics, EveryLevelHasOneSpelling) {
-  for (auto l : {log_level::trace, log_level::debug, log_level::info, log_level::warn, log_level::error, log_level::off}) {
+  for (auto l :
+       {log_level::trace, log_level::debug, log_level::info, log_level::warn, log_level::error, log_level::off}) {
     auto const name = to_string(l);
     EXPECT_NE(log_level_choices.find(name), std::string_view::npos) << name;
     EXPECT_EQ(parse_log_level(name), l) << name;

@@ -18,16 +18,12 @@ namespace {
 class CaptureState : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!test::sim_control::get().present() || !driver_available()) {
-      GTEST_SKIP() << "needs the simulated device";
-    }
+    if (!test::sim_control::get().present() || !driver_available()) { GTEST_SKIP() << "needs the simulated device"; }
     ASSERT_EQ(ensure_context(), CUDA_SUCCESS);
     ASSERT_EQ(driver().cuStreamCreate(&s_, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
   }
   void TearDown() override {
-    if (s_ != nullptr) {
-      EXPECT_EQ(driver().cuStreamDestroy(s_), CUDA_SUCCESS);
-    }
+    if (s_ != nullptr) { EXPECT_EQ(driver().cuStreamDestroy(s_), CUDA_SUCCESS); }
   }
   template <class F>
   static F lookup(char const* name) {
@@ -52,9 +48,7 @@ TEST_F(CaptureState, NoneCapturingAndUnknownAreTold) {
   EXPECT_TRUE(may_be_capturing(s_));
   CUgraph g = nullptr;
   ASSERT_EQ(end(s_, &g), CUDA_SUCCESS);
-  if (g != nullptr && destroy_graph != nullptr) {
-    EXPECT_EQ(destroy_graph(g), CUDA_SUCCESS);
-  }
+  if (g != nullptr && destroy_graph != nullptr) { EXPECT_EQ(destroy_graph(g), CUDA_SUCCESS); }
   EXPECT_EQ(stream_capture_state(s_), capture_state::none);
 
   // A handle the driver does not know: it cannot say, and a resource leaves it alone.

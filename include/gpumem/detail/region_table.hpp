@@ -156,7 +156,8 @@ class region_table {
       sum += n.size;
       prev_end = base + n.size;
     }
-    GPUMEM_ASSERT(sum == reserved_.load(std::memory_order_relaxed), "region table: reserved bytes disagree with the regions");
+    GPUMEM_ASSERT(sum == reserved_.load(std::memory_order_relaxed),
+                  "region table: reserved bytes disagree with the regions");
 #endif
   }
 

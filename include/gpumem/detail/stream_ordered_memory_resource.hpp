@@ -86,9 +86,7 @@ class stream_ordered_memory_resource {
       scoped_synchronous_call sync;
       try {
         raw = upstream_->allocate(bytes, stream_ref{});
-      } catch (out_of_memory const&) {
-        return {};
-      }
+      } catch (out_of_memory const&) { return {}; }
     }
     if (raw == nullptr) return {};
     auto* base = static_cast<char*>(raw);
