@@ -169,8 +169,23 @@ struct fixed_size_memory_resource::impl : detail::stream_ordered_memory_resource
       if (!add_chunk(blocks_per_chunk) && !(blocks_per_chunk > 1 && add_chunk(1))) break;
       if (char* p = retry()) return p;
     }
-    if (reclaim()) {
+    // The upstream refuses. Free blocks that another thread is moving between
+    // lists are in none of them for a moment, so a look that finds nothing counts
+    // only if no move was under way or happened meanwhile.
+    for (int look = 1;; ++look) {
+      auto const before = lists().moves();
+      if (e != nullptr && lists().gather_into(*e, block_size, gather_mode::everything)) {
+        if (char* p = retry()) return p;
+      }
+      // Taken while the reclaimed blocks are still locked in the clean list.
+      std::optional<block_ref> b;
+      if (reclaim([&](block_stack& clean) { b = clean.pop(); })) {
+        if (b) return hand_out(*b);
+      }
       if (char* p = retry()) return p;
+      auto const after = lists().moves();
+      if (after.quiet_since(before) || look == max_last_looks) break;
+      lists().wait_for_moves(after);
     }
     throw out_of_memory{"gpumem: fixed_size_memory_resource out of memory: upstream cannot give one more block of " +
                         std::to_string(block_size) + " bytes (holding " + std::to_string(reserved_bytes()) + " bytes, " +
@@ -207,9 +222,13 @@ struct fixed_size_memory_resource::impl : detail::stream_ordered_memory_resource
       std::lock_guard lock{e.mutex};
       b = e.list.pop();
     }
-    if (!b) return nullptr;
-    b->owner->mark_used(static_cast<std::size_t>(b->ptr - b->owner->base) / b->owner->block_size);
-    return b->ptr;
+    return b ? hand_out(*b) : nullptr;
+  }
+
+  /// A block leaving the free lists for the program: marked used in its chunk.
+  static char* hand_out(block_ref const& b) noexcept {
+    b.owner->mark_used(static_cast<std::size_t>(b.ptr - b.owner->base) / b.owner->block_size);
+    return b.ptr;
   }
 
   /// A chunk of n blocks from the upstream, filed as clean blocks (grown with
@@ -238,6 +257,9 @@ struct fixed_size_memory_resource::impl : detail::stream_ordered_memory_resource
   /// A miss reclaims once waiting memory reaches 1/32 of what the resource holds
   /// (as pool_memory_resource does).
   static constexpr std::size_t reclaim_divisor = 32;
+  /// Looks at everything before out of memory is the answer, while other threads'
+  /// moves of free blocks keep interfering (see miss()).
+  static constexpr int max_last_looks = 16;
 };
 
 fixed_size_memory_resource::fixed_size_memory_resource(device_memory_resource* upstream, std::size_t block_size,

@@ -33,6 +33,9 @@ constexpr std::size_t reclaim_cap = std::size_t{8} << 20;
 /// number of upstream calls down while a program ramps up.
 constexpr std::size_t growth_divisor = 64;
 constexpr std::size_t growth_cap = std::size_t{32} << 20;
+/// Looks at everything before out of memory is the answer, while other threads'
+/// moves of free memory keep interfering (see grow_and_take).
+constexpr int max_last_looks = 16;
 
 std::size_t half_of_free_device_memory() {
   GPUMEM_CU_TRY(detail::ensure_context());
@@ -140,6 +143,7 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
   /// stream's list and is served from there: the rest of the block stays next to
   /// what the stream frees, so they coalesce (clean memory needs no ordering).
   char* adopt_clean(entry& e, std::size_t size) {
+    lists_type::move_scope const moving{lists()};  // in neither list for a moment
     std::optional<detail::free_block> b;
     {
       auto& clean = lists().clean();
@@ -178,10 +182,30 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
     }
     {
       std::lock_guard growth{growth_mutex()};
-      reclaim();
+      if (char* p = reclaim_and_take(nullptr, size)) return p;
     }
-    if (char* p = take(lists().clean(), size)) return p;
     return grow_and_take(nullptr, size);
+  }
+
+  /// One reclamation that serves the request from the reclaimed memory before
+  /// another thread can adopt it into its stream's list: the best fit for a
+  /// synchronous request (`e` == nullptr), the best-fitting block whole into the
+  /// stream's list for a stream-ordered one (as adopt_clean). nullptr if no barrier
+  /// could be made or nothing fits. Caller holds growth_mutex().
+  char* reclaim_and_take(entry* e, std::size_t size) {
+    std::optional<detail::free_block> b;
+    if (e == nullptr) {
+      reclaim([&](detail::coalescing_free_list& clean) { b = clean.take_best_fit(size); });
+      return b ? b->ptr : nullptr;
+    }
+    lists_type::move_scope const moving{lists()};
+    reclaim([&](detail::coalescing_free_list& clean) { b = clean.take_whole_best_fit(size); });
+    if (!b) return nullptr;
+    std::lock_guard lock{e->mutex};
+    static_cast<void>(e->list.insert(*b));
+    auto const got = e->list.take_best_fit(size);
+    GPUMEM_ASSERT(got.has_value(), "pool: a reclaimed block could not serve its request");
+    return got ? got->ptr : nullptr;
   }
 
   /// The miss path. `e`: the stream's entry for a stream-ordered request, nullptr
@@ -195,8 +219,8 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
     // synchronous request also what streams hold (an ordered request reaches that
     // with events, which gather_into tried already).
     std::size_t const waiting = lists().pending_bytes() + (e == nullptr ? lists().stream_bytes() : 0);
-    if (waiting >= reclaim_threshold(size) && reclaim()) {
-      if (char* p = take_either(e, size)) return p;
+    if (waiting >= reclaim_threshold(size)) {
+      if (char* p = reclaim_and_take(e, size)) return p;
     }
 
     std::size_t const step = growth_step(size, std::max(min_growth, std::min(pool / growth_divisor, growth_cap)));
@@ -207,24 +231,36 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
     if (modest != 0 && modest != step) {
       if (char* slab = grow_slab(modest)) return carve(e, slab, modest, size);
     }
-    // The upstream refuses or the maximum is reached: everything reusable, then
-    // fully free slabs back upstream and the request alone.
-    if (e != nullptr && lists().gather_into(*e, size, gather_mode::everything)) {
-      if (char* p = take(*e, size)) return p;
-    }
-    if ((lists().pending_bytes() != 0 || e == nullptr) && reclaim()) {
-      if (char* p = take_either(e, size)) return p;
-    }
-    release_free_regions();
-    if (char* p = take_either(e, size)) return p;
-    if (reserved_bytes() + size <= maximum) {
-      if (char* slab = grow_slab(size)) return carve(e, slab, size, size);
+    // The upstream refuses or the maximum is reached. Free memory that another
+    // thread is moving between lists is in none of them for a moment, so a look
+    // that finds nothing counts only if no move was under way or happened meanwhile.
+    for (int look = 1;; ++look) {
+      auto const before = lists().moves();
+      if (char* p = last_resort(e, size)) return p;
+      auto const after = lists().moves();
+      if (after.quiet_since(before) || look == max_last_looks) break;
+      lists().wait_for_moves(after);
     }
     auto const i = info_locked();
     throw out_of_memory{"gpumem: pool_memory_resource out of memory: requested " + mib(size) + ", pool reserved " +
                         mib(i.reserved_bytes) + ", free " + mib(i.free_bytes) + ", largest free block " +
                         mib(i.largest_free_block) + ", waiting for reclamation " + mib(lists().pending_bytes()) +
                         (opts.maximum_size ? ", maximum " + mib(maximum) : std::string{", no maximum"})};
+  }
+
+  /// Everything reusable (other streams' blocks, then a reclamation), then fully
+  /// free slabs back upstream and the request alone. Caller holds growth_mutex().
+  char* last_resort(entry* e, std::size_t size) {
+    if (e != nullptr && lists().gather_into(*e, size, gather_mode::everything)) {
+      if (char* p = take(*e, size)) return p;
+    }
+    if (char* p = reclaim_and_take(e, size)) return p;
+    release_free_regions();
+    if (char* p = take_either(e, size)) return p;
+    if (reserved_bytes() + size <= maximum) {
+      if (char* slab = grow_slab(size)) return carve(e, slab, size, size);
+    }
+    return nullptr;
   }
 
   /// max(size, preferred) clamped to what the maximum still allows; 0 if not even `size` fits.

@@ -10,7 +10,9 @@
 
 #include <gpumem/call_context.hpp>
 #include <gpumem/cuda_memory_resource.hpp>
+#include <gpumem/detail/coalescing_free_list.hpp>
 #include <gpumem/detail/driver_api.hpp>
+#include <gpumem/detail/stream_free_lists.hpp>
 #include <gpumem/fixed_size_memory_resource.hpp>
 #include <gpumem/pool_memory_resource.hpp>
 #include <gpumem/stream_tracker.hpp>
@@ -42,7 +44,7 @@ struct synchronous_scope : scoped_call_context {
 };
 
 class Reclamation : public ::testing::Test {
- protected:
+ public:  // mixed_families() below drives the fixture too
   void SetUp() override {
     if (!test::sim_control::get().present() || !detail::driver_available()) {
       GTEST_SKIP() << "needs the simulated device (queued work must wait for a synchronization)";
@@ -83,6 +85,9 @@ class Reclamation : public ::testing::Test {
     r.deallocate(p, n);
   }
 
+  test::ordering_probe& probe() { return probe_; }
+
+ protected:
   test::ordering_probe probe_{detail::driver().cuLaunchHostFunc};
   cuda_memory_resource cuda_;
   int device_ = -1;
@@ -199,6 +204,33 @@ TEST_F(Reclamation, CapturesDeferReclamationAndThePoolGrowsInstead) {
   EXPECT_EQ(barriers(), before + 1);
 }
 
+// A request that reclaims is served from the reclaimed memory before any other
+// thread can take it: reclaim() hands it the clean list while it is still locked,
+// with everything reclaimed already merged in.
+TEST_F(Reclamation, AReclaimingRequestIsServedBeforeOtherThreadsSeeTheMemory) {
+  detail::stream_free_lists<detail::coalescing_free_list> lists;
+  alignas(256) static char mem[8 * KiB];
+  ASSERT_TRUE(lists.add_pending({mem, 4 * KiB, mem}, 4 * KiB));
+  ASSERT_TRUE(lists.add_pending({mem + 4 * KiB, 4 * KiB, mem}, 4 * KiB));
+  bool called = false;
+  bool const reclaimed = lists.reclaim(tracker(), [&](detail::coalescing_free_list& clean) {
+    called = true;
+    EXPECT_EQ(clean.largest(), 8 * KiB);  // both halves, coalesced
+    bool locked_elsewhere = false;
+    std::thread other{[&] {
+      locked_elsewhere = !lists.clean().mutex.try_lock();
+      if (!locked_elsewhere) lists.clean().mutex.unlock();
+    }};
+    other.join();
+    EXPECT_TRUE(locked_elsewhere);
+    EXPECT_TRUE(clean.take_best_fit(8 * KiB).has_value());
+  });
+  EXPECT_TRUE(reclaimed);
+  EXPECT_TRUE(called);
+  EXPECT_EQ(lists.pending_bytes(), 0U);
+  EXPECT_TRUE(lists.clean().list.empty());  // taken inside: nobody else could see it
+}
+
 // Barriers are batched: a tight cudaMalloc/cudaFree loop makes one per ~1/32 of the
 // pool freed, and pending memory never makes the pool grow without bound.
 TEST_F(Reclamation, TightSynchronousLoopsBarrierRarelyAndStayWithinTwoSlabs) {
@@ -290,29 +322,39 @@ class overlap_checker {
   std::map<std::uintptr_t, std::size_t> live_;
 };
 
-TEST_F(Reclamation, EightThreadsMixingBothFamiliesNeverCorruptEachOther) {
+/// What mixed_families() saw.
+struct mixed_result {
+  long overlap_errors = 0;
+  long ooms = 0;
+  std::uint64_t barriers = 0;
+};
+
+/// Eight threads, a stream each (some their per-thread default stream), both families, blocks freed by other threads and
+/// work queued at every free: at most `max_live` blocks of <= `max_size` per thread.
+mixed_result mixed_families(Reclamation& fixture, pool_memory_resource& pool, int iterations, std::size_t max_live,
+                            std::size_t max_size, bool yield_often) {
   constexpr int threads = 8;
   std::vector<CUstream> streams;
-  for (int t = 0; t < threads; ++t) streams.push_back(make());
-  // At most 12 live blocks of <= 64 KiB per thread: 6 MiB live at worst, so a
-  // 10 MiB pool runs out only if reclamation or fragmentation fails.
-  pool_memory_resource pool{&cuda_, pool_options{0, 10 * MiB, MiB}};
+  for (int t = 0; t < threads; ++t) streams.push_back(fixture.make());
+  auto& probe = fixture.probe();
   overlap_checker overlaps;
   std::atomic<long> overlap_errors{0};
   std::atomic<long> ooms{0};
   std::mutex handoff_mutex;
   std::deque<live_range> handoff;  // blocks another thread frees
-  auto const before = barriers();
+  auto const before = fixture.barriers();
 
   std::vector<std::thread> workers;
   for (int t = 0; t < threads; ++t) {
     workers.emplace_back([&, t] {
       ASSERT_EQ(detail::ensure_context(), CUDA_SUCCESS);
       std::mt19937 rng{static_cast<unsigned>(7 + t)};
-      std::uniform_int_distribution<std::size_t> size{256, 64 * KiB};
+      std::uniform_int_distribution<std::size_t> size{256, max_size};
       std::uniform_int_distribution<int> pick{0, 99};
       std::uniform_int_distribution<int> other{0, threads - 1};
-      CUstream const own = streams[static_cast<std::size_t>(t)];
+      // A quarter of the threads work on their per-thread default stream, which no
+      // other thread can name.
+      CUstream const own = pick(rng) < 25 ? CU_STREAM_PER_THREAD : streams[static_cast<std::size_t>(t)];
       std::vector<live_range> live;
       auto const release = [&](live_range const& r, bool stream_ordered_free) {
         overlaps.remove(r.p);
@@ -321,9 +363,11 @@ TEST_F(Reclamation, EightThreadsMixingBothFamiliesNeverCorruptEachOther) {
         scoped_call_context sc{"free", -1, synchronous};
         pool.deallocate(reinterpret_cast<void*>(r.p), r.n, stream_ref{own});
       };
-      for (int i = 0; i < 2000; ++i) {
+      for (int i = 0; i < iterations; ++i) {
+        // Other threads get the core in the middle of their pool calls too.
+        if (yield_often && pick(rng) < 20) std::this_thread::yield();
         int const action = pick(rng);
-        if ((action < 45 && live.size() < 12) || live.empty()) {
+        if ((action < 45 && live.size() < max_live) || live.empty()) {
           bool const synchronous = pick(rng) < 50;
           std::size_t const n = size(rng);
           void* p = nullptr;
@@ -335,13 +379,13 @@ TEST_F(Reclamation, EightThreadsMixingBothFamiliesNeverCorruptEachOther) {
             ASSERT_EQ(detail::driver().cuStreamSynchronize(own), CUDA_SUCCESS);
             continue;
           }
-          live_range const r{reinterpret_cast<std::uintptr_t>(p), n, probe_.next_generation(), synchronous, t};
+          live_range const r{reinterpret_cast<std::uintptr_t>(p), n, probe.next_generation(), synchronous, t};
           if (!overlaps.add(r)) overlap_errors.fetch_add(1);
           // cudaMalloc memory is used on any stream; cudaMallocAsync memory on its own.
           CUstream const user = synchronous ? streams[static_cast<std::size_t>(other(rng))] : own;
-          ASSERT_EQ(probe_.touch(user, p, n, r.generation), CUDA_SUCCESS);
+          ASSERT_EQ(probe.touch(user, p, n, r.generation), CUDA_SUCCESS);
           if (synchronous && pick(rng) < 50) {
-            ASSERT_EQ(probe_.touch(own, p, n, r.generation), CUDA_SUCCESS);
+            ASSERT_EQ(probe.touch(own, p, n, r.generation), CUDA_SUCCESS);
           }
           live.push_back(r);
         } else if (action < 85) {
@@ -374,17 +418,39 @@ TEST_F(Reclamation, EightThreadsMixingBothFamiliesNeverCorruptEachOther) {
   for (auto& w : workers) w.join();
   for (auto const& r : handoff) {
     overlaps.remove(r.p);
-    sync_free(pool, reinterpret_cast<void*>(r.p), r.n);
+    Reclamation::sync_free(pool, reinterpret_cast<void*>(r.p), r.n);
   }
-  for (CUstream s : streams) sync(s);
+  for (CUstream s : streams) Reclamation::sync(s);
   test::sim_control::get().run_all();
+  // Everything was freed: every byte the pool holds is free again (none lost on the way).
+  auto const info = pool.info();
+  EXPECT_EQ(info.free_bytes, info.reserved_bytes);
+  return {overlap_errors.load(), ooms.load(), fixture.barriers() - before};
+}
+
+TEST_F(Reclamation, EightThreadsMixingBothFamiliesNeverCorruptEachOther) {
+  // At most 12 live blocks of <= 64 KiB per thread: 6 MiB live at worst, so a
+  // 10 MiB pool runs out only if reclamation or fragmentation fails.
+  pool_memory_resource pool{&cuda_, pool_options{0, 10 * MiB, MiB}};
+  auto const r = mixed_families(*this, pool, 2000, 12, 64 * KiB, false);
   EXPECT_EQ(probe_.violations(), 0);
-  EXPECT_EQ(overlap_errors.load(), 0);
-  EXPECT_GT(barriers(), before);  // the test did exercise reclamation
-  EXPECT_EQ(ooms.load(), 0);      // and never ran out while memory waited for reclamation
+  EXPECT_EQ(r.overlap_errors, 0);
+  EXPECT_GT(r.barriers, 0U);  // the test did exercise reclamation
+  EXPECT_EQ(r.ooms, 0);       // and never ran out while memory waited for reclamation
   EXPECT_GT(probe_.ran(), 2000);
-  RecordProperty("barriers", static_cast<int>(barriers() - before));
-  RecordProperty("ooms", static_cast<int>(ooms.load()));
+  RecordProperty("barriers", static_cast<int>(r.barriers));
+}
+
+// Free memory moving between lists (a stream taking another stream's blocks, or a
+// clean block into its own list) is in none of them for a moment. A request that
+// finds no fit then must look again, not fail: here at most 1.5 MiB is live in a
+// 4 MiB pool, and the threads yield often so that moves are caught half-way.
+TEST_F(Reclamation, NoRequestFailsWhileFreeMemoryMovesBetweenLists) {
+  pool_memory_resource pool{&cuda_, pool_options{4 * MiB, 4 * MiB, MiB}};
+  auto const r = mixed_families(*this, pool, 6000, 6, 32 * KiB, true);
+  EXPECT_EQ(probe_.violations(), 0);
+  EXPECT_EQ(r.overlap_errors, 0);
+  EXPECT_EQ(r.ooms, 0);
 }
 
 }  // namespace

@@ -1,13 +1,17 @@
 // stream_free_lists on its own: the borrowed-entry rule, checked in debug builds
-// (an entry from borrow() used after a lookup or an upstream call aborts), and the
-// pending accounting that reclaim() checks.
+// (an entry from borrow() used after a lookup or an upstream call aborts), the
+// pending accounting that reclaim() checks, and the move stamps that keep a
+// request from failing while free memory is between two lists.
 
 #include <gpumem/detail/coalescing_free_list.hpp>
 #include <gpumem/detail/stream_free_lists.hpp>
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <thread>
 
 namespace gpumem::detail {
 namespace {
@@ -37,6 +41,37 @@ TEST(StreamFreeLists, PendingBytesAreTheSumOfWhatWasFiled) {
   EXPECT_TRUE(lists.add_pending({mem, 1024, mem}, 1024));
   EXPECT_TRUE(lists.add_pending({mem + 1024, 512, mem}, 512));
   EXPECT_EQ(lists.pending_bytes(), 1536U);
+}
+
+TEST(StreamFreeLists, AMoveUnderWayOrDoneMeanLookingAgain) {
+  lists_type lists;
+  auto const before = lists.moves();
+  EXPECT_TRUE(before.quiet_since(before));
+  {
+    lists_type::move_scope const moving{lists};
+    auto const during = lists.moves();
+    EXPECT_FALSE(during.quiet_since(before));  // one started
+    EXPECT_FALSE(during.quiet_since(during));  // and is still under way
+  }
+  auto const after = lists.moves();
+  EXPECT_FALSE(after.quiet_since(before));  // one happened in between
+  EXPECT_TRUE(after.quiet_since(after));
+}
+
+TEST(StreamFreeLists, WaitForMovesReturnsOnlyOnceTheMovesUnderWayEnded) {
+  lists_type lists;
+  std::atomic<bool> started{false};
+  std::atomic<bool> ended{false};
+  std::thread mover{[&] {
+    lists_type::move_scope const moving{lists};
+    started = true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    ended = true;
+  }};
+  while (!started) std::this_thread::yield();
+  lists.wait_for_moves(lists.moves());
+  EXPECT_TRUE(ended.load());
+  mover.join();
 }
 
 #ifndef NDEBUG

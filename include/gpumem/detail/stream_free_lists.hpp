@@ -237,7 +237,11 @@ class stream_free_lists {
   /// The reclamation described in the file comment. The caller holds its growth
   /// mutex (reclaims never run concurrently) and no entry mutex. Returns whether a
   /// barrier was made (then everything freed before the call is in the clean list).
-  bool reclaim(stream_tracker& tracker) {
+  /// `on_clean(List& clean)` runs with the clean list still locked once everything
+  /// is in it: a caller that reclaims for a request takes its block there, before
+  /// any other thread can adopt the reclaimed memory into its stream's list.
+  template <class OnClean>
+  bool reclaim(stream_tracker& tracker, OnClean&& on_clean) {
     [[maybe_unused]] reclaim_scope const scope{*this};
     if (stream_tracker::capture_active()) return false;  // the barrier would refuse
     // 1. Take everything that may have been touched by work submitted so far.
@@ -299,11 +303,53 @@ class stream_free_lists {
       for (auto const& b : pending) clean_->list.add(b);
       for (auto& [e, l] : lists) clean_->list.merge_from(std::move(l));
       for (auto& b : batches) clean_->list.merge_from(std::move(b.list));
+      on_clean(clean_->list);
     }
     for (auto& b : batches) destroy_event(b.event);
     pending_bytes_.fetch_sub(pending_taken, std::memory_order_relaxed);
     return true;
   }
+
+  bool reclaim(stream_tracker& tracker) {
+    return reclaim(tracker, [](List&) {});
+  }
+
+  /// Stamps of the moves of free memory from one list to another (gather_into, a
+  /// stream adopting a clean block, a destroyed stream's list): while a move is
+  /// under way its blocks are in no list, so a thread about to answer "out of
+  /// memory" may have missed them. It takes moves() before its last look and
+  /// again after: if any move was under way or happened in between, it looks
+  /// again (wait_for_moves() first).
+  struct move_stamp {
+    std::uint64_t started = 0;
+    std::uint64_t finished = 0;
+    friend bool operator==(move_stamp const&, move_stamp const&) = default;
+    [[nodiscard]] bool quiet_since(move_stamp const& before) const noexcept {
+      return *this == before && before.started == before.finished;
+    }
+  };
+  [[nodiscard]] move_stamp moves() const noexcept {
+    move_stamp m;
+    m.started = moves_started_.load(std::memory_order_seq_cst);
+    m.finished = moves_finished_.load(std::memory_order_seq_cst);
+    return m;
+  }
+  /// Waits (yielding) until every move started before `m` was taken has finished.
+  /// Moves never wait for a caller of this (they take no growth mutex).
+  void wait_for_moves(move_stamp const& m) const noexcept {
+    while (moves_finished_.load(std::memory_order_seq_cst) < m.started) std::this_thread::yield();
+  }
+  /// Marks a move under way for its lifetime (see moves()).
+  class move_scope {
+   public:
+    explicit move_scope(stream_free_lists& l) noexcept : l_{l} { l_.moves_started_.fetch_add(1, std::memory_order_seq_cst); }
+    ~move_scope() { l_.moves_finished_.fetch_add(1, std::memory_order_seq_cst); }
+    move_scope(move_scope const&) = delete;
+    move_scope& operator=(move_scope const&) = delete;
+
+   private:
+    stream_free_lists& l_;
+  };
 
   /// Moves memory freed on other streams into taker.list, ordering the taker after
   /// those streams first. Returns whether anything moved. Call without holding
@@ -311,6 +357,7 @@ class stream_free_lists {
   bool gather_into(entry& taker, std::size_t bytes, gather_mode mode) {
     GPUMEM_ASSERT(!taker.clean, "the clean list never gathers: it holds only memory no stream can touch");
     if (!taker.id.usable_from_this_thread() || may_be_capturing(taker.id.handle)) return false;
+    move_scope const moving{*this};
     List gathered;
     bool any = take_foreign(taker, bytes, mode, gathered);
     if (!any || mode == gather_mode::everything) any = take_from_streams(taker, bytes, mode, gathered) || any;
@@ -324,6 +371,7 @@ class stream_free_lists {
   void stream_destroyed(stream_ref s) noexcept {
     auto const id = identify(s);
     if (id.is_default_stream()) return;
+    move_scope const moving{*this};  // out of the table before it reaches the foreign batches
     entry_ptr e;
     {
       std::unique_lock lock{table_mutex_};
@@ -638,6 +686,8 @@ class stream_free_lists {
   List quarantine_;                     // guarded by foreign_mutex_
   std::array<pending_shard, pending_shard_count> pending_shards_{};
   std::atomic<std::size_t> pending_bytes_{0};  ///< changed under a shard's lock
+  std::atomic<std::uint64_t> moves_started_{0};   ///< move_scope; see moves()
+  std::atomic<std::uint64_t> moves_finished_{0};  ///< move_scope; see moves()
 #ifndef NDEBUG
   std::atomic<bool> reclaiming_{false};
 #endif

@@ -35,6 +35,7 @@
 #include <cstddef>
 #include <mutex>
 #include <string>
+#include <utility>
 
 namespace gpumem::detail {
 
@@ -114,11 +115,16 @@ class stream_ordered_memory_resource {
   }
 
   /// One reclamation (a barrier, stream_free_lists::reclaim); caller holds growth_mutex().
-  bool reclaim() {
+  /// `on_clean(List&)` runs with the reclaimed memory in the clean list, still locked.
+  template <class OnClean>
+  bool reclaim(OnClean&& on_clean) {
     if (device_ < 0) return false;  // never grew: nothing can be waiting
-    bool const done = lists_.reclaim(stream_tracker::of(device_));
+    bool const done = lists_.reclaim(stream_tracker::of(device_), std::forward<OnClean>(on_clean));
     if (done) reclaims_.fetch_add(1, std::memory_order_relaxed);
     return done;
+  }
+  bool reclaim() {
+    return reclaim([](List&) {});
   }
 
   /// Gives every completely free region back upstream; the bytes given back.
