@@ -4,6 +4,7 @@
 #include "device_chains.hpp"
 #include "event_log.hpp"
 #include "live_streams.hpp"
+#include "oom_snapshot.hpp"
 #include "shim_state.hpp"
 
 #include <gpumem/call_context.hpp>
@@ -102,6 +103,7 @@ CUresult chain_allocate(void** out, std::size_t bytes, CUstream stream, alloc_ki
       if (r == CUDA_ERROR_OUT_OF_MEMORY) log_oom(*c, bytes, entry);
     }
   }
+  if (r == CUDA_ERROR_OUT_OF_MEMORY) explain_out_of_memory(*c, bytes, stream, entry);  // no chain lock held
   auto& st = state().stats;
   if (r != CUDA_SUCCESS) {
     st.failed_allocations.add();

@@ -117,7 +117,7 @@ TEST(GpumemRun, LogTemplateExpandsPidRankHostAndDevice) {
   ASSERT_TRUE(in.good()) << path;
   std::string header;
   std::getline(in, header);
-  EXPECT_EQ(header, "Thread,Time,Action,Pointer,Size,Stream,Device,Entry,TimeNs,DurationNs,Result,Reserved");
+  EXPECT_EQ(header, "Thread,Time,Action,Pointer,Size,Stream,Device,Entry,TimeNs,DurationNs,Result,Reserved,Stack");
   int allocs = 0;
   int frees = 0;
   std::string line;
