@@ -129,7 +129,7 @@ TEST(FormatRow, InterleavedThreadsSecondsAndOffsetsKeepTheirOwnText) {
   c.utc_offset_s = -3600;  // same second as a, another offset
   std::string const line_a =
       "140245,14:02:07.123456,allocate,0x7f3a40000000,1048576,0x1,0,cudaMalloc,1763733727123456789,412,"
-      "CUDA_SUCCESS,2097152\n";
+      "CUDA_SUCCESS,2097152,\n";
   for (int i = 0; i < 2; ++i) {
     EXPECT_EQ(format(a), line_a);
     EXPECT_EQ(format(b),

@@ -13,6 +13,7 @@
 #include <csignal>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 #include <string>
@@ -134,6 +135,26 @@ TEST(CallSites, ReportNamesTheFunctionBehindLeaksPeakAndFailures) {
   for (auto const* list : {"leaks", "peak", "failures"}) {
     for (auto const& site : sites[list].items) EXPECT_NE(functions(site)[0], "layer_alpha_transient") << list;
   }
+
+  // The Chrome trace of a log with a Stack column is still a valid trace: every
+  // allocation's slice closes.
+  std::string const trace = p.log + ".trace.json";
+  auto const t = run_process({report_bin(), p.log, "--trace", trace}, {});
+  ASSERT_EQ(t.exit_code, 0) << t.output;
+  auto const events = parse_json(slurp(trace))["traceEvents"];
+  std::map<std::string, int> open;
+  std::size_t begins = 0;
+  for (auto const& e : events.items) {
+    if (e["ph"].text == "b") {
+      ++open[e["id"].text];
+      ++begins;
+    } else if (e["ph"].text == "e") {
+      --open[e["id"].text];
+    }
+  }
+  EXPECT_EQ(begins, 6U);  // 3 transient, 2 leaked, 1 peak
+  for (auto const& [id, n] : open) EXPECT_EQ(n, 0) << id;
+  std::remove(trace.c_str());
 
   // The text report says the same in words.
   auto const text = run_process({report_bin(), p.log}, {});

@@ -44,12 +44,12 @@ struct stack_table {
   std::vector<log_diagnostic> warnings;
 
   [[nodiscard]] recorded_stack const* find(std::uint64_t id) const noexcept {
-    auto const it = stacks.find(id);
-    return it == stacks.end() ? nullptr : &it->second;
+    if (auto const it = stacks.find(id); it != stacks.end()) return &it->second;
+    return nullptr;
   }
   [[nodiscard]] stack_module const* module(int index) const noexcept {
-    auto const it = modules.find(index);
-    return it == modules.end() ? nullptr : &it->second;
+    if (auto const it = modules.find(index); it != modules.end()) return &it->second;
+    return nullptr;
   }
 };
 
