@@ -87,8 +87,11 @@ stack_bounds const& thread_stack() noexcept {
 // is [saved frame pointer, return address] at the frame pointer.
 void walk_frame_pointers(walk_state& w) noexcept {
   auto const& stack = thread_stack();
+  // Only on the thread's own stack: code running on another one (a fiber, a
+  // signal stack) has bounds we do not know, and reading past them could fault.
+  if (w.last_cfa < stack.lo || w.last_cfa >= stack.hi) return;
   std::uintptr_t fp = w.last_fp;
-  std::uintptr_t floor = w.last_cfa > stack.lo ? w.last_cfa : stack.lo;
+  std::uintptr_t floor = w.last_cfa;
   while (w.n < w.max && ++w.walked <= max_walk) {
     if (fp < floor || fp > stack.hi - 2 * sizeof(std::uintptr_t) || (fp & (sizeof(std::uintptr_t) - 1)) != 0) return;
     auto const* frame = reinterpret_cast<std::uintptr_t const*>(fp);

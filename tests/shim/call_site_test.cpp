@@ -208,6 +208,46 @@ TEST(CallSites, StackTableSurvivesSigkillLikeTheRows) {
   EXPECT_EQ(functions(leaks[0])[0], "layer_beta_leak");
 }
 
+// CPython under `python -X perf` calls each Python function through generated code
+// that has no unwind information and that /tmp/perf-<pid>.map names. The stack
+// must go on past such code (by frame pointers), and the report must name it from
+// the map as a Python frame.
+TEST(CallSites, GeneratedCodeIsWalkedThroughAndNamedFromThePerfMap) {
+#if !defined(__x86_64__)
+  GTEST_SKIP() << "frame-pointer walk past generated code: x86-64 only";
+#endif
+  run_paths const p{"jit"};
+  auto const r = run_app({"jit"}, {{"GPUMEM_LOG_FILE", p.log}, {"GPUMEM_STACKS", "16"}});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto const at = r.output.find("JIT ");
+  ASSERT_NE(at, std::string::npos) << r.output;
+  std::istringstream line{r.output.substr(at + 4)};
+  std::string address, size, pid_word;
+  long pid = 0;
+  line >> address >> size >> pid_word >> pid;
+  std::string const dir = ::testing::TempDir() + "gpumem-perfmap";
+  ASSERT_EQ(run_process({"/bin/mkdir", "-p", dir}, {}).exit_code, 0);
+  std::string const map = dir + "/perf-" + std::to_string(pid) + ".map";
+  {
+    std::ofstream out{map};
+    out << address << " " << size << " py::train_step:/work/train.py\n";
+  }
+  auto const rep = run_process({report_bin(), "--json", "--perf-map-dir", dir, p.log}, {});
+  ASSERT_EQ(rep.exit_code, 0) << rep.output;
+  auto const doc = parse_json(rep.output.substr(rep.output.find('{')));
+  auto const& leaks = doc["logs"][0]["call_sites"]["leaks"];
+  ASSERT_EQ(leaks.items.size(), 1U);
+  auto const& frames = leaks[0]["frames"];
+  ASSERT_GE(frames.items.size(), 3U) << rep.output;
+  EXPECT_EQ(frames[0]["function"].text, "layer_jit_callee");
+  EXPECT_EQ(frames[1]["kind"].text, "python");
+  EXPECT_EQ(frames[1]["function"].text, "train_step");
+  EXPECT_EQ(frames[1]["file"].text, "/work/train.py");
+  EXPECT_EQ(frames[2]["function"].text, "jit()");  // the walk went on past the generated code
+  EXPECT_TRUE(doc["logs"][0]["call_sites"]["perf_map_used"].boolean);
+  std::remove(map.c_str());
+}
+
 TEST(OutOfMemory, OneMessageAndOneSnapshotPerBurst) {
   run_paths const p{"oom"};
   auto const r = run_app({"oom", "50"}, {{"GPUMEM_LOG_FILE", p.log}, {"GPUMEM_STACKS", "16"}, {"GPUMEM_LIMIT", "32MiB"}});

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -172,7 +173,10 @@ symbol symbolizer::resolve(std::uint64_t address, stack_module const* module, st
   if (Dwfl_Line* l = dwfl_module_getsrc(f->module, a)) {
     int line = 0;
     if (char const* file = dwfl_lineinfo(l, nullptr, &line, nullptr, nullptr, nullptr)) {
-      s.file = file;
+      std::filesystem::path p{file};
+      // A relative name is relative to the compilation's directory.
+      if (char const* dir = dwfl_line_comp_dir(l); p.is_relative() && dir != nullptr) p = std::filesystem::path{dir} / p;
+      s.file = p.lexically_normal().string();
       s.line = line;
     }
   }

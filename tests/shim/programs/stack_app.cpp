@@ -9,13 +9,21 @@
 //   shim_stack_app oom N        under GPUMEM_LIMIT: layer_beta_leak holds 3 MiB blocks
 //                               until the limit is reached, then N more failing attempts
 //                               in a loop (one burst: one message, one snapshot)
+//   shim_stack_app jit          layer_jit_callee: 5 MiB, never freed, called through
+//                               generated code that has no unwind information (a
+//                               copy of the frame-pointer trampoline CPython makes for
+//                               each Python function under `python -X perf`); prints
+//                               "JIT <address> <size> PID <pid>" for a perf map
 // Prints "SITES DONE" (and "OOM <failures>") for the gtest driver.
 
 #include "app_support.h"
 
 #include <cuda_runtime_api.h>
 
+#include <sys/mman.h>
+
 #include <csignal>
+#include <cstring>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -57,6 +65,34 @@ STACK_APP_FN cudaError_t layer_gamma_fails() {
   return r;
 }
 
+STACK_APP_FN void layer_jit_callee() {
+  void* p = nullptr;
+  APP_CHECK_EQ(cudaMalloc(&p, std::size_t{5} << 20), cudaSuccess);
+  asm volatile("" ::: "memory");
+  kept.push_back(p);
+}
+
+// push %rbp; mov %rsp,%rbp; call *%rdi; pop %rbp; ret
+constexpr unsigned char trampoline_code[] = {0x55, 0x48, 0x89, 0xe5, 0xff, 0xd7, 0x5d, 0xc3};
+
+int jit() {
+#if defined(__x86_64__)
+  void* page = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  APP_CHECK(page != MAP_FAILED);
+  if (page == MAP_FAILED) return 1;
+  std::memcpy(page, trampoline_code, sizeof trampoline_code);
+  APP_CHECK_EQ(mprotect(page, 4096, PROT_READ | PROT_EXEC), 0);
+  auto const trampoline = reinterpret_cast<void (*)(void (*)())>(page);
+  trampoline(&layer_jit_callee);
+  printf("JIT %lx %zx PID %ld\n", reinterpret_cast<unsigned long>(page), sizeof trampoline_code,
+         static_cast<long>(getpid()));
+  return app_failures == 0 ? 0 : 1;
+#else
+  printf("JIT unsupported\n");
+  return 0;
+#endif
+}
+
 void sites() {
   for (int i = 0; i < 3; ++i) {
     void* p = layer_alpha_transient();
@@ -85,6 +121,7 @@ int main(int argc, char** argv) {
     raise(SIGKILL);
     return 1;
   }
+  if (mode == "jit") return jit();
   if (mode == "oom" && argc > 2) {
     long const attempts = std::atol(argv[2]);
     for (int i = 0; i < 1000; ++i) {
