@@ -17,7 +17,10 @@ struct stack_policy {
   std::size_t min_size = 0;
 };
 
-void reset_live_after_fork() noexcept { reset_allocation_stacks_after_fork(); }
+void after_fork_in_child() noexcept {
+  reset_allocation_stacks_after_fork();
+  reset_live_after_fork();
+}
 
 stack_policy const& policy() noexcept {
   static stack_policy const p = [] {
@@ -26,7 +29,7 @@ stack_policy const& policy() noexcept {
     out.on = st.mode == shim_mode::active && st.settings.stacks > 0 && stack_depth() > 0;
     out.sample = st.settings.stack_sample == 0 ? 1 : st.settings.stack_sample;
     out.min_size = st.settings.stack_min_size;
-    if (out.on) pthread_atfork(nullptr, nullptr, &reset_live_after_fork);
+    if (out.on) pthread_atfork(nullptr, nullptr, &after_fork_in_child);
     return out;
   }();
   return p;

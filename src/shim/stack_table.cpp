@@ -354,6 +354,17 @@ void forget_written(unsigned file_index) noexcept {
   }
 }
 
+void reset_live_after_fork() noexcept {
+  table* const t = the_table();
+  if (t == nullptr) return;
+  // Written only where set: untouched pages of the table stay unallocated in the child.
+  for (std::uint32_t i = 0; i < max_stacks; ++i) {
+    stack_slot& s = t->slots[i];
+    if (s.live_bytes.load(std::memory_order_relaxed) != 0) s.live_bytes.store(0, std::memory_order_relaxed);
+    if (s.live_count.load(std::memory_order_relaxed) != 0) s.live_count.store(0, std::memory_order_relaxed);
+  }
+}
+
 void add_live(std::uint32_t slot, std::size_t bytes) noexcept {
   table* const t = the_table();
   if (t == nullptr || slot >= max_stacks) return;

@@ -65,6 +65,9 @@ void write_stack_once(stack_ref s, stack_file& file, unsigned file_index) noexce
 /// Forgets what was written to file `file_index` (the file was emptied).
 void forget_written(unsigned file_index) noexcept;
 
+/// Forked child: none of its parent's allocations is live in it.
+void reset_live_after_fork() noexcept;
+
 void add_live(std::uint32_t slot, std::size_t bytes) noexcept;
 void remove_live(std::uint32_t slot, std::size_t bytes) noexcept;
 

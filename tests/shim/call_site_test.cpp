@@ -193,6 +193,26 @@ TEST(CallSites, SamplingKeepsLargeAllocationsAndFailures) {
   EXPECT_EQ(num(sites["unattributed"]["live_at_end_bytes"]), 6 * MiB);
 }
 
+// Threads interning the same stack at once: one id per stack, one line each in the
+// table. (A thread's first allocation has no current context yet, so it goes through
+// the real runtime, whose frame makes it a second stack.)
+TEST(CallSites, ThreadsRecordingOneStackAtOnceGetOneIdAndOneLine) {
+  run_paths const p{"threads"};
+  auto const r = run_app({"threads", "8"}, {{"GPUMEM_LOG_FILE", p.log}, {"GPUMEM_STACKS", "16"}});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto const log = read_csv_log(p.log);
+  std::size_t allocations = 0;
+  for (auto const& row : log.rows) allocations += row[2] == "allocate" ? 1 : 0;
+  EXPECT_EQ(allocations, 1600U);
+  auto const ids = row_stacks(log);
+  EXPECT_EQ(ids.size(), 2U);
+  EXPECT_EQ(ids, table_stacks(p.stacks));
+  std::size_t lines = 0;
+  std::istringstream in{slurp(p.stacks)};
+  for (std::string line; std::getline(in, line);) lines += line.rfind("stack,", 0) == 0 ? 1 : 0;
+  EXPECT_EQ(lines, ids.size());
+}
+
 TEST(CallSites, StackTableSurvivesSigkillLikeTheRows) {
   run_paths const p{"kill"};
   auto const r = run_app({"kill"}, {{"GPUMEM_LOG_FILE", p.log}, {"GPUMEM_STACKS", "16"}});

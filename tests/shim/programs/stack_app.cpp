@@ -9,6 +9,7 @@
 //   shim_stack_app oom N        under GPUMEM_LIMIT: layer_beta_leak holds 3 MiB blocks
 //                               until the limit is reached, then N more failing attempts
 //                               in a loop (one burst: one message, one snapshot)
+//   shim_stack_app threads N    N threads at once, 200 x layer_alpha_transient each
 //   shim_stack_app jit          layer_jit_callee: 5 MiB, never freed, called through
 //                               generated code that has no unwind information (a
 //                               copy of the frame-pointer trampoline CPython makes for
@@ -27,6 +28,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <thread>
 #include <vector>
 
 #define STACK_APP_FN extern "C" __attribute__((noinline, noclone, used))
@@ -122,6 +124,17 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (mode == "jit") return jit();
+  if (mode == "threads" && argc > 2) {
+    std::vector<std::thread> threads;
+    for (long t = 0; t < std::atol(argv[2]); ++t) {
+      threads.emplace_back([] {
+        for (int i = 0; i < 200; ++i) APP_CHECK_EQ(cudaFree(layer_alpha_transient()), cudaSuccess);
+      });
+    }
+    for (auto& t : threads) t.join();
+    printf("THREADS DONE\n");
+    return app_failures == 0 ? 0 : 1;
+  }
   if (mode == "oom" && argc > 2) {
     long const attempts = std::atol(argv[2]);
     for (int i = 0; i < 1000; ++i) {
