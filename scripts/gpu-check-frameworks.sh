@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Real frameworks under gpumem on a GPU machine: PyTorch (caching allocator off),
 # CuPy (pool off), Numba — each checks its results and, through the shim's
-# counters, that the chain served its allocations. Then the FIELD_NOTES §2 MLP
-# side by side (caching allocator / cudaMalloc per tensor / gpumem safe / gpumem
+# counters, that the chain served its allocations. Then the PyTorch MLP benchmark
+# (bench/frameworks/pytorch_mlp.py: 8 layers, 2048 wide, AdamW) side by side (caching allocator / cudaMalloc per tensor / gpumem safe / gpumem
 # stream), and the allocation-log worked example (log, report, replay).
 #
 # Usage: scripts/gpu-check-frameworks.sh [--build DIR] [--out DIR] [--quick]
@@ -33,7 +33,7 @@ verdict pytorch "${PIPESTATUS[0]}"
 "$run" -- python3 "$fw/cupy_check.py" --expect-shim 2>&1 | tee "$out/fw-cupy.log"; verdict cupy "${PIPESTATUS[0]}"
 "$run" -- python3 "$fw/numba_check.py" --expect-shim 2>&1 | tee "$out/fw-numba.log"; verdict numba "${PIPESTATUS[0]}"
 
-echo "== MLP of FIELD_NOTES §2, side by side (ms/step)"
+echo "== PyTorch MLP (8 layers, 2048 wide, AdamW), side by side (ms/step)"
 steps=100; ((quick)) && steps=20
 mlp=(python3 "$here/bench/frameworks/pytorch_mlp.py" --steps $steps)
 {

@@ -16,7 +16,7 @@
 #include <gpumem/config/environment.hpp>
 #include <gpumem/config/resource_chain.hpp>
 #include <gpumem/config/settings.hpp>
-#include <gpumem/size_parse.hpp>
+#include <gpumem/config/size_parse.hpp>
 
 #include <string_view>
 

@@ -149,7 +149,8 @@ class csv_log_writer {
   /// dropped (at close). Called from the writing thread, the helper thread or
   /// at exit; never from a signal handler.
   using notify_fn = void (*)(std::string_view line) noexcept;
-  /// The default notifier: "gpumem: <line>\n" on stderr, in one write().
+  /// The default notifier: the line at warn level through gpumem's diagnostics
+  /// (diagnostics.hpp: "gpumem: <line>\n" on stderr, in one write()).
   static void notify_stderr(std::string_view line) noexcept;
 
   /// Creates (or empties) `path` and writes the header; if another writer

@@ -8,7 +8,7 @@
 // global lock; O(1) per call). Reports lock one shard at a time.
 // A deallocate of a pointer the adaptor does not know (allocated before it was
 // installed, or freed twice) is counted, reported once per pointer at debug level
-// (spdlog), and still forwarded: the upstream decides what it means.
+// (diagnostics.hpp), and still forwarded: the upstream decides what it means.
 // Thread safety: fully thread-safe. Streams: passed through unchanged.
 
 #include <gpumem/device_memory_resource.hpp>

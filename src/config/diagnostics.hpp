@@ -12,6 +12,16 @@
 
 namespace gpumem::config::detail {
 
+/// Whether `value` is one of `choices` ("a|b|c").
+[[nodiscard]] inline bool is_choice(std::string_view value, std::string_view choices) noexcept {
+  while (!choices.empty()) {
+    auto const bar = choices.find('|');
+    if (choices.substr(0, bar) == value) { return true; }
+    choices = bar == std::string_view::npos ? std::string_view{} : choices.substr(bar + 1);
+  }
+  return false;
+}
+
 /// Where a value came from: a file position, or a source without one ("environment").
 struct location {
   std::string_view source;

@@ -116,12 +116,7 @@ class overrides {
   [[nodiscard]] std::string const* choice(std::string_view var, std::string_view choices) const {
     std::string const* v = get(var);
     if (v == nullptr) { return nullptr; }
-    std::string_view rest = choices;
-    while (!rest.empty()) {
-      auto const bar = rest.find('|');
-      if (rest.substr(0, bar) == *v) { return v; }
-      rest = bar == std::string_view::npos ? std::string_view{} : rest.substr(bar + 1);
-    }
+    if (detail::is_choice(*v, choices)) { return v; }
     fail(var, fmt::format("unknown value \"{}\"", *v), fmt::format("valid: {}", choices));
   }
 
@@ -285,8 +280,6 @@ void apply_limit(settings& s, overrides const& o) {
   s.chain.insert(s.chain.begin(), env_entry("limiting", limiting_spec{*limit}, "GPUMEM_LIMIT"));
 }
 
-bool prints_warnings(std::string_view level) { return level != "error" && level != "off"; }
-
 }  // namespace
 
 settings load(environment const& env) {
@@ -321,7 +314,7 @@ settings load(environment const& env) {
       s.sync = *v == "safe" ? sync_mode::safe : sync_mode::stream;
     }
     if (auto const* v = o.path_template("GPUMEM_LOG_FILE")) { s.log_file = *v; }
-    if (auto const* v = o.choice("GPUMEM_LOG_LEVEL", "trace|debug|info|warn|error|off")) { s.log_level = *v; }
+    if (auto const* v = o.choice("GPUMEM_LOG_LEVEL", log_level_choices)) { s.log_level = parse_log_level(*v).value(); }
     if (auto const* v = o.path_template("GPUMEM_REPORT_FILE")) {
       s.report_file = *v;
       s.report = true;  // naming where the report goes asks for it (gpumem-run --report-file)
@@ -349,8 +342,9 @@ settings load(environment const& env) {
 
   // Findings of the file's parse come first, then the environment's.
   warnings.insert(warnings.begin(), s.warnings.begin(), s.warnings.end());
-  if (prints_warnings(s.log_level)) {
-    for (auto const& w : warnings) { std::fprintf(stderr, "gpumem: warning: %s\n", w.c_str()); }
+  // Filtered by the level just loaded (the process-wide one is the caller's to set).
+  if (s.log_level <= log_level::warn) {
+    for (auto const& w : warnings) { log_unfiltered("warning: %s", w.c_str()); }
   }
   s.warnings = std::move(warnings);
   return s;

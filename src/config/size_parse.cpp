@@ -1,6 +1,6 @@
-// Size parsing and formatting (see include/gpumem/size_parse.hpp).
+// Size parsing and formatting (see include/gpumem/config/size_parse.hpp).
 
-#include <gpumem/size_parse.hpp>
+#include <gpumem/config/size_parse.hpp>
 
 #include <fmt/format.h>
 

@@ -113,12 +113,7 @@ class parser {
   std::string get_choice(toml::node const& n, std::string_view key, std::string_view choices) const {
     std::string const hint = fmt::format("valid: {}", choices);
     std::string value = get_string(n, key, hint);
-    std::string_view rest = choices;
-    while (!rest.empty()) {
-      auto const bar = rest.find('|');
-      if (rest.substr(0, bar) == value) { return value; }
-      rest = bar == std::string_view::npos ? std::string_view{} : rest.substr(bar + 1);
-    }
+    if (detail::is_choice(value, choices)) { return value; }
     fail(n.source(), key, fmt::format("unknown value \"{}\"", value), hint);
   }
 
@@ -172,7 +167,7 @@ class parser {
       } else if (name == "log_file") {
         s.log_file = get_template(v, key);
       } else if (name == "log_level") {
-        s.log_level = get_choice(v, key, "trace|debug|info|warn|error|off");
+        s.log_level = parse_log_level(get_choice(v, key, log_level_choices)).value();
       } else if (name == "on_error") {
         // read above
       } else if (name == "report") {

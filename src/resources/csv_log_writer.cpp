@@ -14,6 +14,7 @@
 // worth of bytes below `capacity`, so the markers always find room.
 
 #include <gpumem/csv_log_writer.hpp>
+#include <gpumem/diagnostics.hpp>
 #include <gpumem/error.hpp>
 
 #include <fcntl.h>
@@ -25,7 +26,6 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -259,19 +259,7 @@ struct log_fault_guard {
 // ---------------------------------------------------------------------------
 
 void csv_log_writer::notify_stderr(std::string_view line) noexcept {
-  char buf[1024];
-  std::string_view const prefix = "gpumem: ";
-  if (prefix.size() + line.size() + 1 <= sizeof buf) {
-    std::memcpy(buf, prefix.data(), prefix.size());
-    std::memcpy(buf + prefix.size(), line.data(), line.size());
-    buf[prefix.size() + line.size()] = '\n';
-    (void)!::write(2, buf, prefix.size() + line.size() + 1);  // one write: lines do not interleave
-    return;
-  }
-  iovec parts[3] = {{const_cast<char*>(prefix.data()), prefix.size()},
-                    {const_cast<char*>(line.data()), line.size()},
-                    {const_cast<char*>("\n"), 1}};
-  (void)!::writev(2, parts, 3);
+  log_message(log_level::warn, "%.*s", static_cast<int>(line.size()), line.data());
 }
 
 void csv_log_writer::notify(std::string const& line) const noexcept {

@@ -2,18 +2,15 @@
 
 #include <gpumem/call_context.hpp>
 #include <gpumem/detail/assert.hpp>
-#include <gpumem/detail/stream_free_lists.hpp>
-#include <gpumem/stream_tracker.hpp>
+#include <gpumem/detail/stream_ordered_memory_resource.hpp>
 
 #include <algorithm>
-#include <array>
 #include <atomic>
 #include <cstdint>
 #include <limits>
-#include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
-#include <shared_mutex>
 #include <string>
 #include <vector>
 
@@ -78,6 +75,7 @@ class block_stack {
   [[nodiscard]] std::size_t free_bytes() const noexcept {
     return blocks_.empty() ? 0 : blocks_.size() * blocks_.front().owner->block_size;
   }
+  [[nodiscard]] std::size_t largest() const noexcept { return blocks_.empty() ? 0 : blocks_.front().owner->block_size; }
   template <class F>
   void for_each_piece(F&& f) const {
     for (auto const& b : blocks_) f(b.owner->base, b.owner->block_size);
@@ -97,14 +95,15 @@ class block_stack {
 
 }  // namespace
 
-struct fixed_size_memory_resource::impl {
-  using lists_type = detail::stream_free_lists<block_stack>;
-  using entry = lists_type::entry;
-  using gather_mode = lists_type::gather_mode;
+// The chunks, the free lists, growth, reclamation, release and info() come from
+// stream_ordered_memory_resource (each chunk's block bits are its region's payload);
+// what follows is fixed_size's policy.
+struct fixed_size_memory_resource::impl : detail::stream_ordered_memory_resource<block_stack, chunk> {
+  using base = detail::stream_ordered_memory_resource<block_stack, chunk>;
 
   impl(device_memory_resource* up, std::size_t bsize, std::size_t per_chunk)
-      : upstream{up}, block_size{align_up(bsize, allocation_alignment)}, blocks_per_chunk{per_chunk} {
-    if (upstream == nullptr) throw logic_error{"gpumem: fixed_size_memory_resource needs an upstream resource"};
+      : base{up, "fixed_size_memory_resource"}, block_size{align_up(bsize, allocation_alignment)},
+        blocks_per_chunk{per_chunk} {
     if (bsize == 0 || bsize > std::numeric_limits<std::size_t>::max() / 2) {
       throw logic_error{"gpumem: fixed_size_memory_resource block size must be > 0 (got " + std::to_string(bsize) + ")"};
     }
@@ -114,12 +113,8 @@ struct fixed_size_memory_resource::impl {
     }
   }
 
-  ~impl() {
-    for (auto const& [base, c] : chunks) upstream->deallocate(base, c->bytes(), stream_ref{});
-  }
-
   void preallocate() {
-    std::lock_guard growth{growth_mutex};
+    std::lock_guard growth{growth_mutex()};
     if (!add_chunk(blocks_per_chunk)) {
       throw out_of_memory{"gpumem: fixed_size_memory_resource could not preallocate " + std::to_string(blocks_per_chunk) +
                           " blocks of " + std::to_string(block_size) + " bytes"};
@@ -135,12 +130,12 @@ struct fixed_size_memory_resource::impl {
     bool const sync = current_call().synchronous;
     // Hot paths: a stream reuses its own frees; anything may use clean blocks.
     if (!sync) {
-      if (char* p = take(lists.borrow(s))) return p;
+      if (char* p = take(*lists().borrow(s))) return p;
     }
-    if (char* p = take(lists.clean())) return p;
+    if (char* p = take(lists().clean())) return p;
     if (sync) return miss(nullptr);
-    auto const e = lists.get(s);  // owned from here: growing calls the upstream
-    if (lists.gather_into(*e, block_size, gather_mode::first_fit)) {
+    auto const e = lists().get(s);  // owned from here: growing calls the upstream
+    if (lists().gather_into(*e, block_size, gather_mode::first_fit)) {
       if (char* p = take(*e)) return p;
     }
     return miss(e.get());
@@ -151,19 +146,19 @@ struct fixed_size_memory_resource::impl {
   /// some stream holds a free block that can be ordered or reclaimed. `e`: the
   /// stream's entry, nullptr for a synchronous request (clean blocks only).
   GPUMEM_COLD char* miss(entry* e) {
-    std::lock_guard growth{growth_mutex};
+    std::lock_guard growth{growth_mutex()};
     auto const retry = [&]() -> char* {
       if (e != nullptr) {
         if (char* p = take(*e)) return p;
       }
-      return take(lists.clean());
+      return take(lists().clean());
     };
     if (char* p = retry()) return p;  // another thread grew or reclaimed meanwhile
-    if (e != nullptr && lists.gather_into(*e, block_size, gather_mode::everything)) {
+    if (e != nullptr && lists().gather_into(*e, block_size, gather_mode::everything)) {
       if (char* p = retry()) return p;
     }
-    std::size_t const waiting = lists.pending_bytes() + (e == nullptr ? lists.stream_bytes() : 0);
-    if (waiting >= block_size && waiting >= reserved.load(std::memory_order_relaxed) / reclaim_divisor && reclaim()) {
+    std::size_t const waiting = lists().pending_bytes() + (e == nullptr ? lists().stream_bytes() : 0);
+    if (waiting >= block_size && waiting >= reserved_bytes() / reclaim_divisor && reclaim()) {
       if (char* p = retry()) return p;
     }
     // A whole chunk, else a single block. Threads on the same stream take from the
@@ -178,61 +173,31 @@ struct fixed_size_memory_resource::impl {
       if (char* p = retry()) return p;
     }
     throw out_of_memory{"gpumem: fixed_size_memory_resource out of memory: upstream cannot give one more block of " +
-                        std::to_string(block_size) + " bytes (holding " + std::to_string(reserved.load()) + " bytes, " +
-                        std::to_string(lists.pending_bytes()) + " waiting for reclamation)"};
-  }
-
-  /// One reclamation (a barrier); caller holds growth_mutex.
-  bool reclaim() {
-    if (device < 0) return false;  // never grew: nothing can be waiting
-    bool const done = lists.reclaim(stream_tracker::of(device));
-    if (done) reclaims.fetch_add(1, std::memory_order_relaxed);
-    return done;
+                        std::to_string(block_size) + " bytes (holding " + std::to_string(reserved_bytes()) + " bytes, " +
+                        std::to_string(lists().pending_bytes()) + " waiting for reclamation)"};
   }
 
   void deallocate(void* ptr, std::size_t bytes, stream_ref s) noexcept {
     if (ptr == nullptr || bytes == 0 || bytes > block_size) return;
     auto* p = static_cast<char*>(ptr);
-    chunk* const c = find_chunk(p);
-    if (c == nullptr) return;
+    auto const found = regions().find(p);
+    if (!found) return;  // not ours
+    chunk* const c = found.payload;
     auto const offset = reinterpret_cast<std::uintptr_t>(p) - reinterpret_cast<std::uintptr_t>(c->base);
     if (offset >= c->bytes() || offset % block_size != 0) return;  // not a block of ours
     if (!c->mark_free(offset / block_size)) return;                // double free: ignored
     if (current_call().synchronous) {
       // Any stream's queued work may still use it: reusable only after a barrier.
-      static_cast<void>(lists.add_pending({p, c}, block_size));
+      static_cast<void>(lists().add_pending({p, c}, block_size));
       return;
     }
     try {
-      auto& e = lists.borrow(s);  // nothing below re-enters a resource
-      std::lock_guard lock{e.mutex};
-      e.list.push({p, c});
+      auto const e = lists().borrow(s);  // nothing below re-enters a resource
+      std::lock_guard lock{e->mutex};
+      e->list.push({p, c});
     } catch (...) {
       // Out of host memory for the bookkeeping: the block is lost (never handed out twice).
     }
-  }
-
-  /// The chunk at or below p (nullptr if none). The calling thread's last answer
-  /// is cached: chunks only leave under chunks_generation, so the common case
-  /// takes no lock.
-  chunk* find_chunk(char* p) {
-    struct hint {
-      std::uint64_t instance{};
-      std::uint64_t generation{};
-      chunk* c{};
-    };
-    thread_local std::array<hint, detail::thread_cache_slots> hints{};
-    auto& h = hints[instance % detail::thread_cache_slots];
-    auto const generation = chunks_generation.load(std::memory_order_acquire);  // before the lookup
-    if (h.instance == instance && h.generation == generation && p >= h.c->base && p < h.c->base + h.c->bytes()) {
-      return h.c;
-    }
-    std::shared_lock lock{chunks_mutex};
-    auto it = chunks.upper_bound(p);
-    if (it == chunks.begin()) return nullptr;
-    --it;
-    h = {instance, generation, it->second.get()};
-    return it->second.get();
   }
 
   /// Pops a block from the stream's own stack.
@@ -251,108 +216,28 @@ struct fixed_size_memory_resource::impl {
   /// synchronous semantics on the legacy stream: usable at once by any stream);
   /// false if the upstream is out of memory. Caller holds growth_mutex.
   bool add_chunk(std::size_t n) {
-    if (device < 0) device = detail::current_device();  // the memory's device, for reclamation
     std::size_t const bytes = n * block_size;
-    entry& e = lists.clean();
-    void* raw = nullptr;
+    auto const grown = grow(bytes, [&](char* start) { return chunk{start, n, block_size}; });
+    if (!grown) return false;
     try {
-      scoped_synchronous_call sync;
-      raw = upstream->allocate(bytes, stream_ref{});
-    } catch (out_of_memory const&) {
-      return false;
-    }
-    if (raw == nullptr) return false;
-    auto* base = static_cast<char*>(raw);
-    try {
-      auto c = std::make_unique<chunk>(base, n, block_size);
-      chunk* owner = c.get();
-      {
-        std::unique_lock lock{chunks_mutex};
-        chunks.emplace(base, std::move(c));
-      }
-      reserved.fetch_add(bytes, std::memory_order_relaxed);
+      entry& e = lists().clean();
       std::lock_guard lock{e.mutex};
       e.list.reserve_extra(n);  // the only step that can throw: nothing is filed yet
       // Pushed high to low so that pops hand out ascending addresses.
-      for (std::size_t i = n; i-- > 0;) e.list.push({base + i * block_size, owner});
+      for (std::size_t i = n; i-- > 0;) e.list.push({grown.base + i * block_size, grown.payload});
     } catch (...) {
-      std::unique_lock lock{chunks_mutex};
-      if (chunks.erase(base) != 0) {
-        reserved.fetch_sub(bytes, std::memory_order_relaxed);
-        chunks_generation.fetch_add(1, std::memory_order_release);
-      }
-      scoped_synchronous_call sync;
-      upstream->deallocate(raw, bytes, stream_ref{});
+      undo_growth(grown.base);
       throw;
     }
     return true;
   }
 
-  std::size_t release() {
-    std::lock_guard growth{growth_mutex};
-    reclaim();  // whatever waits for a barrier may complete a free chunk
-    return lists.with_all_locked([&](lists_type::locked_view& v) {
-      auto const regions = lists.extract_free_regions(v, [&](char* base) {
-        std::shared_lock lock{chunks_mutex};
-        auto it = chunks.find(base);
-        return it == chunks.end() ? std::size_t{0} : it->second->bytes();
-      });
-      std::size_t released = 0;
-      for (auto const& r : regions) {
-        {
-          std::unique_lock lock{chunks_mutex};
-          chunks.erase(r.base);
-          chunks_generation.fetch_add(1, std::memory_order_release);  // invalidates find_chunk hints
-        }
-        reserved.fetch_sub(r.size, std::memory_order_relaxed);
-        upstream->deallocate(r.base, r.size, stream_ref{r.stream});
-        released += r.size;
-      }
-      return released;
-    });
-  }
-
-  resource_info info() {
-    std::lock_guard growth{growth_mutex};
-    resource_info r{};
-    lists.with_all_locked([&](lists_type::locked_view& v) {
-      std::size_t free_blocks = v.quarantine.size();
-      bool any_usable = false;
-      for (auto const* e : v.entries) {
-        free_blocks += e->list.size();
-        any_usable = any_usable || !e->list.empty();
-      }
-      for (auto const& b : v.foreign) {
-        free_blocks += b.list.size();
-        any_usable = any_usable || !b.list.empty();
-      }
-      r.reserved_bytes = reserved.load(std::memory_order_relaxed);
-      // Pending blocks are free from the program's point of view (it freed them).
-      r.pending_bytes = lists.pending_bytes();
-      r.free_bytes = std::min(free_blocks * block_size + r.pending_bytes, r.reserved_bytes);
-      r.used_bytes = r.reserved_bytes - r.free_bytes;
-      r.largest_free_block = any_usable ? block_size : 0;
-    });
-    return r;
-  }
-
-  device_memory_resource* const upstream;
   std::size_t const block_size;
   std::size_t const blocks_per_chunk;
 
   /// A miss reclaims once waiting memory reaches 1/32 of what the resource holds
   /// (as pool_memory_resource does).
   static constexpr std::size_t reclaim_divisor = 32;
-
-  std::mutex growth_mutex;  ///< serialises growth, reclamation, release and info; outermost lock
-  int device = -1;          ///< guarded by growth_mutex; the memory's device, known at the first growth
-  std::atomic<std::size_t> reserved{0};
-  std::atomic<std::size_t> reclaims{0};
-  std::uint64_t const instance = detail::next_instance_id();
-  std::atomic<std::uint64_t> chunks_generation{0};  ///< bumped whenever a chunk leaves
-  std::shared_mutex chunks_mutex;                   ///< leaf lock
-  std::map<char*, std::unique_ptr<chunk>> chunks;  ///< chunk base -> chunk
-  lists_type lists;
 };
 
 fixed_size_memory_resource::fixed_size_memory_resource(device_memory_resource* upstream, std::size_t block_size,
@@ -363,7 +248,7 @@ fixed_size_memory_resource::fixed_size_memory_resource(device_memory_resource* u
 
 fixed_size_memory_resource::~fixed_size_memory_resource() = default;
 
-device_memory_resource* fixed_size_memory_resource::upstream() const noexcept { return impl_->upstream; }
+device_memory_resource* fixed_size_memory_resource::upstream() const noexcept { return impl_->upstream(); }
 std::size_t fixed_size_memory_resource::block_size() const noexcept { return impl_->block_size; }
 std::size_t fixed_size_memory_resource::blocks_per_chunk() const noexcept { return impl_->blocks_per_chunk; }
 
@@ -375,14 +260,7 @@ void fixed_size_memory_resource::do_deallocate(void* p, std::size_t bytes, strea
 }
 std::size_t fixed_size_memory_resource::do_release() { return impl_->release(); }
 resource_info fixed_size_memory_resource::do_info() const { return impl_->info(); }
-bool fixed_size_memory_resource::do_owns(void const* p) const noexcept {
-  auto* const at = const_cast<char*>(static_cast<char const*>(p));
-  chunk const* c = impl_->find_chunk(at);
-  return (c != nullptr && at < c->base + c->bytes()) || impl_->upstream->owns(p);
-}
-void fixed_size_memory_resource::do_stream_destroyed(stream_ref stream) noexcept {
-  impl_->lists.stream_destroyed(stream);
-  impl_->upstream->stream_destroyed(stream);
-}
+bool fixed_size_memory_resource::do_owns(void const* p) const noexcept { return impl_->owns(p); }
+void fixed_size_memory_resource::do_stream_destroyed(stream_ref stream) noexcept { impl_->stream_destroyed(stream); }
 
 }  // namespace gpumem

@@ -2,22 +2,16 @@
 
 #include <gpumem/call_context.hpp>
 #include <gpumem/detail/assert.hpp>
+#include <gpumem/detail/coalescing_free_list.hpp>
 #include <gpumem/detail/driver_api.hpp>
-#include <gpumem/detail/free_list.hpp>
-#include <gpumem/detail/stream_free_lists.hpp>
-#include <gpumem/stream_tracker.hpp>
+#include <gpumem/detail/stream_ordered_memory_resource.hpp>
 
 #include <algorithm>
-#include <array>
-#include <atomic>
 #include <cstdint>
 #include <limits>
-#include <map>
 #include <mutex>
 #include <optional>
-#include <shared_mutex>
 #include <string>
-#include <utility>
 
 namespace gpumem {
 namespace {
@@ -54,25 +48,19 @@ std::string mib(std::size_t bytes) {
 
 }  // namespace
 
-struct pool_memory_resource::impl {
-  using lists_type = detail::stream_free_lists<detail::coalescing_free_list>;
-  using entry = lists_type::entry;
-  using gather_mode = lists_type::gather_mode;
+// The slabs, the free lists, growth, reclamation, release and info() come from
+// stream_ordered_memory_resource; what follows is the pool's policy: where a request
+// looks first, when a miss reclaims, how much the pool grows.
+struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detail::coalescing_free_list> {
+  using base = detail::stream_ordered_memory_resource<detail::coalescing_free_list>;
 
-  impl(device_memory_resource* up, pool_options const& o) : upstream{up}, opts{o}, device{o.device} {
-    if (upstream == nullptr) throw logic_error{"gpumem: pool_memory_resource needs an upstream resource"};
+  impl(device_memory_resource* up, pool_options const& o) : base{up, "pool_memory_resource", o.device}, opts{o} {
     maximum = align_down(std::min(opts.maximum_size.value_or(largest_request), largest_request), allocation_alignment);
     if (opts.initial_size && opts.maximum_size && *opts.initial_size > *opts.maximum_size) {
       throw logic_error{"gpumem: pool initial_size (" + std::to_string(*opts.initial_size) +
                         ") is larger than maximum_size (" + std::to_string(*opts.maximum_size) + ")"};
     }
     min_growth = align_up(std::max(opts.min_growth, allocation_alignment), allocation_alignment);
-  }
-
-  ~impl() {
-    // Everything goes back, in use or not (RMM does the same): the pool owns its slabs.
-    scoped_synchronous_call sync;
-    for (auto const& [base, size] : slabs) upstream->deallocate(base, size, stream_ref{});
   }
 
   void reserve_initial() {
@@ -82,13 +70,14 @@ struct pool_memory_resource::impl {
     if (initial > maximum) {
       throw logic_error{"gpumem: pool initial_size rounds up past maximum_size"};
     }
-    std::lock_guard growth{growth_mutex};
-    char* base = grow(initial);
-    if (base == nullptr) {
+    std::lock_guard growth{growth_mutex()};
+    char* slab = grow_slab(initial);
+    if (slab == nullptr) {
       throw out_of_memory{"gpumem: pool_memory_resource could not reserve its initial " + mib(initial) + " from upstream"};
     }
-    std::lock_guard lock{lists.clean().mutex};
-    lists.clean().list.insert({base, initial, base});
+    auto& clean = lists().clean();
+    std::lock_guard lock{clean.mutex};
+    clean.list.insert({slab, initial, slab});
   }
 
   void* allocate(std::size_t bytes, stream_ref s) {
@@ -104,14 +93,14 @@ struct pool_memory_resource::impl {
       // a split clean block (a training step frees and allocates the same shapes):
       // splitting meanwhile fragments the pool (measured on a PyTorch transformer
       // with varying shapes: 2.2x its live memory instead of 1.7x).
-      if (lists.pending_bytes() >= reclaim_threshold(size)) return reclaim_then_take(size);
-      if (char* p = take(lists.clean(), size)) return p;  // the synchronous hot path
+      if (lists().pending_bytes() >= reclaim_threshold(size)) return reclaim_then_take(size);
+      if (char* p = take(lists().clean(), size)) return p;  // the synchronous hot path
       return grow_and_take(nullptr, size);
     }
-    if (char* p = take(lists.borrow(s), size)) return p;  // the stream-ordered hot path: no refcount traffic
-    auto const e = lists.get(s);  // owned from here: growing calls the upstream
+    if (char* p = take(*lists().borrow(s), size)) return p;  // the stream-ordered hot path: no refcount traffic
+    auto const e = lists().get(s);  // owned from here: growing calls the upstream
     if (char* p = adopt_clean(*e, size)) return p;
-    if (lists.gather_into(*e, size, gather_mode::first_fit)) {
+    if (lists().gather_into(*e, size, gather_mode::first_fit)) {
       if (char* p = take(*e, size)) return p;
     }
     return grow_and_take(e.get(), size);
@@ -121,87 +110,23 @@ struct pool_memory_resource::impl {
     if (ptr == nullptr || bytes == 0 || bytes > largest_request) return;
     auto* p = static_cast<char*>(ptr);
     std::size_t const size = align_up(bytes, allocation_alignment);
-    auto const found = find_slab(p);
-    if (!found) return;  // not ours
-    auto const [slab, slab_size] = *found;
-    auto const offset = reinterpret_cast<std::uintptr_t>(p) - reinterpret_cast<std::uintptr_t>(slab);
-    if (size > slab_size - offset) return;  // runs past its slab: a wrong size
+    auto const slab = regions().find(p);
+    if (!slab) return;  // not ours
+    auto const offset = reinterpret_cast<std::uintptr_t>(p) - reinterpret_cast<std::uintptr_t>(slab.base);
+    if (size > slab.size - offset) return;  // runs past its slab: a wrong size
     if (current_call().synchronous) {
       // Any stream's queued work may still use it: reusable only after a barrier.
-      static_cast<void>(lists.add_pending({p, size, slab}, size));
+      static_cast<void>(lists().add_pending({p, size, slab.base}, size));
       return;
     }
     try {
-      auto& e = lists.borrow(s);  // nothing below re-enters a resource
-      std::lock_guard lock{e.mutex};
+      auto const e = lists().borrow(s);  // nothing below re-enters a resource
+      std::lock_guard lock{e->mutex};
       // false: overlaps a free block (a double free); ignored, the pool stays consistent.
-      static_cast<void>(e.list.insert({p, size, slab}));
+      static_cast<void>(e->list.insert({p, size, slab.base}));
     } catch (...) {
       // Out of host memory for the bookkeeping: the block is lost to the pool (never corrupts it).
     }
-  }
-
-  /// The slab holding p. The calling thread's last answer is cached: slabs only
-  /// leave under slabs_generation, so the common case takes no lock.
-  std::optional<std::pair<char*, std::size_t>> find_slab(char* p) {
-    struct hint {
-      std::uint64_t instance{};
-      std::uint64_t generation{};
-      char* base{};
-      std::size_t size{};
-    };
-    thread_local std::array<hint, detail::thread_cache_slots> hints{};
-    auto& h = hints[instance % detail::thread_cache_slots];
-    auto const generation = slabs_generation.load(std::memory_order_acquire);  // before the lookup
-    auto const inside = [p](char* base, std::size_t size) {
-      auto const at = reinterpret_cast<std::uintptr_t>(p);
-      auto const b = reinterpret_cast<std::uintptr_t>(base);
-      return at >= b && at - b < size;
-    };
-    if (h.instance == instance && h.generation == generation && inside(h.base, h.size)) {
-      return std::pair{h.base, h.size};
-    }
-    std::shared_lock lock{slabs_mutex};
-    auto it = slabs.upper_bound(p);
-    if (it == slabs.begin()) return std::nullopt;
-    --it;
-    if (!inside(it->first, it->second)) return std::nullopt;
-    h = {instance, generation, it->first, it->second};
-    return std::pair{it->first, it->second};
-  }
-
-  std::size_t release() {
-    std::lock_guard growth{growth_mutex};
-    reclaim();  // whatever waits for a barrier may complete a free slab
-    return release_free_slabs();
-  }
-
-  resource_info info() {
-    std::lock_guard growth{growth_mutex};
-    return info_locked();
-  }
-
-  /// Caller holds growth_mutex (so reserved is stable).
-  resource_info info_locked() {
-    resource_info r{};
-    lists.with_all_locked([&](lists_type::locked_view& v) {
-      std::size_t free = v.quarantine.total_bytes();
-      for (auto const* e : v.entries) {
-        free += e->list.total_bytes();
-        r.largest_free_block = std::max(r.largest_free_block, e->list.largest());
-      }
-      for (auto const& b : v.foreign) {
-        free += b.list.total_bytes();
-        r.largest_free_block = std::max(r.largest_free_block, b.list.largest());
-      }
-      // Pending blocks are free from the program's point of view (it freed them).
-      r.pending_bytes = lists.pending_bytes();
-      free += r.pending_bytes;
-      r.reserved_bytes = reserved.load(std::memory_order_relaxed);
-      r.free_bytes = std::min(free, r.reserved_bytes);
-      r.used_bytes = r.reserved_bytes - r.free_bytes;
-    });
-    return r;
   }
 
   /// Best fit from one list.
@@ -217,8 +142,9 @@ struct pool_memory_resource::impl {
   char* adopt_clean(entry& e, std::size_t size) {
     std::optional<detail::free_block> b;
     {
-      std::lock_guard lock{lists.clean().mutex};
-      b = lists.clean().list.take_whole_best_fit(size);
+      auto& clean = lists().clean();
+      std::lock_guard lock{clean.mutex};
+      b = clean.list.take_whole_best_fit(size);
     }
     if (!b) return nullptr;
     std::lock_guard lock{e.mutex};
@@ -231,7 +157,7 @@ struct pool_memory_resource::impl {
   /// take() from the stream's list (and then the clean list, adopted) for a
   /// stream-ordered request; from the clean list for a synchronous one (e == nullptr).
   char* take_either(entry* e, std::size_t size) {
-    if (e == nullptr) return take(lists.clean(), size);
+    if (e == nullptr) return take(lists().clean(), size);
     if (char* p = take(*e, size)) return p;
     return adopt_clean(*e, size);
   }
@@ -239,169 +165,98 @@ struct pool_memory_resource::impl {
   /// Waiting memory worth a barrier for a request of `size`: at least the request,
   /// and min(1/32 of the pool, 8 MiB), so tight loops batch many frees per barrier.
   [[nodiscard]] std::size_t reclaim_threshold(std::size_t size) const noexcept {
-    return std::max(size, std::min(reserved.load(std::memory_order_relaxed) / reclaim_divisor, reclaim_cap));
+    return std::max(size, std::min(reserved_bytes() / reclaim_divisor, reclaim_cap));
   }
 
   /// A synchronous request while freed memory waits: an exact fit if the clean list
   /// has one, else reclaim first and take the best fit of everything.
   GPUMEM_COLD char* reclaim_then_take(std::size_t size) {
     {
-      std::lock_guard lock{lists.clean().mutex};
-      if (auto b = lists.clean().list.take_exact(size)) return b->ptr;
+      auto& clean = lists().clean();
+      std::lock_guard lock{clean.mutex};
+      if (auto b = clean.list.take_exact(size)) return b->ptr;
     }
     {
-      std::lock_guard growth{growth_mutex};
+      std::lock_guard growth{growth_mutex()};
       reclaim();
     }
-    if (char* p = take(lists.clean(), size)) return p;
+    if (char* p = take(lists().clean(), size)) return p;
     return grow_and_take(nullptr, size);
-  }
-
-  /// The stream tracker of the pool's device, resolved when the pool first grew.
-  stream_tracker& tracker() noexcept { return stream_tracker::of(device); }
-
-  /// One reclamation (a barrier); caller holds growth_mutex.
-  bool reclaim() {
-    if (device < 0) return false;  // never grew: nothing can be waiting
-    bool const done = lists.reclaim(tracker());
-    if (done) reclaims.fetch_add(1, std::memory_order_relaxed);
-    return done;
   }
 
   /// The miss path. `e`: the stream's entry for a stream-ordered request, nullptr
   /// for a synchronous one (served from the clean list only).
   GPUMEM_COLD char* grow_and_take(entry* e, std::size_t size) {
-    std::lock_guard growth{growth_mutex};
+    std::lock_guard growth{growth_mutex()};
     if (char* p = take_either(e, size)) return p;  // another thread grew or reclaimed meanwhile
 
-    std::size_t const pool = reserved.load(std::memory_order_relaxed);
+    std::size_t const pool = reserved_bytes();
     // Memory a barrier would make usable for this request: pending frees, and for a
     // synchronous request also what streams hold (an ordered request reaches that
     // with events, which gather_into tried already).
-    std::size_t const waiting = lists.pending_bytes() + (e == nullptr ? lists.stream_bytes() : 0);
+    std::size_t const waiting = lists().pending_bytes() + (e == nullptr ? lists().stream_bytes() : 0);
     if (waiting >= reclaim_threshold(size) && reclaim()) {
       if (char* p = take_either(e, size)) return p;
     }
 
     std::size_t const step = growth_step(size, std::max(min_growth, std::min(pool / growth_divisor, growth_cap)));
     if (step != 0) {
-      if (char* base = grow(step)) return carve(e, base, step, size);
+      if (char* slab = grow_slab(step)) return carve(e, slab, step, size);
     }
     std::size_t const modest = growth_step(size, min_growth);
     if (modest != 0 && modest != step) {
-      if (char* base = grow(modest)) return carve(e, base, modest, size);
+      if (char* slab = grow_slab(modest)) return carve(e, slab, modest, size);
     }
     // The upstream refuses or the maximum is reached: everything reusable, then
     // fully free slabs back upstream and the request alone.
-    if (e != nullptr && lists.gather_into(*e, size, gather_mode::everything)) {
+    if (e != nullptr && lists().gather_into(*e, size, gather_mode::everything)) {
       if (char* p = take(*e, size)) return p;
     }
-    if ((lists.pending_bytes() != 0 || e == nullptr) && reclaim()) {
+    if ((lists().pending_bytes() != 0 || e == nullptr) && reclaim()) {
       if (char* p = take_either(e, size)) return p;
     }
-    release_free_slabs();
+    release_free_regions();
     if (char* p = take_either(e, size)) return p;
-    if (reserved.load(std::memory_order_relaxed) + size <= maximum) {
-      if (char* base = grow(size)) return carve(e, base, size, size);
+    if (reserved_bytes() + size <= maximum) {
+      if (char* slab = grow_slab(size)) return carve(e, slab, size, size);
     }
     auto const i = info_locked();
     throw out_of_memory{"gpumem: pool_memory_resource out of memory: requested " + mib(size) + ", pool reserved " +
                         mib(i.reserved_bytes) + ", free " + mib(i.free_bytes) + ", largest free block " +
-                        mib(i.largest_free_block) + ", waiting for reclamation " + mib(lists.pending_bytes()) +
+                        mib(i.largest_free_block) + ", waiting for reclamation " + mib(lists().pending_bytes()) +
                         (opts.maximum_size ? ", maximum " + mib(maximum) : std::string{", no maximum"})};
   }
 
   /// max(size, preferred) clamped to what the maximum still allows; 0 if not even `size` fits.
   [[nodiscard]] std::size_t growth_step(std::size_t size, std::size_t preferred) const noexcept {
-    std::size_t const room = maximum - std::min(maximum, reserved.load(std::memory_order_relaxed));
+    std::size_t const room = maximum - std::min(maximum, reserved_bytes());
     if (room < size) return 0;
     return std::min(align_up(std::max(size, preferred), allocation_alignment), room);
   }
 
-  /// A new slab of `bytes` from the upstream, registered; nullptr if the upstream is
-  /// out of memory. Grown with synchronous semantics on the legacy stream, so the
-  /// slab is usable at once by any stream. Caller holds growth_mutex.
-  char* grow(std::size_t bytes) {
-    if (device < 0) device = detail::current_device();  // the memory's device, for reclamation
-    void* raw = nullptr;
-    {
-      scoped_synchronous_call sync;
-      try {
-        raw = upstream->allocate(bytes, stream_ref{});
-      } catch (out_of_memory const&) {
-        return nullptr;
-      }
-    }
-    if (raw == nullptr) return nullptr;
-    auto* base = static_cast<char*>(raw);
-    try {
-      std::unique_lock lock{slabs_mutex};
-      slabs.emplace(base, bytes);
-    } catch (...) {
-      scoped_synchronous_call sync;
-      upstream->deallocate(raw, bytes, stream_ref{});
-      throw;
-    }
-    reserved.fetch_add(bytes, std::memory_order_relaxed);
-    return base;
-  }
+  /// A new slab of `bytes` (stream_ordered_memory_resource::grow); nullptr if the
+  /// upstream is out of memory. Caller holds growth_mutex().
+  char* grow_slab(std::size_t bytes) { return grow(bytes).base; }
 
   /// Hands out the front of a new slab and files the rest with the requester: in
   /// the stream's list for a stream-ordered request (so the stream's own frees
   /// coalesce with it; other streams still take it with an event), in the clean
   /// list for a synchronous one (`e` == nullptr). Caller holds growth_mutex.
-  char* carve(entry* e, char* base, std::size_t slab_size, std::size_t size) {
+  char* carve(entry* e, char* slab, std::size_t slab_size, std::size_t size) {
     GPUMEM_ASSERT(size <= slab_size, "pool: a slab smaller than the request it was grown for");
     if (slab_size > size) {
-      entry& to = e != nullptr ? *e : lists.clean();
+      entry& to = e != nullptr ? *e : lists().clean();
       std::lock_guard lock{to.mutex};
-      to.list.insert({base + size, slab_size - size, base});
+      to.list.insert({slab + size, slab_size - size, slab});
     }
-    return base;
+    return slab;
   }
 
-  /// Returns fully free slabs upstream. Caller holds growth_mutex.
-  std::size_t release_free_slabs() {
-    return lists.with_all_locked([&](lists_type::locked_view& v) {
-      auto const regions = lists.extract_free_regions(v, [&](char* base) {
-        std::shared_lock lock{slabs_mutex};
-        auto it = slabs.find(base);
-        return it == slabs.end() ? std::size_t{0} : it->second;
-      });
-      std::size_t released = 0;
-      for (auto const& r : regions) {
-        {
-          std::unique_lock lock{slabs_mutex};
-          slabs.erase(r.base);
-          slabs_generation.fetch_add(1, std::memory_order_release);  // invalidates find_slab hints
-        }
-        reserved.fetch_sub(r.size, std::memory_order_relaxed);
-        upstream->deallocate(r.base, r.size, stream_ref{r.stream});
-        released += r.size;
-      }
-      return released;
-    });
-  }
-
-  // Lock order, outermost first: growth_mutex -> the stream table, one stream's
-  // mutex (all of them, ascending, in release/info), the foreign batches, the
-  // pending shards (see stream_free_lists.hpp) -> slabs_mutex, a leaf. allocate and
-  // deallocate take growth_mutex only to grow or reclaim; deallocate reads slabs
-  // under a shared lock.
-  device_memory_resource* const upstream;
+  // Lock order: growth_mutex() first (stream_ordered_memory_resource.hpp). allocate
+  // and deallocate take it only to grow or reclaim.
   pool_options const opts;
   std::size_t maximum{};     ///< opts.maximum_size rounded down to 256, or the largest request
   std::size_t min_growth{};  ///< opts.min_growth rounded up to 256
-  int device;                ///< guarded by growth_mutex; -1 until the first growth
-
-  std::mutex growth_mutex;  ///< serialises growth, reclamation, release and info; outermost lock
-  std::atomic<std::size_t> reserved{0};
-  std::atomic<std::size_t> reclaims{0};
-  std::uint64_t const instance = detail::next_instance_id();
-  std::shared_mutex slabs_mutex;       ///< leaf lock: readers in deallocate, writers under growth_mutex
-  std::map<char*, std::size_t> slabs;  ///< slab base -> size
-  std::atomic<std::uint64_t> slabs_generation{0};  ///< bumped whenever a slab leaves
-  lists_type lists;
 };
 
 pool_memory_resource::pool_memory_resource(device_memory_resource* upstream, pool_options opts)
@@ -411,14 +266,10 @@ pool_memory_resource::pool_memory_resource(device_memory_resource* upstream, poo
 
 pool_memory_resource::~pool_memory_resource() = default;
 
-device_memory_resource* pool_memory_resource::upstream() const noexcept { return impl_->upstream; }
-std::size_t pool_memory_resource::pool_size() const noexcept {
-  return impl_->reserved.load(std::memory_order_relaxed);
-}
-std::size_t pool_memory_resource::pending_bytes() const noexcept { return impl_->lists.pending_bytes(); }
-std::size_t pool_memory_resource::reclaim_count() const noexcept {
-  return impl_->reclaims.load(std::memory_order_relaxed);
-}
+device_memory_resource* pool_memory_resource::upstream() const noexcept { return impl_->upstream(); }
+std::size_t pool_memory_resource::pool_size() const noexcept { return impl_->reserved_bytes(); }
+std::size_t pool_memory_resource::pending_bytes() const noexcept { return impl_->lists().pending_bytes(); }
+std::size_t pool_memory_resource::reclaim_count() const noexcept { return impl_->reclaim_count(); }
 pool_options const& pool_memory_resource::options() const noexcept { return impl_->opts; }
 
 void* pool_memory_resource::do_allocate(std::size_t bytes, stream_ref stream) { return impl_->allocate(bytes, stream); }
@@ -427,12 +278,7 @@ void pool_memory_resource::do_deallocate(void* p, std::size_t bytes, stream_ref 
 }
 std::size_t pool_memory_resource::do_release() { return impl_->release(); }
 resource_info pool_memory_resource::do_info() const { return impl_->info(); }
-bool pool_memory_resource::do_owns(void const* p) const noexcept {
-  return impl_->find_slab(const_cast<char*>(static_cast<char const*>(p))).has_value() || impl_->upstream->owns(p);
-}
-void pool_memory_resource::do_stream_destroyed(stream_ref stream) noexcept {
-  impl_->lists.stream_destroyed(stream);
-  impl_->upstream->stream_destroyed(stream);
-}
+bool pool_memory_resource::do_owns(void const* p) const noexcept { return impl_->owns(p); }
+void pool_memory_resource::do_stream_destroyed(stream_ref stream) noexcept { impl_->stream_destroyed(stream); }
 
 }  // namespace gpumem

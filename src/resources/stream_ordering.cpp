@@ -29,16 +29,16 @@ stream_identity identify(stream_ref s) noexcept {
   return {key, reinterpret_cast<CUstream>(key), 0};
 }
 
-bool is_capturing(CUstream s) noexcept {
+capture_state stream_capture_state(CUstream s) noexcept {
   auto const& d = driver();
-  if (d.init_result != CUDA_SUCCESS || d.cuStreamIsCapturing == nullptr) return true;
+  if (d.init_result != CUDA_SUCCESS || d.cuStreamIsCapturing == nullptr) return capture_state::unknown;
   CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
   CUresult const r = d.cuStreamIsCapturing(s, &status);
   // No current context: nothing this thread names can be capturing (and any
   // event record or wait would fail on its own).
-  if (r == CUDA_ERROR_INVALID_CONTEXT) return false;
-  if (r != CUDA_SUCCESS) return true;
-  return status != CU_STREAM_CAPTURE_STATUS_NONE;
+  if (r == CUDA_ERROR_INVALID_CONTEXT) return capture_state::none;
+  if (r != CUDA_SUCCESS) return capture_state::unknown;
+  return status == CU_STREAM_CAPTURE_STATUS_NONE ? capture_state::none : capture_state::capturing;
 }
 
 CUresult record_event(CUevent& ev, CUstream s) noexcept {

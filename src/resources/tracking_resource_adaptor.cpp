@@ -1,9 +1,10 @@
 #include <gpumem/call_context.hpp>
 #include <gpumem/detail/os_thread.hpp>
+#include <gpumem/diagnostics.hpp>
 #include <gpumem/tracking_resource_adaptor.hpp>
 
 #include <execinfo.h>
-#include <spdlog/spdlog.h>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -96,16 +97,10 @@ void tracking_resource_adaptor::do_deallocate(void* p, std::size_t bytes, stream
       }
     }
     if (report) {
-      try {
-        spdlog::debug("gpumem: tracking_resource_adaptor: deallocate of unknown pointer {} ({} bytes)", p, bytes);
-      } catch (...) {
-      }
+      log_message(log_level::debug, "tracking_resource_adaptor: deallocate of unknown pointer %p (%zu bytes)", p, bytes);
     } else if (recorded != 0 && recorded != bytes) {
-      try {
-        spdlog::debug("gpumem: tracking_resource_adaptor: {} freed with size {}, allocated with {}", p, bytes,
-                      recorded);
-      } catch (...) {
-      }
+      log_message(log_level::debug, "tracking_resource_adaptor: %p freed with size %zu, allocated with %zu", p, bytes,
+                  recorded);
     }
   }
   upstream_->deallocate(p, bytes, stream);

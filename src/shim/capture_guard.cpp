@@ -5,6 +5,7 @@
 
 #include <gpumem/call_context.hpp>
 #include <gpumem/detail/driver_api.hpp>
+#include <gpumem/detail/stream_ordering.hpp>
 #include <gpumem/stream_tracker.hpp>
 
 #include <mutex>
@@ -34,12 +35,7 @@ parking& parked() noexcept {
 
 bool stream_capturing(CUstream stream) noexcept {
   if (!stream_tracker::capture_active()) return false;
-  auto const& d = detail::driver();
-  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-  if (d.cuStreamIsCapturing == nullptr || d.cuStreamIsCapturing(stream, &status) != CUDA_SUCCESS) {
-    return false;
-  }
-  return status != CU_STREAM_CAPTURE_STATUS_NONE;
+  return detail::stream_capture_state(stream) != detail::capture_state::none;
 }
 
 scoped_relaxed_capture::scoped_relaxed_capture() noexcept {

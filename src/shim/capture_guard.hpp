@@ -21,8 +21,13 @@ namespace gpumem::shim {
 
 struct device_chain;
 
-/// Whether `stream` (explicit handle: 0x2 for the per-thread stream) is capturing.
-/// Cheap when no capture is active anywhere (no driver call).
+/// Whether the shim must leave `stream` (explicit handle: 0x2 for the per-thread
+/// stream) to CUDA because it captures. No driver call while no capture is active
+/// anywhere (the shim counts every capture begin). Otherwise
+/// detail::stream_capture_state(), where `unknown` counts as capturing: a
+/// stream-ordered allocation then goes to CUDA, which answers for its own streams
+/// (graph memory for a capture, an error for a bad handle or an implicit capture
+/// dependency), and a free on it is parked, never recorded on.
 [[nodiscard]] bool stream_capturing(CUstream stream) noexcept;
 
 /// Exchanges the thread's capture mode to relaxed for a scope, only while a capture

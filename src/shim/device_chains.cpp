@@ -6,11 +6,8 @@
 #include <gpumem/detail/driver_api.hpp>
 #include <gpumem/detail/real_dlsym.hpp>
 
-#include <unistd.h>
-
 #include <array>
 #include <atomic>
-#include <cstdio>
 #include <mutex>
 #include <new>
 
@@ -52,9 +49,7 @@ device_chain* build(int device, CUresult& err) noexcept {
       err = CUDA_ERROR_NOT_SUPPORTED;
       return nullptr;
     }
-    std::fprintf(stderr, "%s\ngpumem: refusing to run with a different configuration\n", e.what());
-    std::fflush(stderr);
-    _exit(1);
+    exit_refusing_configuration(e.what());
   } catch (bad_alloc const& e) {
     message(level::error, "device %d: cannot build the resource chain: %s", device, e.what());
     err = e.code();

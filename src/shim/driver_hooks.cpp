@@ -86,7 +86,7 @@ CUresult free_impl(CUdeviceptr dptr, CUstream stream, bool stream_ordered, const
 CUresult alloc_async_impl(CUdeviceptr* dptr, std::size_t bytes, CUstream hstream, hook_id real_id, bool ptsz,
                           const char* driver_entry) noexcept {
   auto const f = real<alloc_async_fn>(real_id);
-  if (!interposing_allocations()) return f != nullptr ? f(dptr, bytes, hstream) : not_loaded();
+  if (!interposing_allocations_or_exit()) return f != nullptr ? f(dptr, bytes, hstream) : not_loaded();
   if (CUresult forced{}; replay(forced)) return forced;
   const char* entry = attribute(driver_entry);
   CUstream const s = ptsz ? ptsz_stream(hstream) : hstream;
@@ -119,7 +119,7 @@ CUresult alloc_async_impl(CUdeviceptr* dptr, std::size_t bytes, CUstream hstream
 CUresult alloc_pool_impl(CUdeviceptr* dptr, std::size_t bytes, CUmemoryPool pool, CUstream hstream, hook_id real_id,
                          bool ptsz) noexcept {
   auto const f = real<alloc_pool_fn>(real_id);
-  if (!interposing_allocations() || pool == nullptr) {
+  if (!interposing_allocations_or_exit() || pool == nullptr) {
     return f != nullptr ? f(dptr, bytes, pool, hstream) : not_loaded();  // null pool: CUDA's error
   }
   if (CUresult forced{}; replay(forced)) return forced;
@@ -150,7 +150,7 @@ using namespace gpumem::shim;
 
 GPUMEM_HOOK(CUresult, cuMemAlloc_v2, (CUdeviceptr * dptr, std::size_t bytes)) {
   auto const f = real<alloc_fn>(hook_id::h_cuMemAlloc_v2);
-  if (!interposing_allocations()) return f != nullptr ? f(dptr, bytes) : not_loaded();
+  if (!interposing_allocations_or_exit()) return f != nullptr ? f(dptr, bytes) : not_loaded();
   if (CUresult forced{}; replay(forced)) return forced;
   const char* entry = attribute("cuMemAlloc");
   if (dptr == nullptr || bytes == 0) {
@@ -196,7 +196,7 @@ GPUMEM_HOOK(CUresult, cuMemAllocManaged, (CUdeviceptr * dptr, std::size_t bytes,
   // registry remembers it so every free path finds its way back.
   auto const f = real<alloc_managed_fn>(hook_id::h_cuMemAllocManaged);
   if (f == nullptr) return not_loaded();
-  if (!interposing_allocations()) return f(dptr, bytes, flags);
+  if (!interposing_allocations_or_exit()) return f(dptr, bytes, flags);
   if (CUresult forced{}; replay(forced)) return forced;
   return pass_through_alloc(dptr, bytes, nullptr, alloc_kind::managed, attribute("cuMemAllocManaged"),
                             [&] { return f(dptr, bytes, flags); });
@@ -205,7 +205,7 @@ GPUMEM_HOOK(CUresult, cuMemAllocManaged, (CUdeviceptr * dptr, std::size_t bytes,
 GPUMEM_HOOK(CUresult, cuMemAllocPitch_v2,
             (CUdeviceptr * dptr, std::size_t* pitch, std::size_t width, std::size_t height, unsigned int elem)) {
   auto const f = real<alloc_pitch_fn>(hook_id::h_cuMemAllocPitch_v2);
-  if (!interposing_allocations()) return f != nullptr ? f(dptr, pitch, width, height, elem) : not_loaded();
+  if (!interposing_allocations_or_exit()) return f != nullptr ? f(dptr, pitch, width, height, elem) : not_loaded();
   if (CUresult forced{}; replay(forced)) return forced;
   const char* entry = attribute("cuMemAllocPitch");
   if (dptr == nullptr || pitch == nullptr || width == 0 || height == 0 || (elem != 4 && elem != 8 && elem != 16)) {

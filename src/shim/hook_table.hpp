@@ -37,6 +37,11 @@ namespace gpumem::shim {
   X(cudaGetDriverEntryPoint_ptsz) X(cudaGetDriverEntryPointByVersion)                         \
   X(cudaGetDriverEntryPointByVersion_ptsz)
 
+// Every hook, in table order. The shim's version script is generated from this list
+// at build time (export_names.hpp): a hook added to a group above is exported with no
+// other change; a new group must be added here.
+#define GPUMEM_ALL_HOOKS(X) GPUMEM_DRIVER_HOOKS(X) GPUMEM_RUNTIME_HOOKS(X)
+
 enum class hook_id : int {
 #define GPUMEM_HOOK_ID(n) h_##n,  // pasted: cuda.h maps some names by macro
   GPUMEM_DRIVER_HOOKS(GPUMEM_HOOK_ID) GPUMEM_RUNTIME_HOOKS(GPUMEM_HOOK_ID)

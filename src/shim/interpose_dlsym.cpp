@@ -2,11 +2,15 @@
 // whatever handle the program looks them up with (libcuda's own handle, a
 // libcudart handle, RTLD_DEFAULT, RTLD_NEXT).
 //
-// Only names "cu[A-Z]*" / "cuda[A-Z]*" are looked at. Every other lookup is
-// glibc's, with the caller's identity kept where glibc uses it:
-//  - RTLD_NEXT means "after the CALLER's object"; glibc would see the shim as the
-//    caller, so the search is redone after the caller's own object (an OpenMP
-//    runtime hung at `import torch` when a shim got this wrong).
+// Every other name goes to glibc's dlsym by a JUMP, not a call (the assembly
+// entry below): glibc reads its return address to know who is asking, and RTLD_NEXT
+// means "after the caller's object". A call from the shim would make the shim the
+// caller (an OpenMP runtime hung at `import torch` when a shim got this wrong), and
+// redoing the search by hand needs dlopen, which a sanitizer runtime's dlsym(RTLD_NEXT)
+// lookups reach before anything (its own dlopen interceptor included) is set up.
+//
+// The shim's own names go to shim_dlsym, which looks them up as glibc would:
+//  - RTLD_NEXT: the search is redone after the caller's own object;
 //  - RTLD_DEFAULT from a library loaded RTLD_LOCAL also searches that library's
 //    own scope: a miss in the global scope is retried there.
 
@@ -59,7 +63,21 @@ void* in_caller_scope(void const* caller, const char* name) noexcept {
 }  // namespace
 }  // namespace gpumem::shim
 
-extern "C" __attribute__((visibility("default"))) void* dlsym(void* handle, const char* name) {
+extern "C" void* gpumem_shim_dlsym(void* handle, const char* name);
+
+// Which function the dlsym entry jumps to: glibc's for every name the shim does not
+// hook, shim_dlsym for the rest. Called before any constructor has run, so it only
+// compares strings and reads glibc's dlsym (resolved once).
+extern "C" __attribute__((visibility("hidden"), used)) void* gpumem_dlsym_target(const char* name) noexcept {
+  using namespace gpumem::shim;
+  auto const glibc = gpumem::detail::real_dlsym();
+  if (hook_id_by_name(name) == hook_id::count && glibc != nullptr) return reinterpret_cast<void*>(glibc);
+  return reinterpret_cast<void*>(&gpumem_shim_dlsym);  // (also answers "not found" without glibc's)
+}
+
+// Entered by a jump from dlsym, so __builtin_return_address(0) is the program's call site.
+extern "C" __attribute__((visibility("hidden"), used, noinline)) void* gpumem_shim_dlsym(void* handle,
+                                                                                          const char* name) {
   using namespace gpumem::shim;
   void const* caller = __builtin_return_address(0);
   auto const sym = gpumem::detail::real_dlsym();
@@ -71,12 +89,74 @@ extern "C" __attribute__((visibility("default"))) void* dlsym(void* handle, cons
     f = sym(handle, name);
     if (f == nullptr && handle == RTLD_DEFAULT) f = in_caller_scope(caller, name);
   }
-  if (f == nullptr || !is_cuda_name(name)) return f;
   auto const id = hook_id_by_name(name);
-  if (id == hook_id::count) return f;
+  if (f == nullptr || id == hook_id::count) return f;
   void* hook = hook_by_name(name);
-  if (f == hook || !hooks_wanted()) return f;
+  if (!hooks_wanted()) {  // disabled: the real function, even by the name the shim exports
+    void* real = f == hook ? real_function(id) : nullptr;
+    return real != nullptr ? real : f;
+  }
+  if (f == hook) return f;
   // Only the real function of that name becomes our hook (not another library's
   // symbol of the same name).
   return f == real_function(id) ? hook : f;
 }
+
+// dlsym(handle, name): keep both arguments, ask gpumem_dlsym_target(name) where to go,
+// restore them and jump there, leaving the caller's return address in place.
+#if defined(__x86_64__)
+asm(R"(
+    .text
+    .globl dlsym
+    .type dlsym, @function
+    .p2align 4
+dlsym:
+    .cfi_startproc
+    endbr64
+    pushq %rdi
+    .cfi_adjust_cfa_offset 8
+    pushq %rsi
+    .cfi_adjust_cfa_offset 8
+    subq $8, %rsp
+    .cfi_adjust_cfa_offset 8
+    movq %rsi, %rdi
+    call gpumem_dlsym_target
+    addq $8, %rsp
+    .cfi_adjust_cfa_offset -8
+    popq %rsi
+    .cfi_adjust_cfa_offset -8
+    popq %rdi
+    .cfi_adjust_cfa_offset -8
+    jmp *%rax
+    .cfi_endproc
+    .size dlsym, .-dlsym
+)");
+#elif defined(__aarch64__)
+asm(R"(
+    .text
+    .globl dlsym
+    .type dlsym, %function
+    .p2align 4
+dlsym:
+    .cfi_startproc
+    stp x29, x30, [sp, #-32]!
+    .cfi_def_cfa_offset 32
+    .cfi_offset 29, -32
+    .cfi_offset 30, -24
+    mov x29, sp
+    stp x0, x1, [sp, #16]
+    mov x0, x1
+    bl gpumem_dlsym_target
+    mov x16, x0
+    ldp x0, x1, [sp, #16]
+    ldp x29, x30, [sp], #32
+    .cfi_restore 29
+    .cfi_restore 30
+    .cfi_def_cfa_offset 0
+    br x16
+    .cfi_endproc
+    .size dlsym, .-dlsym
+)");
+#else
+#error "the shim's dlsym entry is written for x86-64 and AArch64"
+#endif

@@ -5,6 +5,7 @@
 // our hook by address (hook_for_real). Asking for "cuGetProcAddress" itself yields
 // our resolver, so later look-ups come back here too.
 
+#include "hook_macros.hpp"
 #include "hook_table.hpp"
 #include "shim_state.hpp"
 
@@ -20,8 +21,16 @@ using entry_fn = cudaError_t (*)(const char*, void**, unsigned long long, cudaDr
 using entry_by_version_fn = cudaError_t (*)(const char*, void**, unsigned int, unsigned long long,
                                             cudaDriverEntryPointQueryResult*);
 
-void map_result(void** pfn) noexcept {
-  if (pfn != nullptr && *pfn != nullptr && hooks_wanted()) *pfn = hook_for_real(*pfn);
+/// Calls the real resolver behind hook `id` with `args`; on `ok`, replaces the
+/// function it wrote to *pfn by our hook for it. `unavailable` while the real
+/// resolver's library is not loaded.
+template <class Real, class Result, class... Args>
+Result resolve(hook_id id, Result ok, Result unavailable, void** pfn, Args... args) noexcept {
+  auto const r = real<Real>(id);
+  if (r == nullptr) return unavailable;
+  Result const res = r(args...);
+  if (res == ok && pfn != nullptr && *pfn != nullptr && hooks_wanted()) *pfn = hook_for_real(*pfn);
+  return res;
 }
 
 }  // namespace
@@ -29,54 +38,43 @@ void map_result(void** pfn) noexcept {
 
 using namespace gpumem::shim;
 
-#define GPUMEM_EXPORT extern "C" __attribute__((visibility("default")))
-
-GPUMEM_EXPORT CUresult gpumem_cuGetProcAddress(const char* symbol, void** pfn, int cudaVersion,
-                                               cuuint64_t flags) __asm__("cuGetProcAddress");
-CUresult gpumem_cuGetProcAddress(const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags) {
-  auto const r = real<gpa_v1_fn>(hook_id::h_cuGetProcAddress);
-  if (r == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
-  CUresult const res = r(symbol, pfn, cudaVersion, flags);
-  if (res == CUDA_SUCCESS) map_result(pfn);
-  return res;
+GPUMEM_HOOK(CUresult, cuGetProcAddress, (const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags)) {
+  return resolve<gpa_v1_fn>(hook_id::h_cuGetProcAddress, CUDA_SUCCESS, CUDA_ERROR_NOT_INITIALIZED, pfn, symbol, pfn,
+                            cudaVersion, flags);
 }
 
-GPUMEM_EXPORT CUresult gpumem_cuGetProcAddress_v2(const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags,
-                                                  CUdriverProcAddressQueryResult* status) __asm__("cuGetProcAddress_v2");
-CUresult gpumem_cuGetProcAddress_v2(const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags,
-                                    CUdriverProcAddressQueryResult* status) {
-  auto const r = real<gpa_v2_fn>(hook_id::h_cuGetProcAddress_v2);
-  if (r == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
-  CUresult const res = r(symbol, pfn, cudaVersion, flags, status);
-  if (res == CUDA_SUCCESS) map_result(pfn);
-  return res;
+GPUMEM_HOOK(CUresult, cuGetProcAddress_v2,
+            (const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags,
+             CUdriverProcAddressQueryResult* status)) {
+  return resolve<gpa_v2_fn>(hook_id::h_cuGetProcAddress_v2, CUDA_SUCCESS, CUDA_ERROR_NOT_INITIALIZED, pfn, symbol, pfn,
+                            cudaVersion, flags, status);
 }
 
-#define GPUMEM_ENTRY_POINT_HOOK(name)                                                                         \
-  GPUMEM_EXPORT cudaError_t gpumem_##name(const char* symbol, void** pfn, unsigned long long flags,            \
-                                          cudaDriverEntryPointQueryResult* status) __asm__(#name);             \
-  cudaError_t gpumem_##name(const char* symbol, void** pfn, unsigned long long flags,                          \
-                            cudaDriverEntryPointQueryResult* status) {                                         \
-    auto const r = real<entry_fn>(hook_id::h_##name);                                                              \
-    if (r == nullptr) return cudaErrorNotSupported;                                                            \
-    cudaError_t const res = r(symbol, pfn, flags, status);                                                     \
-    if (res == cudaSuccess) map_result(pfn);                                                                   \
-    return res;                                                                                                \
-  }
-GPUMEM_ENTRY_POINT_HOOK(cudaGetDriverEntryPoint)
-GPUMEM_ENTRY_POINT_HOOK(cudaGetDriverEntryPoint_ptsz)
+// cuda_runtime_api.h may map these names to their _ptsz twins by macro; GPUMEM_HOOK
+// stringizes and pastes its name argument, so the name written here is the one
+// exported.
+GPUMEM_HOOK(cudaError_t, cudaGetDriverEntryPoint,
+            (const char* symbol, void** pfn, unsigned long long flags, cudaDriverEntryPointQueryResult* status)) {
+  return resolve<entry_fn>(hook_id::h_cudaGetDriverEntryPoint, cudaSuccess, cudaErrorNotSupported, pfn, symbol, pfn,
+                           flags, status);
+}
 
-#define GPUMEM_ENTRY_POINT_BY_VERSION_HOOK(name)                                                              \
-  GPUMEM_EXPORT cudaError_t gpumem_##name(const char* symbol, void** pfn, unsigned int version,                \
-                                          unsigned long long flags, cudaDriverEntryPointQueryResult* status)   \
-      __asm__(#name);                                                                                          \
-  cudaError_t gpumem_##name(const char* symbol, void** pfn, unsigned int version, unsigned long long flags,    \
-                            cudaDriverEntryPointQueryResult* status) {                                         \
-    auto const r = real<entry_by_version_fn>(hook_id::h_##name);                                                   \
-    if (r == nullptr) return cudaErrorNotSupported;                                                            \
-    cudaError_t const res = r(symbol, pfn, version, flags, status);                                            \
-    if (res == cudaSuccess) map_result(pfn);                                                                   \
-    return res;                                                                                                \
-  }
-GPUMEM_ENTRY_POINT_BY_VERSION_HOOK(cudaGetDriverEntryPointByVersion)
-GPUMEM_ENTRY_POINT_BY_VERSION_HOOK(cudaGetDriverEntryPointByVersion_ptsz)
+GPUMEM_HOOK(cudaError_t, cudaGetDriverEntryPoint_ptsz,
+            (const char* symbol, void** pfn, unsigned long long flags, cudaDriverEntryPointQueryResult* status)) {
+  return resolve<entry_fn>(hook_id::h_cudaGetDriverEntryPoint_ptsz, cudaSuccess, cudaErrorNotSupported, pfn, symbol,
+                           pfn, flags, status);
+}
+
+GPUMEM_HOOK(cudaError_t, cudaGetDriverEntryPointByVersion,
+            (const char* symbol, void** pfn, unsigned int version, unsigned long long flags,
+             cudaDriverEntryPointQueryResult* status)) {
+  return resolve<entry_by_version_fn>(hook_id::h_cudaGetDriverEntryPointByVersion, cudaSuccess, cudaErrorNotSupported,
+                                      pfn, symbol, pfn, version, flags, status);
+}
+
+GPUMEM_HOOK(cudaError_t, cudaGetDriverEntryPointByVersion_ptsz,
+            (const char* symbol, void** pfn, unsigned int version, unsigned long long flags,
+             cudaDriverEntryPointQueryResult* status)) {
+  return resolve<entry_by_version_fn>(hook_id::h_cudaGetDriverEntryPointByVersion_ptsz, cudaSuccess,
+                                      cudaErrorNotSupported, pfn, symbol, pfn, version, flags, status);
+}

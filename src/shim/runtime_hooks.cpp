@@ -67,7 +67,7 @@ void after_runtime_alloc(cudaError_t e, void* p, std::size_t bytes, CUstream s, 
 cudaError_t malloc_async_impl(void** p, std::size_t n, cudaStream_t s, hook_id id, bool ptsz,
                               const char* entry) noexcept {
   auto const f = real<malloc_async_fn>(id);
-  if (!interposing_allocations()) return f != nullptr ? f(p, n, s) : no_runtime;
+  if (!interposing_allocations_or_exit()) return f != nullptr ? f(p, n, s) : no_runtime;
   if (f == nullptr) return no_runtime;
   if (p == nullptr) return delegate(entry, CUDA_SUCCESS, [&] { return f(p, n, s); });
   if (n == 0) {
@@ -110,7 +110,7 @@ cudaError_t malloc_pool_impl(void** p, std::size_t n, cudaMemPool_t pool, cudaSt
   const char* entry = "cudaMallocFromPoolAsync";
   auto const f = real<malloc_pool_fn>(id);
   if (f == nullptr) return no_runtime;
-  if (!interposing_allocations() || p == nullptr || pool == nullptr) {
+  if (!interposing_allocations_or_exit() || p == nullptr || pool == nullptr) {
     scoped_runtime_call marker{entry};
     return f(p, n, pool, s);
   }
@@ -144,7 +144,7 @@ using namespace gpumem::shim;
 
 GPUMEM_HOOK(cudaError_t, cudaMalloc, (void** p, std::size_t n)) {
   auto const f = real<malloc_fn>(hook_id::h_cudaMalloc);
-  if (!interposing_allocations()) return f != nullptr ? f(p, n) : no_runtime;
+  if (!interposing_allocations_or_exit()) return f != nullptr ? f(p, n) : no_runtime;
   if (p != nullptr && n == 0) {
     *p = nullptr;  // as CUDA: success and NULL
     return cudaSuccess;
@@ -201,7 +201,7 @@ GPUMEM_HOOK(cudaError_t, cudaMallocManaged, (void** p, std::size_t n, unsigned i
   using fn = cudaError_t (*)(void**, std::size_t, unsigned int);
   auto const f = real<fn>(hook_id::h_cudaMallocManaged);
   if (f == nullptr) return no_runtime;
-  if (!interposing_allocations()) return f(p, n, flags);
+  if (!interposing_allocations_or_exit()) return f(p, n, flags);
   auto const start = event_clock();
   cudaError_t const e = delegate("cudaMallocManaged", CUDA_SUCCESS, [&] { return f(p, n, flags); });
   if (p != nullptr) after_runtime_alloc(e, *p, n, nullptr, alloc_kind::managed, "cudaMallocManaged", start);
@@ -212,7 +212,7 @@ GPUMEM_HOOK(cudaError_t, cudaMallocPitch, (void** p, std::size_t* pitch, std::si
   using fn = cudaError_t (*)(void**, std::size_t*, std::size_t, std::size_t);
   auto const f = real<fn>(hook_id::h_cudaMallocPitch);
   if (f == nullptr) return no_runtime;
-  if (!interposing_allocations()) return f(p, pitch, width, height);
+  if (!interposing_allocations_or_exit()) return f(p, pitch, width, height);
   // Odd shapes and bad pointers: the runtime's own answers.
   if (p == nullptr || pitch == nullptr || width == 0 || height == 0) {
     return delegate("cudaMallocPitch", CUDA_SUCCESS, [&] { return f(p, pitch, width, height); });

@@ -9,6 +9,7 @@
 
 #include <gpumem/call_context.hpp>
 #include <gpumem/config.hpp>
+#include <gpumem/detail/assert.hpp>
 #include <gpumem/detail/driver_api.hpp>
 #include <gpumem/limiting_resource_adaptor.hpp>
 #include <gpumem/statistics_resource_adaptor.hpp>
@@ -54,6 +55,19 @@ void log_oom(device_chain& c, std::size_t bytes, const char* entry) noexcept {
   }
 }
 
+/// The out-of-memory path of chain_allocate: trims what the chain caches (other
+/// streams' free blocks, empty slabs) and retries once.
+GPUMEM_COLD CUresult trim_and_retry(device_chain& c, std::size_t bytes, CUstream stream, void*& p,
+                                    const char* entry) noexcept {
+  try {
+    (void)c.chain->top().release();
+  } catch (...) {
+  }
+  CUresult const r = try_allocate(c, bytes, stream, p);
+  if (r == CUDA_ERROR_OUT_OF_MEMORY) log_oom(c, bytes, entry);
+  return r;
+}
+
 }  // namespace
 
 runtime_call& current_runtime_call() noexcept { return tl_runtime_call; }
@@ -93,15 +107,7 @@ CUresult chain_allocate(void** out, std::size_t bytes, CUstream stream, alloc_ki
     bool const synchronous = safe_mode() && kind != alloc_kind::async;
     scoped_call_context call{entry, dev, synchronous};
     r = try_allocate(*c, bytes, stream, p);
-    if (r == CUDA_ERROR_OUT_OF_MEMORY) {
-      // Trim what the chain caches (other streams' free blocks, empty slabs), retry once.
-      try {
-        (void)c->chain->top().release();
-      } catch (...) {
-      }
-      r = try_allocate(*c, bytes, stream, p);
-      if (r == CUDA_ERROR_OUT_OF_MEMORY) log_oom(*c, bytes, entry);
-    }
+    if (r == CUDA_ERROR_OUT_OF_MEMORY) r = trim_and_retry(*c, bytes, stream, p, entry);
   }
   if (r == CUDA_ERROR_OUT_OF_MEMORY) explain_out_of_memory(*c, bytes, stream, entry);  // no chain lock held
   auto& st = state().stats;

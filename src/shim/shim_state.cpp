@@ -13,24 +13,11 @@
 #include <pthread.h>
 #include <unistd.h>
 
-#include <algorithm>
-#include <cerrno>
 #include <cstdarg>
-#include <cstdio>
 #include <cstdlib>
-#include <cstring>
 
 namespace gpumem::shim {
 namespace {
-
-level parse_level(std::string const& s) noexcept {
-  if (s == "trace") return level::trace;
-  if (s == "debug") return level::debug;
-  if (s == "info") return level::info;
-  if (s == "error") return level::error;
-  if (s == "off") return level::off;
-  return level::warn;
-}
 
 // A forked child starts clean: CUDA state does not survive fork, so neither may
 // ours. Locks held by other parent threads at fork time are re-created, not waited on.
@@ -52,7 +39,7 @@ void load_state(shim_state& s) noexcept {
       // silently stays empty while the program runs for hours (event_log.hpp).
       check_log_path(s.settings);
       s.mode = s.settings.disabled ? shim_mode::disabled : shim_mode::active;
-      s.threshold = parse_level(s.settings.log_level);
+      set_log_level(s.settings.log_level);
     } catch (config::config_error const& e) {
       s.mode = shim_mode::config_error;
       s.config_message = e.what();
@@ -86,8 +73,10 @@ shim_state& state() noexcept {
     load_state(*st);
     tl_loading = false;
     if (st->mode == shim_mode::config_error && st->policy == config::on_error::passthrough) {
-      std::fprintf(stderr, "%s\ngpumem: on_error = passthrough: every CUDA call goes to CUDA untouched\n",
-                   st->config_message.c_str());
+      // Not message(): it would ask for this state. The configuration did not load,
+      // so the default log level applies.
+      log_message(level::error, "%s", st->config_message.c_str());
+      log_message(level::error, "on_error = passthrough: every CUDA call goes to CUDA untouched");
     }
     pthread_atfork(nullptr, nullptr, on_fork_child);
     if (st->mode == shim_mode::active && st->settings.report) std::atexit(print_report_at_exit);
@@ -96,18 +85,21 @@ shim_state& state() noexcept {
   return *s;
 }
 
-bool interposing_allocations() noexcept {
+bool interposing_allocations_or_exit() noexcept {
   auto& s = state();
   if (s.mode == shim_mode::active) return true;
+  // Never run with a configuration other than the one asked for.
   if (s.mode == shim_mode::config_error && s.policy == config::on_error::fail) {
-    // Never run with a configuration other than the one asked for.
-    std::fprintf(stderr, "%s\ngpumem: refusing to run with a different configuration (set on_error = "
-                 "\"passthrough\" or GPUMEM_ON_ERROR=passthrough to run without gpumem)\n",
-                 s.config_message.c_str());
-    std::fflush(stderr);
-    _exit(1);
+    exit_refusing_configuration(s.config_message);
   }
   return false;
+}
+
+void exit_refusing_configuration(std::string_view why) noexcept {
+  log_unfiltered("%.*s", static_cast<int>(why.size()), why.data());
+  log_unfiltered("refusing to run with a different configuration (set on_error = \"passthrough\" or "
+                 "GPUMEM_ON_ERROR=passthrough to run without gpumem)");
+  _exit(1);
 }
 
 bool hooks_wanted() noexcept {
@@ -117,37 +109,17 @@ bool hooks_wanted() noexcept {
          (s.mode == shim_mode::config_error && s.policy == config::on_error::fail);
 }
 
-bool message_enabled(level lvl) noexcept { return lvl >= state().threshold && lvl != level::off; }
+bool message_enabled(level lvl) noexcept {
+  static_cast<void>(state());  // the configured level applies from the first message on
+  return log_enabled(lvl);
+}
 
 void message(level lvl, const char* fmt, ...) noexcept {
   if (!message_enabled(lvl)) return;
-  static constexpr char prefix[] = "gpumem: ";
-  constexpr std::size_t prefix_len = sizeof prefix - 1;
-  char stack_buf[1024];
   va_list ap;
   va_start(ap, fmt);
-  va_list again;
-  va_copy(again, ap);
-  int const m = std::vsnprintf(stack_buf + prefix_len, sizeof stack_buf - prefix_len - 1, fmt, ap);
+  log_message_v(lvl, fmt, ap);
   va_end(ap);
-  std::size_t const body = m < 0 ? 0 : static_cast<std::size_t>(m);
-  char* buf = stack_buf;
-  // A long message (paths near PATH_MAX) gets a buffer of its size: never cut
-  // before the reason at its end. Only without memory is it cut.
-  if (prefix_len + body + 1 > sizeof stack_buf) {
-    if (auto* big = static_cast<char*>(std::malloc(prefix_len + body + 2)); big != nullptr) {
-      std::vsnprintf(big + prefix_len, body + 1, fmt, again);
-      buf = big;
-    }
-  }
-  va_end(again);
-  std::size_t const n = buf == stack_buf ? std::min(body, sizeof stack_buf - prefix_len - 2) : body;
-  std::memcpy(buf, prefix, prefix_len);
-  buf[prefix_len + n] = '\n';
-  // One write(): lines from several threads do not interleave.
-  ssize_t const w = ::write(2, buf, prefix_len + n + 1);
-  (void)w;
-  if (buf != stack_buf) std::free(buf);
 }
 
 }  // namespace gpumem::shim

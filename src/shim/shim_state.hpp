@@ -7,17 +7,19 @@
 // everything here is read-only or atomic.
 
 #include <gpumem/config/settings.hpp>
+#include <gpumem/diagnostics.hpp>
 
 #include <atomic>
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 namespace gpumem::shim {
 
 enum class shim_mode : int { active = 1, disabled = 2, config_error = 3 };
 
-/// Message levels, as settings::log_level spells them.
-enum class level : int { trace = 0, debug = 1, info = 2, warn = 3, error = 4, off = 5 };
+/// Message levels: gpumem's (diagnostics.hpp), as settings::log_level holds them.
+using level = gpumem::log_level;
 
 /// Relaxed counters; each on its own cache line so threads do not bounce one line.
 struct counters {
@@ -37,7 +39,6 @@ struct shim_state {
   config::settings settings;
   std::string config_message;  ///< the config error, when mode == config_error
   config::on_error policy = config::on_error::fail;
-  level threshold = level::warn;
   counters stats;
 };
 
@@ -46,17 +47,27 @@ struct shim_state {
 [[nodiscard]] shim_state& state() noexcept;
 
 /// True when allocations go through the chains. On a config error with policy fail
-/// this prints the message and _exit(1)s: call it only from allocation entry points.
-[[nodiscard]] bool interposing_allocations() noexcept;
+/// it does not return: it prints the error and _exit(1)s (exit_refusing_configuration),
+/// so call it only from allocation entry points, where running with a different
+/// configuration than the one asked for would begin.
+[[nodiscard]] bool interposing_allocations_or_exit() noexcept;
 /// True when the chains are in use (no exit, for frees and queries).
 [[nodiscard]] inline bool active() noexcept;
 /// True when handed-out function pointers should be the shim's hooks (everything
 /// but pure pass-through). Never exits.
 [[nodiscard]] bool hooks_wanted() noexcept;
 
-/// One line on stderr (prefixed "gpumem: "), if `lvl` passes settings.log_level.
+/// One line through gpumem's diagnostics (diagnostics.hpp: "gpumem: " and one
+/// write(2) to stderr), if `lvl` passes settings.log_level (loaded first if need be).
 void message(level lvl, const char* fmt, ...) noexcept __attribute__((format(printf, 2, 3)));
 [[nodiscard]] bool message_enabled(level lvl) noexcept;
+
+/// The end of a process whose configuration cannot be honoured with on_error = fail:
+/// prints `why` and that gpumem refuses to run with a different configuration
+/// (whatever the log level: these are the process's last words), then _exit(1).
+/// No atexit handler runs: the program never started under a configuration it did
+/// not ask for.
+[[noreturn]] void exit_refusing_configuration(std::string_view why) noexcept;
 
 inline bool active() noexcept { return state().mode == shim_mode::active; }
 

@@ -14,6 +14,7 @@
 #include "shim_state.hpp"
 
 #include <gpumem/detail/driver_api.hpp>
+#include <gpumem/detail/stream_ordering.hpp>
 #include <gpumem/stream_tracker.hpp>
 
 #include <cuda.h>
@@ -23,11 +24,12 @@ namespace {
 
 CUresult not_loaded() noexcept { return CUDA_ERROR_NOT_INITIALIZED; }
 
-bool is_capturing(CUstream s) noexcept {
-  auto const& d = detail::driver();
-  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-  return d.cuStreamIsCapturing != nullptr && d.cuStreamIsCapturing(s, &status) == CUDA_SUCCESS &&
-         status != CU_STREAM_CAPTURE_STATUS_NONE;
+/// For counting captures: true only when the driver says `s` captures. A stream
+/// whose state it cannot tell counts as not capturing: a capture end missed only
+/// keeps reclamation barriers refused (pools grow instead), while an end counted
+/// for a capture still running would let a barrier break it.
+bool captures(CUstream s) noexcept {
+  return detail::stream_capture_state(s) == detail::capture_state::capturing;
 }
 
 /// Registers a stream the program just created in the current context, if that is
@@ -48,7 +50,7 @@ CUresult destroy_impl(CUstream s, hook_id id) noexcept {
   if (f == nullptr) return not_loaded();
   // Destroying a capturing stream ends its capture: keep the count true, or
   // reclamation barriers would be refused for ever.
-  bool const ends_capture = stream_tracker::capture_active() && is_capturing(s);
+  bool const ends_capture = stream_tracker::capture_active() && captures(s);
   CUresult const r = f(s);
   if (ends_capture && r == CUDA_SUCCESS) note_capture_ended();
   return r;
@@ -62,10 +64,11 @@ CUresult begin_capture(Call&& call) noexcept {
 CUresult end_capture(CUstream s, CUgraph* graph, hook_id id, bool ptsz) noexcept {
   auto const f = real<CUresult (*)(CUstream, CUgraph*)>(id);
   if (f == nullptr) return not_loaded();
-  // Whether this ends a capture (also an invalidated one) is known only before.
-  bool const was_capturing = is_capturing(ptsz ? ptsz_stream(s) : s);
+  // Whether this ends a capture (also an invalidated one) is known only before;
+  // a graph returned proves it did.
+  bool const was_capturing = captures(ptsz ? ptsz_stream(s) : s);
   CUresult const r = f(s, graph);
-  if (was_capturing) note_capture_ended();
+  if (was_capturing || r == CUDA_SUCCESS) note_capture_ended();
   return r;
 }
 

@@ -190,7 +190,7 @@ TEST(Load, GlobalOverrides) {
                                           {"GPUMEM_REPORT", "yes"},
                                           {"GPUMEM_REPORT_FILE", "report-%h.txt"}}));
   EXPECT_EQ(s.log_file, "log-%r-%d.csv");
-  EXPECT_EQ(s.log_level, "debug");
+  EXPECT_EQ(s.log_level, gpumem::log_level::debug);
   EXPECT_EQ(s.sync, gc::sync_mode::stream);
   EXPECT_EQ(s.on_config_error, gc::on_error::passthrough);
   EXPECT_TRUE(s.report);

@@ -1,6 +1,6 @@
 // parse_size / size_value / format_bytes: the accepted forms and every rejection.
 
-#include <gpumem/size_parse.hpp>
+#include <gpumem/config/size_parse.hpp>
 
 #include <gtest/gtest.h>
 

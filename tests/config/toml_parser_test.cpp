@@ -72,7 +72,7 @@ type = "cuda"
   EXPECT_FALSE(s.disabled);
   EXPECT_EQ(s.sync, gc::sync_mode::stream);
   EXPECT_EQ(s.log_file, "gpumem-%p.csv");
-  EXPECT_EQ(s.log_level, "debug");
+  EXPECT_EQ(s.log_level, gpumem::log_level::debug);
   EXPECT_EQ(s.on_config_error, gc::on_error::passthrough);
   EXPECT_TRUE(s.report);
   EXPECT_EQ(s.report_file, "report-%r.txt");
@@ -110,7 +110,7 @@ type = "async"
                                         "d.toml");
   EXPECT_EQ(s.sync, gc::sync_mode::safe);
   EXPECT_EQ(s.log_file, "");
-  EXPECT_EQ(s.log_level, "warn");
+  EXPECT_EQ(s.log_level, gpumem::log_level::warn);
   EXPECT_EQ(s.on_config_error, gc::on_error::fail);
   EXPECT_FALSE(s.report);
   auto const& pool = std::get<gc::pool_spec>(s.chain[0].options);

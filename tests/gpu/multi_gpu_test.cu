@@ -235,15 +235,17 @@ void peer() {
   EXPECT(mismatches(async_buf[0], bytes, 101, s[0]) == 0, "device 0 holds device 1's pattern after the peer copy");
   if (can[0] != 0 && can[1] != 0) {
     // Direct access: a kernel on each device reads the other's pooled buffer, and
-    // device 1 writes into device 0's.
+    // device 1 writes into device 0's. (cudaMalloc memory: peer access reaches it once
+    // enabled; the driver pool's cudaMallocAsync memory would also need
+    // cudaMemPoolSetAccess, which a program without gpumem must call.)
     CHECK_CUDA(cudaSetDevice(0));
     EXPECT(mismatches(sync_buf[1], bytes, 101, s[0]) == 0, "a kernel on device 0 reads device 1's pooled buffer");
     CHECK_CUDA(cudaSetDevice(1));
     EXPECT(mismatches(sync_buf[0], bytes, 100, s[1]) == 0, "a kernel on device 1 reads device 0's pooled buffer");
-    fill(async_buf[0], bytes, 555, s[1]);
+    fill(sync_buf[0], bytes, 555, s[1]);
     CHECK_CUDA(cudaStreamSynchronize(s[1]));
     CHECK_CUDA(cudaSetDevice(0));
-    EXPECT(mismatches(async_buf[0], bytes, 555, s[0]) == 0, "device 1's kernel wrote into device 0's pooled buffer");
+    EXPECT(mismatches(sync_buf[0], bytes, 555, s[0]) == 0, "device 1's kernel wrote into device 0's pooled buffer");
   } else {
     std::printf("SKIP direct peer access: cudaDeviceCanAccessPeer says no\n");
   }
@@ -251,6 +253,7 @@ void peer() {
     CHECK_CUDA(cudaSetDevice(1 - d));  // freed with the other device current
     CHECK_CUDA(cudaFree(warm[d]));
     CHECK_CUDA(cudaFree(sync_buf[d]));
+    CHECK_CUDA(cudaSetDevice(d));  // a stream-ordered free on the stream's own device
     CHECK_CUDA(cudaFreeAsync(async_buf[d], s[d]));
   }
   for (int d = 0; d < 2; ++d) {

@@ -257,7 +257,7 @@ int main(int argc, char** argv) {
           release(b, own, false);
         }
       }
-      for (auto const& b : live) release(b, own, false);
+      for (auto const& b : live) release(b, own, !b.synchronous);  // each family its own
     });
   }
   for (auto& w : workers) w.join();

@@ -2,6 +2,7 @@
 // growth by chunks (and by one block when the upstream is short), release of
 // free chunks, exact info, double frees, threads, and stream ordering on the sim.
 
+#include <gpumem/call_context.hpp>
 #include <gpumem/detail/driver_api.hpp>
 #include <gpumem/fixed_size_memory_resource.hpp>
 
@@ -184,6 +185,36 @@ TEST(FixedSize, DestructorReturnsEveryChunk) {
   }
   EXPECT_EQ(arena.live_bytes(), 0U);
   EXPECT_EQ(arena.bad_frees(), 0U);
+}
+
+/// Forwards to an arena and counts the gives-back made with synchronous semantics.
+class sync_counting_upstream final : public device_memory_resource {
+ public:
+  explicit sync_counting_upstream(device_memory_resource* up) : up_{up} {}
+  int synchronous_frees = 0;
+  int ordered_frees = 0;
+
+ private:
+  void* do_allocate(std::size_t bytes, stream_ref s) override { return up_->allocate(bytes, s); }
+  void do_deallocate(void* p, std::size_t bytes, stream_ref s) noexcept override {
+    ++(current_call().synchronous ? synchronous_frees : ordered_frees);
+    up_->deallocate(p, bytes, s);
+  }
+  device_memory_resource* up_;
+};
+
+TEST(FixedSize, DestructorGivesChunksBackAsTheyWereObtained) {
+  // Chunks come with synchronous semantics (usable at once by any stream); in-use
+  // ones given back at destruction keep that promise, as the pool's slabs do.
+  test::arena_test_resource arena{1024 * KiB};
+  sync_counting_upstream up{&arena};
+  {
+    fixed_size_memory_resource fs{&up, 4 * KiB, 2};
+    for (int i = 0; i < 5; ++i) static_cast<void>(fs.allocate(4 * KiB));
+  }
+  EXPECT_EQ(up.synchronous_frees, 3);
+  EXPECT_EQ(up.ordered_frees, 0);
+  EXPECT_EQ(arena.live_bytes(), 0U);
 }
 
 TEST(FixedSize, EightThreadsNeverShareABlock) {

@@ -3,7 +3,7 @@
 // simulated device (events, waits, capture, destroyed streams).
 
 #include <gpumem/detail/driver_api.hpp>
-#include <gpumem/detail/free_list.hpp>
+#include <gpumem/detail/coalescing_free_list.hpp>
 #include <gpumem/detail/real_dlsym.hpp>
 #include <gpumem/pool_memory_resource.hpp>
 

@@ -2,9 +2,11 @@
 // stacks, and many threads at once.
 
 #include <gpumem/call_context.hpp>
+#include <gpumem/diagnostics.hpp>
 #include <gpumem/tracking_resource_adaptor.hpp>
 
 #include <support/host_test_resource.hpp>
+#include <support/stderr_capture.hpp>
 
 #include <gtest/gtest.h>
 
@@ -107,6 +109,29 @@ TEST(TrackingAdaptor, UnknownPointerIsCountedAndForwardedNotFatal) {
   EXPECT_EQ(track.unknown_deallocations(), 3u);
   track.deallocate(nullptr, 0);
   EXPECT_EQ(track.unknown_deallocations(), 3u);
+}
+
+TEST(TrackingAdaptor, UnknownPointerAndWrongSizeAreSaidAtDebugLevel) {
+  test::host_test_resource up;
+  tracking_resource_adaptor track{&up};
+  alignas(256) static char not_ours[256];
+  log_level const saved = current_log_level();
+  set_log_level(log_level::debug);
+  test::stderr_capture err;
+  track.deallocate(not_ours, 256);
+  track.deallocate(not_ours, 256);  // once per pointer
+  void* p = track.allocate(512);
+  track.deallocate(p, 256);
+  set_log_level(log_level::info);  // below debug: nothing more
+  alignas(256) static char also_not_ours[256];
+  track.deallocate(also_not_ours, 256);
+  set_log_level(saved);
+  std::string const text = err.text();
+  auto const said = lines(text);
+  ASSERT_EQ(said.size(), 2U) << text;
+  EXPECT_NE(said[0].find("gpumem: tracking_resource_adaptor: deallocate of unknown pointer"), std::string::npos);
+  EXPECT_NE(said[0].find("(256 bytes)"), std::string::npos);
+  EXPECT_NE(said[1].find("freed with size 256, allocated with 512"), std::string::npos);
 }
 
 TEST(TrackingAdaptor, CapturesStacksWhenAsked) {

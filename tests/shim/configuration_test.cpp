@@ -89,5 +89,38 @@ TEST(ShimConfiguration, ProgramWithoutAllocationsIsNotStopped) {
   EXPECT_EQ(r.exit_code, 0) << r.output;
 }
 
+TEST(ShimConfiguration, LogLevelIsTypedAndChoosesWhatIsSaid) {
+  // The chain's description is said at info level, once per device.
+  auto const quiet = run_served({});
+  EXPECT_EQ(quiet.exit_code, 0) << quiet.output;
+  EXPECT_EQ(quiet.output.find("gpumem: device 0: "), std::string::npos) << quiet.output;
+  auto const info = run_served({{"GPUMEM_LOG_LEVEL", "info"}});
+  EXPECT_EQ(info.exit_code, 0) << info.output;
+  EXPECT_NE(info.output.find("gpumem: device 0: pool"), std::string::npos) << info.output;
+
+  // A typo is a configuration error naming the choices, never a silent default.
+  auto const typo = run_served({{"GPUMEM_LOG_LEVEL", "loud"}});
+  EXPECT_EQ(typo.exit_code, 1) << typo.output;
+  EXPECT_NE(typo.output.find("GPUMEM_LOG_LEVEL: unknown value \"loud\" (valid: trace|debug|info|warn|error|off)"),
+            std::string::npos)
+      << typo.output;
+}
+
+TEST(ShimConfiguration, AChainThatCannotBeBuiltSaysWhyEvenWithLoggingOff) {
+  // The file loads (log_level = "off" applies), the chain's log path fails when the
+  // chain is built: the process's last words are printed whatever the level.
+  auto const path = write_config("unbuildable.toml",
+                                 "[gpumem]\nlog_level = \"off\"\n"
+                                 "[[chain]]\ntype = \"logging\"\nfile = \"/nonexistent-gpumem-dir/calls.csv\"\n"
+                                 "[[chain]]\ntype = \"cuda\"\n");
+  auto const r = run_served({{"GPUMEM_CONFIG", path}});
+  std::remove(path.c_str());
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("gpumem: config error: " + path), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("/nonexistent-gpumem-dir/calls.csv"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("gpumem: refusing to run with a different configuration"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("PASS"), std::string::npos) << r.output;
+}
+
 }  // namespace
 }  // namespace gpumem::test

@@ -1,8 +1,10 @@
 // libgpumem_shim.so must be loadable into any process: no NEEDED on CUDA or C++
-// runtime libraries, and only the interposed entry points, dlsym and the query API
-// exported (readelf / nm on the built library).
+// runtime libraries, and exactly the hooks of hook_table.hpp, dlsym and the query
+// API exported (readelf / nm on the built library).
 
 #include "shim_process.hpp"
+// The shim's hook list (X-macro), shared with the shim's build.
+#include "../../src/shim/hook_table.hpp"
 
 #include <gtest/gtest.h>
 
@@ -29,7 +31,24 @@ TEST(ShimLinkHygiene, NeedsOnlyTheCLibrary) {
   EXPECT_EQ(needed, (std::set<std::string>{"libc.so.6", "ld-linux-x86-64.so.2"})) << out;
 }
 
-TEST(ShimLinkHygiene, ExportsOnlyHooksDlsymAndQueries) {
+// The hook list the shim is built from (its version script is generated from it).
+std::set<std::string> hook_names() {
+  std::set<std::string> names;
+#define GPUMEM_TEST_HOOK_NAME(n) names.insert(#n);
+  GPUMEM_ALL_HOOKS(GPUMEM_TEST_HOOK_NAME)
+#undef GPUMEM_TEST_HOOK_NAME
+  return names;
+}
+
+// Exported besides the hooks (documented in exports.map.in and gpumem_shim.h).
+std::set<std::string> const extra_exports{"dlsym", "gpumem_shim_get_stats", "gpumem_shim_describe_chain"};
+
+TEST(ShimLinkHygiene, HookListHasEveryTableEntryOnce) {
+  EXPECT_EQ(hook_names().size(), static_cast<std::size_t>(shim::hook_id::count))
+      << "GPUMEM_ALL_HOOKS must name every hook of the table once";
+}
+
+TEST(ShimLinkHygiene, ExportsEveryHookAndOnlyTheDocumentedExtras) {
   auto const out = tool_output("nm -D --defined-only --format=posix");
   std::istringstream lines{out};
   std::set<std::string> exported;
@@ -37,21 +56,13 @@ TEST(ShimLinkHygiene, ExportsOnlyHooksDlsymAndQueries) {
     auto const name = line.substr(0, line.find(' '));
     if (!name.empty()) exported.insert(name);
   }
-  for (auto const* must : {"dlsym", "gpumem_shim_get_stats", "cudaMalloc", "cudaFree", "cudaMallocAsync",
-                           "cudaFreeAsync", "cudaMallocManaged", "cudaMallocPitch", "cudaMallocFromPoolAsync",
-                           "cudaMemGetInfo", "cudaPointerGetAttributes", "cudaGetDriverEntryPoint",
-                           "cudaGetDriverEntryPointByVersion", "cuGetProcAddress", "cuGetProcAddress_v2",
-                           "cuMemAlloc_v2", "cuMemFree_v2", "cuMemAllocAsync", "cuMemAllocAsync_ptsz",
-                           "cuMemFreeAsync", "cuMemFreeAsync_ptsz", "cuMemAllocManaged", "cuMemAllocPitch_v2",
-                           "cuMemAllocFromPoolAsync", "cuMemAllocFromPoolAsync_ptsz", "cuMemGetInfo_v2",
-                           "cuMemGetAddressRange_v2", "cuPointerGetAttribute", "cuPointerGetAttributes",
-                           "cuStreamDestroy_v2", "cuStreamBeginCapture_v2", "cuStreamEndCapture"}) {
-    EXPECT_EQ(exported.count(must), 1U) << must;
-  }
+  auto const hooks = hook_names();
+  for (auto const& hook : hooks) EXPECT_EQ(exported.count(hook), 1U) << "hook not exported: " << hook;
+  for (auto const& extra : extra_exports) EXPECT_EQ(exported.count(extra), 1U) << "not exported: " << extra;
   for (auto const& name : exported) {
-    bool const ours = name == "dlsym" || name.starts_with("cu") || name.starts_with("gpumem_shim_");
-    EXPECT_TRUE(ours) << "unexpected export " << name;
+    EXPECT_TRUE(hooks.count(name) == 1 || extra_exports.count(name) == 1) << "unexpected export " << name;
   }
+  EXPECT_EQ(exported.size(), hooks.size() + extra_exports.size()) << out;
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 // LD_PRELOAD, log templates, --report).
 
 #include "run_options.hpp"
+#include "shim_check.hpp"
 #include "shim_process.hpp"
 
 #include <gtest/gtest.h>
@@ -74,6 +75,23 @@ TEST(RunOptions, RejectsBadInput) {
   EXPECT_TRUE(run::parse_arguments({"--version"}).version);
 }
 
+TEST(RunOptions, AForgottenValueIsNamed) {
+  for (auto const& args : std::vector<std::vector<std::string>>{{"--pool-size", "--", "prog"},
+                                                                 {"--pool-size", "--limit", "1GiB", "prog"},
+                                                                 {"--pool-size"},
+                                                                 {"--pool-size=", "prog"}}) {
+    try {
+      (void)run::parse_arguments(args);
+      ADD_FAILURE() << "accepted " << args[0] << " " << (args.size() > 1 ? args[1] : "");
+    } catch (std::invalid_argument const& e) {
+      EXPECT_EQ(std::string{e.what()}, "--pool-size needs a value");
+    }
+  }
+  // A value starting with "--" is still possible inline.
+  auto const o = run::parse_arguments({"--log=--odd.csv", "prog"});
+  EXPECT_EQ(o.env.at(0).second, "--odd.csv");
+}
+
 TEST(RunOptions, PrependsTheShimOnce) {
   EXPECT_EQ(run::prepend_preload("/l/s.so", ""), "/l/s.so");
   EXPECT_EQ(run::prepend_preload("/l/s.so", "/a.so /b.so"), "/l/s.so:/a.so:/b.so");
@@ -84,6 +102,37 @@ TEST(RunOptions, FindsTheShimNextToItselfOrAtGpumemShim) {
   EXPECT_EQ(run::find_shim(build_dir() + "/bin", ""), build_dir() + "/lib/libgpumem_shim.so");
   EXPECT_EQ(run::find_shim("/nonexistent", "/nonexistent/x.so"), "");
   EXPECT_EQ(run::find_shim("/nonexistent", shim_path()), shim_path());
+}
+
+TEST(ShimCheck, AcceptsTheShimAndNamesWhatIsWrongWithOtherFiles) {
+  EXPECT_EQ(run::check_shim(shim_path()), "");
+  auto const text = run::check_shim("/etc/passwd");
+  EXPECT_NE(text.find("/etc/passwd: not a loadable shared library"), std::string::npos) << text;
+  // A shared library, but not the shim: the simulated libcuda.
+  auto const other = build_dir() + "/simdevice/libcuda.so.1";
+  auto const lib = run::check_shim(other);
+  EXPECT_NE(lib.find("not gpumem's shim"), std::string::npos) << lib;
+}
+
+TEST(GpumemRun, ForgottenValueStopsBeforeRunning) {
+  auto const r = run_process({gpumem_run(), "--pool-size", "--", "/bin/sh", "-c", "echo RAN"}, {});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_EQ(r.output, "gpumem-run: --pool-size needs a value\n");
+}
+
+TEST(GpumemRun, RefusesAShimThatIsNotOne) {
+  for (std::string const& bad : {std::string{"/etc/passwd"}, build_dir() + "/simdevice/libcuda.so.1"}) {
+    auto const r = run_process({gpumem_run(), "--", "/bin/sh", "-c", "echo RAN"}, {{"GPUMEM_SHIM", bad}});
+    EXPECT_EQ(r.exit_code, 2) << bad << ": " << r.output;
+    EXPECT_EQ(r.output.find("RAN"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("gpumem-run: GPUMEM_SHIM=" + bad + ": "), std::string::npos) << r.output;
+  }
+  auto const missing = run_process({gpumem_run(), "--", "/bin/true"}, {{"GPUMEM_SHIM", "/nonexistent/shim.so"}});
+  EXPECT_EQ(missing.exit_code, 2) << missing.output;
+  EXPECT_NE(missing.output.find("/nonexistent/shim.so"), std::string::npos) << missing.output;
+  auto const good = run_process({gpumem_run(), "--", "/bin/sh", "-c", "echo RAN"}, {{"GPUMEM_SHIM", shim_path()}});
+  EXPECT_EQ(good.exit_code, 0) << good.output;
+  EXPECT_EQ(good.output, "RAN\n");
 }
 
 TEST(GpumemRun, ExitCodeAndEnvironmentPassThrough) {

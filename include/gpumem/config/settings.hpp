@@ -4,7 +4,8 @@
 // resources.
 
 #include <gpumem/config/config_error.hpp>
-#include <gpumem/size_parse.hpp>
+#include <gpumem/config/size_parse.hpp>
+#include <gpumem/diagnostics.hpp>
 
 #include <cstddef>
 #include <cstdint>
@@ -88,7 +89,7 @@ struct settings {
   bool disabled = false;            ///< GPUMEM_DISABLE=1: pure pass-through
   sync_mode sync = sync_mode::safe;
   std::string log_file;             ///< CSV allocation log path template ("" = none); the shim writes it
-  std::string log_level = "warn";   ///< messages to stderr: trace|debug|info|warn|error|off
+  gpumem::log_level log_level = gpumem::log_level::warn;  ///< messages to stderr (diagnostics.hpp)
   on_error on_config_error = on_error::fail;
   bool report = false;              ///< one-screen summary at exit
   std::string report_file;          ///< "" = stderr; a path template like log_file

@@ -1,7 +1,8 @@
 #pragma once
 // The C library's dlsym, found without calling the public dlsym: the shim
 // interposes dlsym, so any call to it from inside gpumem would re-enter the shim.
-// (FIELD_NOTES §3: dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34"), else "GLIBC_2.2.5".)
+// It is dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34") (glibc >= 2.34 moved dlsym into
+// libc), else the "GLIBC_2.2.5" version of older systems.
 
 namespace gpumem::detail {
 

@@ -3,8 +3,9 @@
 //
 // Allocation failures become exceptions that name the driver call and the size;
 // deallocation failures cannot throw (deallocate is noexcept), so they are counted
-// by the resource and reported on stderr, rate-limited so a program that frees
-// garbage in a loop cannot flood its own output.
+// by the resource and reported at error level through gpumem's diagnostics
+// (diagnostics.hpp), rate-limited so a program that frees garbage in a loop cannot
+// flood its own output.
 
 #include <cuda.h>
 
@@ -17,8 +18,7 @@ namespace gpumem::detail {
 [[noreturn]] void throw_allocation_error(CUresult r, const char* call, std::size_t bytes);
 
 /// Reports a failed free (at most the first 16 per process, then a single
-/// "further failures suppressed" line). Async-signal-unsafe but lock-free apart
-/// from write(2); never throws, never allocates.
+/// "further failures suppressed" line). Never throws, never allocates, takes no lock.
 void report_free_failure(const char* call, CUresult r, void const* p) noexcept;
 
 }  // namespace gpumem::detail

@@ -40,6 +40,11 @@
 // ascending key order; the clean entry has key 0, so it comes first) ->
 // foreign_mutex_ -> pending shard mutexes. allocate/deallocate hold at most one
 // entry or shard mutex at a time.
+//
+// Invariants, checked in debug builds (GPUMEM_ASSERT): pending_bytes() is the sum
+// of the pending shards' bytes whenever no reclaim() is under way (checked as each
+// reclaim() starts); reclaims never overlap; an entry obtained with borrow() is not
+// used after this thread's next lookup or upstream call (borrowed_entry).
 
 #include <gpumem/detail/assert.hpp>
 #include <gpumem/detail/driver_api.hpp>
@@ -73,10 +78,10 @@ struct free_region {
   friend bool operator<(free_region const& a, free_region const& b) noexcept { return a.base < b.base; }
 };
 
-/// What a free list must offer stream_free_lists. A "region" is one upstream
-/// allocation (a pool slab, a fixed_size chunk); for_each_piece(f) calls
-/// f(region_base, bytes) for each free piece, remove_regions(sorted
-/// vector<free_region>) drops every piece inside those regions.
+/// What a free list must offer stream_free_lists and stream_ordered_memory_resource.
+/// A "region" is one upstream allocation (a pool slab, a fixed_size chunk);
+/// for_each_piece(f) calls f(region_base, bytes) for each free piece,
+/// remove_regions(sorted vector<free_region>) drops every piece inside those regions.
 template <class List>
 concept stream_free_list = std::default_initializable<List> && std::movable<List> &&
     requires(List& l, List const& cl, typename List::block_type b, std::size_t n) {
@@ -85,9 +90,55 @@ concept stream_free_list = std::default_initializable<List> && std::movable<List
       { cl.can_serve(n) } -> std::convertible_to<bool>;
       { cl.empty() } -> std::convertible_to<bool>;
       { cl.free_bytes() } -> std::convertible_to<std::size_t>;
+      { cl.largest() } -> std::convertible_to<std::size_t>;  // the largest request it can serve
       cl.for_each_piece([](char*, std::size_t) {});
       l.remove_regions(std::vector<free_region>{});
     };
+
+#ifndef NDEBUG
+/// Debug builds: the calling thread's borrow epoch, advanced by every lookup and
+/// every call that may re-enter a resource (end_borrows()).
+inline std::uint64_t& borrow_epoch() noexcept {
+  thread_local std::uint64_t epoch = 0;
+  return epoch;
+}
+#endif
+
+/// Ends the validity of every entry this thread borrowed (borrowed_entry): call it
+/// before anything that may re-enter a resource (an upstream call). Free in
+/// release builds.
+inline void end_borrows() noexcept {
+#ifndef NDEBUG
+  ++borrow_epoch();
+#endif
+}
+
+/// An entry obtained with stream_free_lists::borrow(): a plain pointer in release
+/// builds; debug builds check at each use that no lookup or upstream call came
+/// between the borrow and the use (the rule borrow() documents).
+template <class Entry>
+class borrowed_entry {
+ public:
+  explicit borrowed_entry(Entry& e) noexcept : e_{&e} {}
+  Entry& operator*() const noexcept {
+    check();
+    return *e_;
+  }
+  Entry* operator->() const noexcept {
+    check();
+    return e_;
+  }
+
+ private:
+  void check() const noexcept {
+    GPUMEM_ASSERT(epoch_ == borrow_epoch(),
+                  "a borrowed free-list entry was used after a lookup or an upstream call (take get() instead)");
+  }
+  Entry* e_;
+#ifndef NDEBUG
+  std::uint64_t epoch_ = borrow_epoch();
+#endif
+};
 
 template <stream_free_list List>
 class stream_free_lists {
@@ -139,7 +190,10 @@ class stream_free_lists {
   /// borrow() on any stream_free_lists (hints of instances share slots). So the
   /// caller may lock and use it, but must take a get() before anything that can
   /// re-enter a resource (an upstream call). Saves two atomic read-modify-writes.
-  [[nodiscard]] entry& borrow(stream_ref s) { return *lookup(s).e; }
+  [[nodiscard]] borrowed_entry<entry> borrow(stream_ref s) {
+    entry& e = *lookup(s).e;
+    return borrowed_entry<entry>{e};
+  }
 
   /// The clean list's entry (lives as long as this object).
   [[nodiscard]] entry& clean() noexcept { return *clean_; }
@@ -153,10 +207,11 @@ class stream_free_lists {
       std::lock_guard lock{sh.mutex};
       sh.blocks.push_back(b);
       sh.bytes += bytes;
+      // Under the shard's lock, so the total never lags the shards (checked by reclaim()).
+      pending_bytes_.fetch_add(bytes, std::memory_order_relaxed);
     } catch (...) {
       return false;
     }
-    pending_bytes_.fetch_add(bytes, std::memory_order_relaxed);
     return true;
   }
   /// Bytes freed with synchronous semantics and not yet reclaimed.
@@ -183,6 +238,7 @@ class stream_free_lists {
   /// mutex (reclaims never run concurrently) and no entry mutex. Returns whether a
   /// barrier was made (then everything freed before the call is in the clean list).
   bool reclaim(stream_tracker& tracker) {
+    [[maybe_unused]] reclaim_scope const scope{*this};
     if (stream_tracker::capture_active()) return false;  // the barrier would refuse
     // 1. Take everything that may have been touched by work submitted so far.
     std::vector<block_type> pending;
@@ -254,7 +310,7 @@ class stream_free_lists {
   /// any entry mutex.
   bool gather_into(entry& taker, std::size_t bytes, gather_mode mode) {
     GPUMEM_ASSERT(!taker.clean, "the clean list never gathers: it holds only memory no stream can touch");
-    if (!taker.id.usable_from_this_thread() || is_capturing(taker.id.handle)) return false;
+    if (!taker.id.usable_from_this_thread() || may_be_capturing(taker.id.handle)) return false;
     List gathered;
     bool any = take_foreign(taker, bytes, mode, gathered);
     if (!any || mode == gather_mode::everything) any = take_from_streams(taker, bytes, mode, gathered) || any;
@@ -283,7 +339,7 @@ class stream_free_lists {
       destroy_event(ev);
       return;
     }
-    bool const recorded = !is_capturing(id.handle) && record_event(ev, id.handle) == CUDA_SUCCESS;
+    bool const recorded = !may_be_capturing(id.handle) && record_event(ev, id.handle) == CUDA_SUCCESS;
     if (!recorded) destroy_event(ev);
     try {
       std::lock_guard flock{foreign_mutex_};
@@ -350,7 +406,7 @@ class stream_free_lists {
                                                      : reinterpret_cast<CUstream>(legacy_stream_handle);
       std::size_t const first_other = own != h.streams.end() ? 1 : 0;
       // Never hand a capturing stream to the upstream (without a driver nothing captures).
-      if (driver_available() && is_capturing(target)) continue;
+      if (driver_available() && may_be_capturing(target)) continue;
       bool const needs_order =
           h.streams.size() > first_other || std::any_of(h.batches.begin(), h.batches.end(), [&](auto* b) { return !is_done(b); });
       if (needs_order) {
@@ -359,7 +415,7 @@ class stream_free_lists {
           entry* o = h.streams[i];
           if (ordered.contains(pair_key(o, target))) continue;
           CUstream const from = o->id.record_handle();
-          ok = !is_capturing(from) && order_after(o->event, from, target) == CUDA_SUCCESS;
+          ok = !may_be_capturing(from) && order_after(o->event, from, target) == CUDA_SUCCESS;
           if (ok) ordered.insert(pair_key(o, target));
         }
         for (auto* b : h.batches) {
@@ -422,8 +478,10 @@ class stream_free_lists {
     return hints;
   }
 
-  /// The calling thread's hint, made to name the entry of `s`.
+  /// The calling thread's hint, made to name the entry of `s`. Ends this thread's
+  /// borrows: the hint it replaces may have kept a borrowed entry alive.
   lookup_hint& lookup(stream_ref s) {
+    end_borrows();
     auto const id = identify(s);
     auto& hint = lookup_hints()[instance_ % thread_cache_slots];
     auto const generation = generation_.load(std::memory_order_acquire);  // before the lookup
@@ -476,7 +534,7 @@ class stream_free_lists {
       std::lock_guard vlock{victim->mutex};
       if (victim->list.empty() || (mode == gather_mode::first_fit && !victim->list.can_serve(bytes))) continue;
       CUstream const from = victim->id.record_handle();
-      if (is_capturing(from)) continue;
+      if (may_be_capturing(from)) continue;
       if (order_after(victim->event, from, taker.id.handle) != CUDA_SUCCESS) continue;
       out.merge_from(std::move(victim->list));
       any = true;
@@ -513,6 +571,47 @@ class stream_free_lists {
     }
   }
 
+  /// Debug builds: marks a reclaim() under way (reclaims must not overlap: their
+  /// callers hold a growth mutex) and, as it starts, checks that pending_bytes()
+  /// is the shards' sum. Nothing in release builds.
+  class reclaim_scope {
+   public:
+    explicit reclaim_scope([[maybe_unused]] stream_free_lists& lists) noexcept {
+#ifndef NDEBUG
+      lists_ = &lists;
+      GPUMEM_ASSERT(!lists.reclaiming_.exchange(true), "stream_free_lists: two reclaims at once");
+      lists.check_pending_locked_all();
+#endif
+    }
+    ~reclaim_scope() {
+#ifndef NDEBUG
+      lists_->reclaiming_.store(false);
+#endif
+    }
+    reclaim_scope(reclaim_scope const&) = delete;
+    reclaim_scope& operator=(reclaim_scope const&) = delete;
+
+   private:
+#ifndef NDEBUG
+    stream_free_lists* lists_ = nullptr;
+#endif
+  };
+
+#ifndef NDEBUG
+  /// pending_bytes_ equals the shards' sum: add_pending changes both under a
+  /// shard's lock, and only reclaim() (not under way here) takes bytes out.
+  void check_pending_locked_all() noexcept {
+    std::array<std::unique_lock<std::mutex>, pending_shard_count> locks;
+    std::size_t sum = 0;
+    for (std::size_t i = 0; i < pending_shard_count; ++i) {
+      locks[i] = std::unique_lock{pending_shards_[i].mutex};
+      sum += pending_shards_[i].bytes;
+    }
+    GPUMEM_ASSERT(sum == pending_bytes_.load(std::memory_order_relaxed),
+                  "stream_free_lists: pending bytes disagree with the pending shards");
+  }
+#endif
+
   static std::size_t shard_index() noexcept {
     static thread_local std::size_t const index = std::hash<std::thread::id>{}(std::this_thread::get_id());
     return index % pending_shard_count;
@@ -538,7 +637,10 @@ class stream_free_lists {
   std::atomic<std::size_t> foreign_count_{0};  // foreign_.size(), read without the lock
   List quarantine_;                     // guarded by foreign_mutex_
   std::array<pending_shard, pending_shard_count> pending_shards_{};
-  std::atomic<std::size_t> pending_bytes_{0};
+  std::atomic<std::size_t> pending_bytes_{0};  ///< changed under a shard's lock
+#ifndef NDEBUG
+  std::atomic<bool> reclaiming_{false};
+#endif
 };
 
 }  // namespace gpumem::detail

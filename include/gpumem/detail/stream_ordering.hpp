@@ -47,12 +47,32 @@ inline constexpr std::size_t thread_cache_slots = 4;
 
 [[nodiscard]] stream_identity identify(stream_ref s) noexcept;
 
-/// True if `s` is capturing (or its capture was invalidated), or if the driver
-/// cannot tell — e.g. no driver, or the legacy stream while another stream
-/// captures in global mode. Callers then leave the stream alone. False when the
-/// thread has no current context: nothing it names can capture then (and any
-/// record or wait fails by itself).
-[[nodiscard]] bool is_capturing(CUstream s) noexcept;
+/// Whether a stream is capturing, as far as the driver can say.
+enum class capture_state {
+  /// Not capturing. Also the answer when the thread has no current context:
+  /// nothing it names can capture then (and any record or wait fails by itself).
+  none,
+  /// Capturing, or its capture was invalidated and has not ended yet.
+  capturing,
+  /// The driver cannot tell: no driver, no cuStreamIsCapturing, or it failed (a
+  /// destroyed or made-up handle; the legacy stream while another stream
+  /// captures in global mode).
+  unknown
+};
+
+/// gpumem's one question about stream capture (cuStreamIsCapturing). What
+/// `unknown` means is each caller's decision, documented where it is made:
+/// may_be_capturing() below for the resources; the shim's capture_guard.hpp for
+/// what it passes to CUDA and for counting captures.
+[[nodiscard]] capture_state stream_capture_state(CUstream s) noexcept;
+
+/// For a resource about to record an event on `s` or make it wait: true unless
+/// the driver says `s` is not capturing. A resource never touches a stream it
+/// cannot vouch for (recording on a capturing stream would become part of its
+/// graph); it grows instead.
+[[nodiscard]] inline bool may_be_capturing(CUstream s) noexcept {
+  return stream_capture_state(s) != capture_state::none;
+}
 
 /// Makes `to` wait for all work submitted to `from` so far: records `ev` on
 /// `from` (creating it first, timing disabled, if null) and cuStreamWaitEvent(to, ev).

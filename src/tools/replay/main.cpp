@@ -15,7 +15,7 @@
 
 #include <gpumem/detail/driver_api.hpp>
 #include <gpumem/error.hpp>
-#include <gpumem/size_parse.hpp>
+#include <gpumem/config/size_parse.hpp>
 #include <gpumem/tools/log_analysis.hpp>
 #include <gpumem/tools/log_reader.hpp>
 #include <gpumem/tools/text_escape.hpp>

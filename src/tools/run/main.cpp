@@ -2,6 +2,7 @@
 // exec()s the program (see run_options.hpp and --help).
 
 #include "run_options.hpp"
+#include "shim_check.hpp"
 
 #include <unistd.h>
 
@@ -51,8 +52,17 @@ int main(int argc, char** argv) {
   char const* shim_env = std::getenv("GPUMEM_SHIM");
   std::string const shim = find_shim(exe_dir(), shim_env != nullptr ? shim_env : "");
   if (shim.empty()) {
-    std::fprintf(stderr, "gpumem-run: libgpumem_shim.so not found %s\n",
-                 shim_env != nullptr ? "at $GPUMEM_SHIM" : "next to gpumem-run (../lib); set GPUMEM_SHIM");
+    if (shim_env != nullptr && *shim_env != '\0') {
+      std::fprintf(stderr, "gpumem-run: GPUMEM_SHIM=%s: no such readable file\n", shim_env);
+    } else {
+      std::fprintf(stderr, "gpumem-run: libgpumem_shim.so not found next to gpumem-run (%s/../lib); set GPUMEM_SHIM\n",
+                   exe_dir().c_str());
+    }
+    return 2;
+  }
+  if (std::string const problem = check_shim(shim); !problem.empty()) {
+    std::fprintf(stderr, "gpumem-run: %s%s\n", shim_env != nullptr && *shim_env != '\0' ? "GPUMEM_SHIM=" : "",
+                 problem.c_str());
     return 2;
   }
   for (auto const& [name, value] : opts.env) {

@@ -1,6 +1,6 @@
 #include "run_options.hpp"
 
-#include <gpumem/size_parse.hpp>
+#include <gpumem/config/size_parse.hpp>
 
 #include <unistd.h>
 
@@ -50,7 +50,7 @@ bool in_choices(std::string_view value, std::string_view choices) {
 
 void check_value(option_spec const& o, std::string const& value) {
   std::string const where = "--" + std::string{o.name};
-  if (value.empty()) throw std::invalid_argument{where + ": needs a value"};
+  if (value.empty()) throw std::invalid_argument{where + " needs a value"};
   if (o.type == option_spec::size) {
     try {
       (void)config::parse_size(value);  // percentages are resolved per device by the shim
@@ -113,7 +113,11 @@ run_options parse_arguments(std::vector<std::string> const& args) {
       continue;
     }
     if (!inline_value) {
-      if (i + 1 >= args.size()) throw std::invalid_argument{"--" + std::string{name} + ": needs a value"};
+      // "--pool-size -- prog" or "--log --report": the value was forgotten; a value
+      // that starts with "--" must be given inline (--log=--odd-name.csv).
+      if (i + 1 >= args.size() || args[i + 1].starts_with("--")) {
+        throw std::invalid_argument{"--" + std::string{name} + " needs a value"};
+      }
       value = args[++i];
     }
     check_value(*spec, value);

@@ -1,6 +1,6 @@
 // Host time of cudaMalloc+cudaFree and cudaMallocAsync+cudaFreeAsync pairs, run by
 // scripts/gpu-check-shim.sh with and without the shim (informational, not a test;
-// FIELD_NOTES §2 has the plain-CUDA numbers).
+// the run without the shim gives the plain-CUDA numbers to compare with).
 #include <cuda_runtime_api.h>
 
 #include <chrono>

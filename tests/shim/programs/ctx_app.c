@@ -191,13 +191,28 @@ static void contexts(size_t limit) {
   }
   /* Every pointer belongs to the context that was current: none of a created
    * context came from a pool, none of a primary one from a created context. Each is
-   * checked and freed with the other device's created context current. */
+   * checked and freed with the other device's created context current. Memory a
+   * created context took from the device's memory pool (cuMemAllocAsync) belongs to
+   * no context (CUDA reports NULL) and is read with its own context current. */
   for (int d = 0; d < devices; ++d) {
     APP_CHECK_EQ(cu.push(created[1 - d]), CUDA_SUCCESS);
     for (int i = 0; i < per_thread; ++i) {
       block const* b = &blocks[d][i];
+      int const stream_ordered = !b->pooled && i % 4 == 0;
+      if (stream_ordered) {
+        APP_CHECK(owner_is(b->p, NULL));
+        APP_CHECK_EQ(cu.push(b->owner), CUDA_SUCCESS);
+        APP_CHECK(holds(b->p, b->bytes, b->seed));
+        CUcontext own = NULL;
+        APP_CHECK_EQ(cu.pop(&own), CUDA_SUCCESS);
+        APP_CHECK_EQ(cu.release(b->p), CUDA_SUCCESS);
+        continue;
+      }
       if (!owner_is(b->p, b->owner)) {
-        fprintf(stderr, "device %d block %d (%s): wrong owning context\n", d, i, b->pooled ? "primary" : "created");
+        CUcontext owner = NULL;
+        CUresult const r = cu.attribute(&owner, CU_POINTER_ATTRIBUTE_CONTEXT, b->p);
+        fprintf(stderr, "device %d block %d (%s, %zu bytes): wrong owning context (attribute %d: %p, expected %p)\n",
+                d, i, b->pooled ? "primary" : "created", b->bytes, (int)r, (void*)owner, (void*)b->owner);
         ++app_failures;
       }
       APP_CHECK(holds(b->p, b->bytes, b->seed));

@@ -272,7 +272,10 @@ namespace {
 CUresult write_attribute(void* data, CUpointer_attribute attribute, std::uintptr_t ptr, pointer_info const& info) {
   switch (attribute) {
     case CU_POINTER_ATTRIBUTE_CONTEXT:
-      *static_cast<CUcontext*>(data) = to_handle(info.ctx != nullptr ? info.ctx : &device_at(info.device)->ctx);
+      // Memory of a memory pool (cuMemAllocAsync) belongs to no context (measured:
+      // NULL on an H200, driver 580); other memory to the context that allocated it.
+      *static_cast<CUcontext*>(data) =
+          info.pool != nullptr ? nullptr : to_handle(info.ctx != nullptr ? info.ctx : &device_at(info.device)->ctx);
       return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
       *static_cast<unsigned*>(data) = CU_MEMORYTYPE_DEVICE;

@@ -1,6 +1,7 @@
 #include "stream.hpp"
 
 #include <algorithm>
+#include <memory>
 #include <unordered_set>
 
 namespace gpumemsim {
@@ -24,6 +25,12 @@ registry& events_registry() {
 // Capture bookkeeping is rare and cross-cutting: one mutex guards every capture.
 std::mutex g_capture_mutex;
 std::vector<capture*> g_active_captures;
+// Every capture ever begun: events recorded into a capture keep pointing at it after
+// it ended, so captures live as long as the process (owned here, never freed).
+std::vector<std::unique_ptr<capture>>& all_captures() {
+  static auto* v = new std::vector<std::unique_ptr<capture>>;
+  return *v;
+}
 
 // Per-thread default streams, one per context; marked destroyed when the thread
 // exits so contexts can drop them once drained.
@@ -374,7 +381,7 @@ CUresult begin_capture(stream* s, CUstreamCaptureMode mode) {
   static std::atomic<std::uint64_t> next_id{1};
   std::lock_guard lock(g_capture_mutex);
   if (capture* c = capture_of(s); c != nullptr && c->active) return CUDA_ERROR_ILLEGAL_STATE;
-  auto* c = new capture;
+  auto* c = all_captures().emplace_back(std::make_unique<capture>()).get();
   c->id = next_id.fetch_add(1);
   c->mode = mode;
   c->thread = std::this_thread::get_id();

@@ -33,6 +33,7 @@
 
 #include <gpumem/detail/assert.hpp>
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <map>
@@ -308,26 +309,16 @@ class coalescing_free_list {
   /// Recent frees kept uncoalesced: a few, so scanning them costs less than one tree step.
   static constexpr std::size_t quick_slots = 8;
 
-  coalescing_free_list() = default;
-  coalescing_free_list(coalescing_free_list&&) noexcept = default;
-  coalescing_free_list& operator=(coalescing_free_list&&) noexcept = default;
-  coalescing_free_list(coalescing_free_list const&) = delete;
-  coalescing_free_list& operator=(coalescing_free_list const&) = delete;
+  // Move-only, as its tree: a copy would hand every block out twice.
 
   /// Files a freed block. Returns false (and changes nothing) if it overlaps a block
   /// already free: a double free.
   bool insert(free_block b) {
-    for (std::size_t i = 0; i < quick_n_; ++i) {
-      if (quick_[i].ptr < b.end() && b.ptr < quick_[i].end()) return false;
-    }
-    if (tree_.overlaps(b)) return false;
+    if (overlaps_cached(b) || tree_.overlaps(b)) return false;
     if (quick_n_ == quick_slots) {
       // The oldest goes to the tree (where it coalesces); the newest stays at hand.
-      bool const ok = tree_.insert(quick_[0]);
-      GPUMEM_ASSERT(ok, "free list: a cached block overlapped the tree");
-      static_cast<void>(ok);
-      for (std::size_t i = 1; i < quick_slots; ++i) quick_[i - 1] = quick_[i];
-      --quick_n_;
+      to_tree(quick_[0]);
+      remove_cached(0);
     }
     quick_[quick_n_++] = b;
     return true;
@@ -336,26 +327,16 @@ class coalescing_free_list {
   /// where it coalesces, past the cache (kept for the frees of the hot path). One
   /// overlapping a free block is dropped.
   void add(free_block b) {
-    for (std::size_t i = 0; i < quick_n_; ++i) {
-      if (quick_[i].ptr < b.end() && b.ptr < quick_[i].end()) return;
-    }
-    static_cast<void>(tree_.insert(b));
+    if (!overlaps_cached(b)) static_cast<void>(tree_.insert(b));
   }
 
   /// The smallest block of at least `size` bytes (exact sizes from the cache first,
   /// newest first), split: its first `size` bytes are returned, the rest stays free.
   std::optional<free_block> take_best_fit(std::size_t size) {
-    bool larger_cached = false;
-    for (std::size_t i = quick_n_; i-- > 0;) {
-      if (quick_[i].size == size) {
-        free_block const b = quick_[i];
-        for (std::size_t j = i + 1; j < quick_n_; ++j) quick_[j - 1] = quick_[j];
-        --quick_n_;
-        return b;
-      }
-      larger_cached = larger_cached || quick_[i].size > size;
-    }
+    if (auto b = take_cached(size)) return b;
     // A larger cached block may fit better than the tree's best: decide on everything.
+    bool const larger_cached =
+        std::any_of(quick_.begin(), quick_.begin() + quick_n_, [size](free_block const& c) { return c.size > size; });
     if (larger_cached) flush();
     if (auto b = tree_.take_best_fit(size)) return b;
     if (quick_n_ == 0) return std::nullopt;
@@ -365,14 +346,7 @@ class coalescing_free_list {
 
   /// A block of exactly `size` bytes (cache first, then the tree), if there is one.
   std::optional<free_block> take_exact(std::size_t size) {
-    for (std::size_t i = quick_n_; i-- > 0;) {
-      if (quick_[i].size == size) {
-        free_block const b = quick_[i];
-        for (std::size_t j = i + 1; j < quick_n_; ++j) quick_[j - 1] = quick_[j];
-        --quick_n_;
-        return b;
-      }
-    }
+    if (auto b = take_cached(size)) return b;
     return tree_.take_exact(size);
   }
 
@@ -443,13 +417,34 @@ class coalescing_free_list {
     for (std::size_t i = 0; i < quick_n_; ++i) n += quick_[i].size;
     return n;
   }
+  [[nodiscard]] bool overlaps_cached(free_block b) const noexcept {
+    return std::any_of(quick_.begin(), quick_.begin() + quick_n_,
+                       [b](free_block const& c) { return c.ptr < b.end() && b.ptr < c.end(); });
+  }
+  /// The newest cached block of exactly `size` bytes, taken out of the cache.
+  std::optional<free_block> take_cached(std::size_t size) noexcept {
+    for (std::size_t i = quick_n_; i-- > 0;) {
+      if (quick_[i].size == size) {
+        free_block const b = quick_[i];
+        remove_cached(i);
+        return b;
+      }
+    }
+    return std::nullopt;
+  }
+  void remove_cached(std::size_t i) const noexcept {
+    for (std::size_t j = i + 1; j < quick_n_; ++j) quick_[j - 1] = quick_[j];
+    --quick_n_;
+  }
+  /// A cached block into the tree (the cache never holds a block that overlaps it).
+  void to_tree(free_block b) const {
+    bool const ok = tree_.insert(b);
+    GPUMEM_ASSERT(ok, "free list: a cached block overlapped the tree");
+    static_cast<void>(ok);
+  }
   /// Moves the cached blocks into the tree (const: observers see coalesced blocks).
   void flush() const {
-    for (std::size_t i = 0; i < quick_n_; ++i) {
-      bool const ok = tree_.insert(quick_[i]);
-      GPUMEM_ASSERT(ok, "free list: a cached block overlapped the tree");
-      static_cast<void>(ok);
-    }
+    for (std::size_t i = 0; i < quick_n_; ++i) to_tree(quick_[i]);
     quick_n_ = 0;
   }
 

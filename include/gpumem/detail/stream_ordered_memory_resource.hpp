@@ -1,0 +1,194 @@
+#pragma once
+// stream_ordered_memory_resource<List, Payload>: what the stream-ordered caching
+// resources (pool_memory_resource, fixed_size_memory_resource) share, as RMM's
+// class of the same name does for its pool and fixed-size resources. Each resource
+// keeps its own allocation policy (where a request looks first, when a miss
+// reclaims, how much it grows); this class holds the rest:
+//  - the upstream and the regions obtained from it (region_table): the lookup for
+//    deallocate and owns(), the bytes reserved;
+//  - the free memory (stream_free_lists<List>) and its reclamation, counted;
+//  - growth: one upstream allocation with synchronous semantics (usable at once by
+//    any stream), registered, on the device the first growth resolves;
+//  - release: reclaim, take the fully free regions out of the lists and give them
+//    back upstream, each on a stream ordered after every stream that freed part of it;
+//  - info(): bytes reserved, free (pending included), pending, largest free block;
+//  - teardown: every region back upstream, in use or not (as RMM does).
+// Unlike RMM's it is not a device_memory_resource itself: the public classes keep
+// their pimpl and forward do_release, do_info, do_owns and do_stream_destroyed to
+// it, so their headers stay free of these details.
+//
+// Locking, outermost first: growth_mutex() (growth, reclamation, release, info) ->
+// the free lists' locks (stream_free_lists.hpp) -> the region table's (a leaf).
+// Members documented "caller holds growth_mutex()" rely on it.
+
+#include <gpumem/call_context.hpp>
+#include <gpumem/detail/assert.hpp>
+#include <gpumem/detail/driver_api.hpp>
+#include <gpumem/detail/region_table.hpp>
+#include <gpumem/detail/stream_free_lists.hpp>
+#include <gpumem/device_memory_resource.hpp>
+#include <gpumem/error.hpp>
+#include <gpumem/stream_tracker.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <cstddef>
+#include <mutex>
+#include <string>
+
+namespace gpumem::detail {
+
+template <stream_free_list List, class Payload = no_payload>
+class stream_ordered_memory_resource {
+ public:
+  using lists_type = stream_free_lists<List>;
+  using entry = typename lists_type::entry;
+  using gather_mode = typename lists_type::gather_mode;
+  using region = typename region_table<Payload>::region;
+
+  /// Throws logic_error naming `resource` for a null upstream. `device`: whose
+  /// streams a reclamation barrier orders; -1: the device of the context current
+  /// at the first growth.
+  stream_ordered_memory_resource(device_memory_resource* upstream, char const* resource, int device = -1)
+      : upstream_{upstream}, device_{device} {
+    if (upstream_ == nullptr) throw logic_error{std::string{"gpumem: "} + resource + " needs an upstream resource"};
+  }
+  /// Every region goes back upstream, in use or not: the resource owns them.
+  ~stream_ordered_memory_resource() {
+    end_borrows();
+    scoped_synchronous_call sync;  // as they were obtained: no stream order to keep
+    regions_.for_each([&](char* base, std::size_t size) { upstream_->deallocate(base, size, stream_ref{}); });
+  }
+  stream_ordered_memory_resource(stream_ordered_memory_resource const&) = delete;
+  stream_ordered_memory_resource& operator=(stream_ordered_memory_resource const&) = delete;
+
+  [[nodiscard]] device_memory_resource* upstream() const noexcept { return upstream_; }
+  [[nodiscard]] lists_type& lists() noexcept { return lists_; }
+  [[nodiscard]] lists_type const& lists() const noexcept { return lists_; }
+  [[nodiscard]] region_table<Payload>& regions() noexcept { return regions_; }
+  [[nodiscard]] std::mutex& growth_mutex() noexcept { return growth_mutex_; }
+  /// Bytes held from the upstream (the regions' sizes).
+  [[nodiscard]] std::size_t reserved_bytes() const noexcept { return regions_.reserved_bytes(); }
+  /// Reclamations made so far (each one barrier).
+  [[nodiscard]] std::size_t reclaim_count() const noexcept { return reclaims_.load(std::memory_order_relaxed); }
+
+  /// A new region of `bytes` from the upstream, registered with the payload
+  /// make_payload(base) returns (no_payload{} by default); a null region if the
+  /// upstream is out of memory. Allocated with synchronous semantics on the legacy
+  /// stream, so it is usable at once by any stream. Other failures propagate,
+  /// with nothing kept. Caller holds growth_mutex().
+  template <class MakePayload>
+  region grow(std::size_t bytes, MakePayload&& make_payload) {
+    if (device_ < 0) device_ = current_device();  // the memory's device, for reclamation
+    end_borrows();                                // the upstream may be a resource too
+    void* raw = nullptr;
+    {
+      scoped_synchronous_call sync;
+      try {
+        raw = upstream_->allocate(bytes, stream_ref{});
+      } catch (out_of_memory const&) { return {}; }
+    }
+    if (raw == nullptr) return {};
+    auto* base = static_cast<char*>(raw);
+    try {
+      Payload& p = regions_.insert(base, bytes, make_payload(base));
+      return {base, bytes, &p};
+    } catch (...) {
+      scoped_synchronous_call sync;
+      upstream_->deallocate(raw, bytes, stream_ref{});
+      throw;
+    }
+  }
+  region grow(std::size_t bytes) {
+    return grow(bytes, [](char*) { return Payload{}; });
+  }
+
+  /// Undoes grow() for a region none of whose memory was handed out or filed
+  /// (its bookkeeping failed): unregistered and given back. Caller holds growth_mutex().
+  void undo_growth(char* base) noexcept {
+    std::size_t const size = regions_.erase(base);
+    if (size == 0) return;
+    end_borrows();
+    scoped_synchronous_call sync;
+    upstream_->deallocate(base, size, stream_ref{});
+  }
+
+  /// One reclamation (a barrier, stream_free_lists::reclaim); caller holds growth_mutex().
+  bool reclaim() {
+    if (device_ < 0) return false;  // never grew: nothing can be waiting
+    bool const done = lists_.reclaim(stream_tracker::of(device_));
+    if (done) reclaims_.fetch_add(1, std::memory_order_relaxed);
+    return done;
+  }
+
+  /// Gives every completely free region back upstream; the bytes given back.
+  /// Caller holds growth_mutex().
+  std::size_t release_free_regions() {
+    return lists_.with_all_locked([&](typename lists_type::locked_view& v) {
+      auto const free = lists_.extract_free_regions(v, [&](char* base) { return regions_.size_at(base); });
+      std::size_t released = 0;
+      end_borrows();
+      for (auto const& r : free) {
+        [[maybe_unused]] std::size_t const size = regions_.erase(r.base);  // invalidates every thread's lookup hints
+        GPUMEM_ASSERT(size == r.size, "a free region changed size while the lists were locked");
+        upstream_->deallocate(r.base, r.size, stream_ref{r.stream});
+        released += r.size;
+      }
+      return released;
+    });
+  }
+
+  /// device_memory_resource::release(): reclaims whatever waits for a barrier (it
+  /// may complete a free region), then gives the free regions back.
+  std::size_t release() {
+    std::lock_guard growth{growth_mutex_};
+    reclaim();
+    return release_free_regions();
+  }
+
+  resource_info info() {
+    std::lock_guard growth{growth_mutex_};
+    return info_locked();
+  }
+
+  /// info() for a caller holding growth_mutex() (so the reserved bytes are stable).
+  resource_info info_locked() {
+    resource_info r{};
+    lists_.with_all_locked([&](typename lists_type::locked_view& v) {
+      std::size_t free = v.quarantine.free_bytes();
+      for (auto const* e : v.entries) {
+        free += e->list.free_bytes();
+        r.largest_free_block = std::max(r.largest_free_block, e->list.largest());
+      }
+      for (auto const& b : v.foreign) {
+        free += b.list.free_bytes();
+        r.largest_free_block = std::max(r.largest_free_block, b.list.largest());
+      }
+      // Pending blocks are free from the program's point of view (it freed them).
+      r.pending_bytes = lists_.pending_bytes();
+      free += r.pending_bytes;
+      r.reserved_bytes = regions_.reserved_bytes();
+      r.free_bytes = std::min(free, r.reserved_bytes);
+      r.used_bytes = r.reserved_bytes - r.free_bytes;
+    });
+    return r;
+  }
+
+  /// p inside one of the regions, or memory the upstream owns (a caching upstream).
+  [[nodiscard]] bool owns(void const* p) noexcept { return regions_.contains(p) || upstream_->owns(p); }
+
+  void stream_destroyed(stream_ref s) noexcept {
+    lists_.stream_destroyed(s);
+    upstream_->stream_destroyed(s);
+  }
+
+ private:
+  device_memory_resource* const upstream_;
+  int device_;               ///< guarded by growth_mutex_; -1 until the first growth resolves it
+  std::mutex growth_mutex_;  ///< serialises growth, reclamation, release and info; outermost lock
+  std::atomic<std::size_t> reclaims_{0};
+  region_table<Payload> regions_;
+  lists_type lists_;
+};
+
+}  // namespace gpumem::detail

@@ -1,0 +1,126 @@
+"""gpumem from Python: where the installed shim is, and what it does in this process.
+
+Run a program under gpumem with the ``gpumem-run`` command this package installs::
+
+    gpumem-run --pool-size 8GiB -- python train.py
+
+and, inside that program::
+
+    import gpumem
+    gpumem.active()   # True once the shim serves this process's allocations
+    gpumem.stats()    # its counters as a dict (None when the shim is not loaded)
+
+Nothing here loads the shim. Its query functions are looked up among the libraries
+the process already has (the shim arrives through ``LD_PRELOAD``), so importing
+gpumem never changes how a program allocates, and a program that uses it runs
+unchanged without gpumem.
+"""
+
+import ctypes
+import os
+
+from ._stats_fields import FIELDS as _FIELDS
+
+__all__ = ["active", "chain", "config_dir", "loaded", "mode", "shim_path", "simdevice_dir", "stats"]
+
+_PREFIX = os.path.dirname(os.path.abspath(__file__))
+_C_TYPES = {"int": ctypes.c_int, "unsigned long long": ctypes.c_ulonglong}
+# Values of gpumem_shim_stats.mode (enum gpumem_shim_mode in gpumem_shim.h).
+_MODES = {0: "uninitialized", 1: "active", 2: "disabled", 3: "config error"}
+
+
+class _Stats(ctypes.Structure):
+    # struct gpumem_shim_stats, field for field (generated from gpumem_shim.h).
+    _fields_ = [(name, _C_TYPES[ctype]) for name, ctype in _FIELDS]
+
+
+_query = None
+
+
+def _functions():
+    """The shim's query functions if this process has the shim, else None."""
+    global _query
+    if _query is None:
+        try:
+            # dlopen(NULL): the libraries already loaded, nothing new.
+            process = ctypes.CDLL(None)
+            get_stats = process.gpumem_shim_get_stats
+            describe = process.gpumem_shim_describe_chain
+        except AttributeError:
+            _query = ()
+        else:
+            get_stats.argtypes = [ctypes.POINTER(_Stats)]
+            get_stats.restype = ctypes.c_int
+            describe.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_ulong]
+            describe.restype = ctypes.c_int
+            _query = (get_stats, describe)
+    return _query or None
+
+
+def loaded():
+    """Whether libgpumem_shim.so is loaded in this process."""
+    return _functions() is not None
+
+
+def stats():
+    """The shim's counters as a dict (gpumem_shim_stats in gpumem_shim.h, plus "mode"
+    as a word), or None when the shim is not loaded."""
+    query = _functions()
+    if query is None:
+        return None
+    raw = _Stats()
+    if query[0](ctypes.byref(raw)) != 0:
+        raise RuntimeError("gpumem: gpumem_shim_get_stats failed")
+    result = {name: getattr(raw, name) for name, _ in _FIELDS}
+    result["mode"] = _MODES.get(raw.mode, "unknown ({})".format(raw.mode))
+    return result
+
+
+def mode():
+    """"not loaded", "uninitialized" (no CUDA call yet: the configuration is read at
+    the first one), "active", "disabled" (GPUMEM_DISABLE=1) or "config error"."""
+    current = stats()
+    return "not loaded" if current is None else current["mode"]
+
+
+def active():
+    """Whether the shim is loaded and serves allocations through its resource chains.
+    False until the process's first CUDA call, when the shim reads its configuration
+    (mode() is "uninitialized" then)."""
+    return mode() == "active"
+
+
+def chain(device=0):
+    """The resource chain of `device` as text ("pool(...) -> cuda"); "" while none is
+    built; None when the shim is not loaded."""
+    query = _functions()
+    if query is None:
+        return None
+    buf = ctypes.create_string_buffer(4096)
+    n = query[1](device, buf, len(buf))
+    if n < 0:
+        raise RuntimeError("gpumem: gpumem_shim_describe_chain failed")
+    return buf.value.decode("utf-8", "replace")
+
+
+def _installed(*parts):
+    path = os.path.join(_PREFIX, *parts)
+    if not os.path.exists(path):
+        raise FileNotFoundError("gpumem: {} is missing from this installation".format(path))
+    return path
+
+
+def shim_path():
+    """The libgpumem_shim.so installed with this package (what gpumem-run preloads)."""
+    return _installed("lib", "libgpumem_shim.so")
+
+
+def simdevice_dir():
+    """The directory of gpumem's simulated device (libcuda.so.1 and libcudart.so.13 that
+    run on host memory, for gpumem-replay and for trying gpumem without a GPU)."""
+    return _installed("lib", "gpumem", "simdevice")
+
+
+def config_dir():
+    """The example configurations (default.toml documents every key)."""
+    return _installed("share", "gpumem", "config")

@@ -1,0 +1,60 @@
+"""Run under gpumem-run with the simulated device on LD_LIBRARY_PATH (scripts/test-wheel).
+
+Allocates device memory through the driver API the way CuPy does (ctypes over
+libcuda.so.1) and checks, with the gpumem module, that the shim is active and served
+every allocation. Prints the statistics and "python_alloc: ok".
+"""
+import ctypes
+import sys
+
+import gpumem
+
+
+def fail(why):
+    sys.exit("python_alloc: " + why)
+
+
+if not gpumem.loaded():
+    fail("gpumem.loaded() is False: run this under gpumem-run")
+before = gpumem.stats()
+cuda = ctypes.CDLL("libcuda.so.1")
+for call, args in (("cuInit", (0,)),):
+    if getattr(cuda, call)(*args) != 0:
+        fail(call + " failed")
+device = ctypes.c_int()
+context = ctypes.c_void_p()
+if cuda.cuDeviceGet(ctypes.byref(device), 0) != 0:
+    fail("cuDeviceGet failed")
+if cuda.cuDevicePrimaryCtxRetain(ctypes.byref(context), device) != 0:
+    fail("cuDevicePrimaryCtxRetain failed")
+if cuda.cuCtxSetCurrent(context) != 0:
+    fail("cuCtxSetCurrent failed")
+
+cu_mem_alloc = cuda.cuMemAlloc_v2
+cu_mem_alloc.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t]
+cu_mem_free = cuda.cuMemFree_v2
+cu_mem_free.argtypes = [ctypes.c_uint64]
+pointers = []
+for i in range(16):
+    p = ctypes.c_uint64()
+    if cu_mem_alloc(ctypes.byref(p), 4096 << (i % 6)) != 0:
+        fail("cuMemAlloc failed")
+    pointers.append(p.value)
+during = gpumem.stats()
+for p in pointers:
+    if cu_mem_free(p) != 0:
+        fail("cuMemFree failed")
+after = gpumem.stats()
+
+print("gpumem.mode():", gpumem.mode())
+print("gpumem.chain():", gpumem.chain())
+print("gpumem.stats():", after)
+if not gpumem.active():
+    fail("gpumem.active() is False after allocating")
+if after["chain_allocations"] - before["chain_allocations"] != 16:
+    fail("the shim served {} of 16 allocations".format(after["chain_allocations"] - before["chain_allocations"]))
+if during["live_allocations"] < 16 or after["chain_frees"] - before["chain_frees"] != 16:
+    fail("live allocations or frees do not add up: {} / {}".format(during, after))
+if not gpumem.chain():
+    fail("no chain described for device 0")
+print("python_alloc: ok")

@@ -1,0 +1,1 @@
+int dlsym_scope_only(void) { return 7; }

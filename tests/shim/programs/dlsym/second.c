@@ -1,0 +1,1 @@
+int dlsym_probe(void) { return 2; }
