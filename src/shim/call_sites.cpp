@@ -65,8 +65,7 @@ stack_ref note_call_site(event const& e) noexcept {
       if (s) attribute_allocation(reinterpret_cast<std::uintptr_t>(e.pointer), e.size, s.slot);
       return s;
     }
-    case log_action::allocate_failure:
-      return capture_and_intern();
+    case log_action::allocate_failure: return capture_and_intern();
     case log_action::free:
       if (e.result == CUDA_SUCCESS) release_allocation(reinterpret_cast<std::uintptr_t>(e.pointer));
       return {};

@@ -129,8 +129,7 @@ void gather(facts& f, device_chain& c) noexcept {
   try {
     f.info = c.chain->info();
     f.have_info = true;
-  } catch (...) {
-  }
+  } catch (...) {}
   auto const live = c.chain->live_stats().bytes();
   auto const count = c.chain->live_stats().allocations();
   f.live_bytes = live.current;
@@ -142,8 +141,7 @@ void gather(facts& f, device_chain& c) noexcept {
   }
   try {
     f.chain = c.chain->describe();
-  } catch (...) {
-  }
+  } catch (...) {}
   if (stacks_enabled()) {
     f.request_stack = record_current_stack();
     f.site_count = top_live_sites(f.sites, top_sites);
@@ -183,10 +181,11 @@ void snapshot_json(text& t, facts const& f) noexcept {
   t.add("},\n\"live\":{\"bytes\":%lld,\"count\":%lld},\n", static_cast<long long>(f.live_bytes),
         static_cast<long long>(f.live_count));
   if (f.have_info) {
-    t.add("\"pool\":{\"reserved_bytes\":%zu,\"used_bytes\":%zu,\"free_bytes\":%zu,\"largest_free_block\":%zu,"
-          "\"pending_bytes\":%zu,\"fragmentation\":%.4f},\n",
-          f.info.reserved_bytes, f.info.used_bytes, f.info.free_bytes, f.info.largest_free_block,
-          f.info.pending_bytes, f.info.fragmentation());
+    t.add(
+        "\"pool\":{\"reserved_bytes\":%zu,\"used_bytes\":%zu,\"free_bytes\":%zu,\"largest_free_block\":%zu,"
+        "\"pending_bytes\":%zu,\"fragmentation\":%.4f},\n",
+        f.info.reserved_bytes, f.info.used_bytes, f.info.free_bytes, f.info.largest_free_block, f.info.pending_bytes,
+        f.info.fragmentation());
   } else {
     t.add("\"pool\":null,\n");
   }
@@ -243,9 +242,7 @@ std::string snapshot_path(facts& f, int number) noexcept {
     }
     if (base.empty()) return {};
     return base + ".oom-" + std::to_string(number) + ".json";
-  } catch (...) {
-    return {};
-  }
+  } catch (...) { return {}; }
 }
 
 void say(facts const& f, bool written) noexcept {
@@ -290,12 +287,12 @@ void say(facts const& f, bool written) noexcept {
   human(live, f.live_bytes > 0 ? static_cast<std::uint64_t>(f.live_bytes) : 0);
   char req[32];
   message(level::warn,
-          "out of memory on device %d: %s(%s) failed, after gpumem released its cached memory and retried%s; the program holds %s in %lld "
+          "out of memory on device %d: %s(%s) failed, after gpumem released its cached memory and retried%s; the "
+          "program holds %s in %lld "
           "allocations%s%s%s%s%s%s%s",
           f.device, f.entry != nullptr ? f.entry : "allocate", human(req, f.bytes), earlier, live,
-          static_cast<long long>(f.live_count), pool, limit, device, site,
-          written ? "; snapshot: " : "", written ? f.snapshot.c_str() : "",
-          written ? " (gpumem-report reads it)" : "");
+          static_cast<long long>(f.live_count), pool, limit, device, site, written ? "; snapshot: " : "",
+          written ? f.snapshot.c_str() : "", written ? " (gpumem-report reads it)" : "");
 }
 
 }  // namespace

@@ -29,16 +29,14 @@ stack_file::~stack_file() {
 bool stack_file::write_line(char const* line, std::size_t len) noexcept {
   if (fd_ < 0) return false;
   ssize_t n = 0;
-  do {
-    n = ::write(fd_, line, len);
-  } while (n < 0 && errno == EINTR);
+  do { n = ::write(fd_, line, len); } while (n < 0 && errno == EINTR);
   if (n == static_cast<ssize_t>(len)) return true;
   // A short write leaves part of a line: end it, so the next line stays whole
   // (readers skip the broken one).
   if (n > 0) (void)!::write(fd_, "\n", 1);
   if (lost_.fetch_add(1, std::memory_order_relaxed) == 0) {
-    message(level::warn, "cannot write to the stack table '%s' (%s): stacks are missing from it",
-            path_.c_str(), n < 0 ? std::strerror(errno) : "short write");
+    message(level::warn, "cannot write to the stack table '%s' (%s): stacks are missing from it", path_.c_str(),
+            n < 0 ? std::strerror(errno) : "short write");
   }
   return false;
 }

@@ -74,8 +74,8 @@ void remove_live(std::uint32_t slot, std::size_t bytes) noexcept;
 /// One frame as the snapshot shows it.
 struct frame_info {
   std::uintptr_t address = 0;
-  std::uintptr_t bias = 0;           ///< module's load bias (0: no module)
-  char const* module_path = nullptr; ///< nullptr: in no module
+  std::uintptr_t bias = 0;            ///< module's load bias (0: no module)
+  char const* module_path = nullptr;  ///< nullptr: in no module
 };
 
 struct live_site {

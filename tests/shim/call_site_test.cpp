@@ -57,7 +57,8 @@ json_value report_json(std::string const& path) {
 /// Function names of a site's frames.
 std::vector<std::string> functions(json_value const& site) {
   std::vector<std::string> out;
-  for (auto const& f : site["frames"].items) out.push_back(f["function"].is(json_value::kind::string) ? f["function"].text : "");
+  for (auto const& f : site["frames"].items)
+    out.push_back(f["function"].is(json_value::kind::string) ? f["function"].text : "");
   return out;
 }
 
@@ -270,7 +271,8 @@ TEST(CallSites, GeneratedCodeIsWalkedThroughAndNamedFromThePerfMap) {
 
 TEST(OutOfMemory, OneMessageAndOneSnapshotPerBurst) {
   run_paths const p{"oom"};
-  auto const r = run_app({"oom", "50"}, {{"GPUMEM_LOG_FILE", p.log}, {"GPUMEM_STACKS", "16"}, {"GPUMEM_LIMIT", "32MiB"}});
+  auto const r = run_app({"oom", "50"},
+                         {{"GPUMEM_LOG_FILE", p.log}, {"GPUMEM_STACKS", "16"}, {"GPUMEM_LIMIT", "32MiB"}});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   ASSERT_NE(r.output.find("OOM 51 HELD 10"), std::string::npos) << r.output;
   // 51 failures in a loop: one message.

@@ -93,7 +93,8 @@ TEST(CallSiteAnalysis, LogsWithoutAStackColumnHaveNoCallSites) {
 }
 
 TEST(CallSiteAnalysis, ABadStackIdIsAWarningAndTheRowIsSkipped) {
-  auto const log = parse_log("Action,Pointer,Size,TimeNs,Stack\nallocate,0x100,10,1,xyz\nallocate,0x200,10,2,ff\n", "t.csv");
+  auto const log = parse_log("Action,Pointer,Size,TimeNs,Stack\nallocate,0x100,10,1,xyz\nallocate,0x200,10,2,ff\n",
+                             "t.csv");
   ASSERT_EQ(log.events.size(), 1U);
   EXPECT_EQ(log.events[0].stack, 0xffU);
   ASSERT_EQ(log.warnings.size(), 1U);

@@ -122,8 +122,15 @@ class json_parser {
         v.k = json_value::kind::string;
         v.text = string();
         return v;
-      case 't': word("true"); v.k = json_value::kind::boolean; v.boolean = true; return v;
-      case 'f': word("false"); v.k = json_value::kind::boolean; return v;
+      case 't':
+        word("true");
+        v.k = json_value::kind::boolean;
+        v.boolean = true;
+        return v;
+      case 'f':
+        word("false");
+        v.k = json_value::kind::boolean;
+        return v;
       case 'n': word("null"); return v;
       default: return number();
     }
@@ -164,10 +171,14 @@ class json_parser {
     for (int i = 0; i < 4; ++i) {
       char const c = t_[pos_++];
       v <<= 4;
-      if (c >= '0' && c <= '9') v |= static_cast<unsigned>(c - '0');
-      else if (c >= 'a' && c <= 'f') v |= static_cast<unsigned>(c - 'a' + 10);
-      else if (c >= 'A' && c <= 'F') v |= static_cast<unsigned>(c - 'A' + 10);
-      else fail("bad \\u escape");
+      if (c >= '0' && c <= '9')
+        v |= static_cast<unsigned>(c - '0');
+      else if (c >= 'a' && c <= 'f')
+        v |= static_cast<unsigned>(c - 'a' + 10);
+      else if (c >= 'A' && c <= 'F')
+        v |= static_cast<unsigned>(c - 'A' + 10);
+      else
+        fail("bad \\u escape");
     }
     return v;
   }

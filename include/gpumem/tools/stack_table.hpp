@@ -32,7 +32,7 @@ struct stack_frame {
 
 struct recorded_stack {
   std::uint64_t id{};
-  std::uint32_t pid{};  ///< process that recorded it (perf maps are per pid)
+  std::uint32_t pid{};              ///< process that recorded it (perf maps are per pid)
   std::vector<stack_frame> frames;  ///< innermost first
 };
 

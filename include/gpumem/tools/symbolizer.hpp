@@ -30,10 +30,10 @@ struct symbol {
   enum class kind : std::uint8_t { native, python, unknown };
   kind what = kind::unknown;
   std::uint64_t address{};
-  std::string function;  ///< "" when unknown
-  std::string file;      ///< source file ("" unknown)
-  int line{};            ///< 0 unknown
-  std::string module;    ///< module path ("" none)
+  std::string function;    ///< "" when unknown
+  std::string file;        ///< source file ("" unknown)
+  int line{};              ///< 0 unknown
+  std::string module;      ///< module path ("" none)
   std::uint64_t offset{};  ///< address - bias, in the module file
   /// "layer_beta_leak at app.cpp:42 (app+0x1234)", "train_step (python, train.py)",
   /// "libfoo.so+0x1234", "0x7f..."

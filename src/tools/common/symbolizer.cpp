@@ -175,7 +175,8 @@ symbol symbolizer::resolve(std::uint64_t address, stack_module const* module, st
     if (char const* file = dwfl_lineinfo(l, nullptr, &line, nullptr, nullptr, nullptr)) {
       std::filesystem::path p{file};
       // A relative name is relative to the compilation's directory.
-      if (char const* dir = dwfl_line_comp_dir(l); p.is_relative() && dir != nullptr) p = std::filesystem::path{dir} / p;
+      if (char const* dir = dwfl_line_comp_dir(l); p.is_relative() && dir != nullptr)
+        p = std::filesystem::path{dir} / p;
       s.file = p.lexically_normal().string();
       s.line = line;
     }

@@ -63,13 +63,12 @@ oom_snapshot read_snapshot(std::string const& path, symbolizer& sym) {
     snap.request_frames = name_frames(snap.doc["request"]["frames"], pid, sym);
   }
   if (has(snap.doc, "top_sites") && snap.doc["top_sites"].is(json_value::kind::array)) {
-    for (auto const& site : snap.doc["top_sites"].items) snap.site_frames.push_back(name_frames(site["frames"], pid, sym));
+    for (auto const& site : snap.doc["top_sites"].items)
+      snap.site_frames.push_back(name_frames(site["frames"], pid, sym));
   }
   try {
     (void)snapshot_text(snap);  // every field it shows is there
-  } catch (std::exception const& e) {
-    throw std::runtime_error{std::string{"malformed snapshot: "} + e.what()};
-  }
+  } catch (std::exception const& e) { throw std::runtime_error{std::string{"malformed snapshot: "} + e.what()}; }
   return snap;
 }
 
@@ -87,7 +86,8 @@ std::string snapshot_text(oom_snapshot const& snap) {
                  number(d["live"], "count"));
   if (d["pool"].is(json_value::kind::object)) {
     auto const& p = d["pool"];
-    fmt::format_to(out, "  pool           holds {}: {} in use, {} cached; largest free block {}; fragmentation {:.0f}%\n",
+    fmt::format_to(out,
+                   "  pool           holds {}: {} in use, {} cached; largest free block {}; fragmentation {:.0f}%\n",
                    human_bytes(number(p, "reserved_bytes")), human_bytes(number(p, "used_bytes")),
                    human_bytes(number(p, "free_bytes")), human_bytes(number(p, "largest_free_block")),
                    100.0 * p["fragmentation"].number);
@@ -100,7 +100,8 @@ std::string snapshot_text(oom_snapshot const& snap) {
     fmt::format_to(out, "  device         {} free of {}\n", human_bytes(number(d["device_memory"], "free_bytes")),
                    human_bytes(number(d["device_memory"], "total_bytes")));
   }
-  if (d["chain"].is(json_value::kind::string)) fmt::format_to(out, "  chain          {}\n", escape_text(d["chain"].text));
+  if (d["chain"].is(json_value::kind::string))
+    fmt::format_to(out, "  chain          {}\n", escape_text(d["chain"].text));
   if (number(d, "earlier_unreported_failures") > 0) {
     fmt::format_to(out, "  before it      {} failures not reported separately (same burst)\n",
                    number(d, "earlier_unreported_failures"));

@@ -24,9 +24,9 @@
 #include <sys/mman.h>
 
 #include <csignal>
-#include <cstring>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <thread>
 #include <vector>
