@@ -2,8 +2,8 @@
 // csv_log_writer: the allocation log that survives the process and never harms it.
 //
 // Format (RMM's columns first, in RMM's formats, then gpumem's):
-//   Thread,Time,Action,Pointer,Size,Stream,Device,Entry,TimeNs,DurationNs,Result,Reserved
-//   140245,14:02:07.123456,allocate,0x7f3a40000000,1048576,0x1,0,cudaMalloc,1763733727123456789,412,CUDA_SUCCESS,2097152
+//   Thread,Time,Action,Pointer,Size,Stream,Device,Entry,TimeNs,DurationNs,Result,Reserved,Stack
+//   140245,14:02:07.123456,allocate,0x7f3a40000000,1048576,0x1,0,cudaMalloc,1763733727123456789,412,CUDA_SUCCESS,2097152,9c1e07a2f3b4d5e6
 // Thread: OS thread id. Time: local HH:MM:SS.ffffff. Action: allocate |
 // allocate failure | free. Pointer: %p style, "(nil)" for null. Size: requested
 // bytes. Stream: "0" for null, else 0x-hex. Device: ordinal, -1 unknown. Entry:
@@ -12,6 +12,9 @@
 // DurationNs: time the upstream call took. Result: CUDA_SUCCESS or the error name.
 // Reserved: bytes the writer's resource chain held from the device after the
 // event, decimal; empty when unknown (logging_resource_adaptor leaves it empty).
+// Stack: the id (hex, no 0x) of the calling stack in the stack table written
+// beside the log ("<log>.stacks", see src/shim/stack_table.hpp); empty when no
+// stack was recorded for the event.
 //
 // Metadata lines start with '#'; readers skip them as data. The writer adds the
 // incompleteness marker when rows were lost (and, after a truncation, possibly
@@ -40,7 +43,7 @@
 // READERS MUST IGNORE NUL BYTES. After a crash the file ends in NULs past the
 // last row (space allocated ahead), and a row whose writer died mid-copy leaves
 // a NUL hole or an incomplete line; skip lines that contain NUL or do not have
-// 12 fields. An orderly close() (or exit, via an atexit hook) truncates the file
+// 13 fields. An orderly close() (or exit, via an atexit hook) truncates the file
 // to the bytes written: no NULs remain.
 //
 // Hostile conditions (the log never kills or stops the program):
@@ -119,13 +122,14 @@ struct log_row {
   std::uint64_t duration_ns{};
   const char* result{};            ///< nullptr: "CUDA_SUCCESS"
   std::int64_t reserved{-1};       ///< Reserved column; negative: unknown (empty)
+  std::uint64_t stack{};           ///< Stack column; 0: none (empty)
 };
 
 inline constexpr std::string_view csv_log_header =
-    "Thread,Time,Action,Pointer,Size,Stream,Device,Entry,TimeNs,DurationNs,Result,Reserved\n";
+    "Thread,Time,Action,Pointer,Size,Stream,Device,Entry,TimeNs,DurationNs,Result,Reserved,Stack\n";
 
 /// Fields per row (and in the header).
-inline constexpr std::size_t csv_log_columns = 12;
+inline constexpr std::size_t csv_log_columns = 13;
 
 /// Longest row format_row() can produce (entry and result are cut to 64 chars).
 inline constexpr std::size_t max_row_bytes = 384;

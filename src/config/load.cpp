@@ -11,6 +11,7 @@
 #include <array>
 #include <cctype>
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -29,10 +30,11 @@ using detail::location;
 constexpr std::string_view env_source = "environment";
 
 /// The variables gpumem reads (for the did-you-mean of unknown ones).
-constexpr std::array<std::string_view, 14> known_variables{
+constexpr std::array<std::string_view, 17> known_variables{
     "GPUMEM_CONFIG",    "GPUMEM_DISABLE",   "GPUMEM_RESOURCE",  "GPUMEM_POOL_SIZE",   "GPUMEM_POOL_MAX",
     "GPUMEM_LIMIT",     "GPUMEM_LOG_FILE",  "GPUMEM_LOG_LEVEL", "GPUMEM_SYNC_MODE",   "GPUMEM_ON_ERROR",
-    "GPUMEM_REPORT",    "GPUMEM_REPORT_FILE", "GPUMEM_DEFERRED_FLUSH", "GPUMEM_SHIM"};
+    "GPUMEM_REPORT",    "GPUMEM_REPORT_FILE", "GPUMEM_DEFERRED_FLUSH", "GPUMEM_SHIM",  "GPUMEM_STACKS",
+    "GPUMEM_STACK_SAMPLE", "GPUMEM_STACK_MIN_SIZE"};
 /// Variables of other gpumem components (the simulated device, the test harness).
 constexpr std::array<std::string_view, 3> foreign_prefixes{"GPUMEM_SIM_", "GPUMEM_BUILD_DIR", "GPUMEM_SOURCE_DIR"};
 
@@ -85,6 +87,19 @@ class overrides {
   }
 
   [[nodiscard]] std::string const* get(std::string_view var) const { return env_.find(var); }
+
+  /// A decimal integer in [lo, hi].
+  [[nodiscard]] std::optional<std::int64_t> integer(std::string_view var, std::int64_t lo, std::int64_t hi,
+                                                    std::string_view hint) const {
+    std::string const* v = get(var);
+    if (v == nullptr) { return std::nullopt; }
+    std::int64_t n = 0;
+    char const* const end = v->data() + v->size();
+    auto const [p, ec] = std::from_chars(v->data(), end, n);
+    if (v->empty() || ec != std::errc{} || p != end) { fail(var, fmt::format("\"{}\" is not an integer", *v), hint); }
+    if (n < lo || n > hi) { fail(var, fmt::format("{} is out of range", n), hint); }
+    return n;
+  }
 
   /// 1/0, true/false, yes/no, on/off (any case).
   [[nodiscard]] std::optional<bool> boolean(std::string_view var) const {
@@ -305,6 +320,15 @@ settings load(environment const& env) {
       s.report = true;  // naming where the report goes asks for it (gpumem-run --report-file)
     }
     if (auto const v = o.boolean("GPUMEM_REPORT")) { s.report = *v; }
+    if (auto const v = o.integer("GPUMEM_STACKS", 0, max_stack_frames,
+                                 "0 (off) or the frames to record per allocation, 1 to 128")) {
+      s.stacks = static_cast<int>(*v);
+    }
+    if (auto const v = o.integer("GPUMEM_STACK_SAMPLE", 1, 1'000'000'000,
+                                 "1 (every allocation) or K: every K-th allocation of a thread")) {
+      s.stack_sample = static_cast<std::uint32_t>(*v);
+    }
+    if (auto const v = o.size("GPUMEM_STACK_MIN_SIZE", false)) { s.stack_min_size = static_cast<std::size_t>(v->bytes); }
     if (o.size("GPUMEM_DEFERRED_FLUSH", false)) {
       warnings.emplace_back(
           "GPUMEM_DEFERRED_FLUSH no longer has an effect (safe mode reclaims freed memory with GPU-side barriers, "

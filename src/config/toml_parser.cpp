@@ -95,6 +95,15 @@ class parser {
     wrong_type(n, key, "a string", hint);
   }
 
+  /// An integer in [lo, hi].
+  std::int64_t get_integer(toml::node const& n, std::string_view key, std::int64_t lo, std::int64_t hi,
+                           std::string_view hint) const {
+    auto const* i = n.as_integer();
+    if (i == nullptr) { wrong_type(n, key, "an integer", hint); }
+    if (i->get() < lo || i->get() > hi) { fail(n.source(), key, fmt::format("{} is out of range", i->get()), hint); }
+    return i->get();
+  }
+
   bool get_bool(toml::node const& n, std::string_view key) const {
     if (auto const* v = n.as_boolean()) { return v->get(); }
     wrong_type(n, key, "a boolean", "true or false");
@@ -142,7 +151,8 @@ class parser {
     toml::table* t = node.as_table();
     if (t == nullptr) { wrong_type(node, "gpumem", "a table", "write [gpumem] followed by its keys"); }
     static constexpr std::string_view valid =
-        "valid: sync_mode, log_file, log_level, on_error, report, report_file, deferred_flush";
+        "valid: sync_mode, log_file, log_level, on_error, report, report_file, stacks, stack_sample, "
+        "stack_min_size, deferred_flush";
     // on_error first, so a later mistake in this table already honours it.
     if (toml::node const* e = t->get("on_error")) {
       s.on_config_error = get_choice(*e, "gpumem.on_error", "fail|passthrough") == "fail" ? on_error::fail
@@ -164,6 +174,14 @@ class parser {
         s.report = get_bool(v, key);
       } else if (name == "report_file") {
         s.report_file = get_template(v, key);
+      } else if (name == "stacks") {
+        s.stacks = static_cast<int>(get_integer(v, key, 0, max_stack_frames,
+                                                "0 (off) or the frames to record per allocation, 1 to 128"));
+      } else if (name == "stack_sample") {
+        s.stack_sample = static_cast<std::uint32_t>(
+            get_integer(v, key, 1, 1'000'000'000, "1 (every allocation) or K: every K-th allocation of a thread"));
+      } else if (name == "stack_min_size") {
+        s.stack_min_size = static_cast<std::size_t>(get_size(v, key, false).bytes);
       } else if (name == "deferred_flush") {
         static_cast<void>(get_size(v, key, false));  // still checked: a typo is still an error
         s.warnings.push_back(fmt::format(

@@ -352,6 +352,12 @@ std::size_t format_row(char* out, log_row const& row) noexcept {
   if (row.reserved >= 0) {
     o = put_remembered(o, static_cast<std::uint64_t>(row.reserved), m.reserved, m.reserved_len, m.reserved_text);
   }
+  *o++ = ',';
+  if (row.stack != 0) {
+    // Hex without "0x" and without a scratch copy: 1 to 16 digits.
+    int const digits = (64 - __builtin_clzll(row.stack) + 3) / 4;
+    for (int i = digits - 1; i >= 0; --i) *o++ = "0123456789abcdef"[(row.stack >> (4 * i)) & 0xf];
+  }
   *o++ = '\n';
   return static_cast<std::size_t>(o - out);
 }

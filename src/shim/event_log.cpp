@@ -1,7 +1,9 @@
 #include "event_log.hpp"
 
+#include "call_sites.hpp"
 #include "device_chains.hpp"
 #include "shim_state.hpp"
+#include "stack_file.hpp"
 
 #include <gpumem/config.hpp>
 #include <gpumem/detail/log_clock.hpp>
@@ -32,11 +34,19 @@ void notify_shim(std::string_view line) noexcept {
   message(level::warn, "%.*s", static_cast<int>(line.size()), line.data());
 }
 
+// One log and, when stacks are recorded, the stack table beside it.
+struct log_sink {
+  std::unique_ptr<csv_log_writer> log;
+  std::unique_ptr<stack_file> stacks;  // "<log>.stacks"; null when stacks are off
+  unsigned index = 0;                  // the stack file's bit in stack_table's masks
+  std::atomic<std::uint32_t> truncations_seen{0};
+};
+
 struct log_sinks {
   std::mutex mtx;
   // Slot max_devices: events whose device is unknown.
-  std::array<std::atomic<csv_log_writer*>, max_devices + 1> by_device{};
-  std::vector<std::unique_ptr<csv_log_writer>> writers;  // never destroyed (exit-time rows)
+  std::array<std::atomic<log_sink*>, max_devices + 1> by_device{};
+  std::vector<std::unique_ptr<log_sink>> sinks;  // never destroyed (exit-time rows)
   bool failed = false;
 };
 
@@ -45,7 +55,7 @@ log_sinks& sinks() noexcept {
   return *s;
 }
 
-csv_log_writer* writer_for(int device) noexcept {
+log_sink* sink_for(int device) noexcept {
   auto const slot = static_cast<std::size_t>(device >= 0 && device < max_devices ? device : max_devices);
   auto& s = sinks();
   if (auto* w = s.by_device[slot].load(std::memory_order_acquire)) return w;
@@ -54,13 +64,21 @@ csv_log_writer* writer_for(int device) noexcept {
   if (s.failed) return nullptr;
   try {
     auto const path = config::expand_template(state().settings.log_file, device < 0 ? 0 : device);
-    csv_log_writer* w = nullptr;
-    for (auto const& existing : s.writers) {
-      if (existing->requested_path() == path) w = existing.get();
+    log_sink* w = nullptr;
+    for (auto const& existing : s.sinks) {
+      if (existing->log->requested_path() == path) w = existing.get();
     }
     if (w == nullptr) {
-      s.writers.push_back(std::make_unique<csv_log_writer>(path, &notify_shim));
-      w = s.writers.back().get();
+      auto sink = std::make_unique<log_sink>();
+      sink->log = std::make_unique<csv_log_writer>(path, &notify_shim);
+      // Beside the file actually written ("<path>.<pid>" when another process holds
+      // the path), so a log and its stacks stay a pair.
+      if (stacks_enabled() && s.sinks.size() < 64) {
+        sink->stacks = std::make_unique<stack_file>(sink->log->path() + ".stacks");
+        sink->index = static_cast<unsigned>(s.sinks.size());
+      }
+      s.sinks.push_back(std::move(sink));
+      w = s.sinks.back().get();
     }
     s.by_device[slot].store(w, std::memory_order_release);
     return w;
@@ -141,10 +159,35 @@ std::int64_t event_clock() noexcept {
   return logging_enabled() ? static_cast<std::int64_t>(detail::log_ticks()) : 0;
 }
 
+bool log_paths(int device, std::string& log, std::string& stacks) noexcept {
+  if (!logging_enabled()) return false;
+  log_sink* w = sink_for(device);
+  if (w == nullptr) return false;
+  try {
+    log = w->log->path();
+    stacks = w->stacks != nullptr && w->stacks->usable() ? w->stacks->path() : std::string{};
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
+
 void log_event(event const& e) noexcept {
+  stack_ref const stack = stacks_enabled() ? note_call_site(e) : stack_ref{};
   if (!logging_enabled()) return;
-  auto* w = writer_for(e.device);
-  if (w == nullptr) return;
+  log_sink* const sink = sink_for(e.device);
+  if (sink == nullptr) return;
+  csv_log_writer* const w = sink->log.get();
+  if (stack && sink->stacks != nullptr) {
+    // A log emptied under us took the stacks its rows referred to: write them again.
+    std::uint32_t const cut = w->truncations();
+    if (std::uint32_t seen = sink->truncations_seen.load(std::memory_order_relaxed); cut != seen &&
+        sink->truncations_seen.compare_exchange_strong(seen, cut, std::memory_order_relaxed)) {
+      forget_written(sink->index);
+    }
+    // Before the row: a row never refers to a stack its stack file lacks.
+    write_stack_once(stack, *sink->stacks, sink->index);
+  }
   auto const when = detail::log_row_time(static_cast<std::uint64_t>(e.start));
   log_row row{.thread_id = detail::os_thread_id(),
               .time_ns = when.start_ns,
@@ -157,7 +200,8 @@ void log_event(event const& e) noexcept {
               .entry = e.entry,
               .duration_ns = when.duration_ns,
               .result = e.result == CUDA_SUCCESS ? nullptr : result_name(e.result),
-              .reserved = reserved_bytes(e.device)};
+              .reserved = reserved_bytes(e.device),
+              .stack = stack.id};
   w->write(row);
 }
 

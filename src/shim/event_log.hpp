@@ -14,6 +14,9 @@
 // detail::log_clock), the formatting and one compare-and-swap; no clock_gettime
 // except once a millisecond per thread.
 //
+// Stacks (settings.stacks > 0): the stack of an event is written to "<log>.stacks"
+// (stack_file.hpp) before the row that refers to it.
+//
 // Thread safety: log_event from any thread; writers are created under a mutex once.
 
 #include <gpumem/config/settings.hpp>
@@ -23,6 +26,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace gpumem::shim {
 
@@ -41,8 +45,13 @@ struct event {
 [[nodiscard]] bool logging_enabled() noexcept;
 /// Start stamp for an event (detail::log_ticks()): 0, no clock read, when logging is off.
 [[nodiscard]] std::int64_t event_clock() noexcept;
-/// Appends the row; never throws.
+/// Records the event's call stack when stacks are on (call_sites.hpp), then
+/// appends the row (its Stack column: the stack's id); never throws.
 void log_event(event const& e) noexcept;
+
+/// The log file written for `device` and its stack table ("" when stacks are off
+/// or it could not be opened); false when there is no log.
+bool log_paths(int device, std::string& log, std::string& stacks) noexcept;
 
 /// Throws config_error (key log_file, or GPUMEM_LOG_FILE when that set it) when
 /// the log cannot be written at the path its template gives for device 0: a

@@ -4,6 +4,7 @@
 #include "device_chains.hpp"
 #include "event_log.hpp"
 #include "live_streams.hpp"
+#include "oom_snapshot.hpp"
 #include "shim_state.hpp"
 
 #include <gpumem/call_context.hpp>
@@ -108,6 +109,7 @@ CUresult chain_allocate(void** out, std::size_t bytes, CUstream stream, alloc_ki
     r = try_allocate(*c, bytes, stream, p);
     if (r == CUDA_ERROR_OUT_OF_MEMORY) r = trim_and_retry(*c, bytes, stream, p, entry);
   }
+  if (r == CUDA_ERROR_OUT_OF_MEMORY) explain_out_of_memory(*c, bytes, stream, entry);  // no chain lock held
   auto& st = state().stats;
   if (r != CUDA_SUCCESS) {
     st.failed_allocations.add();

@@ -242,8 +242,33 @@ INSTANTIATE_TEST_SUITE_P(
                            "on, off)"},
         env_error_case{"deferred_flush", "GPUMEM_DEFERRED_FLUSH", "5%",
                        E + "environment: GPUMEM_DEFERRED_FLUSH: \"5%\" is a percentage; this variable needs an "
+                           "absolute size (e.g. 256MiB)"},
+        env_error_case{"stacks_word", "GPUMEM_STACKS", "lots",
+                       E + "environment: GPUMEM_STACKS: \"lots\" is not an integer (0 (off) or the frames to record "
+                           "per allocation, 1 to 128)"},
+        env_error_case{"stacks_range", "GPUMEM_STACKS", "200",
+                       E + "environment: GPUMEM_STACKS: 200 is out of range (0 (off) or the frames to record per "
+                           "allocation, 1 to 128)"},
+        env_error_case{"stack_sample_zero", "GPUMEM_STACK_SAMPLE", "0",
+                       E + "environment: GPUMEM_STACK_SAMPLE: 0 is out of range (1 (every allocation) or K: every "
+                           "K-th allocation of a thread)"},
+        env_error_case{"stack_min_size_percent", "GPUMEM_STACK_MIN_SIZE", "5%",
+                       E + "environment: GPUMEM_STACK_MIN_SIZE: \"5%\" is a percentage; this variable needs an "
                            "absolute size (e.g. 256MiB)"}),
     [](auto const& test) { return test.param.name; });
+
+TEST(Load, StackSettingsFromTheEnvironmentAndTheirDefaults) {
+  gc::settings const off = gc::load(env_of({}));
+  EXPECT_EQ(off.stacks, 0);
+  EXPECT_EQ(off.stack_sample, 1U);
+  EXPECT_EQ(off.stack_min_size, std::size_t{16} << 20);
+  gc::settings const s = gc::load(
+      env_of({{"GPUMEM_STACKS", "64"}, {"GPUMEM_STACK_SAMPLE", "100"}, {"GPUMEM_STACK_MIN_SIZE", "1MiB"}}));
+  EXPECT_EQ(s.stacks, 64);
+  EXPECT_EQ(s.stack_sample, 100U);
+  EXPECT_EQ(s.stack_min_size, std::size_t{1} << 20);
+  EXPECT_TRUE(s.warnings.empty());
+}
 
 TEST(Load, UnknownVariablesWarnWithSuggestion) {
   gc::settings const s = gc::load(env_of({{"GPUMEM_POOLSIZE", "1GiB"},

@@ -210,7 +210,16 @@ INSTANTIATE_TEST_SUITE_P(
         // [gpumem] keys.
         error_case{"unknown_gpumem_key", "[gpumem]\nsync_mod = \"safe\"\n",
                    E + "2:1: gpumem.sync_mod: unknown key \"sync_mod\" (valid: sync_mode, log_file, log_level, "
-                       "on_error, report, report_file, deferred_flush)"},
+                       "on_error, report, report_file, stacks, stack_sample, stack_min_size, deferred_flush)"},
+        error_case{"stacks_range", "[gpumem]\nstacks = 129\n",
+                   E + "2:10: gpumem.stacks: 129 is out of range (0 (off) or the frames to record per allocation, 1 "
+                       "to 128)"},
+        error_case{"stacks_type", "[gpumem]\nstacks = \"16\"\n",
+                   E + "2:10: gpumem.stacks: expected an integer, got a string (0 (off) or the frames to record per "
+                       "allocation, 1 to 128)"},
+        error_case{"stack_sample_zero", "[gpumem]\nstack_sample = 0\n",
+                   E + "2:16: gpumem.stack_sample: 0 is out of range (1 (every allocation) or K: every K-th "
+                       "allocation of a thread)"},
         error_case{"sync_mode_value", "[gpumem]\nsync_mode = \"fast\"\n",
                    E + "2:13: gpumem.sync_mode: unknown value \"fast\" (valid: safe|stream)"},
         error_case{"sync_mode_type", "[gpumem]\nsync_mode = 1\n",

@@ -66,7 +66,23 @@ log_row example_row() {
 TEST(FormatRow, MatchesTheDocumentedExample) {
   EXPECT_EQ(format(example_row()),
             "140245,14:02:07.123456,allocate,0x7f3a40000000,1048576,0x1,0,cudaMalloc,1763733727123456789,412,"
-            "CUDA_SUCCESS,2097152\n");
+            "CUDA_SUCCESS,2097152,\n");
+}
+
+// The Stack column comes last, after RMM's six columns and gpumem's others:
+// hex without 0x, empty when no stack was recorded.
+TEST(FormatRow, StackIdIsTheLastColumnInHex) {
+  auto row = example_row();
+  row.stack = 0x9c1e07a2f3b4d5e6;
+  EXPECT_EQ(split_csv_field(format(row), 12), "9c1e07a2f3b4d5e6");
+  row.stack = 0x1;
+  EXPECT_EQ(split_csv_field(format(row), 12), "1");
+  row.stack = 0xabc;
+  EXPECT_EQ(split_csv_field(format(row), 12), "abc");
+  row.stack = 0;
+  EXPECT_EQ(split_csv_field(format(row), 12), "");
+  EXPECT_EQ(csv_log_header.rfind("Thread,Time,Action,Pointer,Size,Stream,", 0), 0U);
+  EXPECT_TRUE(csv_log_header.ends_with(",Reserved,Stack\n"));
 }
 
 TEST(FormatRow, NullPointerNullStreamFailureAndDefaults) {
@@ -80,12 +96,12 @@ TEST(FormatRow, NullPointerNullStreamFailureAndDefaults) {
   row.reserved = -1;  // unknown: empty
   EXPECT_EQ(format(row),
             "140245,14:02:07.123456,allocate failure,(nil),1048576,0,-1,allocate,1763733727123456789,412,"
-            "CUDA_ERROR_OUT_OF_MEMORY,\n");
+            "CUDA_ERROR_OUT_OF_MEMORY,,\n");
   row.action = log_action::free;
   row.stream = 0x2;
   row.size = 0;
   EXPECT_EQ(format(row),
-            "140245,14:02:07.123456,free,(nil),0,0x2,-1,free,1763733727123456789,412,CUDA_ERROR_OUT_OF_MEMORY,\n");
+            "140245,14:02:07.123456,free,(nil),0,0x2,-1,free,1763733727123456789,412,CUDA_ERROR_OUT_OF_MEMORY,,\n");
   row.reserved = 0;
   EXPECT_EQ(split_csv_field(format(row), 11), "0");
 }
@@ -113,12 +129,12 @@ TEST(FormatRow, InterleavedThreadsSecondsAndOffsetsKeepTheirOwnText) {
   c.utc_offset_s = -3600;  // same second as a, another offset
   std::string const line_a =
       "140245,14:02:07.123456,allocate,0x7f3a40000000,1048576,0x1,0,cudaMalloc,1763733727123456789,412,"
-      "CUDA_SUCCESS,2097152\n";
+      "CUDA_SUCCESS,2097152,\n";
   for (int i = 0; i < 2; ++i) {
     EXPECT_EQ(format(a), line_a);
     EXPECT_EQ(format(b),
               "7,15:02:08.123457,allocate,0x7f3a40000000,1048576,0x1,0,cudaMalloc,1763733728123457789,412,"
-              "CUDA_SUCCESS,2097152\n");
+              "CUDA_SUCCESS,2097152,\n");
     EXPECT_EQ(split_csv_field(format(c), 1), "13:02:07.123456");
   }
   auto early = a;
@@ -171,6 +187,7 @@ TEST(FormatRow, NamesAreSanitizedAndCut) {
   row.stream = UINTPTR_MAX;
   row.action = log_action::allocate_failure;
   row.reserved = INT64_MAX;
+  row.stack = UINT64_MAX;
   auto const worst = format(row);
   auto const g = test::split_csv(worst.substr(0, worst.size() - 1));
   ASSERT_EQ(g.size(), csv_log_columns);

@@ -39,6 +39,23 @@ TEST(RunOptions, CommandMayFollowWithoutDoubleDash) {
   EXPECT_EQ(o.command, (std::vector<std::string>{"python", "--pool-size", "1"}));
 }
 
+TEST(RunOptions, StackOptionsSetTheirVariables) {
+  auto const o = run::parse_arguments({"--stacks", "16", "--stack-sample=64", "--stack-min-size", "1MiB", "--", "p"});
+  using kv = std::pair<std::string, std::string>;
+  EXPECT_EQ(o.env, (std::vector<kv>{{"GPUMEM_STACKS", "16"}, {"GPUMEM_STACK_SAMPLE", "64"},
+                                    {"GPUMEM_STACK_MIN_SIZE", "1MiB"}}));
+  for (auto const* bad : {"129", "-1", "16x", ""}) {
+    try {
+      (void)run::parse_arguments({"--stacks", bad, "--", "p"});
+      ADD_FAILURE() << bad;
+    } catch (std::invalid_argument const& e) {
+      EXPECT_NE(std::string{e.what()}.find("--stacks"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_THROW((void)run::parse_arguments({"--stack-sample", "0", "--", "p"}), std::invalid_argument);
+  EXPECT_NE(run::usage().find("--stacks N"), std::string::npos);
+}
+
 TEST(RunOptions, RejectsBadInput) {
   EXPECT_THROW((void)run::parse_arguments({"--pool-size", "12XB", "--", "p"}), std::invalid_argument);
   EXPECT_THROW((void)run::parse_arguments({"--pool-max", "-1", "--", "p"}), std::invalid_argument);
@@ -166,7 +183,7 @@ TEST(GpumemRun, LogTemplateExpandsPidRankHostAndDevice) {
   ASSERT_TRUE(in.good()) << path;
   std::string header;
   std::getline(in, header);
-  EXPECT_EQ(header, "Thread,Time,Action,Pointer,Size,Stream,Device,Entry,TimeNs,DurationNs,Result,Reserved");
+  EXPECT_EQ(header, "Thread,Time,Action,Pointer,Size,Stream,Device,Entry,TimeNs,DurationNs,Result,Reserved,Stack");
   int allocs = 0;
   int frees = 0;
   std::string line;

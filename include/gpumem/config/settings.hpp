@@ -8,6 +8,7 @@
 #include <gpumem/diagnostics.hpp>
 
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <variant>
@@ -92,12 +93,22 @@ struct settings {
   on_error on_config_error = on_error::fail;
   bool report = false;              ///< one-screen summary at exit
   std::string report_file;          ///< "" = stderr; a path template like log_file
+  /// Call sites: frames of the calling stack recorded per allocation (0 = off,
+  /// at most max_stack_frames). Stacks go to "<log>.stacks", ids to the log's Stack column.
+  int stacks = 0;
+  /// Record the stack of every stack_sample-th allocation of a thread (1 = all)...
+  std::uint32_t stack_sample = 1;
+  /// ...and of every allocation of at least this many bytes, whatever the sampling.
+  std::size_t stack_min_size = std::size_t{16} << 20U;
   std::vector<resource_spec> chain; ///< outermost first; the last is a device resource
   std::string source;               ///< "embedded default", or the file path
   /// Non-fatal findings (unknown GPUMEM_* variables, ...), already printed to stderr by
   /// load() unless log_level is error or off.
   std::vector<std::string> warnings;
 };
+
+/// Most frames a recorded stack may have (settings::stacks).
+inline constexpr int max_stack_frames = 128;
 
 [[nodiscard]] std::string_view to_string(sync_mode m) noexcept;
 [[nodiscard]] std::string_view to_string(on_error e) noexcept;

@@ -56,6 +56,7 @@ struct allocation_record {
   std::int16_t device{-1};
   std::uint16_t entry{};  ///< log_summary::strings index
   log_position at;
+  std::uint64_t stack{};  ///< Stack column (0: none)
 };
 
 struct failure_record {
@@ -65,6 +66,7 @@ struct failure_record {
   std::uint16_t entry{};
   std::uint16_t result{};  ///< log_summary::strings index; 0 = not in log
   log_position at;
+  std::uint64_t stack{};   ///< Stack column (0: none)
 };
 
 struct unknown_free_record {
@@ -73,6 +75,18 @@ struct unknown_free_record {
   std::uint64_t thread{};
   std::uint64_t stream{};
   log_position at;
+};
+
+/// What the events of one recorded call stack add up to (logs with a Stack column).
+/// Stack 0 gathers the events that have no stack (not sampled, or stacks were off).
+/// At the peak: the bytes and allocations of this stack live right after the event
+/// of peak live bytes (the sum over all stacks is the peak).
+struct call_site_stats {
+  std::uint64_t stack{};
+  std::uint64_t allocations{}, bytes_allocated{};
+  std::uint64_t live_at_end_bytes{}, live_at_end_count{};
+  std::uint64_t live_at_peak_bytes{}, live_at_peak_count{};
+  std::uint64_t failures{}, failed_bytes{};
 };
 
 /// Sizes in [lo, hi]: lo = 2^k, hi = 2^(k+1) - 1 (the top bucket ends at 2^64 - 1);
@@ -182,6 +196,9 @@ struct log_summary {
   key_table devices;                          ///< empty without a Device column
   std::int64_t first_time_ns{}, last_time_ns{};
   std::vector<timeline_point> timeline;       ///< bounded (timeline_builder)
+  /// Per recorded stack (only when the log has a Stack column); bounded by the
+  /// stack table's size (the shim records at most 49152 stacks per process).
+  std::vector<call_site_stats> call_sites;
 };
 
 /// One log's events, in file order, into a log_summary.
@@ -206,8 +223,24 @@ class log_analyzer {
     [[nodiscard]] key_table sorted() const;
   };
 
+  /// A stack's totals and its live bytes over time, kept lazily: `at_peak` is
+  /// what it held at peak `peak_for` (see call_site_stats).
+  struct site_state {
+    call_site_stats stats;
+    wide_bytes live_bytes{};
+    std::uint64_t live_count{};
+    std::uint64_t changed_at{};  ///< event index of the last change of live
+    wide_bytes at_peak_bytes{};
+    std::uint64_t at_peak_count{};
+    std::optional<std::uint64_t> at_peak_for;
+  };
+  site_state& site(std::uint64_t stack);
+  void site_live(std::uint64_t stack, std::uint64_t bytes, bool add, std::uint64_t event_index);
+
   log_summary s_;
   bool has_device_;
+  bool has_stack_;
+  std::unordered_map<std::uint64_t, site_state> sites_;
   std::unordered_map<std::uint64_t, allocation_record> live_;
   wide_bytes live_bytes_{};
   std::int64_t reserved_{-1};

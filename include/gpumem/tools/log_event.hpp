@@ -28,6 +28,7 @@ struct log_event {
   std::uint64_t thread{};
   std::int64_t duration_ns{-1};  ///< DurationNs; -1 if absent
   std::int64_t reserved{-1};     ///< Reserved (bytes held from the device); -1 if absent
+  std::uint64_t stack{};         ///< Stack: id in the log's stack table; 0 if none or absent
   std::uint64_t index{};         ///< 0-based position among the log's events
   std::uint32_t line{};          ///< 1-based line number in the file
   std::uint16_t entry{};         ///< index into the reader's strings (0 = "")
@@ -47,7 +48,7 @@ struct log_diagnostic {
 
 /// Which optional columns the header named.
 struct log_columns {
-  bool time{}, time_ns{}, thread{}, stream{}, device{}, entry{}, duration{}, result{}, reserved{};
+  bool time{}, time_ns{}, thread{}, stream{}, device{}, entry{}, duration{}, result{}, reserved{}, stack{};
   std::size_t count{};  ///< fields per line, as the header has them
 };
 

@@ -7,7 +7,7 @@
 // columns the reader does not know are ignored:
 //   RMM:    Thread,Time,Action,Pointer,Size,Stream
 //   gpumem: Thread,Time,Action,Pointer,Size,Stream,Device,Entry,TimeNs,DurationNs,Result
-//           (+ Reserved, written by later shim versions)
+//           (+ Reserved, then Stack, written by later shim versions)
 // Required: Action, Pointer, Size and a clock (TimeNs or Time). Thread and Stream
 // default to 0 when absent.
 //
@@ -106,7 +106,7 @@ class log_reader {
   };
   enum column_id : std::uint8_t {
     col_thread, col_time, col_action, col_pointer, col_size, col_stream, col_device, col_entry,
-    col_time_ns, col_duration, col_result, col_reserved, col_unknown
+    col_time_ns, col_duration, col_result, col_reserved, col_stack, col_unknown
   };
   static constexpr std::size_t no_column = ~std::size_t{0};
 

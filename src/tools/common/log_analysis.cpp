@@ -24,7 +24,7 @@ log_position position_of(log_event const& ev) noexcept {
 }
 
 allocation_record record_of(log_event const& ev) noexcept {
-  return allocation_record{ev.pointer, ev.size, ev.thread, ev.stream, ev.device, ev.entry, position_of(ev)};
+  return allocation_record{ev.pointer, ev.size, ev.thread, ev.stream, ev.device, ev.entry, position_of(ev), ev.stack};
 }
 
 /// Orders allocations "larger first, then older".
@@ -134,13 +134,38 @@ key_table log_analyzer::key_tracker::sorted() const {
 }
 
 log_analyzer::log_analyzer(log_columns const& columns, std::size_t top_n, std::size_t timeline_buckets)
-    : has_device_{columns.device}, timeline_{timeline_buckets} {
+    : has_device_{columns.device}, has_stack_{columns.stack}, timeline_{timeline_buckets} {
   s_.top_n = top_n;
   s_.columns = columns;
   largest_.reserve(top_n + 1);
 }
 
 std::uint64_t log_analyzer::live_bytes() const noexcept { return saturated(live_bytes_); }
+
+log_analyzer::site_state& log_analyzer::site(std::uint64_t stack) {
+  auto [it, fresh] = sites_.try_emplace(stack);
+  if (fresh) it->second.stats.stack = stack;
+  return it->second;
+}
+
+void log_analyzer::site_live(std::uint64_t stack, std::uint64_t bytes, bool add, std::uint64_t event_index) {
+  site_state& st = site(stack);
+  // The first change after the peak so far keeps what the stack held at it.
+  if (s_.peak_live_at && st.changed_at <= s_.peak_live_at->event_index &&
+      st.at_peak_for != s_.peak_live_at->event_index) {
+    st.at_peak_bytes = st.live_bytes;
+    st.at_peak_count = st.live_count;
+    st.at_peak_for = s_.peak_live_at->event_index;
+  }
+  if (add) {
+    st.live_bytes += bytes;
+    ++st.live_count;
+  } else {
+    st.live_bytes -= std::min<wide_bytes>(st.live_bytes, bytes);
+    st.live_count -= std::min<std::uint64_t>(st.live_count, 1);
+  }
+  st.changed_at = event_index;
+}
 
 void log_analyzer::add(log_event const& ev) {
   auto& s = s_;
@@ -173,14 +198,21 @@ void log_analyzer::add(log_event const& ev) {
           }
         }
       }
+      if (has_stack_) {
+        auto& st = site(ev.stack).stats;
+        ++st.allocations;
+        add_saturating(st.bytes_allocated, ev.size);
+      }
       if (ev.pointer == 0) break;  // a zero-byte allocation owns nothing
       auto const [it, inserted] = live_.try_emplace(ev.pointer, record_of(ev));
       if (!inserted) {
         ++s.reused_live_pointers;
         live_bytes_ -= it->second.size;
+        if (has_stack_) site_live(it->second.stack, it->second.size, false, ev.index);
         it->second = record_of(ev);
       }
       live_bytes_ += ev.size;
+      if (has_stack_) site_live(ev.stack, ev.size, true, ev.index);
       break;
     }
     case event_kind::free: {
@@ -196,6 +228,7 @@ void log_analyzer::add(log_event const& ev) {
       }
       std::uint64_t const size = it->second.size;
       live_bytes_ -= size;
+      if (has_stack_) site_live(it->second.stack, size, false, ev.index);
       add_saturating(s.bytes_freed, size);
       live_.erase(it);
       break;
@@ -203,7 +236,12 @@ void log_analyzer::add(log_event const& ev) {
     case event_kind::allocate_failure:
       ++s.failures;
       if (s.failed.size() < s.top_n) {
-        s.failed.push_back({ev.size, ev.thread, ev.stream, ev.entry, ev.result, position_of(ev)});
+        s.failed.push_back({ev.size, ev.thread, ev.stream, ev.entry, ev.result, position_of(ev), ev.stack});
+      }
+      if (has_stack_) {
+        auto& st = site(ev.stack).stats;
+        ++st.failures;
+        add_saturating(st.failed_bytes, ev.size);
       }
       break;
   }
@@ -257,6 +295,25 @@ log_summary log_analyzer::finish(log_reader const& reader) {
   s.streams = streams_.sorted();
   s.devices = devices_.sorted();
   s.timeline = timeline_.points();
+  s.call_sites.reserve(sites_.size());
+  for (auto& [stack, st] : sites_) {
+    call_site_stats c = st.stats;
+    c.live_at_end_bytes = saturated(st.live_bytes);
+    c.live_at_end_count = st.live_count;
+    if (s.peak_live_at) {
+      std::uint64_t const peak = s.peak_live_at->event_index;
+      if (st.changed_at <= peak) {
+        c.live_at_peak_bytes = saturated(st.live_bytes);
+        c.live_at_peak_count = st.live_count;
+      } else if (st.at_peak_for == peak) {
+        c.live_at_peak_bytes = saturated(st.at_peak_bytes);
+        c.live_at_peak_count = st.at_peak_count;
+      }
+    }
+    s.call_sites.push_back(c);
+  }
+  std::sort(s.call_sites.begin(), s.call_sites.end(),
+            [](call_site_stats const& a, call_site_stats const& b) { return a.stack < b.stack; });
   return s;
 }
 

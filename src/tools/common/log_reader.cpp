@@ -308,7 +308,7 @@ void log_reader::read_header() {
   std::string_view rest = text;
   static constexpr std::array<std::string_view, col_unknown> names{
       "Thread", "Time", "Action", "Pointer", "Size", "Stream", "Device",
-      "Entry", "TimeNs", "DurationNs", "Result", "Reserved"};
+      "Entry", "TimeNs", "DurationNs", "Result", "Reserved", "Stack"};
   while (true) {
     std::size_t const comma = rest.find(',');
     std::string_view const name = trim(rest.substr(0, comma));
@@ -346,6 +346,7 @@ void log_reader::read_header() {
   c.duration = seen[col_duration];
   c.result = seen[col_result];
   c.reserved = seen[col_reserved];
+  c.stack = seen[col_stack];
   for (std::size_t i = 0; i < col_unknown; ++i) {
     if (!seen[i]) index_[i] = no_column;
   }
@@ -512,6 +513,13 @@ bool log_reader::read_row(std::string_view line, std::size_t line_no, log_event&
     std::string_view const r = field(col_reserved);
     if (!r.empty() && (!parse_decimal(r, ev.reserved) || ev.reserved < 0)) {
       warn(line_no, fmt::format("bad Reserved {}", quoted(r)));
+      return false;
+    }
+  }
+  if (index_[col_stack] != no_column) {
+    std::string_view const st = field(col_stack);
+    if (!st.empty() && !parse_hex(st, ev.stack)) {
+      warn(line_no, fmt::format("bad Stack {} (expected a hex stack id)", quoted(st)));
       return false;
     }
   }

@@ -143,7 +143,56 @@ void keyed(out_it out, char const* title, key_table const& t, bool hex_key, char
   fmt::format_to(out, "</table>\n");
 }
 
-void one_log(out_it out, log_summary const& s) {
+void frames_cell(out_it out, named_site const& site) {
+  if (!site.recorded) {
+    fmt::format_to(out, "<i>not in the stack table</i>");
+    return;
+  }
+  fmt::format_to(out, "<ol class=\"frames\" start=\"0\">");
+  for (auto const& f : site.frames) {
+    fmt::format_to(out, "<li{}>{}</li>", f.what == symbol::kind::python ? " class=\"py\"" : "", escape_html(f.text()));
+  }
+  fmt::format_to(out, "</ol>");
+}
+
+void site_table(out_it out, std::string_view title, std::vector<named_site> const& sites, std::uint64_t total,
+                std::uint64_t (*bytes)(call_site_stats const&), std::uint64_t (*count)(call_site_stats const&),
+                char const* count_name) {
+  if (sites.empty()) return;
+  fmt::format_to(out, "<h4>{} ({} call site{})</h4>\n<table class=\"sites\"><tr><th>bytes</th><th>{}</th>"
+                      "<th>stack</th><th>frames (innermost first)</th></tr>\n",
+                 escape_html(title), total, total == 1 ? "" : "s", count_name);
+  for (auto const& site : sites) {
+    fmt::format_to(out, "<tr><td>{}</td><td>{}</td><td>{:x}</td><td class=\"frames\">", human_bytes(bytes(site.stats)),
+                   count(site.stats), site.stats.stack);
+    frames_cell(out, site);
+    fmt::format_to(out, "</td></tr>\n");
+  }
+  fmt::format_to(out, "</table>\n");
+  more(out, total, sites.size());
+}
+
+void call_sites(out_it out, log_summary const& s, call_site_report const& c) {
+  fmt::format_to(out, "<h3>Call sites</h3>\n<p>{}</p>\n",
+                 escape_html(c.table_present ? fmt::format("{} stacks recorded in {}", c.stacks_in_table, c.table_path)
+                                             : fmt::format("No stack table ({} is missing): stack ids only.",
+                                                           c.table_path)));
+  site_table(out, s.complete() ? "Never freed" : "Still live at the end", c.leaks, c.leak_sites,
+             [](call_site_stats const& x) { return x.live_at_end_bytes; },
+             [](call_site_stats const& x) { return x.live_at_end_count; }, "allocations");
+  site_table(out, "Live at the peak", c.peak, c.peak_sites, [](call_site_stats const& x) { return x.live_at_peak_bytes; },
+             [](call_site_stats const& x) { return x.live_at_peak_count; }, "allocations");
+  site_table(out, "Failed allocations", c.failures, c.failure_sites,
+             [](call_site_stats const& x) { return x.failed_bytes; }, [](call_site_stats const& x) { return x.failures; },
+             "failures");
+  auto const& u = c.unattributed;
+  if (u.allocations > 0 || u.failures > 0) {
+    fmt::format_to(out, "<p>Without a recorded stack (sampled out): {} at the peak, {} at the end, {} of {} allocations.</p>\n",
+                   human_bytes(u.live_at_peak_bytes), human_bytes(u.live_at_end_bytes), u.allocations, s.allocations);
+  }
+}
+
+void one_log(out_it out, log_summary const& s, call_site_report const* sites) {
   fmt::format_to(out, "<section><h2>{}</h2>\n", escape_html(s.path));
   if (!s.complete()) {
     fmt::format_to(out,
@@ -207,6 +256,7 @@ void one_log(out_it out, log_summary const& s) {
     fmt::format_to(out, "</table>\n");
     more(out, s.unknown_free_count, s.unknown_frees.size());
   }
+  if (sites != nullptr) call_sites(out, s, *sites);
   fmt::format_to(out, "<h3>Largest allocations</h3>\n");
   allocation_rows(out, s, s.largest, s.largest.size());
   fmt::format_to(out, "<h3>Size histogram</h3>\n");
@@ -242,6 +292,8 @@ std::string html_report(report_data const& r) {
                       "section{{border-top:2px solid #1f77b4;margin-top:2em}}\n"
                       ".warnings{{color:#a00;font-family:monospace}}\nsvg.plot{{border:1px solid #ddd}}\n"
                       ".incomplete{{background:#fde8e8;border:2px solid #a00;padding:.5em 1em}}\n"
+                      "td.frames{{text-align:left;font-family:monospace;font-size:12px}}\n"
+                      "ol.frames{{margin:0;padding-left:2.5em}}\nli.py{{color:#1f5fa0;font-weight:bold}}\n"
                       "</style></head><body>\n<h1>gpumem allocation report</h1>\n");
   for (auto const& s : r.logs) {
     if (!s.complete()) {
@@ -279,7 +331,13 @@ std::string html_report(report_data const& r) {
         num(c.live_at_end_count));
     fmt::format_to(out, "</table>\n");
   }
-  for (auto const& s : r.logs) one_log(out, s);
+  for (std::size_t i = 0; i < r.logs.size(); ++i) {
+    one_log(out, r.logs[i], i < r.sites.size() && r.sites[i] ? &*r.sites[i] : nullptr);
+  }
+  for (auto const& snap : r.snapshots) {
+    fmt::format_to(out, "<section><h2>Out of memory: {}</h2>\n<pre>{}</pre></section>\n", escape_html(snap.path),
+                   escape_html(snapshot_text(snap)));
+  }
   if (!r.unreadable.empty()) {
     fmt::format_to(out, "<h2>Not read</h2>\n<ul class=\"warnings\">\n");
     for (auto const& u : r.unreadable) fmt::format_to(out, "<li>{}</li>\n", escape_html(u.text()));

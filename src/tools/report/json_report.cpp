@@ -51,7 +51,43 @@ void key_list(out_it out, std::string_view name, key_table const& t) {
                              : "null");
 }
 
-void one_log(out_it out, log_summary const& s) {
+std::string site_json(named_site const& site) {
+  auto const& c = site.stats;
+  std::string frames = "[";
+  for (std::size_t i = 0; i < site.frames.size(); ++i) frames += (i ? "," : "") + frame_json(site.frames[i]);
+  frames += "]";
+  return fmt::format(R"({{"stack":"{:x}","recorded":{},"allocations":{},"bytes_allocated":{},"live_at_end_bytes":{},)"
+                     R"("live_at_end_count":{},"live_at_peak_bytes":{},"live_at_peak_count":{},"failures":{},)"
+                     R"("failed_bytes":{},"frames":{}}})",
+                     c.stack, site.recorded, c.allocations, c.bytes_allocated, c.live_at_end_bytes, c.live_at_end_count,
+                     c.live_at_peak_bytes, c.live_at_peak_count, c.failures, c.failed_bytes, frames);
+}
+
+void call_sites(out_it out, call_site_report const* c) {
+  fmt::format_to(out, R"(,"call_sites":)");
+  if (c == nullptr) {
+    fmt::format_to(out, "null");
+    return;
+  }
+  fmt::format_to(out, R"({{"stack_table":{},"table_present":{},"stacks_in_table":{},"perf_map_used":{},)",
+                 json_string(c->table_path), c->table_present, c->stacks_in_table, c->perf_map_used);
+  fmt::format_to(out, R"("leak_sites":{},"peak_sites":{},"failure_sites":{},"leaks":)", c->leak_sites, c->peak_sites,
+                 c->failure_sites);
+  array(out, c->leaks, site_json);
+  fmt::format_to(out, R"(,"peak":)");
+  array(out, c->peak, site_json);
+  fmt::format_to(out, R"(,"failures":)");
+  array(out, c->failures, site_json);
+  auto const& u = c->unattributed;
+  fmt::format_to(out,
+                 R"(,"unattributed":{{"allocations":{},"live_at_end_bytes":{},"live_at_peak_bytes":{},"failures":{}}})",
+                 u.allocations, u.live_at_end_bytes, u.live_at_peak_bytes, u.failures);
+  fmt::format_to(out, R"(,"warnings":)");
+  array(out, c->warnings, [](log_diagnostic const& d) { return json_string(d.text()); });
+  fmt::format_to(out, "}}");
+}
+
+void one_log(out_it out, log_summary const& s, call_site_report const* sites) {
   fmt::format_to(out, R"({{"path":{},"dialect":"{}","columns":{},"lines":{},)", json_string(s.path), s.dialect,
                  s.columns.count, s.lines);
   fmt::format_to(out, R"("complete":{},"incomplete":)", s.complete());
@@ -113,10 +149,26 @@ void one_log(out_it out, log_summary const& s) {
     return p.reserved < 0 ? fmt::format("[{},{},null]", p.time_ns, p.live)
                           : fmt::format("[{},{},{}]", p.time_ns, p.live, p.reserved);
   });
+  call_sites(out, sites);
   fmt::format_to(out, "}}");
 }
 
+std::string frames_json(std::vector<symbol> const& frames) {
+  std::string o = "[";
+  for (std::size_t i = 0; i < frames.size(); ++i) o += (i ? "," : "") + frame_json(frames[i]);
+  return o + "]";
+}
+
 }  // namespace
+
+std::string frame_json(symbol const& f) {
+  char const* kind = f.what == symbol::kind::python ? "python" : f.what == symbol::kind::native ? "native" : "unknown";
+  return fmt::format(R"({{"address":"{:#x}","kind":"{}","function":{},"file":{},"line":{},"module":{},"offset":{}}})",
+                     f.address, kind, f.function.empty() ? "null" : json_string(f.function),
+                     f.file.empty() ? "null" : json_string(f.file), f.line,
+                     f.module.empty() ? "null" : json_string(f.module),
+                     f.module.empty() ? "null" : fmt::format("\"{:#x}\"", f.offset));
+}
 
 std::string json_report(report_data const& r) {
   std::string s;
@@ -124,9 +176,21 @@ std::string json_report(report_data const& r) {
   fmt::format_to(out, R"({{"logs":[)");
   for (std::size_t i = 0; i < r.logs.size(); ++i) {
     if (i) fmt::format_to(out, ",");
-    one_log(out, r.logs[i]);
+    one_log(out, r.logs[i], i < r.sites.size() && r.sites[i] ? &*r.sites[i] : nullptr);
   }
-  fmt::format_to(out, R"(],"unreadable":)");
+  // Each snapshot as the shim wrote it, and its frames named.
+  fmt::format_to(out, R"(],"snapshots":[)");
+  for (std::size_t i = 0; i < r.snapshots.size(); ++i) {
+    auto const& snap = r.snapshots[i];
+    std::string sites = "[";
+    for (std::size_t k = 0; k < snap.site_frames.size(); ++k) sites += (k ? "," : "") + frames_json(snap.site_frames[k]);
+    sites += "]";
+    fmt::format_to(out, R"({}{{"path":{},"snapshot":{},"request_frames":{},"top_site_frames":{}}})", i ? "," : "",
+                   json_string(snap.path), snap.raw, frames_json(snap.request_frames), sites);
+  }
+  fmt::format_to(out, R"(],"snapshot_errors":)");
+  array(out, r.snapshot_errors, [](log_diagnostic const& d) { return json_string(d.text()); });
+  fmt::format_to(out, R"(,"unreadable":)");
   array(out, r.unreadable, [](log_diagnostic const& d) { return json_string(d.text()); });
   if (r.combined) {
     auto const& c = *r.combined;

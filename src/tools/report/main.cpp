@@ -1,4 +1,4 @@
-// gpumem-report LOG... [--json] [--html FILE] [--png FILE] [--trace FILE] [--top N]
+// gpumem-report LOG|SNAPSHOT.json... [--json] [--html FILE] [--png FILE] [--trace FILE] [--top N]
 //
 // Summarises gpumem / RMM allocation logs, reading them in one pass with memory
 // bounded by the allocations live at a time. Damaged lines are reported on stderr
@@ -34,6 +34,7 @@ constexpr std::size_t warnings_shown_per_log = 20;
 struct options {
   std::vector<std::string> logs;
   std::string html, png, trace;
+  std::string perf_map_dir = "/tmp";
   std::size_t top_n = 10;
   bool json = false;
 };
@@ -43,8 +44,15 @@ options parse_args(int argc, char** argv) {
   CLI::App app{"Summarises GPU allocation logs written by the gpumem shim or by RMM's logging_resource_adaptor: "
                "peak live and reserved bytes, allocations never freed, failures, sizes, threads and streams.",
                "gpumem-report"};
-  app.add_option("LOG", o.logs, "CSV allocation log ('-': standard input); several logs = ranks of one job")
+  app.add_option("LOG", o.logs,
+                 "CSV allocation log ('-': standard input); several logs = ranks of one job. A log's stack table "
+                 "(LOG.stacks, --stacks) names its call sites; its out-of-memory snapshots (LOG.oom-N.json) are "
+                 "printed too, and a .json file given here is read as such a snapshot")
       ->required();
+  app.add_option("--perf-map-dir", o.perf_map_dir,
+                 "where the perf-<pid>.map files that name Python and other generated code are (default /tmp; "
+                 "python -X perf writes them)")
+      ->type_name("DIR");
   app.add_flag("--json", o.json, "print JSON instead of text");
   app.add_option("--html", o.html, "also write a self-contained HTML page (summary, timeline, histogram, tables)")
       ->type_name("FILE");
@@ -138,7 +146,7 @@ int main(int argc, char** argv) {
 
   std::optional<trace_writer> tracer;
   if (trace.wanted()) tracer.emplace(trace.get());
-  auto const report = analyse_logs(opts.logs, opts.top_n, tracer ? &*tracer : nullptr);
+  auto const report = analyse_logs(opts.logs, opts.top_n, tracer ? &*tracer : nullptr, opts.perf_map_dir);
 
   for (auto const& s : report.logs) {
     auto const& w = s.warnings;
@@ -154,8 +162,13 @@ int main(int argc, char** argv) {
                  escape_text(incomplete_reason(s)));
     }
   }
+  for (std::size_t i = 0; i < report.sites.size(); ++i) {
+    if (!report.sites[i]) continue;
+    for (auto const& w : report.sites[i]->warnings) fmt::print(stderr, "warning: {}\n", escape_text(w.text()));
+  }
   for (auto const& u : report.unreadable) fmt::print(stderr, "error: {}\n", escape_text(u.text()));
-  if (report.logs.empty()) {
+  for (auto const& u : report.snapshot_errors) fmt::print(stderr, "error: {}\n", escape_text(u.text()));
+  if (report.logs.empty() && report.snapshots.empty()) {
     fmt::print(stderr, "gpumem-report: no log could be read\n");
     for (output_file* f : {&html, &png, &trace}) f->remove();
     return exit_usage;

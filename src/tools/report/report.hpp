@@ -6,7 +6,9 @@
 
 #include <gpumem/tools/log_analysis.hpp>
 #include <gpumem/tools/log_event.hpp>
+#include <gpumem/tools/json_value.hpp>
 #include <gpumem/tools/log_merge.hpp>
+#include <gpumem/tools/symbolizer.hpp>
 
 #include <cstddef>
 #include <optional>
@@ -15,17 +17,64 @@
 
 namespace gpumem::tools {
 
+/// One call site as the report shows it: its stack's numbers and named frames.
+struct named_site {
+  call_site_stats stats;
+  bool recorded{};             ///< the stack is in the stack table (else: id only)
+  std::vector<symbol> frames;  ///< innermost first
+};
+
+/// The call sites of one log (a log with a Stack column), named from its stack table.
+struct call_site_report {
+  std::string table_path;
+  bool table_present{};
+  std::size_t stacks_in_table{};
+  std::vector<named_site> leaks;     ///< by bytes live at the end, largest first
+  std::vector<named_site> peak;      ///< by bytes live at the peak, largest first
+  std::vector<named_site> failures;  ///< by failures, most first
+  std::uint64_t leak_sites{}, peak_sites{}, failure_sites{};  ///< how many stacks have any
+  /// Bytes and allocations without a recorded stack (sampling), at the end / the peak.
+  call_site_stats unattributed;
+  bool perf_map_used{};
+  std::vector<log_diagnostic> warnings;
+};
+
+/// An out-of-memory snapshot (written by the shim beside the log).
+struct oom_snapshot {
+  std::string path;
+  std::string raw;  ///< the file's JSON, as read
+  json_value doc;
+  std::vector<std::vector<symbol>> site_frames;  ///< top_sites[i]'s frames, named
+  std::vector<symbol> request_frames;
+};
+
 struct report_data {
   std::vector<log_summary> logs;               ///< readable logs, command-line order
+  std::vector<std::optional<call_site_report>> sites;  ///< per log: only with a Stack column
+  std::vector<oom_snapshot> snapshots;         ///< given on the command line or found beside the logs
+  std::vector<log_diagnostic> snapshot_errors;
   std::vector<log_diagnostic> unreadable;      ///< why the other logs could not be read
   std::optional<combined_summary> combined;    ///< only with two or more readable logs
   std::size_t top_n{10};
 };
 
 /// Reads the given files ("-": standard input) in one merged pass and analyses
-/// them; `observer` (may be null) sees every event as it is read.
+/// them; `observer` (may be null) sees every event as it is read. Files ending in
+/// ".json" are out-of-memory snapshots; each log's own snapshots
+/// ("<log>.oom-<n>.json") and stack table ("<log>.stacks") are read too. Perf maps
+/// are looked for in `perf_map_dir`.
 [[nodiscard]] report_data analyse_logs(std::vector<std::string> const& paths, std::size_t top_n,
-                                       merged_event_observer* observer = nullptr);
+                                       merged_event_observer* observer = nullptr,
+                                       std::string const& perf_map_dir = "/tmp");
+
+/// Names the call sites of `s` from the stack table at `table_path`.
+[[nodiscard]] call_site_report name_call_sites(log_summary const& s, std::string const& table_path, symbolizer& sym);
+/// Reads an out-of-memory snapshot; throws std::runtime_error when it is not one.
+[[nodiscard]] oom_snapshot read_snapshot(std::string const& path, symbolizer& sym);
+/// The snapshot as text (what gpumem-report prints for it).
+[[nodiscard]] std::string snapshot_text(oom_snapshot const& snap);
+/// A named frame as JSON: {"address","kind","function","file","line","module","offset"}.
+[[nodiscard]] std::string frame_json(symbol const& f);
 
 [[nodiscard]] std::string text_report(report_data const& r);
 [[nodiscard]] std::string json_report(report_data const& r);

@@ -17,6 +17,8 @@ namespace {
 
 using out_it = std::back_insert_iterator<std::string>;
 
+constexpr std::size_t frames_shown = 12;  // per call site in text
+
 std::string plural(std::uint64_t n, std::string_view one, std::string_view many) {
   return fmt::format("{} {}", n, n == 1 ? one : many);
 }
@@ -54,7 +56,9 @@ void keyed(out_it out, char const* title, key_table const& t, bool hex_key, char
   if (t.truncated) row("(others)", t.others);
 }
 
-void one_log(out_it out, log_summary const& s) {
+void call_sites(out_it out, log_summary const& s, call_site_report const& c);
+
+void one_log(out_it out, log_summary const& s, call_site_report const* sites) {
   fmt::format_to(out, "== {} ({} log, {} columns) ==\n", escape_text(s.path), s.dialect, s.columns.count);
   if (!s.complete()) {
     fmt::format_to(out,
@@ -127,6 +131,7 @@ void one_log(out_it out, log_summary const& s) {
       fmt::format_to(out, "    {:<24} {:>10} {:>12}\n", size_range_label(b.lo, b.hi), b.count, human_bytes(b.bytes));
     }
   }
+  if (sites != nullptr) call_sites(out, s, *sites);
   keyed(out, "per thread", s.threads, false, "thread");
   keyed(out, "per stream", s.streams, true, "stream");
   if (s.columns.device) keyed(out, "per device", s.devices, false, "device");
@@ -134,6 +139,49 @@ void one_log(out_it out, log_summary const& s) {
     fmt::format_to(out, "\n  {} (see stderr)\n", plural(s.warning_count, "warning", "warnings"));
   }
   fmt::format_to(out, "\n");
+}
+
+void site_list(out_it out, char const* title, std::vector<named_site> const& sites, std::uint64_t total,
+               std::uint64_t (*bytes)(call_site_stats const&), std::uint64_t (*count)(call_site_stats const&),
+               char const* what) {
+  if (sites.empty()) return;
+  fmt::format_to(out, "\n  {} ({} {}):\n", title, total, total == 1 ? "call site" : "call sites");
+  for (auto const& site : sites) {
+    std::uint64_t const n = count(site.stats);
+    std::string_view const noun{what};
+    fmt::format_to(out, "    {} in {} {} (stack {:x})\n", human_bytes(bytes(site.stats)), n,
+                   n == 1 ? noun.substr(0, noun.size() - 1) : noun, site.stats.stack);
+    if (!site.recorded) fmt::format_to(out, "      (not in the stack table)\n");
+    for (std::size_t k = 0; k < site.frames.size() && k < frames_shown; ++k) {
+      fmt::format_to(out, "      #{:<2} {}\n", k, escape_text(site.frames[k].text()));
+    }
+    if (site.frames.size() > frames_shown) {
+      fmt::format_to(out, "      ... {} more frames (--json has them all)\n", site.frames.size() - frames_shown);
+    }
+  }
+  more(out, total, sites.size());
+}
+
+void call_sites(out_it out, log_summary const& s, call_site_report const& c) {
+  fmt::format_to(out, "\n  call sites: {}\n", c.table_present
+                                                    ? fmt::format("{} stacks in {}", c.stacks_in_table,
+                                                                  escape_text(c.table_path))
+                                                    : fmt::format("no stack table ({} is missing): stack ids only",
+                                                                  escape_text(c.table_path)));
+  site_list(out, s.complete() ? "never freed, by bytes" : "still live at the end, by bytes", c.leaks, c.leak_sites,
+            [](call_site_stats const& x) { return x.live_at_end_bytes; },
+            [](call_site_stats const& x) { return x.live_at_end_count; }, "allocations");
+  site_list(out, "live at the peak, by bytes", c.peak, c.peak_sites,
+            [](call_site_stats const& x) { return x.live_at_peak_bytes; },
+            [](call_site_stats const& x) { return x.live_at_peak_count; }, "allocations");
+  site_list(out, "failed allocations, by count", c.failures, c.failure_sites,
+            [](call_site_stats const& x) { return x.failed_bytes; }, [](call_site_stats const& x) { return x.failures; },
+            "failures");
+  auto const& u = c.unattributed;
+  if (u.allocations > 0 || u.failures > 0) {
+    fmt::format_to(out, "\n  without a recorded stack (sampled out): {} at the peak, {} at the end, {} of {} allocations\n",
+                   human_bytes(u.live_at_peak_bytes), human_bytes(u.live_at_end_bytes), u.allocations, s.allocations);
+  }
 }
 
 void side_by_side(out_it out, report_data const& r) {
@@ -191,7 +239,10 @@ void side_by_side(out_it out, report_data const& r) {
 std::string text_report(report_data const& r) {
   std::string s;
   auto out = std::back_inserter(s);
-  for (auto const& log : r.logs) one_log(out, log);
+  for (std::size_t i = 0; i < r.logs.size(); ++i) {
+    one_log(out, r.logs[i], i < r.sites.size() && r.sites[i] ? &*r.sites[i] : nullptr);
+  }
+  for (auto const& snap : r.snapshots) s += snapshot_text(snap);
   if (r.combined) side_by_side(out, r);
   for (auto const& u : r.unreadable) fmt::format_to(out, "not read: {}\n", escape_text(u.text()));
   return s;

@@ -5,8 +5,10 @@
 #include <unistd.h>
 
 #include <array>
+#include <charconv>
 #include <cstdlib>
 #include <stdexcept>
+#include <string>
 #include <string_view>
 
 namespace gpumem::run {
@@ -15,11 +17,11 @@ namespace {
 struct option_spec {
   std::string_view name;  // without the leading "--"
   std::string_view variable;
-  enum kind { text, size, choice, flag } type;
-  std::string_view choices;  // "a|b|c" for choice
+  enum kind { text, size, choice, flag, count } type;
+  std::string_view choices;  // "a|b|c" for choice; "lo|hi" for count
 };
 
-constexpr std::array<option_spec, 11> options{{
+constexpr std::array<option_spec, 14> options{{
     {"config", "GPUMEM_CONFIG", option_spec::text, {}},
     {"resource", "GPUMEM_RESOURCE", option_spec::choice, "pool|binning|async|cuda|managed"},
     {"pool-size", "GPUMEM_POOL_SIZE", option_spec::size, {}},
@@ -31,6 +33,9 @@ constexpr std::array<option_spec, 11> options{{
     {"report-file", "GPUMEM_REPORT_FILE", option_spec::text, {}},
     {"disable", "GPUMEM_DISABLE", option_spec::flag, {}},
     {"report", "GPUMEM_REPORT", option_spec::flag, {}},
+    {"stacks", "GPUMEM_STACKS", option_spec::count, "0|128"},
+    {"stack-sample", "GPUMEM_STACK_SAMPLE", option_spec::count, "1|1000000000"},
+    {"stack-min-size", "GPUMEM_STACK_MIN_SIZE", option_spec::size, {}},
 }};
 
 bool in_choices(std::string_view value, std::string_view choices) {
@@ -51,6 +56,16 @@ void check_value(option_spec const& o, std::string const& value) {
       (void)config::parse_size(value);  // percentages are resolved per device by the shim
     } catch (config::config_error const& e) {
       throw std::invalid_argument{where + ": " + e.what()};
+    }
+  } else if (o.type == option_spec::count) {
+    auto const bar = o.choices.find('|');
+    long long const lo = std::stoll(std::string{o.choices.substr(0, bar)});
+    long long const hi = std::stoll(std::string{o.choices.substr(bar + 1)});
+    long long n = 0;
+    auto const [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
+    if (ec != std::errc{} || end != value.data() + value.size() || n < lo || n > hi) {
+      throw std::invalid_argument{where + ": \"" + value + "\" is not a whole number from " + std::to_string(lo) +
+                                  " to " + std::to_string(hi)};
     }
   } else if (o.type == option_spec::choice && !in_choices(value, o.choices)) {
     throw std::invalid_argument{where + ": \"" + value + "\" is not one of " + std::string{o.choices}};
@@ -165,6 +180,15 @@ Options (each sets the variable shown; the variables work without gpumem-run too
                        promises; stream: trust stream order (RMM)  GPUMEM_SYNC_MODE
   --report             print a summary at exit (peaks, leaks)      GPUMEM_REPORT
   --report-file FILE   write that summary to FILE, not stderr      GPUMEM_REPORT_FILE
+  --stacks N           record the calling stack (N frames, 0 = off,
+                       at most 128) of allocations: gpumem-report
+                       names the code behind peaks, leaks and
+                       failures (16 for native callers, 64 to reach
+                       Python frames under python -X perf)         GPUMEM_STACKS
+  --stack-sample K     only every K-th allocation of a thread gets
+                       a stack (cheaper); failures always do       GPUMEM_STACK_SAMPLE
+  --stack-min-size SIZE  ...and every allocation of SIZE or more
+                       (default 16MiB)                             GPUMEM_STACK_MIN_SIZE
   --disable            load the shim but pass everything to CUDA   GPUMEM_DISABLE
   -h, --help           this text
   --version            gpumem version
@@ -176,6 +200,9 @@ The shim is found next to gpumem-run (<dir>/../lib/libgpumem_shim.so) or at $GPU
 Examples:
   gpumem-run --pool-size 8GiB --report -- python train.py
   gpumem-run --limit 20GiB --log /tmp/alloc-%p.csv -- ./my_cuda_app
+  gpumem-run --log alloc.csv --stacks 16 -- ./my_cuda_app && gpumem-report alloc.csv
+      (which code allocated the peak, the leaks, the failures; an out-of-memory
+       failure also leaves alloc.csv.oom-1.json)
   PyTorch: gpumem-run -- env PYTORCH_NO_CUDA_MEMORY_CACHING=1 python train.py
       (with its own cache off, every PyTorch allocation reaches gpumem)
   torchrun: gpumem-run --log 'alloc-rank%r.csv' -- torchrun --nproc-per-node 8 train.py

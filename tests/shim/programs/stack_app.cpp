@@ -1,0 +1,156 @@
+// Test program for call sites: distinct, never-inlined functions allocate distinct
+// sizes, so a report that names the function behind each size names it right.
+//
+//   shim_stack_app sites        layer_alpha_transient: 3 x 1 MiB, freed
+//                               layer_beta_leak:       2 x 3 MiB, never freed
+//                               layer_delta_peak:      1 x 8 MiB, live at the peak, freed
+//                               layer_gamma_fails:     1 x 1 TiB, fails (cudaErrorMemoryAllocation)
+//   shim_stack_app kill         the allocations of "sites", then SIGKILL itself
+//   shim_stack_app oom N        under GPUMEM_LIMIT: layer_beta_leak holds 3 MiB blocks
+//                               until the limit is reached, then N more failing attempts
+//                               in a loop (one burst: one message, one snapshot)
+//   shim_stack_app threads N    N threads at once, 200 x layer_alpha_transient each
+//   shim_stack_app jit          layer_jit_callee: 5 MiB, never freed, called through
+//                               generated code that has no unwind information (a
+//                               copy of the frame-pointer trampoline CPython makes for
+//                               each Python function under `python -X perf`); prints
+//                               "JIT <address> <size> PID <pid>" for a perf map
+// Prints "SITES DONE" (and "OOM <failures>") for the gtest driver.
+
+#include "app_support.h"
+
+#include <cuda_runtime_api.h>
+
+#include <sys/mman.h>
+
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#define STACK_APP_FN extern "C" __attribute__((noinline, noclone, used))
+
+namespace {
+std::vector<void*> kept;
+}
+
+// Each function does work after its cudaMalloc, so the call is never a tail call
+// and the function's frame is on the stack the shim sees.
+STACK_APP_FN void* layer_alpha_transient() {
+  void* p = nullptr;
+  APP_CHECK_EQ(cudaMalloc(&p, std::size_t{1} << 20), cudaSuccess);
+  asm volatile("" ::: "memory");
+  return p;
+}
+
+STACK_APP_FN void* layer_beta_leak() {
+  void* p = nullptr;
+  cudaError_t const r = cudaMalloc(&p, std::size_t{3} << 20);
+  asm volatile("" ::: "memory");
+  return r == cudaSuccess ? p : nullptr;
+}
+
+STACK_APP_FN void* layer_delta_peak() {
+  void* p = nullptr;
+  APP_CHECK_EQ(cudaMalloc(&p, std::size_t{8} << 20), cudaSuccess);
+  asm volatile("" ::: "memory");
+  return p;
+}
+
+STACK_APP_FN cudaError_t layer_gamma_fails() {
+  void* p = nullptr;
+  cudaError_t const r = cudaMalloc(&p, std::size_t{1} << 40);
+  asm volatile("" ::: "memory");
+  return r;
+}
+
+STACK_APP_FN void layer_jit_callee() {
+  void* p = nullptr;
+  APP_CHECK_EQ(cudaMalloc(&p, std::size_t{5} << 20), cudaSuccess);
+  asm volatile("" ::: "memory");
+  kept.push_back(p);
+}
+
+// push %rbp; mov %rsp,%rbp; call *%rdi; pop %rbp; ret
+constexpr unsigned char trampoline_code[] = {0x55, 0x48, 0x89, 0xe5, 0xff, 0xd7, 0x5d, 0xc3};
+
+int jit() {
+#if defined(__x86_64__)
+  void* page = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  APP_CHECK(page != MAP_FAILED);
+  if (page == MAP_FAILED) return 1;
+  std::memcpy(page, trampoline_code, sizeof trampoline_code);
+  APP_CHECK_EQ(mprotect(page, 4096, PROT_READ | PROT_EXEC), 0);
+  auto const trampoline = reinterpret_cast<void (*)(void (*)())>(page);
+  trampoline(&layer_jit_callee);
+  printf("JIT %lx %zx PID %ld\n", reinterpret_cast<unsigned long>(page), sizeof trampoline_code,
+         static_cast<long>(getpid()));
+  return app_failures == 0 ? 0 : 1;
+#else
+  printf("JIT unsupported\n");
+  return 0;
+#endif
+}
+
+void sites() {
+  for (int i = 0; i < 3; ++i) {
+    void* p = layer_alpha_transient();
+    APP_CHECK_EQ(cudaFree(p), cudaSuccess);
+  }
+  for (int i = 0; i < 2; ++i) kept.push_back(layer_beta_leak());
+  void* peak = layer_delta_peak();
+  APP_CHECK_EQ(cudaFree(peak), cudaSuccess);
+  APP_CHECK(layer_gamma_fails() != cudaSuccess);
+  (void)cudaGetLastError();
+  printf("SITES DONE\n");
+  fflush(stdout);
+}
+
+int main(int argc, char** argv) {
+  std::string const mode = argc > 1 ? argv[1] : "";
+  // The device first: the first allocation then reaches the shim directly, not
+  // through the runtime's own call (whose frames would make its stack another one).
+  APP_CHECK_EQ(cudaFree(nullptr), cudaSuccess);
+  if (mode == "sites") {
+    sites();
+    return app_failures == 0 ? 0 : 1;
+  }
+  if (mode == "kill") {
+    sites();
+    raise(SIGKILL);
+    return 1;
+  }
+  if (mode == "jit") return jit();
+  if (mode == "threads" && argc > 2) {
+    std::vector<std::thread> threads;
+    for (long t = 0; t < std::atol(argv[2]); ++t) {
+      threads.emplace_back([] {
+        for (int i = 0; i < 200; ++i) APP_CHECK_EQ(cudaFree(layer_alpha_transient()), cudaSuccess);
+      });
+    }
+    for (auto& t : threads) t.join();
+    printf("THREADS DONE\n");
+    return app_failures == 0 ? 0 : 1;
+  }
+  if (mode == "oom" && argc > 2) {
+    long const attempts = std::atol(argv[2]);
+    for (int i = 0; i < 1000; ++i) {
+      void* p = layer_beta_leak();
+      if (p == nullptr) break;
+      kept.push_back(p);
+    }
+    (void)cudaGetLastError();
+    long failures = 1;  // the one that ended the loop above
+    for (long i = 0; i < attempts; ++i) {
+      if (layer_beta_leak() == nullptr) ++failures;
+      (void)cudaGetLastError();
+    }
+    printf("OOM %ld HELD %zu\n", failures, kept.size());
+    return 0;
+  }
+  fprintf(stderr, "usage: shim_stack_app sites | kill | oom N\n");
+  return 2;
+}
