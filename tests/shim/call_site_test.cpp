@@ -269,6 +269,37 @@ TEST(CallSites, GeneratedCodeIsWalkedThroughAndNamedFromThePerfMap) {
   std::remove(map.c_str());
 }
 
+// The text report shows the first frames of each site; the program's own code (a
+// Python function under `python -X perf`) may sit deeper, below a framework's
+// native frames. Those Python frames are shown anyway, with their depth.
+TEST(CallSites, TheTextReportShowsPythonFramesBelowTheFramesItShows) {
+#if !defined(__x86_64__)
+  GTEST_SKIP() << "frame-pointer walk past generated code: x86-64 only";
+#endif
+  run_paths const p{"jit-deep"};
+  auto const r = run_app({"jit", "16"}, {{"GPUMEM_LOG_FILE", p.log}, {"GPUMEM_STACKS", "32"}});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto const at = r.output.find("JIT ");
+  ASSERT_NE(at, std::string::npos) << r.output;
+  std::istringstream line{r.output.substr(at + 4)};
+  std::string address, size, pid_word;
+  long pid = 0;
+  line >> address >> size >> pid_word >> pid;
+  std::string const dir = ::testing::TempDir() + "gpumem-perfmap-deep";
+  ASSERT_EQ(run_process({"/bin/mkdir", "-p", dir}, {}).exit_code, 0);
+  std::string const map = dir + "/perf-" + std::to_string(pid) + ".map";
+  {
+    std::ofstream out{map};
+    out << address << " " << size << " py::train_step:/work/train.py\n";
+  }
+  auto const rep = run_process({report_bin(), "--perf-map-dir", dir, p.log}, {});
+  ASSERT_EQ(rep.exit_code, 0) << rep.output;
+  // 17 native frames (layer_native_depth x 16, layer_jit_callee), then the Python one.
+  EXPECT_NE(rep.output.find("#17 train_step (python, /work/train.py)"), std::string::npos) << rep.output;
+  EXPECT_NE(rep.output.find("more frames (--json has them all)"), std::string::npos) << rep.output;
+  std::remove(map.c_str());
+}
+
 TEST(OutOfMemory, OneMessageAndOneSnapshotPerBurst) {
   run_paths const p{"oom"};
   auto const r = run_app({"oom", "50"},

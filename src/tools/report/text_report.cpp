@@ -17,7 +17,8 @@ namespace {
 
 using out_it = std::back_insert_iterator<std::string>;
 
-constexpr std::size_t frames_shown = 12;  // per call site in text
+constexpr std::size_t frames_shown = 12;        // per call site in text
+constexpr std::size_t python_frames_shown = 3;  // beyond those, the innermost Python frames
 
 std::string plural(std::uint64_t n, std::string_view one, std::string_view many) {
   return fmt::format("{} {}", n, n == 1 ? one : many);
@@ -152,11 +153,21 @@ void site_list(out_it out, char const* title, std::vector<named_site> const& sit
     fmt::format_to(out, "    {} in {} {} (stack {:x})\n", human_bytes(bytes(site.stats)), n,
                    n == 1 ? noun.substr(0, noun.size() - 1) : noun, site.stats.stack);
     if (!site.recorded) fmt::format_to(out, "      (not in the stack table)\n");
-    for (std::size_t k = 0; k < site.frames.size() && k < frames_shown; ++k) {
+    std::size_t shown = 0;
+    for (std::size_t k = 0; k < site.frames.size() && k < frames_shown; ++k, ++shown) {
       fmt::format_to(out, "      #{:<2} {}\n", k, escape_text(site.frames[k].text()));
     }
-    if (site.frames.size() > frames_shown) {
-      fmt::format_to(out, "      ... {} more frames (--json has them all)\n", site.frames.size() - frames_shown);
+    // The program's own code often sits below a framework's native frames: its
+    // innermost Python functions are shown too, with their depth.
+    std::size_t python = 0;
+    for (std::size_t k = frames_shown; k < site.frames.size() && python < python_frames_shown; ++k) {
+      if (site.frames[k].what != symbol::kind::python) continue;
+      fmt::format_to(out, "      #{:<2} {}\n", k, escape_text(site.frames[k].text()));
+      ++python;
+      ++shown;
+    }
+    if (site.frames.size() > shown) {
+      fmt::format_to(out, "      ... {} more frames (--json has them all)\n", site.frames.size() - shown);
     }
   }
   more(out, total, sites.size());

@@ -15,6 +15,8 @@
 //                               copy of the frame-pointer trampoline CPython makes for
 //                               each Python function under `python -X perf`); prints
 //                               "JIT <address> <size> PID <pid>" for a perf map
+//   shim_stack_app jit DEPTH    the same, with DEPTH levels of layer_native_depth
+//                               between layer_jit_callee and the allocation
 // Prints "SITES DONE" (and "OOM <failures>") for the gtest driver.
 
 #include "app_support.h"
@@ -67,9 +69,26 @@ STACK_APP_FN cudaError_t layer_gamma_fails() {
   return r;
 }
 
+STACK_APP_FN void* layer_native_depth(int n) {
+  void* p = nullptr;
+  if (n > 0) {
+    p = layer_native_depth(n - 1);
+  } else {
+    APP_CHECK_EQ(cudaMalloc(&p, std::size_t{5} << 20), cudaSuccess);
+  }
+  asm volatile("" ::: "memory");  // no tail call: each level keeps its frame
+  return p;
+}
+
+static int jit_depth = 0;  ///< native frames between the generated code and the allocation
+
 STACK_APP_FN void layer_jit_callee() {
   void* p = nullptr;
-  APP_CHECK_EQ(cudaMalloc(&p, std::size_t{5} << 20), cudaSuccess);
+  if (jit_depth > 0) {
+    p = layer_native_depth(jit_depth - 1);
+  } else {
+    APP_CHECK_EQ(cudaMalloc(&p, std::size_t{5} << 20), cudaSuccess);
+  }
   asm volatile("" ::: "memory");
   kept.push_back(p);
 }
@@ -123,7 +142,10 @@ int main(int argc, char** argv) {
     raise(SIGKILL);
     return 1;
   }
-  if (mode == "jit") return jit();
+  if (mode == "jit") {
+    if (argc > 2) jit_depth = std::atoi(argv[2]);
+    return jit();
+  }
   if (mode == "threads" && argc > 2) {
     std::vector<std::thread> threads;
     for (long t = 0; t < std::atol(argv[2]); ++t) {
