@@ -106,7 +106,7 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
     }
     if (char* p = take(*lists().borrow(s), size)) return p;  // the stream-ordered hot path: no refcount traffic
     auto const e = lists().get(s);  // owned from here: growing calls the upstream
-    if (char* p = adopt_clean(*e, size)) return p;
+    if (char* p = adopt_clean(*e, size, /*counted_move=*/true)) return p;
     if (lists().gather_into(*e, size, gather_mode::first_fit)) {
       if (char* p = take(*e, size)) return p;
     }
@@ -146,8 +146,11 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
   /// A stream-ordered request takes the best-fitting clean block WHOLE into its
   /// stream's list and is served from there: the rest of the block stays next to
   /// what the stream frees, so they coalesce (clean memory needs no ordering).
-  char* adopt_clean(entry& e, std::size_t size) {
-    lists_type::move_scope const moving{lists()};  // in neither list for a moment
+  /// `counted_move`: the caller does not hold growth_mutex(), so the block, in
+  /// neither list for a moment, must be counted (stream_free_lists::moves()).
+  char* adopt_clean(entry& e, std::size_t size, bool counted_move) {
+    std::optional<lists_type::move_scope> moving;
+    if (counted_move) moving.emplace(lists());
     std::optional<detail::free_block> b;
     {
       auto& clean = lists().clean();
@@ -164,10 +167,11 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
 
   /// take() from the stream's list (and then the clean list, adopted) for a
   /// stream-ordered request; from the clean list for a synchronous one (e == nullptr).
+  /// Caller holds growth_mutex().
   char* take_either(entry* e, std::size_t size) {
     if (e == nullptr) return take(lists().clean(), size);
     if (char* p = take(*e, size)) return p;
-    return adopt_clean(*e, size);
+    return adopt_clean(*e, size, /*counted_move=*/false);
   }
 
   /// Waiting memory worth a barrier for a request of `size`: at least the request,
@@ -195,14 +199,14 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
   /// another thread can adopt it into its stream's list: the best fit for a
   /// synchronous request (`e` == nullptr), the best-fitting block whole into the
   /// stream's list for a stream-ordered one (as adopt_clean). nullptr if no barrier
-  /// could be made or nothing fits. Caller holds growth_mutex().
+  /// could be made or nothing fits. Caller holds growth_mutex() (so the move is not
+  /// counted: see stream_free_lists::moves()).
   char* reclaim_and_take(entry* e, std::size_t size) {
     std::optional<detail::free_block> b;
     if (e == nullptr) {
       reclaim([&](detail::coalescing_free_list& clean) { b = clean.take_best_fit(size); });
       return b ? b->ptr : nullptr;
     }
-    lists_type::move_scope const moving{lists()};
     reclaim([&](detail::coalescing_free_list& clean) { b = clean.take_whole_best_fit(size); });
     if (!b) return nullptr;
     std::lock_guard lock{e->mutex};

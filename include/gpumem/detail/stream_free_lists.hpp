@@ -59,6 +59,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <shared_mutex>
 #include <span>
@@ -169,7 +170,9 @@ class stream_free_lists {
 
   enum class gather_mode {
     first_fit,  ///< stop at the first source that can serve `bytes`
-    everything  ///< take all that can be ordered (before growing fails for good)
+    everything  ///< take all that can be ordered (before growing fails for good); only
+                ///< for a caller holding the owner's growth mutex: not a counted move
+                ///< (moves()), since only such a caller makes the last look
   };
 
   stream_free_lists() = default;
@@ -314,12 +317,14 @@ class stream_free_lists {
     return reclaim(tracker, [](List&) {});
   }
 
-  /// Stamps of the moves of free memory from one list to another (gather_into, a
-  /// stream adopting a clean block, a destroyed stream's list): while a move is
-  /// under way its blocks are in no list, so a thread about to answer "out of
-  /// memory" may have missed them. It takes moves() before its last look and
-  /// again after: if any move was under way or happened in between, it looks
-  /// again (wait_for_moves() first).
+  /// Stamps of the moves of free memory from one list to another made without the
+  /// owner's growth mutex (gather_into, a stream adopting a clean block, a destroyed
+  /// stream's list): while such a move is under way its blocks are in no list, so
+  /// the thread about to answer "out of memory" (it holds the growth mutex) may have
+  /// missed them. It takes moves() before its last look and again after: if any
+  /// move was under way or happened in between, it looks again (wait_for_moves()
+  /// first). Its own moves, under the growth mutex, are not counted: it cannot miss
+  /// them.
   struct move_stamp {
     std::uint64_t started = 0;
     std::uint64_t finished = 0;
@@ -357,7 +362,8 @@ class stream_free_lists {
   bool gather_into(entry& taker, std::size_t bytes, gather_mode mode) {
     GPUMEM_ASSERT(!taker.clean, "the clean list never gathers: it holds only memory no stream can touch");
     if (!taker.id.usable_from_this_thread() || may_be_capturing(taker.id.handle)) return false;
-    move_scope const moving{*this};
+    std::optional<move_scope> moving;
+    if (mode != gather_mode::everything) moving.emplace(*this);
     List gathered;
     bool any = take_foreign(taker, bytes, mode, gathered);
     if (!any || mode == gather_mode::everything) any = take_from_streams(taker, bytes, mode, gathered) || any;
