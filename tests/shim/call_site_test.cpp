@@ -47,6 +47,27 @@ process_result run_app(std::vector<std::string> args, std::map<std::string, std:
   return run_process(args, env);
 }
 
+/// shim_stack_app's "jit" scenario (`depth` native frames under its generated code)
+/// with its log at p.log, and a perf map naming that code py::train_step, written into
+/// `dir` as CPython's would be. Returns the map's path ("" if the run failed).
+std::string run_jit_with_perf_map(run_paths const& p, std::string const& depth, std::string const& stacks,
+                                  std::string const& dir) {
+  auto const r = run_app({"jit", depth}, {{"GPUMEM_LOG_FILE", p.log}, {"GPUMEM_STACKS", stacks}});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  auto const at = r.output.find("JIT ");
+  EXPECT_NE(at, std::string::npos) << r.output;
+  if (r.exit_code != 0 || at == std::string::npos) return {};
+  std::istringstream line{r.output.substr(at + 4)};
+  std::string address, size, pid_word;
+  long pid = 0;
+  line >> address >> size >> pid_word >> pid;
+  EXPECT_EQ(run_process({"/bin/mkdir", "-p", dir}, {}).exit_code, 0);
+  std::string const map = dir + "/perf-" + std::to_string(pid) + ".map";
+  std::ofstream out{map};
+  out << address << " " << size << " py::train_step:/work/train.py\n";
+  return map;
+}
+
 json_value report_json(std::string const& path) {
   auto const r = run_process({report_bin(), "--json", path}, {});
   EXPECT_EQ(r.exit_code, 0) << r.output;
@@ -238,21 +259,9 @@ TEST(CallSites, GeneratedCodeIsWalkedThroughAndNamedFromThePerfMap) {
   GTEST_SKIP() << "frame-pointer walk past generated code: x86-64 only";
 #endif
   run_paths const p{"jit"};
-  auto const r = run_app({"jit"}, {{"GPUMEM_LOG_FILE", p.log}, {"GPUMEM_STACKS", "16"}});
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  auto const at = r.output.find("JIT ");
-  ASSERT_NE(at, std::string::npos) << r.output;
-  std::istringstream line{r.output.substr(at + 4)};
-  std::string address, size, pid_word;
-  long pid = 0;
-  line >> address >> size >> pid_word >> pid;
   std::string const dir = ::testing::TempDir() + "gpumem-perfmap";
-  ASSERT_EQ(run_process({"/bin/mkdir", "-p", dir}, {}).exit_code, 0);
-  std::string const map = dir + "/perf-" + std::to_string(pid) + ".map";
-  {
-    std::ofstream out{map};
-    out << address << " " << size << " py::train_step:/work/train.py\n";
-  }
+  std::string const map = run_jit_with_perf_map(p, "0", "16", dir);
+  ASSERT_FALSE(map.empty());
   auto const rep = run_process({report_bin(), "--json", "--perf-map-dir", dir, p.log}, {});
   ASSERT_EQ(rep.exit_code, 0) << rep.output;
   auto const doc = parse_json(rep.output.substr(rep.output.find('{')));
@@ -277,21 +286,9 @@ TEST(CallSites, TheTextReportShowsPythonFramesBelowTheFramesItShows) {
   GTEST_SKIP() << "frame-pointer walk past generated code: x86-64 only";
 #endif
   run_paths const p{"jit-deep"};
-  auto const r = run_app({"jit", "16"}, {{"GPUMEM_LOG_FILE", p.log}, {"GPUMEM_STACKS", "32"}});
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  auto const at = r.output.find("JIT ");
-  ASSERT_NE(at, std::string::npos) << r.output;
-  std::istringstream line{r.output.substr(at + 4)};
-  std::string address, size, pid_word;
-  long pid = 0;
-  line >> address >> size >> pid_word >> pid;
   std::string const dir = ::testing::TempDir() + "gpumem-perfmap-deep";
-  ASSERT_EQ(run_process({"/bin/mkdir", "-p", dir}, {}).exit_code, 0);
-  std::string const map = dir + "/perf-" + std::to_string(pid) + ".map";
-  {
-    std::ofstream out{map};
-    out << address << " " << size << " py::train_step:/work/train.py\n";
-  }
+  std::string const map = run_jit_with_perf_map(p, "16", "32", dir);
+  ASSERT_FALSE(map.empty());
   auto const rep = run_process({report_bin(), "--perf-map-dir", dir, p.log}, {});
   ASSERT_EQ(rep.exit_code, 0) << rep.output;
   // 17 native frames (layer_native_depth x 16, layer_jit_callee), then the Python one.
