@@ -46,7 +46,10 @@
 // pool stays within a few percent of what is live. If
 // the upstream refuses, it reclaims whatever is waiting, takes every other
 // stream's free memory, returns fully free slabs upstream and retries the request
-// alone; only then it throws out_of_memory saying what it holds.
+// alone; only then it throws out_of_memory saying what it holds. That last look is
+// repeated while other threads were moving free memory between lists (it is in no
+// list for a moment), and a reclamation made for a request serves that request
+// before any other thread sees the reclaimed memory.
 //
 // A barrier is refused while any stream capture is active (it would break the
 // capture): pending memory then stays pending and the pool grows instead.
