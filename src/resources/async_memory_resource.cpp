@@ -180,14 +180,14 @@ void async_memory_resource::do_deallocate(void* p, std::size_t bytes, stream_ref
     return;
   }
   auto const pending = pending_bytes_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+  if (pending < min_reclaim_bytes) return;  // the usual case: no driver call
   auto const reserved = pool_attribute(pool_, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT) +
                         pool_attribute(sync_pool_.load(std::memory_order_acquire), CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT);
-  if (pending >= std::max<std::size_t>(min_reclaim_bytes, static_cast<std::size_t>(reserved / reclaim_divisor))) {
-    static_cast<void>(reclaim());
-  }
+  if (pending >= static_cast<std::size_t>(reserved / reclaim_divisor)) static_cast<void>(reclaim());
 }
 
 bool async_memory_resource::reclaim() noexcept {
+  if (stream_tracker::capture_active()) return false;  // the barrier would refuse
   std::vector<std::pair<void*, std::size_t>> blocks;
   {
     std::lock_guard lock{pending_mutex_};

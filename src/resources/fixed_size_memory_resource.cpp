@@ -157,7 +157,7 @@ struct fixed_size_memory_resource::impl : detail::stream_ordered_memory_resource
     if (e != nullptr && lists().gather_into(*e, block_size, gather_mode::everything)) {
       if (char* p = retry()) return p;
     }
-    std::size_t const waiting = lists().pending_bytes() + (e == nullptr ? lists().stream_bytes() : 0);
+    std::size_t const waiting = waiting_bytes(e == nullptr);
     if (waiting >= block_size && waiting >= reserved_bytes() / reclaim_divisor && reclaim()) {
       if (char* p = retry()) return p;
     }
@@ -169,24 +169,17 @@ struct fixed_size_memory_resource::impl : detail::stream_ordered_memory_resource
       if (!add_chunk(blocks_per_chunk) && !(blocks_per_chunk > 1 && add_chunk(1))) break;
       if (char* p = retry()) return p;
     }
-    // The upstream refuses. Free blocks that another thread is moving between
-    // lists are in none of them for a moment, so a look that finds nothing counts
-    // only if no move was under way or happened meanwhile.
-    for (int look = 1;; ++look) {
-      auto const before = lists().moves();
+    // The upstream refuses: every block other streams hold, then a reclamation
+    // whose first block goes to this request.
+    char* const p = last_looks([&]() -> char* {
       if (e != nullptr && lists().gather_into(*e, block_size, gather_mode::everything)) {
-        if (char* p = retry()) return p;
+        if (char* q = retry()) return q;
       }
-      // Taken while the reclaimed blocks are still locked in the clean list.
       std::optional<block_ref> b;
-      if (reclaim([&](block_stack& clean) { b = clean.pop(); })) {
-        if (b) return hand_out(*b);
-      }
-      if (char* p = retry()) return p;
-      auto const after = lists().moves();
-      if (after.quiet_since(before) || look == max_last_looks) break;
-      lists().wait_for_moves(after);
-    }
+      if (reclaim([&](block_stack& clean) { b = clean.pop(); }) && b) return hand_out(*b);
+      return retry();
+    });
+    if (p != nullptr) return p;
     throw out_of_memory{"gpumem: fixed_size_memory_resource out of memory: upstream cannot give one more block of " +
                         std::to_string(block_size) + " bytes (holding " + std::to_string(reserved_bytes()) + " bytes, " +
                         std::to_string(lists().pending_bytes()) + " waiting for reclamation)"};
@@ -257,9 +250,6 @@ struct fixed_size_memory_resource::impl : detail::stream_ordered_memory_resource
   /// A miss reclaims once waiting memory reaches 1/32 of what the resource holds
   /// (as pool_memory_resource does).
   static constexpr std::size_t reclaim_divisor = 32;
-  /// Looks at everything before out of memory is the answer, while other threads'
-  /// moves of free blocks keep interfering (see miss()).
-  static constexpr int max_last_looks = 16;
 };
 
 fixed_size_memory_resource::fixed_size_memory_resource(device_memory_resource* upstream, std::size_t block_size,

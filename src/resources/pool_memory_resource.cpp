@@ -37,9 +37,6 @@ constexpr std::size_t reclaim_cap = std::size_t{32} << 20;
 /// number of upstream calls down while a program ramps up.
 constexpr std::size_t growth_divisor = 64;
 constexpr std::size_t growth_cap = std::size_t{32} << 20;
-/// Looks at everything before out of memory is the answer, while other threads'
-/// moves of free memory keep interfering (see grow_and_take).
-constexpr int max_last_looks = 16;
 
 std::size_t half_of_free_device_memory() {
   GPUMEM_CU_TRY(detail::ensure_context());
@@ -157,11 +154,16 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
       std::lock_guard lock{clean.mutex};
       b = clean.list.take_whole_best_fit(size);
     }
-    if (!b) return nullptr;
+    return b ? serve_whole(e, *b, size) : nullptr;
+  }
+
+  /// Files a whole clean block in the stream's list `e` and serves the request
+  /// from it: the rest stays next to what the stream frees, so they coalesce.
+  static char* serve_whole(entry& e, detail::free_block const& b, std::size_t size) {
     std::lock_guard lock{e.mutex};
-    static_cast<void>(e.list.insert(*b));
+    static_cast<void>(e.list.insert(b));
     auto const got = e.list.take_best_fit(size);
-    GPUMEM_ASSERT(got.has_value(), "pool: an adopted clean block could not serve its request");
+    GPUMEM_ASSERT(got.has_value(), "pool: a whole clean block could not serve its request");
     return got ? got->ptr : nullptr;
   }
 
@@ -208,12 +210,7 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
       return b ? b->ptr : nullptr;
     }
     reclaim([&](detail::coalescing_free_list& clean) { b = clean.take_whole_best_fit(size); });
-    if (!b) return nullptr;
-    std::lock_guard lock{e->mutex};
-    static_cast<void>(e->list.insert(*b));
-    auto const got = e->list.take_best_fit(size);
-    GPUMEM_ASSERT(got.has_value(), "pool: a reclaimed block could not serve its request");
-    return got ? got->ptr : nullptr;
+    return b ? serve_whole(*e, *b, size) : nullptr;
   }
 
   /// The miss path. `e`: the stream's entry for a stream-ordered request, nullptr
@@ -223,11 +220,7 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
     if (char* p = take_either(e, size)) return p;  // another thread grew or reclaimed meanwhile
 
     std::size_t const pool = reserved_bytes();
-    // Memory a barrier would make usable for this request: pending frees, and for a
-    // synchronous request also what streams hold (an ordered request reaches that
-    // with events, which gather_into tried already).
-    std::size_t const waiting = lists().pending_bytes() + (e == nullptr ? lists().stream_bytes() : 0);
-    if (waiting >= reclaim_threshold(size)) {
+    if (waiting_bytes(e == nullptr) >= reclaim_threshold(size)) {
       if (char* p = reclaim_and_take(e, size)) return p;
     }
 
@@ -239,16 +232,8 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
     if (modest != 0 && modest != step) {
       if (char* slab = grow_slab(modest)) return carve(e, slab, modest, size);
     }
-    // The upstream refuses or the maximum is reached. Free memory that another
-    // thread is moving between lists is in none of them for a moment, so a look
-    // that finds nothing counts only if no move was under way or happened meanwhile.
-    for (int look = 1;; ++look) {
-      auto const before = lists().moves();
-      if (char* p = last_resort(e, size)) return p;
-      auto const after = lists().moves();
-      if (after.quiet_since(before) || look == max_last_looks) break;
-      lists().wait_for_moves(after);
-    }
+    // The upstream refuses or the maximum is reached.
+    if (char* p = last_looks([&] { return last_resort(e, size); })) return p;
     auto const i = info_locked();
     throw out_of_memory{"gpumem: pool_memory_resource out of memory: requested " + mib(size) + ", pool reserved " +
                         mib(i.reserved_bytes) + ", free " + mib(i.free_bytes) + ", largest free block " +

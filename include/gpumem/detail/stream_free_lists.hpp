@@ -313,10 +313,6 @@ class stream_free_lists {
     return true;
   }
 
-  bool reclaim(stream_tracker& tracker) {
-    return reclaim(tracker, [](List&) {});
-  }
-
   /// Stamps of the moves of free memory from one list to another made without the
   /// owner's growth mutex (gather_into, a stream adopting a clean block, a destroyed
   /// stream's list): while such a move is under way its blocks are in no list, so

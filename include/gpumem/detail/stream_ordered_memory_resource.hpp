@@ -127,6 +127,27 @@ class stream_ordered_memory_resource {
     return reclaim([](List&) {});
   }
 
+  /// Memory a barrier would make usable: pending frees, and for a synchronous
+  /// request also what streams hold (a stream-ordered one reaches that with events).
+  [[nodiscard]] std::size_t waiting_bytes(bool synchronous) {
+    return lists_.pending_bytes() + (synchronous ? lists_.stream_bytes() : 0);
+  }
+
+  /// The last looks before out of memory: calls look() (which returns the memory
+  /// or nullptr) again while other threads were moving free memory between lists
+  /// during it (that memory is in no list for a moment; stream_free_lists::moves()),
+  /// at most max_last_looks times. Caller holds growth_mutex().
+  template <class Look>
+  char* last_looks(Look&& look) {
+    for (int n = 1;; ++n) {
+      auto const before = lists_.moves();
+      if (char* p = look()) return p;
+      auto const after = lists_.moves();
+      if (after.quiet_since(before) || n == max_last_looks) return nullptr;
+      lists_.wait_for_moves(after);
+    }
+  }
+
   /// Gives every completely free region back upstream; the bytes given back.
   /// Caller holds growth_mutex().
   std::size_t release_free_regions() {
@@ -192,6 +213,7 @@ class stream_ordered_memory_resource {
   device_memory_resource* const upstream_;
   int device_;               ///< guarded by growth_mutex_; -1 until the first growth resolves it
   std::mutex growth_mutex_;  ///< serialises growth, reclamation, release and info; outermost lock
+  static constexpr int max_last_looks = 16;  ///< while moves keep interfering
   std::atomic<std::size_t> reclaims_{0};
   region_table<Payload> regions_;
   lists_type lists_;
