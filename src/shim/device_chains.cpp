@@ -4,7 +4,6 @@
 
 #include <gpumem/config.hpp>
 #include <gpumem/detail/driver_api.hpp>
-#include <gpumem/detail/real_dlsym.hpp>
 
 #include <array>
 #include <atomic>
@@ -67,8 +66,6 @@ device_chain* build(int device, CUresult& err) noexcept {
   return nullptr;
 }
 
-using primary_state_fn = CUresult (*)(CUdevice, unsigned int*, int*);
-
 // Each device's primary context, retained once (never released, like a chain's own
 // retain), so its handle can never be reused for a context the program creates.
 std::array<std::atomic<CUcontext>, max_devices>& primaries() noexcept {
@@ -82,13 +79,11 @@ CUcontext active_primary(int device) noexcept {
   auto& slot = primaries()[static_cast<std::size_t>(device)];
   if (CUcontext c = slot.load(std::memory_order_acquire)) return c;
   auto const& d = detail::driver();
-  static auto const get_state =
-      reinterpret_cast<primary_state_fn>(detail::real_dlsym()(d.handle, "cuDevicePrimaryCtxGetState"));
   unsigned int flags = 0;
   int active = 0;
   CUdevice dev{};
-  if (get_state == nullptr || d.cuDeviceGet(&dev, device) != CUDA_SUCCESS ||
-      get_state(dev, &flags, &active) != CUDA_SUCCESS || active == 0) {
+  if (d.cuDevicePrimaryCtxGetState == nullptr || d.cuDeviceGet(&dev, device) != CUDA_SUCCESS ||
+      d.cuDevicePrimaryCtxGetState(dev, &flags, &active) != CUDA_SUCCESS || active == 0) {
     return nullptr;
   }
   CUcontext c = nullptr;

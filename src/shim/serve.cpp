@@ -42,30 +42,14 @@ CUresult try_allocate(device_chain& c, std::size_t bytes, CUstream stream, void*
   }
 }
 
-void log_oom(device_chain& c, std::size_t bytes, const char* entry) noexcept {
-  if (!message_enabled(level::debug)) return;
-  try {
-    auto const info = c.chain->info();
-    message(level::debug,
-            "out of memory: %s(%zu bytes) on device %d after trimming; pool reserved %zu, free %zu, "
-            "largest free block %zu",
-            entry, bytes, c.device, info.reserved_bytes, info.free_bytes, info.largest_free_block);
-  } catch (...) {
-    message(level::debug, "out of memory: %s(%zu bytes) on device %d", entry, bytes, c.device);
-  }
-}
-
 /// The out-of-memory path of chain_allocate: trims what the chain caches (other
 /// streams' free blocks, empty slabs) and retries once.
-GPUMEM_COLD CUresult trim_and_retry(device_chain& c, std::size_t bytes, CUstream stream, void*& p,
-                                    const char* entry) noexcept {
+GPUMEM_COLD CUresult trim_and_retry(device_chain& c, std::size_t bytes, CUstream stream, void*& p) noexcept {
   try {
     (void)c.chain->top().release();
   } catch (...) {
   }
-  CUresult const r = try_allocate(c, bytes, stream, p);
-  if (r == CUDA_ERROR_OUT_OF_MEMORY) log_oom(c, bytes, entry);
-  return r;
+  return try_allocate(c, bytes, stream, p);
 }
 
 }  // namespace
@@ -107,7 +91,7 @@ CUresult chain_allocate(void** out, std::size_t bytes, CUstream stream, alloc_ki
     bool const synchronous = safe_mode() && kind != alloc_kind::async;
     scoped_call_context call{entry, dev, synchronous};
     r = try_allocate(*c, bytes, stream, p);
-    if (r == CUDA_ERROR_OUT_OF_MEMORY) r = trim_and_retry(*c, bytes, stream, p, entry);
+    if (r == CUDA_ERROR_OUT_OF_MEMORY) r = trim_and_retry(*c, bytes, stream, p);
   }
   if (r == CUDA_ERROR_OUT_OF_MEMORY) explain_out_of_memory(*c, bytes, stream, entry);  // no chain lock held
   auto& st = state().stats;

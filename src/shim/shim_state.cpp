@@ -61,7 +61,7 @@ thread_local bool tl_loading = false;
 void counters::reset() noexcept {
   for (counter* c : {&chain_allocations, &runtime_allocations, &chain_frees, &passthrough_allocations,
                      &passthrough_frees, &double_frees, &failed_allocations, &captured_passthroughs,
-                     &ipc_refused}) {
+                     &ipc_refused, &device_syncs}) {
     c->reset();
   }
 }

@@ -108,11 +108,6 @@ void walk_frame_pointers(walk_state& w) noexcept {
 
 }  // namespace
 
-bool inside_shim(std::uintptr_t address) noexcept {
-  auto const& r = own_range();
-  return address >= r.lo && address < r.hi;
-}
-
 int capture_stack(std::uintptr_t* out, int max) noexcept {
   if (out == nullptr || max <= 0) return 0;
   auto const& r = own_range();

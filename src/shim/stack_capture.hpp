@@ -37,7 +37,4 @@ namespace gpumem::shim {
 /// shim's own frames left out; returns how many.
 int capture_stack(std::uintptr_t* out, int max) noexcept;
 
-/// Whether `address` lies inside libgpumem_shim.so.
-[[nodiscard]] bool inside_shim(std::uintptr_t address) noexcept;
-
 }  // namespace gpumem::shim

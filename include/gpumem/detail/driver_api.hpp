@@ -17,6 +17,7 @@ namespace gpumem::detail {
   X(cuInit) X(cuDriverGetVersion) X(cuGetErrorName) X(cuGetErrorString)            \
   X(cuDeviceGet) X(cuDeviceGetCount) X(cuDeviceGetAttribute) X(cuDeviceTotalMem)   \
   X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease)                         \
+  X(cuDevicePrimaryCtxGetState)                                                    \
   X(cuCtxGetCurrent) X(cuCtxSetCurrent) X(cuCtxGetDevice) X(cuCtxSynchronize)      \
   X(cuMemAlloc) X(cuMemFree) X(cuMemAllocManaged) X(cuMemAllocPitch)               \
   X(cuMemGetInfo) X(cuMemGetAddressRange) X(cuPointerGetAttribute)                 \
