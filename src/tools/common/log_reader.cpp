@@ -2,6 +2,7 @@
 // with memchr, fields with memchr, numbers with std::from_chars (no iostreams):
 // millions of lines per second in a few MiB of memory.
 #include <gpumem/tools/log_reader.hpp>
+#include <gpumem/tools/number_parse.hpp>
 
 #include <gpumem/tools/text_escape.hpp>
 
@@ -80,19 +81,6 @@ std::string quoted(std::string_view s) {
   constexpr std::size_t shown = 40;
   std::string out = "'" + escape_text(s.substr(0, shown)) + (s.size() > shown ? "...'" : "'");
   return out;
-}
-
-template <typename T>
-bool parse_decimal(std::string_view s, T& out) noexcept {
-  if (s.empty()) return false;
-  auto const [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out, 10);
-  return ec == std::errc{} && p == s.data() + s.size();
-}
-
-bool parse_hex(std::string_view s, std::uint64_t& out) noexcept {
-  if (s.empty()) return false;
-  auto const [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out, 16);
-  return ec == std::errc{} && p == s.data() + s.size();
 }
 
 /// %p output: "0x..." or "(nil)"; a bare "0" is also a null pointer.

@@ -1,5 +1,7 @@
 #include <gpumem/tools/stack_table.hpp>
 
+#include <gpumem/tools/number_parse.hpp>
+
 #include <fmt/format.h>
 
 #include <charconv>
@@ -8,19 +10,6 @@
 
 namespace gpumem::tools {
 namespace {
-
-bool hex(std::string_view s, std::uint64_t& out) noexcept {
-  if (s.empty()) return false;
-  auto const [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out, 16);
-  return ec == std::errc{} && p == s.data() + s.size();
-}
-
-template <typename T>
-bool dec(std::string_view s, T& out) noexcept {
-  if (s.empty()) return false;
-  auto const [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out, 10);
-  return ec == std::errc{} && p == s.data() + s.size();
-}
 
 /// Splits off the next field up to ','; false when there is none.
 bool next_field(std::string_view& rest, std::string_view& field) noexcept {
@@ -36,8 +25,8 @@ bool parse_module(std::string_view rest, stack_table& t) {
   int idx = 0;
   stack_module m;
   if (!next_field(rest, index) || !next_field(rest, start) || !next_field(rest, end) || !next_field(rest, bias) ||
-      !next_field(rest, build_id) || rest.data() == nullptr || !dec(index, idx) || !hex(start, m.start) ||
-      !hex(end, m.end) || !hex(bias, m.bias)) {
+      !next_field(rest, build_id) || rest.data() == nullptr || !parse_decimal(index, idx) || !parse_hex(start, m.start) ||
+      !parse_hex(end, m.end) || !parse_hex(bias, m.bias)) {
     return false;
   }
   m.build_id = std::string{build_id};
@@ -49,8 +38,8 @@ bool parse_module(std::string_view rest, stack_table& t) {
 bool parse_stack(std::string_view rest, stack_table& t) {
   std::string_view id, pid;
   recorded_stack s;
-  if (!next_field(rest, id) || !next_field(rest, pid) || rest.data() == nullptr || !hex(id, s.id) || s.id == 0 ||
-      !dec(pid, s.pid)) {
+  if (!next_field(rest, id) || !next_field(rest, pid) || rest.data() == nullptr || !parse_hex(id, s.id) || s.id == 0 ||
+      !parse_decimal(pid, s.pid)) {
     return false;
   }
   while (!rest.empty()) {
@@ -60,8 +49,8 @@ bool parse_stack(std::string_view rest, stack_table& t) {
     if (f.empty()) continue;
     stack_frame fr;
     auto const at = f.find('@');
-    if (!hex(f.substr(0, at), fr.address)) return false;
-    if (at != std::string_view::npos && !dec(f.substr(at + 1), fr.module)) return false;
+    if (!parse_hex(f.substr(0, at), fr.address)) return false;
+    if (at != std::string_view::npos && !parse_decimal(f.substr(at + 1), fr.module)) return false;
     s.frames.push_back(fr);
   }
   if (s.frames.empty()) return false;

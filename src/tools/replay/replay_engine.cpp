@@ -169,10 +169,10 @@ struct chain_replayer::impl {
     return last_ref;
   }
 
-  void* allocate(log_event const& ev, std::string_view entry) {
+  /// `synchronous`: is_synchronous_allocation(entry), worked out once by apply().
+  void* allocate(log_event const& ev, std::string_view entry, bool synchronous) {
     stream_ref const st = stream_of(ev);
-    scoped_call_context const call{entry.empty() ? nullptr : entry.data(), device,
-                                   safe && is_synchronous_allocation(entry)};
+    scoped_call_context const call{entry.empty() ? nullptr : entry.data(), device, safe && synchronous};
     auto const t0 = timed ? replay_clock::now() : replay_clock::time_point{};
     void* p = nullptr;
     try {
@@ -205,9 +205,10 @@ struct chain_replayer::impl {
     switch (ev.kind) {
       case event_kind::allocate: {
         if (ev.size == 0) break;
-        void* p = allocate(ev, entry);
+        bool const synchronous = is_synchronous_allocation(entry);
+        void* p = allocate(ev, entry, synchronous);
         if (p == nullptr) break;
-        live_block const block{p, ev.size, is_synchronous_allocation(entry)};
+        live_block const block{p, ev.size, synchronous};
         auto const [it, inserted] = live.try_emplace(ev.pointer, block);
         if (!inserted) {  // the log lost a free: release the older block now
           deallocate(it->second, ev, entry);
@@ -222,9 +223,10 @@ struct chain_replayer::impl {
       }
       case event_kind::allocate_failure: {
         if (ev.size == 0) break;
-        if (void* p = allocate(ev, entry)) {
+        bool const synchronous = is_synchronous_allocation(entry);
+        if (void* p = allocate(ev, entry, synchronous)) {
           live_bytes += ev.size;
-          deallocate(live_block{p, ev.size, is_synchronous_allocation(entry)}, ev, entry);
+          deallocate(live_block{p, ev.size, synchronous}, ev, entry);
         }
         break;
       }

@@ -51,11 +51,15 @@ void key_list(out_it out, std::string_view name, key_table const& t) {
                              : "null");
 }
 
+std::string frames_json(std::vector<symbol> const& frames) {
+  std::string o = "[";
+  for (std::size_t i = 0; i < frames.size(); ++i) o += (i ? "," : "") + frame_json(frames[i]);
+  return o + "]";
+}
+
 std::string site_json(named_site const& site) {
   auto const& c = site.stats;
-  std::string frames = "[";
-  for (std::size_t i = 0; i < site.frames.size(); ++i) frames += (i ? "," : "") + frame_json(site.frames[i]);
-  frames += "]";
+  std::string const frames = frames_json(site.frames);
   return fmt::format(R"({{"stack":"{:x}","recorded":{},"allocations":{},"bytes_allocated":{},"live_at_end_bytes":{},)"
                      R"("live_at_end_count":{},"live_at_peak_bytes":{},"live_at_peak_count":{},"failures":{},)"
                      R"("failed_bytes":{},"frames":{}}})",
@@ -151,12 +155,6 @@ void one_log(out_it out, log_summary const& s, call_site_report const* sites) {
   });
   call_sites(out, sites);
   fmt::format_to(out, "}}");
-}
-
-std::string frames_json(std::vector<symbol> const& frames) {
-  std::string o = "[";
-  for (std::size_t i = 0; i < frames.size(); ++i) o += (i ? "," : "") + frame_json(frames[i]);
-  return o + "]";
 }
 
 }  // namespace
