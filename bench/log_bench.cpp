@@ -106,7 +106,7 @@ void ticks(benchmark::State& state) {
   for (auto _ : state) benchmark::DoNotOptimize(gpumem::detail::log_ticks());
   state.SetItemsProcessed(state.iterations());
   state.SetLabel(gpumem::detail::log_tick_source() == gpumem::detail::tick_source::cycle_counter ? "cycle counter"
-                                                                                                  : "CLOCK_MONOTONIC");
+                                                                                                 : "CLOCK_MONOTONIC");
 }
 BENCHMARK(ticks);
 

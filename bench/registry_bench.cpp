@@ -124,9 +124,7 @@ void find_base(benchmark::State& state) {
   auto& r = *owner;
   population const pop{r};
   std::size_t i = 0;
-  for (auto _ : state) {
-    benchmark::DoNotOptimize(r.find_containing(pop.bases[i++ % pop.bases.size()]));
-  }
+  for (auto _ : state) { benchmark::DoNotOptimize(r.find_containing(pop.bases[i++ % pop.bases.size()])); }
   state.SetItemsProcessed(state.iterations());
 }
 

@@ -105,9 +105,9 @@ void sizes(benchmark::internal::Benchmark* b) {
   for (long s : {256L, 4L << 10, 64L << 10, 1L << 20, 64L << 20, 1L << 30}) b->Arg(s);
 }
 
-#define GPUMEM_PAIR_BENCH(name)                                                                       \
-  void BM_##name(benchmark::State& s) { pair(s, kind::name); }                                       \
-  BENCHMARK(BM_##name)->Apply(sizes)->UseRealTime()->Threads(1);                                      \
+#define GPUMEM_PAIR_BENCH(name)                                  \
+  void BM_##name(benchmark::State& s) { pair(s, kind::name); }   \
+  BENCHMARK(BM_##name)->Apply(sizes)->UseRealTime()->Threads(1); \
   BENCHMARK(BM_##name)->Apply(sizes)->UseRealTime()->Threads(max_threads)
 
 GPUMEM_PAIR_BENCH(cuda);

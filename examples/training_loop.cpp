@@ -19,8 +19,8 @@ bool check(cudaError_t e, const char* what) {
   std::fprintf(stderr, "training_loop: %s failed: %s\n", what, cudaGetErrorString(e));
   return false;
 }
-#define CHECK(x) \
-  do {           \
+#define CHECK(x)                   \
+  do {                             \
     if (!check((x), #x)) return 1; \
   } while (0)
 
@@ -35,7 +35,8 @@ bool verify(buffer const& b) {
   unsigned char probe[3] = {};
   std::size_t const at[3] = {0, b.bytes / 2, b.bytes - 1};
   for (int i = 0; i < 3; ++i) {
-    if (cudaMemcpy(&probe[i], static_cast<char*>(b.ptr) + at[i], 1, cudaMemcpyDeviceToHost) != cudaSuccess) return false;
+    if (cudaMemcpy(&probe[i], static_cast<char*>(b.ptr) + at[i], 1, cudaMemcpyDeviceToHost) != cudaSuccess)
+      return false;
     if (probe[i] != b.tag) {
       std::fprintf(stderr, "training_loop: buffer %p (%zu B) byte %zu is %u, expected %u\n", b.ptr, b.bytes, at[i],
                    probe[i], b.tag);

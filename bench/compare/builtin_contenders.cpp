@@ -28,9 +28,7 @@ class gpumem_resource_contender : public contender {
   void* allocate(std::size_t bytes, stream_t s) noexcept override {
     try {
       return top().allocate(bytes, ref(s));
-    } catch (...) {
-      return nullptr;
-    }
+    } catch (...) { return nullptr; }
   }
   void deallocate(void* p, std::size_t bytes, stream_t s) noexcept override { top().deallocate(p, bytes, ref(s)); }
   memory_usage usage() noexcept override { return usage_of(device_); }
@@ -65,9 +63,7 @@ class gpumem_default_chain final : public contender {
   void* allocate(std::size_t bytes, stream_t s) noexcept override {
     try {
       return chain_->top().allocate(bytes, ref(s));
-    } catch (...) {
-      return nullptr;
-    }
+    } catch (...) { return nullptr; }
   }
   void deallocate(void* p, std::size_t bytes, stream_t s) noexcept override {
     chain_->top().deallocate(p, bytes, ref(s));
@@ -159,9 +155,9 @@ std::vector<contender_kind> builtin_contender_kinds() {
   return {
       {"gpumem pool", "gpumem", "pool_memory_resource over cuda_memory_resource, initial size 0 (grows on demand)",
        &make<gpumem_pool>},
-      {"gpumem binning", "gpumem", "binning_memory_resource, bins 256 B..1 MiB, over such a pool", &make<gpumem_binning>},
-      {"gpumem default chain", "gpumem",
-       "config::build_chain(embedded default): statistics, pool, statistics, cuda",
+      {"gpumem binning", "gpumem", "binning_memory_resource, bins 256 B..1 MiB, over such a pool",
+       &make<gpumem_binning>},
+      {"gpumem default chain", "gpumem", "config::build_chain(embedded default): statistics, pool, statistics, cuda",
        &make<gpumem_default_chain>},
       {"cudaMallocAsync", "cuda", "cudaMallocAsync/cudaFreeAsync on the device's default memory pool",
        &make<driver_pool>},

@@ -27,7 +27,8 @@ namespace gpumem_compare {
 std::unique_ptr<contender> run_context::make(contender_kind const& kind, char const* measurement) const {
   char const* why = nullptr;
   std::unique_ptr<contender> c{kind.make(&why)};
-  if (!c) out.note(measurement, kind.name, std::string{"could not be made: "} + (why != nullptr ? why : "unknown reason"));
+  if (!c)
+    out.note(measurement, kind.name, std::string{"could not be made: "} + (why != nullptr ? why : "unknown reason"));
   return c;
 }
 
@@ -82,10 +83,14 @@ std::uint64_t parse_size(std::string const& s) {
   unsigned long long v = std::strtoull(s.c_str(), &end, 10);
   if (end == s.c_str()) usage_error("not a size: '" + s + "'");
   std::string const unit{end};
-  if (unit == "K" || unit == "KiB") v <<= 10U;
-  else if (unit == "M" || unit == "MiB") v <<= 20U;
-  else if (unit == "G" || unit == "GiB") v <<= 30U;
-  else if (!unit.empty() && unit != "B") usage_error("not a size: '" + s + "'");
+  if (unit == "K" || unit == "KiB")
+    v <<= 10U;
+  else if (unit == "M" || unit == "MiB")
+    v <<= 20U;
+  else if (unit == "G" || unit == "GiB")
+    v <<= 30U;
+  else if (!unit.empty() && unit != "B")
+    usage_error("not a size: '" + s + "'");
   if (v == 0) usage_error("size 0 in '" + s + "'");
   return v;
 }
@@ -115,9 +120,12 @@ int main(int argc, char** argv) try {
       if (i + 1 >= argc) usage_error(a + " needs a value");
       return argv[++i];
     };
-    if (a == "--out") out_path = value();
-    else if (a == "--rep") rep = std::atoi(value().c_str());
-    else if (a == "--quick") opt.quick = true;
+    if (a == "--out")
+      out_path = value();
+    else if (a == "--rep")
+      rep = std::atoi(value().c_str());
+    else if (a == "--quick")
+      opt.quick = true;
     else if (a == "--time-scale") {
       opt.time_scale = std::atof(value().c_str());
       if (!(opt.time_scale > 0)) usage_error("--time-scale needs a positive number");
@@ -126,32 +134,40 @@ int main(int argc, char** argv) try {
         if (!known.contains(m)) usage_error("unknown measurement '" + m + "'");
         only.insert(m);
       }
-    } else if (a == "--plugin") plugin_paths.push_back(value());
+    } else if (a == "--plugin")
+      plugin_paths.push_back(value());
     else if (a == "--replay") {
       std::string const v = value();
       auto const eq = v.find('=');
-      if (eq == std::string::npos || eq == 0 || eq + 1 == v.size()) usage_error("--replay needs NAME=LOG, got '" + v + "'");
+      if (eq == std::string::npos || eq == 0 || eq + 1 == v.size())
+        usage_error("--replay needs NAME=LOG, got '" + v + "'");
       replays.emplace_back(v.substr(0, eq), v.substr(eq + 1));
-    } else if (a == "--contenders") contender_filter = split(value());
-    else if (a == "--latency-sizes") latency_sizes = value();
-    else if (a == "--scaling-sizes") scaling_sizes = value();
-    else if (a == "--threads") threads = value();
-    else if (a == "--list") list = true;
+    } else if (a == "--contenders")
+      contender_filter = split(value());
+    else if (a == "--latency-sizes")
+      latency_sizes = value();
+    else if (a == "--scaling-sizes")
+      scaling_sizes = value();
+    else if (a == "--threads")
+      threads = value();
+    else if (a == "--list")
+      list = true;
     else if (a == "--help" || a == "-h") {
       std::fputs(usage_text, stdout);
       return 0;
-    } else usage_error("unknown option '" + a + "'");
+    } else
+      usage_error("unknown option '" + a + "'");
   }
   auto const wants = [&](char const* m) { return only.empty() || only.contains(m); };
 
   constexpr std::uint64_t KiB = 1024, MiB = KiB << 10U, GiB = MiB << 10U;
   opt.latency_sizes = !latency_sizes.empty() ? parse_sizes(latency_sizes)
-                      : opt.quick ? std::vector<std::uint64_t>{256, 4 * KiB, 64 * KiB, MiB, 64 * MiB, GiB}
-                                  : std::vector<std::uint64_t>{256, KiB, 4 * KiB, 16 * KiB, 64 * KiB, 256 * KiB,
+                      : opt.quick            ? std::vector<std::uint64_t>{256, 4 * KiB, 64 * KiB, MiB, 64 * MiB, GiB}
+                                  : std::vector<std::uint64_t>{256, KiB,     4 * KiB,  16 * KiB, 64 * KiB,  256 * KiB,
                                                                MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB, GiB};
   opt.scaling_sizes = !scaling_sizes.empty() ? parse_sizes(scaling_sizes)
-                      : opt.quick ? std::vector<std::uint64_t>{256, MiB, GiB}
-                                  : std::vector<std::uint64_t>{256, 64 * KiB, MiB, 64 * MiB, GiB};
+                      : opt.quick            ? std::vector<std::uint64_t>{256, MiB, GiB}
+                                             : std::vector<std::uint64_t>{256, 64 * KiB, MiB, 64 * MiB, GiB};
   for (auto const& t : split(threads)) {
     int const n = std::atoi(t.c_str());
     if (n < 1 || n > 256) usage_error("thread count out of range: '" + t + "'");

@@ -73,6 +73,6 @@ inline constexpr int plugin_abi_version = 1;
 /// setting *why to a message.
 extern "C" {
 using gpumem_compare_plugin_fn = int (*)(int abi_version, gpumem_compare::contender_kind const** kinds, int* count,
-                                          char const** why);
+                                         char const** why);
 }
 #define GPUMEM_COMPARE_PLUGIN_SYMBOL "gpumem_compare_plugin_v1"

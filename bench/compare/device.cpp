@@ -51,8 +51,7 @@ using launch_kernel_fn = CUresult (*)(CUfunction, unsigned, unsigned, unsigned, 
 void spin_on_host(void* arg) {
   auto const seconds = *static_cast<double*>(arg);
   auto const end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-  while (std::chrono::steady_clock::now() < end) {
-  }
+  while (std::chrono::steady_clock::now() < end) {}
   delete static_cast<double*>(arg);
 }
 
@@ -122,7 +121,8 @@ spin_launcher::spin_launcher(device_info const& dev) {
   if (load == nullptr || get == nullptr || launch_fn_ == nullptr) return;
   CUmodule mod = nullptr;
   if (CUresult r = load(&mod, spin_ptx); r != CUDA_SUCCESS) {
-    how_ = "host function spinning on the stream (the spin kernel's PTX did not load: CUresult " + std::to_string(r) + ")";
+    how_ = "host function spinning on the stream (the spin kernel's PTX did not load: CUresult " + std::to_string(r) +
+           ")";
     return;
   }
   CUfunction f = nullptr;

@@ -21,8 +21,8 @@ struct device_info {
   int driver_version = 0;   ///< cudaDriverGetVersion, e.g. 13000
   int runtime_version = 0;  ///< cudaRuntimeGetVersion
   std::uint64_t total_bytes = 0;
-  int clock_khz = 0;        ///< SM clock, for the spin kernel's cycle count
-  bool simulated = false;   ///< gpumem's simulated device (tests/simdevice)
+  int clock_khz = 0;       ///< SM clock, for the spin kernel's cycle count
+  bool simulated = false;  ///< gpumem's simulated device (tests/simdevice)
 };
 
 /// Makes device 0 current (creating its primary context) and describes it.
@@ -66,8 +66,8 @@ class spin_launcher {
   [[nodiscard]] bool real_kernel() const noexcept { return function_ != nullptr; }
 
  private:
-  void* function_ = nullptr;  ///< CUfunction
-  void* launch_fn_ = nullptr; ///< cuLaunchKernel
+  void* function_ = nullptr;   ///< CUfunction
+  void* launch_fn_ = nullptr;  ///< cuLaunchKernel
   double clock_hz_ = 0;
   std::string how_;
 };

@@ -58,7 +58,8 @@ void measure_multi_stream(run_context const& ctx) {
         if (!c) continue;
         if (prewarm) {
           std::vector<void*> held;
-          for (int i = 0; i < streams; ++i) held.push_back(c->allocate(buffer_bytes, ctx.streams[static_cast<std::size_t>(i)]));
+          for (int i = 0; i < streams; ++i)
+            held.push_back(c->allocate(buffer_bytes, ctx.streams[static_cast<std::size_t>(i)]));
           for (int i = 0; i < streams; ++i) {
             if (held[static_cast<std::size_t>(i)] != nullptr) {
               c->deallocate(held[static_cast<std::size_t>(i)], buffer_bytes, ctx.streams[static_cast<std::size_t>(i)]);
@@ -80,7 +81,8 @@ void measure_multi_stream(run_context const& ctx) {
             ctx.spin.launch(s, p, spin);
             c->deallocate(p, buffer_bytes, s);
           }
-          cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize (a kernel failed: bad memory from the allocator?)");
+          cuda_check(cudaDeviceSynchronize(),
+                     "cudaDeviceSynchronize (a kernel failed: bad memory from the allocator?)");
           times.push_back(seconds_between(t0, bench_clock::now()));
         }
         if (failed > 0) {

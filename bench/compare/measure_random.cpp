@@ -81,7 +81,8 @@ void measure_random_allocations(run_context const& ctx) {
     std::uint64_t seed;
   };
   for (config const cfg : {config{std::uint64_t{1} << 20, 1}, config{std::uint64_t{64} << 20, 2}}) {
-    auto const n_allocs = std::max<std::uint64_t>(16, static_cast<std::uint64_t>(static_cast<double>(n) * std::min(1.0, ctx.options.time_scale)));
+    auto const n_allocs = std::max<std::uint64_t>(
+        16, static_cast<std::uint64_t>(static_cast<double>(n) * std::min(1.0, ctx.options.time_scale)));
     random_sequence const seq = generate(n_allocs, cfg.max_size, max_live, streams, cfg.seed);
     json_object params;
     params.add("allocations", n_allocs).add("max_size", cfg.max_size).add("streams", static_cast<int>(streams));

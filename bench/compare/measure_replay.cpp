@@ -101,7 +101,8 @@ void measure_replay(run_context const& ctx) {
       if (!c) continue;
       replay_tally const t = run_plan(plan, *c, streams, used_before);
       ctx.out.sample("replay", kind.name, params, "peak_live", static_cast<double>(plan.peak_live));
-      if (t.reserved_known) ctx.out.sample("replay", kind.name, params, "peak_reserved", static_cast<double>(t.peak_reserved));
+      if (t.reserved_known)
+        ctx.out.sample("replay", kind.name, params, "peak_reserved", static_cast<double>(t.peak_reserved));
       if (t.device_used_known) {
         ctx.out.sample("replay", kind.name, params, "peak_device_used", static_cast<double>(t.peak_device_used));
       }

@@ -53,8 +53,8 @@ replay_plan plan_replay(std::string const& path, std::string name) {
   // A benchmark's logs are small: all events are read first, then merged by time.
   gpumem::tools::log_reader reader{path};
   if (!reader.readable()) {
-    throw std::runtime_error("cannot replay '" + path + "': " +
-                             (reader.fatal() ? reader.fatal()->text() : std::string{"unreadable"}));
+    throw std::runtime_error("cannot replay '" + path +
+                             "': " + (reader.fatal() ? reader.fatal()->text() : std::string{"unreadable"}));
   }
   std::vector<gpumem::tools::log_event> events;
   for (gpumem::tools::log_event e; reader.next(e);) events.push_back(e);

@@ -34,16 +34,16 @@ struct replay_op {
 };
 
 struct replay_plan {
-  std::string name;                  ///< given by the caller ("mlp", "varlen")
-  std::string source;                ///< file path
+  std::string name;    ///< given by the caller ("mlp", "varlen")
+  std::string source;  ///< file path
   std::vector<replay_op> ops;
-  std::uint32_t slots = 0;           ///< size of the slot table an executor needs
-  std::uint32_t streams = 1;         ///< stream indices 0..streams-1
-  std::uint64_t peak_live = 0;       ///< most requested bytes live at once, in replay order
-  std::uint64_t allocations = 0;     ///< allocate ops
-  std::uint64_t skipped_frees = 0;   ///< frees of pointers not live in the replay
-  std::uint64_t threads = 0;         ///< distinct log threads
-  std::string dialect;               ///< "gpumem" or "rmm"
+  std::uint32_t slots = 0;          ///< size of the slot table an executor needs
+  std::uint32_t streams = 1;        ///< stream indices 0..streams-1
+  std::uint64_t peak_live = 0;      ///< most requested bytes live at once, in replay order
+  std::uint64_t allocations = 0;    ///< allocate ops
+  std::uint64_t skipped_frees = 0;  ///< frees of pointers not live in the replay
+  std::uint64_t threads = 0;        ///< distinct log threads
+  std::string dialect;              ///< "gpumem" or "rmm"
 };
 
 /// Reads and plans the log at `path`. Throws std::runtime_error naming the file if it

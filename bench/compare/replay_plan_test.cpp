@@ -4,11 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <cstdio>
 #include <fstream>
 #include <stdexcept>
 #include <string>
-#include <unistd.h>
 
 namespace gpumem_compare {
 namespace {
@@ -19,7 +19,8 @@ constexpr char const* gpumem_header = "Thread,Time,Action,Pointer,Size,Stream,De
 class log_file {
  public:
   explicit log_file(std::string const& text) {
-    path_ = ::testing::TempDir() + "replay_plan_" + std::to_string(::getpid()) + "_" + std::to_string(counter_++) + ".csv";
+    path_ = ::testing::TempDir() + "replay_plan_" + std::to_string(::getpid()) + "_" + std::to_string(counter_++) +
+            ".csv";
     std::ofstream{path_} << text;
   }
   ~log_file() { std::remove(path_.c_str()); }
@@ -79,10 +80,9 @@ TEST(ReplayPlan, MapsStreams) {
 }
 
 TEST(ReplayPlan, SlotsFreesAndDamage) {
-  log_file const f{std::string{gpumem_header} +
-                   row(1, 1, "allocate", "0x1000", 64, "0", "cudaMalloc") +
+  log_file const f{std::string{gpumem_header} + row(1, 1, "allocate", "0x1000", 64, "0", "cudaMalloc") +
                    row(1, 2, "allocate", "0x1000", 32, "0", "cudaMalloc") +  // its free was lost
-                   row(1, 3, "free", "0x9000", 8, "0", "cudaFree") +          // never allocated
+                   row(1, 3, "free", "0x9000", 8, "0", "cudaFree") +         // never allocated
                    row(1, 4, "allocate failure", "(nil)", 1 << 30, "0", "cudaMalloc") +
                    row(1, 5, "free", "0x1000", 32, "0", "cudaFreeAsync") +
                    row(1, 6, "allocate", "0x2000", 16, "0", "cuMemAlloc_v2")};

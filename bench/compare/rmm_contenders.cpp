@@ -17,8 +17,8 @@
 #include <rmm/mr/pool_memory_resource.hpp>
 #include <rmm/mr/statistics_resource_adaptor.hpp>
 
-#include <cuda/stream_ref>
 #include <cuda_runtime_api.h>
+#include <cuda/stream_ref>
 
 #include <atomic>
 #include <cstdio>
@@ -46,9 +46,7 @@ class rmm_contender final : public contender {
   void* allocate(std::size_t bytes, stream_t s) noexcept override {
     try {
       return top_.allocate(ref(s), bytes, alignment);
-    } catch (...) {
-      return nullptr;
-    }
+    } catch (...) { return nullptr; }
   }
   void deallocate(void* p, std::size_t bytes, stream_t s) noexcept override {
     // RMM's arena throws "allocation not found" for some frees of a replayed log
@@ -87,11 +85,11 @@ class rmm_async final : public contender {
   void* allocate(std::size_t bytes, stream_t s) noexcept override {
     try {
       return mr_.allocate(ref(s), bytes, alignment);
-    } catch (...) {
-      return nullptr;
-    }
+    } catch (...) { return nullptr; }
   }
-  void deallocate(void* p, std::size_t bytes, stream_t s) noexcept override { mr_.deallocate(ref(s), p, bytes, alignment); }
+  void deallocate(void* p, std::size_t bytes, stream_t s) noexcept override {
+    mr_.deallocate(ref(s), p, bytes, alignment);
+  }
   memory_usage usage() noexcept override {
     memory_usage u;
     cuuint64_t now = 0, high = 0;
@@ -111,7 +109,9 @@ class rmm_async final : public contender {
 class binning_over_pool {
  public:
   explicit binning_over_pool(rmm::mr::statistics_resource_adaptor& up) : pool_{up, 0}, binning_{pool_, 8, 20} {}
-  void* allocate(cuda::stream_ref s, std::size_t bytes, std::size_t align) { return binning_.allocate(s, bytes, align); }
+  void* allocate(cuda::stream_ref s, std::size_t bytes, std::size_t align) {
+    return binning_.allocate(s, bytes, align);
+  }
   void deallocate(cuda::stream_ref s, void* p, std::size_t bytes, std::size_t align) noexcept {
     binning_.deallocate(s, p, bytes, align);
   }
@@ -130,9 +130,7 @@ template <class F>
 contender* guarded(F&& f, char const** why) {
   try {
     return f();
-  } catch (std::exception const& e) {
-    last_error() = e.what();
-  } catch (...) {
+  } catch (std::exception const& e) { last_error() = e.what(); } catch (...) {
     last_error() = "unknown exception";
   }
   if (why != nullptr) *why = last_error().c_str();
@@ -140,23 +138,27 @@ contender* guarded(F&& f, char const** why) {
 }
 
 contender* make_pool(char const** why) {
-  return guarded([] {
-    return new rmm_contender<rmm::mr::pool_memory_resource>{
-        [](auto& up) { return rmm::mr::pool_memory_resource{up, 0}; }};
-  }, why);
+  return guarded(
+      [] {
+        return new rmm_contender<rmm::mr::pool_memory_resource>{[](auto& up) {
+          return rmm::mr::pool_memory_resource{up, 0};
+        }};
+      },
+      why);
 }
 
 contender* make_arena(char const** why) {
-  return guarded([] {
-    return new rmm_contender<rmm::mr::arena_memory_resource>{
-        [](auto& up) { return rmm::mr::arena_memory_resource{up}; }};
-  }, why);
+  return guarded(
+      [] {
+        return new rmm_contender<rmm::mr::arena_memory_resource>{
+            [](auto& up) { return rmm::mr::arena_memory_resource{up}; }};
+      },
+      why);
 }
 
 contender* make_binning(char const** why) {
-  return guarded([] {
-    return new rmm_contender<binning_over_pool>{[](auto& up) { return binning_over_pool{up}; }};
-  }, why);
+  return guarded([] { return new rmm_contender<binning_over_pool>{[](auto& up) { return binning_over_pool{up}; }}; },
+                 why);
 }
 
 contender* make_async(char const** why) {

@@ -91,8 +91,10 @@ sample_writer::sample_writer(std::string const& path) {
 }
 
 sample_writer::~sample_writer() {
-  if (owned_) std::fclose(f_);
-  else std::fflush(f_);
+  if (owned_)
+    std::fclose(f_);
+  else
+    std::fflush(f_);
 }
 
 void sample_writer::line(std::string const& s) {

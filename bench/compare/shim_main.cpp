@@ -63,10 +63,14 @@ std::uint64_t parse_size(std::string const& s) {
   unsigned long long v = std::strtoull(s.c_str(), &end, 10);
   std::string const unit{end};
   if (end == s.c_str() || v == 0) usage_error("not a size: '" + s + "'");
-  if (unit == "K" || unit == "KiB") v <<= 10U;
-  else if (unit == "M" || unit == "MiB") v <<= 20U;
-  else if (unit == "G" || unit == "GiB") v <<= 30U;
-  else if (!unit.empty() && unit != "B") usage_error("not a size: '" + s + "'");
+  if (unit == "K" || unit == "KiB")
+    v <<= 10U;
+  else if (unit == "M" || unit == "MiB")
+    v <<= 20U;
+  else if (unit == "G" || unit == "GiB")
+    v <<= 30U;
+  else if (!unit.empty() && unit != "B")
+    usage_error("not a size: '" + s + "'");
   return v;
 }
 
@@ -159,7 +163,8 @@ void scaling(settings const& st, sample_writer& out, stream_set const& streams) 
         cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
         if (r.timed.failed || r.cold.failed) {
           static_cast<void>(cudaGetLastError());
-          out.note("scaling", st.row(f), "allocation of " + size_label(size) + " failed with " + std::to_string(threads) + " threads");
+          out.note("scaling", st.row(f),
+                   "allocation of " + size_label(size) + " failed with " + std::to_string(threads) + " threads");
           continue;
         }
         json_object params;
@@ -201,7 +206,8 @@ void replay(settings const& st, sample_writer& out, shim_probe const& shim) {
     auto alloc = [&](replay_op const& op) -> void* {
       void* p = nullptr;
       auto const t0 = bench_clock::now();
-      cudaError_t const e = op.synchronous ? cudaMalloc(&p, op.bytes) : cudaMallocAsync(&p, op.bytes, streams[op.stream]);
+      cudaError_t const e = op.synchronous ? cudaMalloc(&p, op.bytes)
+                                           : cudaMallocAsync(&p, op.bytes, streams[op.stream]);
       in_calls += bench_clock::now() - t0;
       ++t.calls;
       if (e != cudaSuccess) {
@@ -247,12 +253,14 @@ void replay(settings const& st, sample_writer& out, shim_probe const& shim) {
       out.sample("replay", st.label, params, "peak_device_used", static_cast<double>(t.peak_device_used));
     }
     out.sample("replay", st.label, params, "failed", static_cast<double>(t.failed));
-    out.sample("replay", st.label, params, "ns_per_call",
-               t.calls > 0 ? std::chrono::duration<double, std::nano>(in_calls).count() / static_cast<double>(t.calls) : 0);
+    out.sample(
+        "replay", st.label, params, "ns_per_call",
+        t.calls > 0 ? std::chrono::duration<double, std::nano>(in_calls).count() / static_cast<double>(t.calls) : 0);
     if (shim.loaded()) {
       gpumem_shim_stats const s = shim.read();
       out.sample("replay", st.label, params, "device_syncs", static_cast<double>(s.device_syncs - before.device_syncs));
-      out.sample("replay", st.label, params, "barriers", static_cast<double>(s.reclaim_barriers - before.reclaim_barriers));
+      out.sample("replay", st.label, params, "barriers",
+                 static_cast<double>(s.reclaim_barriers - before.reclaim_barriers));
     }
   }
 }
@@ -272,12 +280,18 @@ int main(int argc, char** argv) try {
       if (i + 1 >= argc) usage_error(a + " needs a value");
       return argv[++i];
     };
-    if (a == "--label") st.label = value();
-    else if (a == "--expect-shim") expect = 1;
-    else if (a == "--expect-no-shim") expect = -1;
-    else if (a == "--out") out_path = value();
-    else if (a == "--rep") rep = std::atoi(value().c_str());
-    else if (a == "--quick") st.quick = true;
+    if (a == "--label")
+      st.label = value();
+    else if (a == "--expect-shim")
+      expect = 1;
+    else if (a == "--expect-no-shim")
+      expect = -1;
+    else if (a == "--out")
+      out_path = value();
+    else if (a == "--rep")
+      rep = std::atoi(value().c_str());
+    else if (a == "--quick")
+      st.quick = true;
     else if (a == "--time-scale") {
       st.time_scale = std::atof(value().c_str());
       if (!(st.time_scale > 0)) usage_error("--time-scale needs a positive number");
@@ -289,15 +303,20 @@ int main(int argc, char** argv) try {
     } else if (a == "--replay") {
       std::string const v = value();
       auto const eq = v.find('=');
-      if (eq == std::string::npos || eq == 0 || eq + 1 == v.size()) usage_error("--replay needs NAME=LOG, got '" + v + "'");
+      if (eq == std::string::npos || eq == 0 || eq + 1 == v.size())
+        usage_error("--replay needs NAME=LOG, got '" + v + "'");
       replays.emplace_back(v.substr(0, eq), v.substr(eq + 1));
-    } else if (a == "--latency-sizes") latency_sizes = value();
-    else if (a == "--scaling-sizes") scaling_sizes = value();
-    else if (a == "--threads") threads = value();
+    } else if (a == "--latency-sizes")
+      latency_sizes = value();
+    else if (a == "--scaling-sizes")
+      scaling_sizes = value();
+    else if (a == "--threads")
+      threads = value();
     else if (a == "--help" || a == "-h") {
       std::fputs(usage_text, stdout);
       return 0;
-    } else usage_error("unknown option '" + a + "'");
+    } else
+      usage_error("unknown option '" + a + "'");
   }
   if (st.label.empty()) usage_error("--label is required");
   constexpr std::uint64_t KiB = 1024, MiB = KiB << 10U, GiB = MiB << 10U;
@@ -309,8 +328,10 @@ int main(int argc, char** argv) try {
     return v;
   };
   st.latency_sizes = sizes(latency_sizes, st.quick ? std::vector<std::uint64_t>{256, MiB, 64 * MiB, GiB}
-                                                    : std::vector<std::uint64_t>{256, 4 * KiB, 64 * KiB, MiB, 16 * MiB, 64 * MiB, 256 * MiB, GiB});
-  st.scaling_sizes = sizes(scaling_sizes, st.quick ? std::vector<std::uint64_t>{256, MiB} : std::vector<std::uint64_t>{256, MiB, 64 * MiB});
+                                                   : std::vector<std::uint64_t>{256, 4 * KiB, 64 * KiB, MiB, 16 * MiB,
+                                                                                64 * MiB, 256 * MiB, GiB});
+  st.scaling_sizes = sizes(
+      scaling_sizes, st.quick ? std::vector<std::uint64_t>{256, MiB} : std::vector<std::uint64_t>{256, MiB, 64 * MiB});
   for (auto const& t : split(threads)) {
     int const n = std::atoi(t.c_str());
     if (n < 1 || n > 256) usage_error("thread count out of range: '" + t + "'");
@@ -330,8 +351,9 @@ int main(int argc, char** argv) try {
   shim_probe const shim;
   gpumem_shim_stats const s0 = shim.read();
   if (expect == 1 && (!shim.loaded() || s0.mode != GPUMEM_SHIM_MODE_ACTIVE)) {
-    std::fprintf(stderr, "gpumem_compare_shim: --expect-shim, but %s\n",
-                 shim.loaded() ? "the shim is not active (disabled or misconfigured)" : "libgpumem_shim.so is not loaded");
+    std::fprintf(
+        stderr, "gpumem_compare_shim: --expect-shim, but %s\n",
+        shim.loaded() ? "the shim is not active (disabled or misconfigured)" : "libgpumem_shim.so is not loaded");
     return 1;
   }
   if (expect == -1 && shim.loaded()) {

@@ -77,7 +77,8 @@ pair_timing pair_latency(Pair&& pair, double target_seconds, std::uint64_t warmu
   }
   if (r.failed) return r;
   double const per_pair = t / static_cast<double>(n);
-  std::uint64_t const want = std::max<std::uint64_t>(min_pairs, static_cast<std::uint64_t>(target_seconds / std::max(per_pair, 1e-10)));
+  std::uint64_t const want = std::max<std::uint64_t>(
+      min_pairs, static_cast<std::uint64_t>(target_seconds / std::max(per_pair, 1e-10)));
   double const total = run(want);
   if (r.failed) return r;
   r.pairs = want;
@@ -88,16 +89,20 @@ pair_timing pair_latency(Pair&& pair, double target_seconds, std::uint64_t warmu
 /// One timed round of thread_scaling.
 struct scaling_round {
   std::uint64_t pairs_per_thread = 0;
-  double makespan_s = 0;          ///< first thread's start to last thread's end
-  double mean_thread_s = 0;       ///< mean of each thread's own loop time
+  double makespan_s = 0;     ///< first thread's start to last thread's end
+  double mean_thread_s = 0;  ///< mean of each thread's own loop time
   double fastest_thread_s = 0;
   double slowest_thread_s = 0;
   bool failed = false;
   [[nodiscard]] double total_pairs(int threads) const { return static_cast<double>(pairs_per_thread) * threads; }
   /// What a program sees: all the work over the time it took.
-  [[nodiscard]] double pairs_per_second(int threads) const { return makespan_s > 0 ? total_pairs(threads) / makespan_s : 0; }
+  [[nodiscard]] double pairs_per_second(int threads) const {
+    return makespan_s > 0 ? total_pairs(threads) / makespan_s : 0;
+  }
   /// Google Benchmark's items_per_second for the same run (UseRealTime, Threads(n)).
-  [[nodiscard]] double mean_thread_rate(int threads) const { return mean_thread_s > 0 ? total_pairs(threads) / mean_thread_s : 0; }
+  [[nodiscard]] double mean_thread_rate(int threads) const {
+    return mean_thread_s > 0 ? total_pairs(threads) / mean_thread_s : 0;
+  }
 };
 
 struct scaling_result {
@@ -119,13 +124,13 @@ scaling_result thread_scaling(int threads, MakePair&& make_pair, double target_s
   // waits until every worker spins, then opens the gate, so all start within
   // nanoseconds. A worker that finished blocks instead of spinning: on a machine
   // with fewer free cores (or hyperthreads) it must not slow the others down.
-  std::atomic<int> armed{-1};      // round the workers should get ready for
-  std::atomic<int> gate{-1};       // round the workers may start
-  std::atomic<int> spinning{0};    // workers ready at the gate of the armed round
-  std::atomic<int> finished{0};    // workers done with the current round
-  std::atomic<int> ready{0};       // workers past make_pair
+  std::atomic<int> armed{-1};    // round the workers should get ready for
+  std::atomic<int> gate{-1};     // round the workers may start
+  std::atomic<int> spinning{0};  // workers ready at the gate of the armed round
+  std::atomic<int> finished{0};  // workers done with the current round
+  std::atomic<int> ready{0};     // workers past make_pair
   std::atomic<std::uint64_t> round_pairs{probe};
-  constexpr int rounds = 4;        // cold, warm-up, calibration, timed
+  constexpr int rounds = 4;  // cold, warm-up, calibration, timed
 
   auto worker = [&](int i) {
     auto pair = make_pair(i);
@@ -159,7 +164,8 @@ scaling_result thread_scaling(int threads, MakePair&& make_pair, double target_s
     while (spinning.load(std::memory_order_acquire) < threads) std::this_thread::yield();
     gate.store(r, std::memory_order_release);
     // Sleep rather than spin: the main thread must not take a core from the workers.
-    while (finished.load(std::memory_order_acquire) < threads) std::this_thread::sleep_for(std::chrono::microseconds(200));
+    while (finished.load(std::memory_order_acquire) < threads)
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
     scaling_round out;
     out.pairs_per_thread = round_pairs.load();
     auto first = slots[0].t0, last = slots[0].t1;

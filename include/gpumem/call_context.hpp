@@ -34,8 +34,7 @@ struct call_context {
 /// Sets the calling thread's context for one scope, restoring the previous one.
 class scoped_call_context {
  public:
-  scoped_call_context(const char* entry_point, int device, bool synchronous = false) noexcept
-      : saved_{current_call()} {
+  scoped_call_context(const char* entry_point, int device, bool synchronous = false) noexcept : saved_{current_call()} {
     current_call() = call_context{entry_point, device, synchronous};
   }
   ~scoped_call_context() { current_call() = saved_; }

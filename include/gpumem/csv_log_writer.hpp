@@ -109,8 +109,8 @@ enum class log_action : std::uint8_t { allocate, allocate_failure, free };
 /// One event, as format_row() writes it.
 struct log_row {
   std::uint64_t thread_id{};
-  std::int64_t time_ns{};          ///< CLOCK_REALTIME
-  std::int32_t utc_offset_s{};     ///< local time = time_ns + offset (Time column)
+  std::int64_t time_ns{};       ///< CLOCK_REALTIME
+  std::int32_t utc_offset_s{};  ///< local time = time_ns + offset (Time column)
   log_action action{log_action::allocate};
   void const* pointer{};
   std::size_t size{};
@@ -120,9 +120,9 @@ struct log_row {
   /// literal): format_row remembers its sanitized text by address.
   const char* entry{};
   std::uint64_t duration_ns{};
-  const char* result{};            ///< nullptr: "CUDA_SUCCESS"
-  std::int64_t reserved{-1};       ///< Reserved column; negative: unknown (empty)
-  std::uint64_t stack{};           ///< Stack column; 0: none (empty)
+  const char* result{};       ///< nullptr: "CUDA_SUCCESS"
+  std::int64_t reserved{-1};  ///< Reserved column; negative: unknown (empty)
+  std::uint64_t stack{};      ///< Stack column; 0: none (empty)
 };
 
 inline constexpr std::string_view csv_log_header =
@@ -229,10 +229,10 @@ class csv_log_writer {
   void wake_helper() noexcept;
   void notify(std::string const& line) const noexcept;
 
-  static constexpr std::size_t window_bytes = std::size_t{256} << 20;  // 256 MiB of address space
-  static constexpr std::size_t max_windows = 4096;                      // 1 TiB of log
+  static constexpr std::size_t window_bytes = std::size_t{256} << 20;      // 256 MiB of address space
+  static constexpr std::size_t max_windows = 4096;                         // 1 TiB of log
   static constexpr std::uint64_t prefault_ahead = std::uint64_t{4} << 20;  // populated past the write offset
-  static constexpr unsigned prefault_grain_shift = 17;                       // writers wake the helper every 128 KiB
+  static constexpr unsigned prefault_grain_shift = 17;                     // writers wake the helper every 128 KiB
 
   std::string requested_path_;
   std::string path_;
@@ -245,14 +245,14 @@ class csv_log_writer {
   std::atomic<char*> windows_[max_windows]{};
   /// Set by the SIGBUS handler: a page of this process's mapping was replaced.
   std::atomic<bool> faulted_{false};
-  std::uint64_t final_bytes_{};   ///< bytes_written() after close()
+  std::uint64_t final_bytes_{};  ///< bytes_written() after close()
   std::uint64_t final_dropped_{};
   std::uint32_t final_truncations_{};
-  csv_log_writer* next_live_{};   ///< registry for the atexit hook
+  csv_log_writer* next_live_{};  ///< registry for the atexit hook
   csv_log_writer* prev_live_{};
   pthread_t helper_thread_{};
-  bool helper_started_{false};          ///< by this process (owner_pid_); a forked child has no helper
-  std::atomic<bool> populate_on_{false};   ///< the helper populates pages: writers wake it
+  bool helper_started_{false};            ///< by this process (owner_pid_); a forked child has no helper
+  std::atomic<bool> populate_on_{false};  ///< the helper populates pages: writers wake it
   std::atomic<bool> helper_stop_{false};
   alignas(4) std::atomic<std::uint32_t> helper_wake_{0};  ///< futex word: bumped to wake the helper
 };

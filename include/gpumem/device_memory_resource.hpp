@@ -27,9 +27,7 @@ namespace gpumem {
 /// Alignment of every pointer a gpumem resource returns (CUDA gives 256 too).
 inline constexpr std::size_t allocation_alignment = 256;
 
-[[nodiscard]] constexpr std::size_t align_up(std::size_t v, std::size_t a) noexcept {
-  return (v + a - 1) & ~(a - 1);
-}
+[[nodiscard]] constexpr std::size_t align_up(std::size_t v, std::size_t a) noexcept { return (v + a - 1) & ~(a - 1); }
 [[nodiscard]] constexpr bool is_aligned(std::size_t v, std::size_t a) noexcept { return (v & (a - 1)) == 0; }
 
 /// What a resource (and the chain below it) holds, for cudaMemGetInfo, reports and
@@ -45,8 +43,7 @@ struct resource_info {
   /// (free - largest free) / free, in [0, 1]: TensorFlow BFC's fragmentation measure.
   [[nodiscard]] double fragmentation() const noexcept {
     return free_bytes == 0 ? 0.0
-                           : static_cast<double>(free_bytes - largest_free_block) /
-                                 static_cast<double>(free_bytes);
+                           : static_cast<double>(free_bytes - largest_free_block) / static_cast<double>(free_bytes);
   }
 };
 
@@ -60,13 +57,9 @@ class device_memory_resource {
   virtual ~device_memory_resource() = default;
 
   /// Stream-ordered allocation; see the file comment for the contract.
-  [[nodiscard]] void* allocate(std::size_t bytes, stream_ref stream = {}) {
-    return do_allocate(bytes, stream);
-  }
+  [[nodiscard]] void* allocate(std::size_t bytes, stream_ref stream = {}) { return do_allocate(bytes, stream); }
   /// Stream-ordered deallocation; never throws.
-  void deallocate(void* p, std::size_t bytes, stream_ref stream = {}) noexcept {
-    do_deallocate(p, bytes, stream);
-  }
+  void deallocate(void* p, std::size_t bytes, stream_ref stream = {}) noexcept { do_deallocate(p, bytes, stream); }
 
   /// Give cached memory back to the upstream / device. Returns the bytes released.
   /// Memory still in use stays. Adaptors forward to their upstream.

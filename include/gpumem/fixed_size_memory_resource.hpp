@@ -31,8 +31,7 @@ class fixed_size_memory_resource final : public device_memory_resource {
   /// block_size is rounded up to 256. Throws logic_error for a null upstream, a
   /// zero block size or zero blocks_to_preallocate; out_of_memory if the first
   /// chunk cannot be allocated.
-  explicit fixed_size_memory_resource(device_memory_resource* upstream,
-                                      std::size_t block_size = default_block_size,
+  explicit fixed_size_memory_resource(device_memory_resource* upstream, std::size_t block_size = default_block_size,
                                       std::size_t blocks_to_preallocate = default_blocks_to_preallocate);
   /// Returns every chunk to the upstream, in use or not.
   ~fixed_size_memory_resource() override;

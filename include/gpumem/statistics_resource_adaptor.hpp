@@ -33,13 +33,9 @@ class statistics_resource_adaptor final : public device_memory_resource {
 
   [[nodiscard]] counters bytes() const noexcept { return bytes_.read(); }
   [[nodiscard]] counters allocations() const noexcept { return allocations_.read(); }
-  [[nodiscard]] std::int64_t deallocations() const noexcept {
-    return deallocations_.load(std::memory_order_relaxed);
-  }
+  [[nodiscard]] std::int64_t deallocations() const noexcept { return deallocations_.load(std::memory_order_relaxed); }
   /// Allocations the upstream refused (out_of_memory or any other exception).
-  [[nodiscard]] std::int64_t failed_allocations() const noexcept {
-    return failures_.load(std::memory_order_relaxed);
-  }
+  [[nodiscard]] std::int64_t failed_allocations() const noexcept { return failures_.load(std::memory_order_relaxed); }
 
  private:
   struct atomic_counter {

@@ -35,8 +35,8 @@ struct allocation_record {
   /// library calls. The shim's entry names are string literals, so the pointer
   /// stays valid for the life of the process.
   const char* entry_point{};
-  int device{-1};             ///< call_context device (-1: unknown)
-  std::vector<void*> stack;   ///< return addresses, when capture_stacks
+  int device{-1};            ///< call_context device (-1: unknown)
+  std::vector<void*> stack;  ///< return addresses, when capture_stacks
 };
 
 class tracking_resource_adaptor final : public device_memory_resource {

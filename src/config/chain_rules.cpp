@@ -4,7 +4,6 @@
 
 #include "diagnostics.hpp"
 
-
 namespace gpumem::config::detail {
 
 namespace {
@@ -21,8 +20,7 @@ void validate_chain(std::vector<resource_spec> const& chain, std::string_view co
                     on_error const policy) {
   if (chain.empty()) {
     raise({chain_source}, "chain", "the chain is empty",
-          fmt::format("list [[chain]] entries outermost first, ending in a device resource: {}", device_types),
-          policy);
+          fmt::format("list [[chain]] entries outermost first, ending in a device resource: {}", device_types), policy);
   }
   std::size_t device_index = chain.size();
   for (std::size_t i = 0; i < chain.size(); ++i) {
@@ -31,8 +29,7 @@ void validate_chain(std::vector<resource_spec> const& chain, std::string_view co
     if (device_index < chain.size()) {
       std::string_view const device = chain[device_index].type;
       if (role == resource_role::device) {
-        raise(where(s), key_of(i, "type"),
-              fmt::format("a second device resource \"{}\" after \"{}\"", s.type, device),
+        raise(where(s), key_of(i, "type"), fmt::format("a second device resource \"{}\" after \"{}\"", s.type, device),
               "a chain has exactly one device resource, its last entry", policy);
       }
       raise(where(s), key_of(i, "type"),
@@ -60,7 +57,8 @@ void validate_chain(std::vector<resource_spec> const& chain, std::string_view co
       raise(where(s), key_of(i, "limit"), fmt::format("limit {} would refuse every allocation", l->limit.to_string()),
             "omit the limiting entry for no limit, or give a size above 0", policy);
     }
-    if (auto const* p = std::get_if<pool_spec>(&s.options); p != nullptr && p->maximum_size && is_zero(*p->maximum_size)) {
+    if (auto const* p = std::get_if<pool_spec>(&s.options);
+        p != nullptr && p->maximum_size && is_zero(*p->maximum_size)) {
       raise(where(s), key_of(i, "maximum_size"),
             fmt::format("maximum {} lets the pool hold no memory: every allocation would fail",
                         p->maximum_size->to_string()),

@@ -20,12 +20,14 @@ inline constexpr std::string_view device_types = "cuda | async | managed";
 void validate_chain(std::vector<resource_spec> const& chain, std::string_view chain_source, on_error policy);
 
 /// 0 bytes or 0%: a cap that would refuse every allocation.
-[[nodiscard]] inline bool is_zero(size_value const& v) noexcept { return v.is_percent ? v.percent <= 0.0 : v.bytes == 0; }
+[[nodiscard]] inline bool is_zero(size_value const& v) noexcept {
+  return v.is_percent ? v.percent <= 0.0 : v.bytes == 0;
+}
 
 /// Checks one pool's maximum against its initial size; `initial`/`maximum` are bytes
 /// already resolved (percentages resolved, or absolute).
-void check_pool_bounds(resource_spec const& spec, std::string_view key, std::size_t initial,
-                       std::size_t maximum, on_error policy);
+void check_pool_bounds(resource_spec const& spec, std::string_view key, std::size_t initial, std::size_t maximum,
+                       on_error policy);
 
 /// The resources (no adaptors) GPUMEM_RESOURCE=<name> stands for; empty for an unknown
 /// name. pool → pool → cuda; binning → binning(256 B..1 MiB) → pool → cuda; async;

@@ -29,8 +29,8 @@ struct location {
   int column = 0;
 };
 
-[[nodiscard]] inline std::string error_message(location const& where, std::string_view key,
-                                               std::string_view problem, std::string_view hint) {
+[[nodiscard]] inline std::string error_message(location const& where, std::string_view key, std::string_view problem,
+                                               std::string_view hint) {
   std::string out = "gpumem: config error: ";
   out += where.source;
   if (where.line > 0) { out += fmt::format(":{}:{}", where.line, where.column); }

@@ -4,8 +4,8 @@
 
 #include <fmt/format.h>
 
-#include <array>
 #include <unistd.h>
+#include <array>
 
 extern "C" char** environ;  // NOLINT: POSIX
 

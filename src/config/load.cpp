@@ -31,9 +31,9 @@ constexpr std::string_view env_source = "environment";
 
 /// The variables gpumem reads (for the did-you-mean of unknown ones).
 constexpr std::array<std::string_view, 17> known_variables{
-    "GPUMEM_CONFIG",    "GPUMEM_DISABLE",   "GPUMEM_RESOURCE",  "GPUMEM_POOL_SIZE",   "GPUMEM_POOL_MAX",
-    "GPUMEM_LIMIT",     "GPUMEM_LOG_FILE",  "GPUMEM_LOG_LEVEL", "GPUMEM_SYNC_MODE",   "GPUMEM_ON_ERROR",
-    "GPUMEM_REPORT",    "GPUMEM_REPORT_FILE", "GPUMEM_DEFERRED_FLUSH", "GPUMEM_SHIM",  "GPUMEM_STACKS",
+    "GPUMEM_CONFIG",       "GPUMEM_DISABLE",       "GPUMEM_RESOURCE",       "GPUMEM_POOL_SIZE", "GPUMEM_POOL_MAX",
+    "GPUMEM_LIMIT",        "GPUMEM_LOG_FILE",      "GPUMEM_LOG_LEVEL",      "GPUMEM_SYNC_MODE", "GPUMEM_ON_ERROR",
+    "GPUMEM_REPORT",       "GPUMEM_REPORT_FILE",   "GPUMEM_DEFERRED_FLUSH", "GPUMEM_SHIM",      "GPUMEM_STACKS",
     "GPUMEM_STACK_SAMPLE", "GPUMEM_STACK_MIN_SIZE"};
 /// Variables of other gpumem components (the simulated device, the test harness).
 constexpr std::array<std::string_view, 3> foreign_prefixes{"GPUMEM_SIM_", "GPUMEM_BUILD_DIR", "GPUMEM_SOURCE_DIR"};
@@ -58,9 +58,7 @@ std::vector<std::string> unknown_variable_warnings(environment const& env) {
   for (auto const& [name, value] : env.vars) {
     if (!name.starts_with("GPUMEM_")) { continue; }
     if (std::ranges::find(known_variables, name) != known_variables.end()) { continue; }
-    if (std::ranges::any_of(foreign_prefixes, [&](std::string_view p) { return name.starts_with(p); })) {
-      continue;
-    }
+    if (std::ranges::any_of(foreign_prefixes, [&](std::string_view p) { return name.starts_with(p); })) { continue; }
     std::string_view best;
     std::size_t best_distance = 4;  // suggest only close matches
     for (auto const k : known_variables) {
@@ -69,8 +67,9 @@ std::vector<std::string> unknown_variable_warnings(environment const& env) {
         best_distance = d;
       }
     }
-    out.push_back(best.empty() ? fmt::format("unknown environment variable {} (ignored)", name)
-                               : fmt::format("unknown environment variable {} (ignored; did you mean {}?)", name, best));
+    out.push_back(best.empty()
+                      ? fmt::format("unknown environment variable {} (ignored)", name)
+                      : fmt::format("unknown environment variable {} (ignored; did you mean {}?)", name, best));
   }
   return out;
 }
@@ -106,7 +105,8 @@ class overrides {
     std::string const* v = get(var);
     if (v == nullptr) { return std::nullopt; }
     std::string lower;
-    std::ranges::transform(*v, std::back_inserter(lower), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    std::ranges::transform(*v, std::back_inserter(lower),
+                           [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
     if (lower == "1" || lower == "true" || lower == "yes" || lower == "on") { return true; }
     if (lower == "0" || lower == "false" || lower == "no" || lower == "off") { return false; }
     fail(var, fmt::format("\"{}\" is not a boolean", *v), "valid: 1, 0, true, false, yes, no, on, off");
@@ -126,9 +126,7 @@ class overrides {
     size_value s;
     try {
       s = parse_size(*v);
-    } catch (config_error const& e) {
-      fail(var, e.what(), size_hint);
-    }
+    } catch (config_error const& e) { fail(var, e.what(), size_hint); }
     if (s.is_percent && !allow_percent) {
       fail(var, fmt::format("\"{}\" is a percentage; this variable needs an absolute size", *v), "e.g. 256MiB");
     }
@@ -186,16 +184,18 @@ std::string read_file(overrides const& o, std::string const& path) {
   std::array<char, 4096> buf{};
   for (;;) {
     if (stream) {
-      auto const left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      auto const left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline -
+                                                                              std::chrono::steady_clock::now());
       pollfd p{fd, POLLIN, 0};
       int const r = ::poll(&p, 1, static_cast<int>(std::max<std::int64_t>(left.count(), 0)));
       if (r < 0 && errno == EINTR) { continue; }
       if (r == 0) {
         ::close(fd);
-        fail(fmt::format("it is {} and {} within {} s (a named pipe needs a writer that closes it; or use a "
-                         "regular file)",
-                         kind_of(st.st_mode), text.empty() ? "nothing was written to it" : "it did not reach its end",
-                         stream_wait_ms / 1000));
+        fail(
+            fmt::format("it is {} and {} within {} s (a named pipe needs a writer that closes it; or use a "
+                        "regular file)",
+                        kind_of(st.st_mode), text.empty() ? "nothing was written to it" : "it did not reach its end",
+                        stream_wait_ms / 1000));
       }
     }
     ssize_t const n = ::read(fd, buf.data(), buf.size());
@@ -238,24 +238,24 @@ void apply_pool_sizes(settings& s, overrides const& o) {
   auto const initial = o.size("GPUMEM_POOL_SIZE");
   auto const maximum = o.size("GPUMEM_POOL_MAX");
   if (!initial && !maximum) { return; }
-  auto const it = std::ranges::find_if(s.chain, [](resource_spec const& e) {
-    return std::holds_alternative<pool_spec>(e.options);
-  });
+  auto const it = std::ranges::find_if(
+      s.chain, [](resource_spec const& e) { return std::holds_alternative<pool_spec>(e.options); });
   if (it == s.chain.end()) {
-    o.fail(initial ? "GPUMEM_POOL_SIZE" : "GPUMEM_POOL_MAX",
-           fmt::format("the chain of {} has no pool", s.source),
+    o.fail(initial ? "GPUMEM_POOL_SIZE" : "GPUMEM_POOL_MAX", fmt::format("the chain of {} has no pool", s.source),
            "add a [[chain]] entry of type \"pool\", or set GPUMEM_RESOURCE=pool");
   }
   if (maximum && detail::is_zero(*maximum)) {
-    o.fail("GPUMEM_POOL_MAX", fmt::format("\"{}\" lets the pool hold no memory: every allocation would fail",
-                                          *o.get("GPUMEM_POOL_MAX")),
+    o.fail("GPUMEM_POOL_MAX",
+           fmt::format("\"{}\" lets the pool hold no memory: every allocation would fail", *o.get("GPUMEM_POOL_MAX")),
            "unset it for no cap, or give a size above 0");
   }
   auto& pool = std::get<pool_spec>(it->options);
   if (initial) { pool.initial_size = *initial; }
   if (maximum) { pool.maximum_size = *maximum; }
   // The file's position no longer explains the values: name the variables instead.
-  it->source = initial && maximum ? "GPUMEM_POOL_SIZE/GPUMEM_POOL_MAX" : initial ? "GPUMEM_POOL_SIZE" : "GPUMEM_POOL_MAX";
+  it->source = initial && maximum ? "GPUMEM_POOL_SIZE/GPUMEM_POOL_MAX"
+               : initial          ? "GPUMEM_POOL_SIZE"
+                                  : "GPUMEM_POOL_MAX";
   it->line = 0;
   it->column = 0;
 }
@@ -267,9 +267,8 @@ void apply_limit(settings& s, overrides const& o) {
     o.fail("GPUMEM_LIMIT", fmt::format("\"{}\" would refuse every allocation", *o.get("GPUMEM_LIMIT")),
            "unset it for no limit, or give a size above 0");
   }
-  auto const it = std::ranges::find_if(s.chain, [](resource_spec const& e) {
-    return std::holds_alternative<limiting_spec>(e.options);
-  });
+  auto const it = std::ranges::find_if(
+      s.chain, [](resource_spec const& e) { return std::holds_alternative<limiting_spec>(e.options); });
   if (it != s.chain.end()) {
     std::get<limiting_spec>(it->options).limit = *limit;
     it->source = "GPUMEM_LIMIT";
@@ -328,7 +327,9 @@ settings load(environment const& env) {
                                  "1 (every allocation) or K: every K-th allocation of a thread")) {
       s.stack_sample = static_cast<std::uint32_t>(*v);
     }
-    if (auto const v = o.size("GPUMEM_STACK_MIN_SIZE", false)) { s.stack_min_size = static_cast<std::size_t>(v->bytes); }
+    if (auto const v = o.size("GPUMEM_STACK_MIN_SIZE", false)) {
+      s.stack_min_size = static_cast<std::size_t>(v->bytes);
+    }
     if (o.size("GPUMEM_DEFERRED_FLUSH", false)) {
       warnings.emplace_back(
           "GPUMEM_DEFERRED_FLUSH no longer has an effect (safe mode reclaims freed memory with GPU-side barriers, "

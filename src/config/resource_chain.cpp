@@ -121,7 +121,9 @@ class chain_builder {
                 text += fmt::format(", max {}", shown(*p.maximum_size, *maximum));
               }
               std::size_t const growth = p.min_growth.resolve(free_);
-              if (growth != pool_default_min_growth) { text += fmt::format(", min growth {}", shown(p.min_growth, growth)); }
+              if (growth != pool_default_min_growth) {
+                text += fmt::format(", min growth {}", shown(p.min_growth, growth));
+              }
               text += ")";
               return make<pool_memory_resource>("pool", std::move(text), upstream,
                                                 pool_options{initial, maximum, growth, chain_.device_});
@@ -153,9 +155,7 @@ class chain_builder {
               std::string text = parts.empty() ? "async" : fmt::format("async({})", fmt::join(parts, ", "));
               return make<async_memory_resource>("async", std::move(text), threshold, initial);
             },
-            [&](cuda_spec const&) -> device_memory_resource* {
-              return make<cuda_memory_resource>("cuda", "cuda");
-            },
+            [&](cuda_spec const&) -> device_memory_resource* { return make<cuda_memory_resource>("cuda", "cuda"); },
             [&](managed_spec const&) -> device_memory_resource* {
               return make<managed_memory_resource>("managed", "managed");
             },

@@ -22,11 +22,20 @@ __extension__ using u128 = unsigned __int128;
 
 constexpr std::uint64_t Ki = 1024;
 constexpr std::array units{
-    unit{"", 1},          unit{"b", 1},
-    unit{"k", Ki},        unit{"kib", Ki},        unit{"kb", 1000},
-    unit{"m", Ki * Ki},   unit{"mib", Ki * Ki},   unit{"mb", 1000 * 1000},
-    unit{"g", Ki * Ki * Ki}, unit{"gib", Ki * Ki * Ki}, unit{"gb", 1000ULL * 1000 * 1000},
-    unit{"t", Ki * Ki * Ki * Ki}, unit{"tib", Ki * Ki * Ki * Ki}, unit{"tb", 1000ULL * 1000 * 1000 * 1000},
+    unit{"", 1},
+    unit{"b", 1},
+    unit{"k", Ki},
+    unit{"kib", Ki},
+    unit{"kb", 1000},
+    unit{"m", Ki* Ki},
+    unit{"mib", Ki* Ki},
+    unit{"mb", 1000 * 1000},
+    unit{"g", Ki* Ki* Ki},
+    unit{"gib", Ki* Ki* Ki},
+    unit{"gb", 1000ULL * 1000 * 1000},
+    unit{"t", Ki* Ki* Ki* Ki},
+    unit{"tib", Ki* Ki* Ki* Ki},
+    unit{"tb", 1000ULL * 1000 * 1000 * 1000},
 };
 
 [[noreturn]] void fail(std::string_view text, std::string_view problem) {
@@ -85,8 +94,7 @@ size_value parse_size(std::string_view const text) {
     if (u.name != lower) { continue; }
     if (frac != 0 && u.multiplier == 1) { fail(text, "fractional number of bytes"); }
     if (whole > max_u64 / u.multiplier) { fail(text, "too large (more than 2^64 - 1 bytes)"); }
-    auto const frac_bytes = static_cast<std::uint64_t>(
-        static_cast<u128>(frac) * u.multiplier / frac_scale);
+    auto const frac_bytes = static_cast<std::uint64_t>(static_cast<u128>(frac) * u.multiplier / frac_scale);
     std::uint64_t const bytes = whole * u.multiplier;
     if (bytes > max_u64 - frac_bytes) { fail(text, "too large (more than 2^64 - 1 bytes)"); }
     return size_value::of_bytes(bytes + frac_bytes);
@@ -116,8 +124,7 @@ std::string format_bytes(std::uint64_t const bytes) {
   }
   if (idx == 0) { return fmt::format("{} B", bytes); }
   // Two decimals, trailing zeros dropped: 1.5 GiB, 1.25 MiB, 8 GiB.
-  auto const hundredths = static_cast<std::uint64_t>(
-      (static_cast<u128>(bytes) * 100 + scale / 2) / scale);
+  auto const hundredths = static_cast<std::uint64_t>((static_cast<u128>(bytes) * 100 + scale / 2) / scale);
   std::string out = fmt::format("{}.{:02}", hundredths / 100, hundredths % 100);
   while (out.back() == '0') { out.pop_back(); }
   if (out.back() == '.') { out.pop_back(); }

@@ -40,7 +40,7 @@ std::string_view type_name(toml::node const& n) {
 
 int to_int(toml::source_index v) {
   return v > static_cast<toml::source_index>(std::numeric_limits<int>::max()) ? std::numeric_limits<int>::max()
-                                                                             : static_cast<int>(v);
+                                                                              : static_cast<int>(v);
 }
 
 /// Parses one document; remembers the on_error policy once [gpumem] has set it, so
@@ -126,9 +126,7 @@ class parser {
     } else if (auto const* s = n.as_string()) {
       try {
         v = parse_size(s->get());
-      } catch (config_error const& e) {
-        fail(n.source(), key, e.what(), size_hint);
-      }
+      } catch (config_error const& e) { fail(n.source(), key, e.what(), size_hint); }
     } else {
       wrong_type(n, key, "a size (string or integer)", size_hint);
     }
@@ -156,7 +154,7 @@ class parser {
     // on_error first, so a later mistake in this table already honours it.
     if (toml::node const* e = t->get("on_error")) {
       s.on_config_error = get_choice(*e, "gpumem.on_error", "fail|passthrough") == "fail" ? on_error::fail
-                                                                                         : on_error::passthrough;
+                                                                                          : on_error::passthrough;
       policy_ = s.on_config_error;
     }
     for (auto&& [k, v] : *t) {
@@ -175,8 +173,8 @@ class parser {
       } else if (name == "report_file") {
         s.report_file = get_template(v, key);
       } else if (name == "stacks") {
-        s.stacks = static_cast<int>(get_integer(v, key, 0, max_stack_frames,
-                                                "0 (off) or the frames to record per allocation, 1 to 128"));
+        s.stacks = static_cast<int>(
+            get_integer(v, key, 0, max_stack_frames, "0 (off) or the frames to record per allocation, 1 to 128"));
       } else if (name == "stack_sample") {
         s.stack_sample = static_cast<std::uint32_t>(
             get_integer(v, key, 1, 1'000'000'000, "1 (every allocation) or K: every K-th allocation of a thread"));
@@ -184,10 +182,10 @@ class parser {
         s.stack_min_size = static_cast<std::size_t>(get_size(v, key, false).bytes);
       } else if (name == "deferred_flush") {
         static_cast<void>(get_size(v, key, false));  // still checked: a typo is still an error
-        s.warnings.push_back(fmt::format(
-            "{}:{}:{}: gpumem.deferred_flush no longer has an effect (safe mode reclaims freed memory with "
-            "GPU-side barriers, without device synchronizations): remove it",
-            source_, k.source().begin.line, k.source().begin.column));
+        s.warnings.push_back(
+            fmt::format("{}:{}:{}: gpumem.deferred_flush no longer has an effect (safe mode reclaims freed memory with "
+                        "GPU-side barriers, without device synchronizations): remove it",
+                        source_, k.source().begin.line, k.source().begin.column));
       } else {
         fail(k.source(), key, fmt::format("unknown key \"{}\"", name), valid);
       }
@@ -198,9 +196,9 @@ class parser {
     toml::array* a = node.as_array();
     if (a == nullptr) { wrong_type(node, "chain", "an array of tables", "write each entry as [[chain]]"); }
     if (a->empty()) {
-      fail(node.source(), "chain", "the chain is empty",
-           fmt::format("list [[chain]] entries outermost first, ending in a device resource: {}",
-                       detail::device_types));
+      fail(
+          node.source(), "chain", "the chain is empty",
+          fmt::format("list [[chain]] entries outermost first, ending in a device resource: {}", detail::device_types));
     }
     for (std::size_t i = 0; i < a->size(); ++i) {
       toml::node& entry = *a->get(i);
@@ -239,7 +237,7 @@ class parser {
       spec.options = read_logging(r, t);
     } else {
       r.none();  // cuda, managed, statistics
-      spec.options = type == "cuda" ? resource_options{cuda_spec{}}
+      spec.options = type == "cuda"      ? resource_options{cuda_spec{}}
                      : type == "managed" ? resource_options{managed_spec{}}
                                          : resource_options{statistics_spec{}};
     }
@@ -336,9 +334,8 @@ class parser {
 
   logging_spec read_logging(entry_reader const& r, toml::table const& t) const {
     logging_spec lg;
-    r.each({"file"}, [&](std::string_view, toml::node const& v, std::string const& key) {
-      lg.file = get_template(v, key);
-    });
+    r.each({"file"},
+           [&](std::string_view, toml::node const& v, std::string const& key) { lg.file = get_template(v, key); });
     if (lg.file.empty()) { fail(t.source(), r.prefix + ".file", "missing", "e.g. file = \"gpumem-%p-%d.csv\""); }
     return lg;
   }
@@ -369,8 +366,8 @@ class parser {
           std::string const item_key = fmt::format("{}[{}]", key, i);
           std::size_t const size = get_bin_size(*a->get(i), item_key, false);
           if (!b.bins.empty() && size <= b.bins.back()) {
-            fail(a->get(i)->source(), item_key, fmt::format("{} does not follow {}", format_bytes(size),
-                                                            format_bytes(b.bins.back())),
+            fail(a->get(i)->source(), item_key,
+                 fmt::format("{} does not follow {}", format_bytes(size), format_bytes(b.bins.back())),
                  "list bins in ascending order, each once");
           }
           b.bins.push_back(size);
@@ -395,9 +392,7 @@ class parser {
     return b;
   }
 
-  static std::vector<resource_spec> default_chain() {
-    return parse_toml(default_toml(), "embedded default").chain;
-  }
+  static std::vector<resource_spec> default_chain() { return parse_toml(default_toml(), "embedded default").chain; }
 
   std::string_view source_;
   on_error policy_ = on_error::fail;

@@ -26,8 +26,7 @@ driver_api load() noexcept {
     api.init_result = CUDA_ERROR_NOT_INITIALIZED;
     return api;
   }
-#define GPUMEM_DRIVER_LOAD(name) \
-  api.name = reinterpret_cast<decltype(api.name)>(sym(h, GPUMEM_STR(name)));
+#define GPUMEM_DRIVER_LOAD(name) api.name = reinterpret_cast<decltype(api.name)>(sym(h, GPUMEM_STR(name)));
   GPUMEM_DRIVER_FUNCTIONS(GPUMEM_DRIVER_LOAD)
 #undef GPUMEM_DRIVER_LOAD
   api.init_result = api.cuInit != nullptr ? api.cuInit(0) : CUDA_ERROR_NOT_INITIALIZED;

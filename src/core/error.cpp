@@ -26,9 +26,7 @@ const char* result_name(CUresult r) noexcept {
   }
   auto const& d = detail::driver();
   const char* name = nullptr;
-  if (d.cuGetErrorName != nullptr && d.cuGetErrorName(r, &name) == CUDA_SUCCESS && name != nullptr) {
-    return name;
-  }
+  if (d.cuGetErrorName != nullptr && d.cuGetErrorName(r, &name) == CUDA_SUCCESS && name != nullptr) { return name; }
   return "CUDA_ERROR_UNKNOWN";
 }
 

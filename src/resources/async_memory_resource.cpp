@@ -17,7 +17,8 @@ void check(CUresult r, const char* call) { throw_on_error(r, call); }
 std::uint64_t pool_attribute(CUmemoryPool pool, CUmemPool_attribute attr) noexcept {
   cuuint64_t v = 0;
   auto const& d = detail::driver();
-  if (pool == nullptr || d.cuMemPoolGetAttribute == nullptr || d.cuMemPoolGetAttribute(pool, attr, &v) != CUDA_SUCCESS) {
+  if (pool == nullptr || d.cuMemPoolGetAttribute == nullptr ||
+      d.cuMemPoolGetAttribute(pool, attr, &v) != CUDA_SUCCESS) {
     return 0;
   }
   return v;
@@ -172,8 +173,7 @@ void async_memory_resource::do_deallocate(void* p, std::size_t bytes, stream_ref
     try {
       pending_.emplace_back(p, bytes);
       filed = true;
-    } catch (...) {
-    }
+    } catch (...) {}
   }
   if (!filed) {
     // No host memory to keep it: the block stays allocated (leaked, never reused early).
@@ -182,7 +182,8 @@ void async_memory_resource::do_deallocate(void* p, std::size_t bytes, stream_ref
   auto const pending = pending_bytes_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
   if (pending < min_reclaim_bytes) return;  // the usual case: no driver call
   auto const reserved = pool_attribute(pool_, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT) +
-                        pool_attribute(sync_pool_.load(std::memory_order_acquire), CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT);
+                        pool_attribute(sync_pool_.load(std::memory_order_acquire),
+                                       CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT);
   if (pending >= static_cast<std::size_t>(reserved / reclaim_divisor)) static_cast<void>(reclaim());
 }
 

@@ -8,7 +8,6 @@ namespace {
 constexpr std::size_t owned_bin_chunk_bytes = std::size_t{2} << 20;
 }  // namespace
 
-
 binning_memory_resource::binning_memory_resource(device_memory_resource* upstream) : upstream_{upstream} {
   if (upstream_ == nullptr) throw logic_error{"gpumem: binning_memory_resource needs an upstream resource"};
 }
@@ -31,7 +30,8 @@ void binning_memory_resource::add_bin(std::size_t allocation_size, device_memory
                       std::to_string(allocation_size) + ")"};
   }
   std::size_t const size = align_up(allocation_size, allocation_alignment);
-  auto it = std::lower_bound(bins_.begin(), bins_.end(), size, [](auto const& b, std::size_t s) { return b.first < s; });
+  auto it = std::lower_bound(bins_.begin(), bins_.end(), size,
+                             [](auto const& b, std::size_t s) { return b.first < s; });
   bool const exists = it != bins_.end() && it->first == size;
   if (bin_resource == nullptr) {
     if (exists) return;  // as RMM: an existing bin of that size is kept
@@ -49,7 +49,8 @@ void binning_memory_resource::add_bin(std::size_t allocation_size, device_memory
 }
 
 device_memory_resource* binning_memory_resource::resource_for(std::size_t bytes) const noexcept {
-  auto it = std::lower_bound(bins_.begin(), bins_.end(), bytes, [](auto const& b, std::size_t s) { return b.first < s; });
+  auto it = std::lower_bound(bins_.begin(), bins_.end(), bytes,
+                             [](auto const& b, std::size_t s) { return b.first < s; });
   return it == bins_.end() ? upstream_ : it->second;
 }
 

@@ -138,7 +138,7 @@ constexpr auto hex_pairs = [] {
 char* put_hex(char* o, std::uint64_t v) noexcept {
   int const digits = v == 0 ? 1 : (64 - __builtin_clzll(v) + 3) / 4;
   char scratch[32];
-  std::memset(scratch + 16, 0, 16);  // read by the tail copy, then overwritten in the row
+  std::memset(scratch + 16, 0, 16);        // read by the tail copy, then overwritten in the row
   int const bytes = v >> 48 == 0 ? 6 : 8;  // user-space and device addresses fit 48 bits
   for (int i = 0; i < bytes; ++i) std::memcpy(scratch + 14 - 2 * i, &hex_pairs[((v >> (8 * i)) & 0xff) * 2], 2);
   *o++ = '0';
@@ -201,7 +201,7 @@ struct row_memo {
   std::int64_t sec = INT64_MIN;  // UTC second of epoch the texts below are for
   std::int32_t utc_offset = 0;
   std::uint8_t epoch_len = 0;
-  char hms[8]{};         // local HH:MM:SS
+  char hms[8]{};          // local HH:MM:SS
   char epoch_text[24]{};  // sec in decimal (sec >= 1 only)
   // The last Pointer, Size and Reserved written by this thread: a free repeats
   // its allocation's pointer and size, and Reserved changes only when the chain

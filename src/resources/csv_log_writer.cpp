@@ -51,9 +51,9 @@ struct csv_log_writer::shared_state {
   /// been stored where later rows go (its writer sees the change and counts it).
   std::atomic<std::uint32_t> epoch{0};
   alignas(64) std::atomic<std::uint64_t> dropped{0};
-  std::atomic<int> grow_errno{0};             ///< first reason the file could not grow
-  std::atomic<std::uint32_t> truncations{0};  ///< times found truncated under us
-  std::atomic<bool> space_notified{false};    ///< "rows are dropped" said once
+  std::atomic<int> grow_errno{0};               ///< first reason the file could not grow
+  std::atomic<std::uint32_t> truncations{0};    ///< times found truncated under us
+  std::atomic<bool> space_notified{false};      ///< "rows are dropped" said once
   std::atomic<std::int64_t> retry_after_ns{0};  ///< no growth attempt before (CLOCK_MONOTONIC_COARSE)
   pthread_mutex_t grow;  ///< process-shared, robust: a writer killed mid-growth does not wedge the others
 };
@@ -67,10 +67,10 @@ constexpr std::uint64_t min_chunk = std::uint64_t{1} << 20;   // first growth: 1
 constexpr std::uint64_t max_chunk = std::uint64_t{64} << 20;  // then by the file's size, up to 64 MiB
 constexpr std::uint64_t page_bytes = 4096;                    // growth and populate granularity
 constexpr std::size_t marker_max = csv_log_writer::marker_bytes;
-constexpr std::uint64_t kept_room = 2 * marker_max;           // rows never use the last bytes
-constexpr std::int64_t grow_backoff_ns = 100'000'000;         // after a failed growth
-constexpr std::int64_t truncation_poll_ns = 200'000'000;      // the helper's fstat
-constexpr std::int64_t pause_wait_ns = 20'000'000;            // longest wait on a repair's pause
+constexpr std::uint64_t kept_room = 2 * marker_max;       // rows never use the last bytes
+constexpr std::int64_t grow_backoff_ns = 100'000'000;     // after a failed growth
+constexpr std::int64_t truncation_poll_ns = 200'000'000;  // the helper's fstat
+constexpr std::int64_t pause_wait_ns = 20'000'000;        // longest wait on a repair's pause
 constexpr std::size_t reason_max = 120;
 
 #ifndef MADV_POPULATE_WRITE
@@ -191,8 +191,7 @@ struct log_fault_guard {
       owner[i].store(w, std::memory_order_relaxed);
       begin[i].store(reinterpret_cast<std::uintptr_t>(window), std::memory_order_release);
       auto u = used.load(std::memory_order_relaxed);
-      while (u < i + 1 && !used.compare_exchange_weak(u, i + 1, std::memory_order_release)) {
-      }
+      while (u < i + 1 && !used.compare_exchange_weak(u, i + 1, std::memory_order_release)) {}
       return;
     }  // all slots taken: that window is unguarded (more than 2 PiB of logs)
   }
@@ -341,8 +340,10 @@ void csv_log_writer::open_file() {
 
 csv_log_writer::~csv_log_writer() {
   pthread_mutex_lock(&registry_mutex);
-  if (prev_live_ != nullptr) prev_live_->next_live_ = next_live_;
-  else if (registry_head == this) registry_head = next_live_;
+  if (prev_live_ != nullptr)
+    prev_live_->next_live_ = next_live_;
+  else if (registry_head == this)
+    registry_head = next_live_;
   if (next_live_ != nullptr) next_live_->prev_live_ = prev_live_;
   pthread_mutex_unlock(&registry_mutex);
   close();
@@ -438,9 +439,7 @@ void csv_log_writer::store(std::uint64_t offset, char const* data, std::size_t l
     return;
   }
   // Crossed a grain boundary: the helper populates the next pages before we get there.
-  if (((offset ^ end) >> prefault_grain_shift) != 0 && populate_on_.load(std::memory_order_relaxed)) {
-    wake_helper();
-  }
+  if (((offset ^ end) >> prefault_grain_shift) != 0 && populate_on_.load(std::memory_order_relaxed)) { wake_helper(); }
 }
 
 void csv_log_writer::copy_out(std::uint64_t offset, char const* data, std::size_t len) noexcept {
@@ -652,8 +651,7 @@ bool csv_log_writer::recover_locked(std::uint64_t& kept) noexcept {
     restart = tail;
   }
   std::uint64_t cur = s->tail.load();
-  while (!s->tail.compare_exchange_weak(cur, (lost ? restart + marker_len : restart) | (cur & closed_bit))) {
-  }
+  while (!s->tail.compare_exchange_weak(cur, (lost ? restart + marker_len : restart) | (cur & closed_bit))) {}
   if (allocate_file(fd_, 0, cap) != 0 && ::ftruncate(fd_, static_cast<off_t>(cap)) != 0) {
     // Cannot even restore the size: no row can be stored until it grows again.
     s->capacity.store(std::min(size, restart), std::memory_order_release);
@@ -796,8 +794,8 @@ void csv_log_writer::finish(bool unmap) noexcept {
   // its copy must not cut off its parent's rows.
   if (::getpid() == owner_pid_ && (s->tail.load() & closed_bit) == 0) {
     recover();  // a truncation not found yet (or being repaired by the helper): settled first
-    bool const incomplete =
-        s->dropped.load(std::memory_order_relaxed) != 0 || s->truncations.load(std::memory_order_relaxed) != 0;
+    bool const incomplete = s->dropped.load(std::memory_order_relaxed) != 0 ||
+                            s->truncations.load(std::memory_order_relaxed) != 0;
     // The marker and the close in one step: nothing follows the marker.
     if (!incomplete || !append_marker(0, true)) s->tail.fetch_or(closed_bit);
     auto const written = s->tail.load() & offset_mask;

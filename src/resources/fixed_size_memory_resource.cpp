@@ -22,7 +22,10 @@ namespace {
 /// stray pointers into no-ops instead of handing one block out twice.
 struct chunk {
   chunk(char* b, std::size_t n, std::size_t bsize)
-      : base{b}, blocks{n}, block_size{bsize}, free_bits{std::make_unique<std::atomic<std::uint64_t>[]>((n + 63) / 64)} {
+      : base{b},
+        blocks{n},
+        block_size{bsize},
+        free_bits{std::make_unique<std::atomic<std::uint64_t>[]>((n + 63) / 64)} {
     for (std::size_t w = 0; w < (n + 63) / 64; ++w) free_bits[w].store(~std::uint64_t{0}, std::memory_order_relaxed);
   }
   [[nodiscard]] std::size_t bytes() const noexcept { return blocks * block_size; }
@@ -102,10 +105,12 @@ struct fixed_size_memory_resource::impl : detail::stream_ordered_memory_resource
   using base = detail::stream_ordered_memory_resource<block_stack, chunk>;
 
   impl(device_memory_resource* up, std::size_t bsize, std::size_t per_chunk)
-      : base{up, "fixed_size_memory_resource"}, block_size{align_up(bsize, allocation_alignment)},
+      : base{up, "fixed_size_memory_resource"},
+        block_size{align_up(bsize, allocation_alignment)},
         blocks_per_chunk{per_chunk} {
     if (bsize == 0 || bsize > std::numeric_limits<std::size_t>::max() / 2) {
-      throw logic_error{"gpumem: fixed_size_memory_resource block size must be > 0 (got " + std::to_string(bsize) + ")"};
+      throw logic_error{"gpumem: fixed_size_memory_resource block size must be > 0 (got " + std::to_string(bsize) +
+                        ")"};
     }
     if (per_chunk == 0 || per_chunk > std::numeric_limits<std::size_t>::max() / block_size) {
       throw logic_error{"gpumem: fixed_size_memory_resource blocks_to_preallocate must be > 0 and fit in memory (got " +
@@ -116,16 +121,17 @@ struct fixed_size_memory_resource::impl : detail::stream_ordered_memory_resource
   void preallocate() {
     std::lock_guard growth{growth_mutex()};
     if (!add_chunk(blocks_per_chunk)) {
-      throw out_of_memory{"gpumem: fixed_size_memory_resource could not preallocate " + std::to_string(blocks_per_chunk) +
-                          " blocks of " + std::to_string(block_size) + " bytes"};
+      throw out_of_memory{"gpumem: fixed_size_memory_resource could not preallocate " +
+                          std::to_string(blocks_per_chunk) + " blocks of " + std::to_string(block_size) + " bytes"};
     }
   }
 
   void* allocate(std::size_t bytes, stream_ref s) {
     if (bytes == 0) return nullptr;
     if (bytes > block_size) {
-      throw bad_alloc{CUDA_ERROR_INVALID_VALUE, "gpumem: fixed_size_memory_resource: request of " + std::to_string(bytes) +
-                                                    " bytes is larger than the block size " + std::to_string(block_size)};
+      throw bad_alloc{CUDA_ERROR_INVALID_VALUE, "gpumem: fixed_size_memory_resource: request of " +
+                                                    std::to_string(bytes) + " bytes is larger than the block size " +
+                                                    std::to_string(block_size)};
     }
     bool const sync = current_call().synchronous;
     // Hot paths: a stream reuses its own frees; anything may use clean blocks.
@@ -181,8 +187,8 @@ struct fixed_size_memory_resource::impl : detail::stream_ordered_memory_resource
     });
     if (p != nullptr) return p;
     throw out_of_memory{"gpumem: fixed_size_memory_resource out of memory: upstream cannot give one more block of " +
-                        std::to_string(block_size) + " bytes (holding " + std::to_string(reserved_bytes()) + " bytes, " +
-                        std::to_string(lists().pending_bytes()) + " waiting for reclamation)"};
+                        std::to_string(block_size) + " bytes (holding " + std::to_string(reserved_bytes()) +
+                        " bytes, " + std::to_string(lists().pending_bytes()) + " waiting for reclamation)"};
   }
 
   void deallocate(void* ptr, std::size_t bytes, stream_ref s) noexcept {

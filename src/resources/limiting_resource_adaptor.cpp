@@ -18,8 +18,7 @@ void* limiting_resource_adaptor::do_allocate(std::size_t bytes, stream_ref strea
   do {
     if (need > limit_ || used > limit_ - need) {
       throw out_of_memory{"gpumem: limit of " + std::to_string(limit_) + " bytes reached: " + std::to_string(used) +
-                          " in use, " + std::to_string(bytes) + " requested (" + std::to_string(need) +
-                          " charged)"};
+                          " in use, " + std::to_string(bytes) + " requested (" + std::to_string(need) + " charged)"};
     }
   } while (!used_.compare_exchange_weak(used, used + need, std::memory_order_relaxed));
   try {

@@ -42,8 +42,8 @@ struct calibration {
   std::uint64_t ticks0 = 0;  ///< the first calibration pair: never changes after init
   std::int64_t mono0 = 0;
   std::atomic<std::uint64_t> mult{std::uint64_t{1} << 32U};  ///< ns per tick, 32.32 fixed point
-  std::atomic<std::uint64_t> baseline{0};                     ///< ticks mult was measured over
-  std::atomic<std::uint64_t> anchor_life{anchor_life_ns};     ///< ticks in anchor_life_ns
+  std::atomic<std::uint64_t> baseline{0};                    ///< ticks mult was measured over
+  std::atomic<std::uint64_t> anchor_life{anchor_life_ns};    ///< ticks in anchor_life_ns
   std::atomic<bool> refining{false};
 };
 
@@ -90,9 +90,7 @@ bool rate_from(clock_pair const& a, clock_pair const& b, std::uint64_t& mult) no
   auto const ns = static_cast<u128>(b.mono - a.mono) << 32U;
   auto const m = ns / (b.ticks - a.ticks);
   // Between 0.01 and 100 ns per tick (10 MHz .. 100 GHz): anything else is not a clock.
-  if (m < (static_cast<u128>(1) << 32U) / 100 || m > (static_cast<u128>(100) << 32U)) {
-    return false;
-  }
+  if (m < (static_cast<u128>(1) << 32U) / 100 || m > (static_cast<u128>(100) << 32U)) { return false; }
   mult = static_cast<std::uint64_t>(m);
   return true;
 }
@@ -123,8 +121,7 @@ void init() noexcept {
 #if defined(__x86_64__) || defined(__aarch64__)
   if (cycle_counter_usable()) {
     clock_pair const first = read_pair();
-    while (clock_ns(CLOCK_MONOTONIC) - first.mono < first_calibration_ns) {
-    }
+    while (clock_ns(CLOCK_MONOTONIC) - first.mono < first_calibration_ns) {}
     clock_pair const second = read_pair();
     std::uint64_t mult = 0;
     if (rate_from(first, second, mult)) {
@@ -196,13 +193,16 @@ std::uint64_t log_ticks_first() noexcept {
 row_time log_row_time(std::uint64_t start_ticks) noexcept {
   std::uint64_t const end = log_ticks();
   anchor& a = thread_anchor();
-  if (end - a.ticks >= a.life) [[unlikely]] reanchor(a);
+  if (end - a.ticks >= a.life) [[unlikely]]
+    reanchor(a);
   auto const from_anchor = static_cast<std::int64_t>(start_ticks - a.ticks);
   auto const elapsed = static_cast<std::int64_t>(end - start_ticks);
   return {a.real_ns + scale_signed(from_anchor, a.mult),
           elapsed > 0 ? scale(static_cast<std::uint64_t>(elapsed), a.mult) : 0};
 }
 
-tick_source log_tick_source() noexcept { return static_cast<tick_source>(g_tick_source.load(std::memory_order_relaxed)); }
+tick_source log_tick_source() noexcept {
+  return static_cast<tick_source>(g_tick_source.load(std::memory_order_relaxed));
+}
 
 }  // namespace gpumem::detail

@@ -28,7 +28,8 @@ std::uint64_t read_thread_id() noexcept {
 }  // namespace
 
 std::uint64_t os_thread_id() noexcept {
-  if (std::uint64_t const id = tl_thread_id; id != 0) [[likely]] return id;
+  if (std::uint64_t const id = tl_thread_id; id != 0) [[likely]]
+    return id;
   return read_thread_id();
 }
 

@@ -46,9 +46,7 @@ std::size_t half_of_free_device_memory() {
   return align_down(free / 2, allocation_alignment);
 }
 
-std::string mib(std::size_t bytes) {
-  return std::to_string(bytes) + " B (" + std::to_string(bytes >> 20) + " MiB)";
-}
+std::string mib(std::size_t bytes) { return std::to_string(bytes) + " B (" + std::to_string(bytes >> 20) + " MiB)"; }
 
 }  // namespace
 
@@ -68,16 +66,16 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
   }
 
   void reserve_initial() {
-    std::size_t const initial = opts.initial_size ? align_up(std::min(*opts.initial_size, largest_request), allocation_alignment)
-                                                  : std::min(half_of_free_device_memory(), maximum);
+    std::size_t const initial = opts.initial_size
+                                    ? align_up(std::min(*opts.initial_size, largest_request), allocation_alignment)
+                                    : std::min(half_of_free_device_memory(), maximum);
     if (initial == 0) return;
-    if (initial > maximum) {
-      throw logic_error{"gpumem: pool initial_size rounds up past maximum_size"};
-    }
+    if (initial > maximum) { throw logic_error{"gpumem: pool initial_size rounds up past maximum_size"}; }
     std::lock_guard growth{growth_mutex()};
     char* slab = grow_slab(initial);
     if (slab == nullptr) {
-      throw out_of_memory{"gpumem: pool_memory_resource could not reserve its initial " + mib(initial) + " from upstream"};
+      throw out_of_memory{"gpumem: pool_memory_resource could not reserve its initial " + mib(initial) +
+                          " from upstream"};
     }
     auto& clean = lists().clean();
     std::lock_guard lock{clean.mutex};
@@ -102,7 +100,7 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
       return grow_and_take(nullptr, size);
     }
     if (char* p = take(*lists().borrow(s), size)) return p;  // the stream-ordered hot path: no refcount traffic
-    auto const e = lists().get(s);  // owned from here: growing calls the upstream
+    auto const e = lists().get(s);                           // owned from here: growing calls the upstream
     if (char* p = adopt_clean(*e, size, /*counted_move=*/true)) return p;
     if (lists().gather_into(*e, size, gather_mode::first_fit)) {
       if (char* p = take(*e, size)) return p;

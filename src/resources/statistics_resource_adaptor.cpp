@@ -7,8 +7,7 @@ void statistics_resource_adaptor::atomic_counter::add(std::int64_t v) noexcept {
   total.fetch_add(v, std::memory_order_relaxed);
   // Raise the peak to `now` unless another thread already raised it further.
   auto seen = peak.load(std::memory_order_relaxed);
-  while (now > seen && !peak.compare_exchange_weak(seen, now, std::memory_order_relaxed)) {
-  }
+  while (now > seen && !peak.compare_exchange_weak(seen, now, std::memory_order_relaxed)) {}
 }
 
 statistics_resource_adaptor::statistics_resource_adaptor(device_memory_resource* upstream) : upstream_{upstream} {

@@ -19,8 +19,8 @@ struct stream_tracker::state {
   };
   CUcontext primary{};
   bool primary_known = false;
-  CUevent legacy_event{};    ///< E_L of the last barrier
-  bool broken = false;       ///< a stream could not be registered: barriers would be unsound
+  CUevent legacy_event{};  ///< E_L of the last barrier
+  bool broken = false;     ///< a stream could not be registered: barriers would be unsound
   std::vector<tracked> streams;
   std::vector<CUevent> retired;  ///< last events of streams destroyed since the last barrier
   std::atomic<std::uint64_t> barriers{0};
@@ -269,8 +269,7 @@ void stream_tracker::capture_ended() noexcept {
   auto& n = capture_counter();
   long cur = n.load(std::memory_order_acquire);
   // Never below zero: an EndCapture of a capture begun before gpumem counted.
-  while (cur > 0 && !n.compare_exchange_weak(cur, cur - 1, std::memory_order_acq_rel)) {
-  }
+  while (cur > 0 && !n.compare_exchange_weak(cur, cur - 1, std::memory_order_acq_rel)) {}
 }
 
 bool stream_tracker::capture_active() noexcept { return capture_counter().load(std::memory_order_acquire) > 0; }

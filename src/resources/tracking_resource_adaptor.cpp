@@ -97,7 +97,8 @@ void tracking_resource_adaptor::do_deallocate(void* p, std::size_t bytes, stream
       }
     }
     if (report) {
-      log_message(log_level::debug, "tracking_resource_adaptor: deallocate of unknown pointer %p (%zu bytes)", p, bytes);
+      log_message(log_level::debug, "tracking_resource_adaptor: deallocate of unknown pointer %p (%zu bytes)", p,
+                  bytes);
     } else if (recorded != 0 && recorded != bytes) {
       log_message(log_level::debug, "tracking_resource_adaptor: %p freed with size %zu, allocated with %zu", p, bytes,
                   recorded);
@@ -140,8 +141,8 @@ std::string tracking_resource_adaptor::leak_report(std::size_t max_rows) const {
   auto const all = outstanding();
   std::size_t total = 0;
   for (auto const& r : all) total += r.bytes;
-  std::string out = "gpumem: " + std::to_string(all.size()) + " outstanding allocation" +
-                    (all.size() == 1 ? "" : "s") + ", ";
+  std::string out = "gpumem: " + std::to_string(all.size()) + " outstanding allocation" + (all.size() == 1 ? "" : "s") +
+                    ", ";
   append_size(out, total);
   out += '\n';
   std::size_t const rows = std::min(max_rows, all.size());

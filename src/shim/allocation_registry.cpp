@@ -186,7 +186,8 @@ GPUMEM_HOT_INLINE void allocation_registry::make_tombstone(shard& s, std::size_t
   s.keys[i].fifo_pos = pos;
 }
 
-GPUMEM_HOT_INLINE void allocation_registry::note_change(shard& s, std::size_t shard_index, std::uintptr_t p) const noexcept {
+GPUMEM_HOT_INLINE void allocation_registry::note_change(shard& s, std::size_t shard_index,
+                                                        std::uintptr_t p) const noexcept {
   if (!s.journal_overflow && (s.journal_size == 0 || s.journal[s.journal_size - 1U] != p)) {
     if (s.journal_size == journal_capacity) {
       s.journal_overflow = true;  // the next interior lookup re-reads the whole shard
@@ -248,9 +249,7 @@ bool allocation_registry::insert_if_absent(std::uintptr_t p, allocation const& a
 bool allocation_registry::restore(std::uintptr_t p, allocation const& a) noexcept {
   try {
     return insert_impl(p, a, false);
-  } catch (...) {
-    return false;
-  }
+  } catch (...) { return false; }
 }
 
 take_result allocation_registry::take(std::uintptr_t p, allocation& out) noexcept {

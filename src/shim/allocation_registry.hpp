@@ -90,13 +90,13 @@ namespace gpumem::shim {
 struct device_chain;
 
 enum class alloc_kind : std::uint8_t {
-  sync,         ///< cudaMalloc / cuMemAlloc, from a chain
-  async,        ///< cudaMallocAsync / cuMemAllocAsync / FromPoolAsync, from a chain
-  pitch,        ///< cudaMallocPitch / cuMemAllocPitch, from a chain
-  managed,      ///< cudaMallocManaged / cuMemAllocManaged: passed to CUDA
-  captured,     ///< stream-ordered allocation on a capturing stream: passed to CUDA (graph memory)
-  foreign_pool, ///< cuMemAllocFromPoolAsync on a pool the program made: passed to CUDA
-  passthrough   ///< any other allocation CUDA made (no context yet, device passes through)
+  sync,          ///< cudaMalloc / cuMemAlloc, from a chain
+  async,         ///< cudaMallocAsync / cuMemAllocAsync / FromPoolAsync, from a chain
+  pitch,         ///< cudaMallocPitch / cuMemAllocPitch, from a chain
+  managed,       ///< cudaMallocManaged / cuMemAllocManaged: passed to CUDA
+  captured,      ///< stream-ordered allocation on a capturing stream: passed to CUDA (graph memory)
+  foreign_pool,  ///< cuMemAllocFromPoolAsync on a pool the program made: passed to CUDA
+  passthrough    ///< any other allocation CUDA made (no context yet, device passes through)
 };
 
 [[nodiscard]] constexpr bool from_chain(alloc_kind k) noexcept {
@@ -110,7 +110,7 @@ struct allocation {
   device_chain* chain = nullptr;  ///< owning chain; nullptr for pass-through kinds
   int device = -1;
   alloc_kind kind = alloc_kind::sync;
-  const char* entry = nullptr;    ///< entry point that allocated (leak reports)
+  const char* entry = nullptr;  ///< entry point that allocated (leak reports)
 };
 
 enum class take_result { taken, already_freed, unknown };
@@ -243,12 +243,12 @@ class allocation_registry {
   alignas(64) mutable std::array<std::atomic<std::uint64_t>, shard_count / 64> dirty_{};
   alignas(64) mutable std::mutex index_mtx_;
   mutable std::map<std::uintptr_t, std::size_t> index_;  ///< base -> extent, live at the last sync
-  mutable bool index_valid_ = true;                       ///< false: rebuild from every shard
+  mutable bool index_valid_ = true;                      ///< false: rebuild from every shard
   struct index_change {
     std::uintptr_t key;
     std::size_t extent;  ///< 0: no longer live
   };
-  mutable std::vector<index_change> changes_;                             ///< sync scratch, kept
+  mutable std::vector<index_change> changes_;                               ///< sync scratch, kept
   mutable std::vector<std::pair<std::uintptr_t, std::size_t>> shard_copy_;  ///< sync scratch, kept
 };
 

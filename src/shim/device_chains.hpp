@@ -24,7 +24,7 @@ inline constexpr int max_devices = 64;
 struct device_chain {
   int device = -1;
   std::unique_ptr<config::resource_chain> chain;
-  CUcontext primary = nullptr;      ///< retained primary context of `device`
+  CUcontext primary = nullptr;          ///< retained primary context of `device`
   CUmemoryPool default_pool = nullptr;  ///< the device's default cuMemPool (FromPoolAsync)
 };
 

@@ -39,8 +39,8 @@ CUresult not_loaded() noexcept { return CUDA_ERROR_NOT_INITIALIZED; }
 
 // A request served by CUDA itself, counted and registered.
 template <class Call>
-CUresult pass_through_alloc(CUdeviceptr* dptr, std::size_t bytes, CUstream stream, alloc_kind kind,
-                            const char* entry, Call&& call) noexcept {
+CUresult pass_through_alloc(CUdeviceptr* dptr, std::size_t bytes, CUstream stream, alloc_kind kind, const char* entry,
+                            Call&& call) noexcept {
   auto const start = event_clock();
   CUresult const r = call();
   note_passthrough_allocation(r == CUDA_SUCCESS ? as_ptr(*dptr) : nullptr, bytes, stream, kind, entry, r, start);
@@ -54,8 +54,8 @@ bool replay(CUresult& r) noexcept {
   return r != CUDA_SUCCESS;
 }
 
-CUresult free_impl(CUdeviceptr dptr, CUstream stream, bool stream_ordered, const char* driver_entry,
-                   hook_id real_id, bool ptsz) noexcept {
+CUresult free_impl(CUdeviceptr dptr, CUstream stream, bool stream_ordered, const char* driver_entry, hook_id real_id,
+                   bool ptsz) noexcept {
   auto const raw_stream = stream;
   if (!active()) {
     if (stream_ordered) {
@@ -158,7 +158,8 @@ GPUMEM_HOOK(CUresult, cuMemAlloc_v2, (CUdeviceptr * dptr, std::size_t bytes)) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   void* p = nullptr;
-  CUresult const r = chain_allocate(&p, bytes, nullptr, alloc_kind::sync, entry, current_runtime_call().entry != nullptr);
+  CUresult const r = chain_allocate(&p, bytes, nullptr, alloc_kind::sync, entry,
+                                    current_runtime_call().entry != nullptr);
   if (r == CUDA_ERROR_INVALID_CONTEXT || r == CUDA_ERROR_NOT_SUPPORTED) {
     if (f == nullptr) return not_loaded();
     return pass_through_alloc(dptr, bytes, nullptr, alloc_kind::passthrough, entry, [&] { return f(dptr, bytes); });
@@ -244,7 +245,8 @@ GPUMEM_HOOK(CUresult, cuMemGetAddressRange_v2, (CUdeviceptr * base, std::size_t*
   using fn = CUresult (*)(CUdeviceptr*, std::size_t*, CUdeviceptr);
   if (active()) {
     // A pooled pointer: the allocation, not the pool's slab.
-    if (auto const hit = registry().find_containing(static_cast<std::uintptr_t>(dptr)); hit && from_chain(hit->second.kind)) {
+    if (auto const hit = registry().find_containing(static_cast<std::uintptr_t>(dptr));
+        hit && from_chain(hit->second.kind)) {
       if (base != nullptr) *base = static_cast<CUdeviceptr>(hit->first);
       if (size != nullptr) *size = hit->second.bytes;
       return CUDA_SUCCESS;
@@ -258,7 +260,8 @@ GPUMEM_HOOK(CUresult, cuPointerGetAttribute, (void* data, CUpointer_attribute at
   using fn = CUresult (*)(void*, CUpointer_attribute, CUdeviceptr);
   if (active() && data != nullptr &&
       (attribute == CU_POINTER_ATTRIBUTE_RANGE_START_ADDR || attribute == CU_POINTER_ATTRIBUTE_RANGE_SIZE)) {
-    if (auto const hit = registry().find_containing(static_cast<std::uintptr_t>(ptr)); hit && from_chain(hit->second.kind)) {
+    if (auto const hit = registry().find_containing(static_cast<std::uintptr_t>(ptr));
+        hit && from_chain(hit->second.kind)) {
       if (attribute == CU_POINTER_ATTRIBUTE_RANGE_START_ADDR) {
         *static_cast<CUdeviceptr*>(data) = static_cast<CUdeviceptr>(hit->first);
       } else {
@@ -293,7 +296,8 @@ GPUMEM_HOOK(CUresult, cuPointerGetAttributes,
 
 GPUMEM_HOOK(CUresult, cuIpcGetMemHandle, (CUipcMemHandle * handle, CUdeviceptr dptr)) {
   using fn = CUresult (*)(CUipcMemHandle*, CUdeviceptr);
-  if (active() && !ipc_allowed(reinterpret_cast<void*>(static_cast<std::uintptr_t>(dptr)), attribute("cuIpcGetMemHandle"))) {
+  if (active() &&
+      !ipc_allowed(reinterpret_cast<void*>(static_cast<std::uintptr_t>(dptr)), attribute("cuIpcGetMemHandle"))) {
     return CUDA_ERROR_NOT_SUPPORTED;
   }
   auto const f = real<fn>(hook_id::h_cuIpcGetMemHandle);

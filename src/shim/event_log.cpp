@@ -143,8 +143,7 @@ void check_log_path(config::settings const& st) {
   if (problem.empty()) return;
   // The variable overrides the file: name whichever set the path.
   char const* env = std::getenv("GPUMEM_LOG_FILE");
-  std::string const where =
-      env != nullptr && *env != '\0' ? "environment: GPUMEM_LOG_FILE" : st.source + ": log_file";
+  std::string const where = env != nullptr && *env != '\0' ? "environment: GPUMEM_LOG_FILE" : st.source + ": log_file";
   throw config::config_error{
       "gpumem: config error: " + where + ": cannot write the allocation log '" + path + "': " + problem,
       st.on_config_error};
@@ -155,9 +154,7 @@ bool logging_enabled() noexcept {
   return on;
 }
 
-std::int64_t event_clock() noexcept {
-  return logging_enabled() ? static_cast<std::int64_t>(detail::log_ticks()) : 0;
-}
+std::int64_t event_clock() noexcept { return logging_enabled() ? static_cast<std::int64_t>(detail::log_ticks()) : 0; }
 
 bool log_paths(int device, std::string& log, std::string& stacks) noexcept {
   if (!logging_enabled()) return false;
@@ -167,9 +164,7 @@ bool log_paths(int device, std::string& log, std::string& stacks) noexcept {
     log = w->log->path();
     stacks = w->stacks != nullptr && w->stacks->usable() ? w->stacks->path() : std::string{};
     return true;
-  } catch (...) {
-    return false;
-  }
+  } catch (...) { return false; }
 }
 
 void log_event(event const& e) noexcept {
@@ -181,8 +176,8 @@ void log_event(event const& e) noexcept {
   if (stack && sink->stacks != nullptr) {
     // A log emptied under us took the stacks its rows referred to: write them again.
     std::uint32_t const cut = w->truncations();
-    if (std::uint32_t seen = sink->truncations_seen.load(std::memory_order_relaxed); cut != seen &&
-        sink->truncations_seen.compare_exchange_strong(seen, cut, std::memory_order_relaxed)) {
+    if (std::uint32_t seen = sink->truncations_seen.load(std::memory_order_relaxed);
+        cut != seen && sink->truncations_seen.compare_exchange_strong(seen, cut, std::memory_order_relaxed)) {
       forget_written(sink->index);
     }
     // Before the row: a row never refers to a stack its stack file lacks.

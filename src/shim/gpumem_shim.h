@@ -19,24 +19,24 @@ enum gpumem_shim_mode {
 };
 
 typedef struct gpumem_shim_stats {
-  int mode;                                /**< enum gpumem_shim_mode */
-  int chains;                              /**< device chains built so far */
-  unsigned long long chain_allocations;    /**< allocations served by a chain */
-  unsigned long long runtime_allocations;  /**< ... of which entered through a runtime entry point */
-  unsigned long long chain_frees;          /**< chain allocations freed */
+  int mode;                                   /**< enum gpumem_shim_mode */
+  int chains;                                 /**< device chains built so far */
+  unsigned long long chain_allocations;       /**< allocations served by a chain */
+  unsigned long long runtime_allocations;     /**< ... of which entered through a runtime entry point */
+  unsigned long long chain_frees;             /**< chain allocations freed */
   unsigned long long passthrough_allocations; /**< handed to CUDA: managed, captured, other pools */
-  unsigned long long passthrough_frees;    /**< frees handed to CUDA (pass-through or unknown pointers) */
-  unsigned long long double_frees;         /**< frees of chain pointers already freed (refused) */
-  unsigned long long failed_allocations;   /**< allocation calls that returned an error */
-  unsigned long long live_allocations;     /**< registered (chain + pass-through) and not freed */
-  unsigned long long live_bytes;           /**< their requested bytes */
-  unsigned long long reserved_bytes;       /**< held from the devices by all chains now */
-  unsigned long long pending_free_bytes;   /**< safe mode: freed, waiting for a reclamation barrier */
-  unsigned long long reclaim_barriers;     /**< device-wide GPU-side barriers (no host wait) so far */
-  unsigned long long captured_passthroughs;/**< stream-ordered allocations on capturing streams */
-  unsigned long long active_captures;      /**< stream captures active now */
-  unsigned long long ipc_refused;          /**< IPC handle requests refused for pooled pointers */
-  unsigned long long device_syncs;         /**< host-blocking device synchronizations gpumem made */
+  unsigned long long passthrough_frees;       /**< frees handed to CUDA (pass-through or unknown pointers) */
+  unsigned long long double_frees;            /**< frees of chain pointers already freed (refused) */
+  unsigned long long failed_allocations;      /**< allocation calls that returned an error */
+  unsigned long long live_allocations;        /**< registered (chain + pass-through) and not freed */
+  unsigned long long live_bytes;              /**< their requested bytes */
+  unsigned long long reserved_bytes;          /**< held from the devices by all chains now */
+  unsigned long long pending_free_bytes;      /**< safe mode: freed, waiting for a reclamation barrier */
+  unsigned long long reclaim_barriers;        /**< device-wide GPU-side barriers (no host wait) so far */
+  unsigned long long captured_passthroughs;   /**< stream-ordered allocations on capturing streams */
+  unsigned long long active_captures;         /**< stream captures active now */
+  unsigned long long ipc_refused;             /**< IPC handle requests refused for pooled pointers */
+  unsigned long long device_syncs;            /**< host-blocking device synchronizations gpumem made */
 } gpumem_shim_stats;
 
 /** Fills *out (sizeof(gpumem_shim_stats) bytes). Returns 0, or -1 for NULL. */

@@ -5,7 +5,6 @@
 // file define both ABIs of a name. The version script exports only these.
 // Hooks never let an exception out: every path below them is noexcept.
 
-#define GPUMEM_HOOK(ret, symbol, params)                                                 \
-  extern "C" __attribute__((visibility("default"))) ret gpumem_hook_##symbol params noexcept \
-      __asm__(#symbol);                                                                  \
+#define GPUMEM_HOOK(ret, symbol, params)                                                                       \
+  extern "C" __attribute__((visibility("default"))) ret gpumem_hook_##symbol params noexcept __asm__(#symbol); \
   extern "C" ret gpumem_hook_##symbol params noexcept

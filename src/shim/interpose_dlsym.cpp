@@ -77,7 +77,7 @@ extern "C" __attribute__((visibility("hidden"), used)) void* gpumem_dlsym_target
 
 // Entered by a jump from dlsym, so __builtin_return_address(0) is the program's call site.
 extern "C" __attribute__((visibility("hidden"), used, noinline)) void* gpumem_shim_dlsym(void* handle,
-                                                                                          const char* name) {
+                                                                                         const char* name) {
   using namespace gpumem::shim;
   void const* caller = __builtin_return_address(0);
   auto const sym = gpumem::detail::real_dlsym();

@@ -42,9 +42,7 @@ extern "C" __attribute__((visibility("default"))) int gpumem_shim_get_stats(gpum
     });
     *out = s;
     return 0;
-  } catch (...) {
-    return -1;
-  }
+  } catch (...) { return -1; }
 }
 
 extern "C" __attribute__((visibility("default"))) int gpumem_shim_describe_chain(int device, char* buf,
@@ -57,7 +55,5 @@ extern "C" __attribute__((visibility("default"))) int gpumem_shim_describe_chain
     std::memcpy(buf, text.data(), n);
     buf[n] = '\0';
     return static_cast<int>(n);
-  } catch (...) {
-    return -1;
-  }
+  } catch (...) { return -1; }
 }

@@ -42,17 +42,18 @@ std::string build_report() {
                        live.failed_allocations());
     out += fmt::format("  peak live {}  peak reserved {}  now live {}  reserved {}\n", bytes(u(live.bytes().peak)),
                        bytes(u(dev.bytes().peak)), bytes(u(live.bytes().current)), bytes(info.reserved_bytes));
-    out += fmt::format("  pool: cached free {}  largest free block {}  fragmentation {:.2f}\n",
-                       bytes(info.free_bytes), bytes(info.largest_free_block), info.fragmentation());
+    out += fmt::format("  pool: cached free {}  largest free block {}  fragmentation {:.2f}\n", bytes(info.free_bytes),
+                       bytes(info.largest_free_block), info.fragmentation());
     if (st.settings.sync == config::sync_mode::safe) {
       out += fmt::format("  safe mode: {} reclamation barriers (GPU-side, no host wait), {} waiting for one\n",
                          stream_tracker::of(c.device).barrier_count(), bytes(info.pending_bytes));
     }
   });
   if (!any_chain) out += "no device chain was built (no allocation reached gpumem)\n";
-  out += fmt::format("pass-through: {} allocations ({} captured), {} frees; double frees refused: {}; IPC refused: {}\n",
-                     st.stats.passthrough_allocations.get(), st.stats.captured_passthroughs.get(),
-                     st.stats.passthrough_frees.get(), st.stats.double_frees.get(), st.stats.ipc_refused.get());
+  out += fmt::format(
+      "pass-through: {} allocations ({} captured), {} frees; double frees refused: {}; IPC refused: {}\n",
+      st.stats.passthrough_allocations.get(), st.stats.captured_passthroughs.get(), st.stats.passthrough_frees.get(),
+      st.stats.double_frees.get(), st.stats.ipc_refused.get());
   out += fmt::format("device synchronizations made by gpumem: {}\n", st.stats.device_syncs.get());
 
   struct leak {

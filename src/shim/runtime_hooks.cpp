@@ -192,8 +192,7 @@ GPUMEM_HOOK(cudaError_t, cudaFreeAsync_ptsz, (void* p, cudaStream_t s)) {
 GPUMEM_HOOK(cudaError_t, cudaMallocFromPoolAsync, (void** p, std::size_t n, cudaMemPool_t pool, cudaStream_t s)) {
   return malloc_pool_impl(p, n, pool, s, hook_id::h_cudaMallocFromPoolAsync, false);
 }
-GPUMEM_HOOK(cudaError_t, cudaMallocFromPoolAsync_ptsz,
-            (void** p, std::size_t n, cudaMemPool_t pool, cudaStream_t s)) {
+GPUMEM_HOOK(cudaError_t, cudaMallocFromPoolAsync_ptsz, (void** p, std::size_t n, cudaMemPool_t pool, cudaStream_t s)) {
   return malloc_pool_impl(p, n, pool, s, hook_id::h_cudaMallocFromPoolAsync_ptsz, true);
 }
 
@@ -251,7 +250,8 @@ GPUMEM_HOOK(cudaError_t, cudaPointerGetAttributes, (cudaPointerAttributes * attr
   if (f == nullptr) return no_runtime;
   cudaError_t const e = f(attributes, ptr);
   if (e == cudaSuccess && attributes != nullptr && active()) {
-    if (auto const hit = registry().find_containing(reinterpret_cast<std::uintptr_t>(ptr)); hit && from_chain(hit->second.kind)) {
+    if (auto const hit = registry().find_containing(reinterpret_cast<std::uintptr_t>(ptr));
+        hit && from_chain(hit->second.kind)) {
       attributes->device = hit->second.device;
     }
   }

@@ -29,17 +29,11 @@ CUresult try_allocate(device_chain& c, std::size_t bytes, CUstream stream, void*
   try {
     p = c.chain->top().allocate(bytes, to_ref(stream));
     return p != nullptr ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
-  } catch (bad_alloc const& e) {
+  } catch (bad_alloc const& e) { return e.code(); } catch (cuda_error const& e) {
     return e.code();
-  } catch (cuda_error const& e) {
-    return e.code();
-  } catch (logic_error const&) {
-    return CUDA_ERROR_INVALID_VALUE;
-  } catch (std::bad_alloc const&) {
+  } catch (logic_error const&) { return CUDA_ERROR_INVALID_VALUE; } catch (std::bad_alloc const&) {
     return CUDA_ERROR_OUT_OF_MEMORY;  // host memory for bookkeeping
-  } catch (...) {
-    return CUDA_ERROR_UNKNOWN;
-  }
+  } catch (...) { return CUDA_ERROR_UNKNOWN; }
 }
 
 /// The out-of-memory path of chain_allocate: trims what the chain caches (other
@@ -47,8 +41,7 @@ CUresult try_allocate(device_chain& c, std::size_t bytes, CUstream stream, void*
 GPUMEM_COLD CUresult trim_and_retry(device_chain& c, std::size_t bytes, CUstream stream, void*& p) noexcept {
   try {
     (void)c.chain->top().release();
-  } catch (...) {
-  }
+  } catch (...) {}
   return try_allocate(c, bytes, stream, p);
 }
 
@@ -130,8 +123,7 @@ bool inside_a_chain(void const* p) noexcept {
   bool owned = false;
   try {
     for_each_chain([&](device_chain& c) { owned = owned || c.chain->top().owns(p); });
-  } catch (...) {
-  }
+  } catch (...) {}
   return owned;
 }
 
@@ -155,10 +147,8 @@ free_outcome free_registered(void* p, CUstream stream, bool stream_ordered, cons
         return {true, CUDA_ERROR_INVALID_VALUE, false};
       }
       return {};
-    case lookup_result::already_freed:
-      return refuse_double_free(p, stream, entry, start);
-    case lookup_result::live:
-      break;
+    case lookup_result::already_freed: return refuse_double_free(p, stream, entry, start);
+    case lookup_result::live: break;
   }
   if (!from_chain(a.kind)) {
     // CUDA's own memory: taken now, before CUDA can hand the address to someone else;
@@ -231,7 +221,8 @@ void note_passthrough_allocation(void* p, std::size_t bytes, CUstream stream, al
   log_event(event{log_action::allocate, p, bytes, stream, dev, entry, start_ns, CUDA_SUCCESS});
 }
 
-void note_passthrough_free(void* p, CUstream stream, const char* entry, CUresult result, std::int64_t start_ns) noexcept {
+void note_passthrough_free(void* p, CUstream stream, const char* entry, CUresult result,
+                           std::int64_t start_ns) noexcept {
   state().stats.passthrough_frees.add();
   CUcontext ctx = nullptr;
   log_event(event{log_action::free, p, 0, stream, current_device(ctx), entry, start_ns, result});
@@ -240,7 +231,8 @@ void note_passthrough_free(void* p, CUstream stream, const char* entry, CUresult
 void note_failed_allocation(std::size_t bytes, CUstream stream, const char* entry, CUresult result) noexcept {
   state().stats.failed_allocations.add();
   CUcontext ctx = nullptr;
-  log_event(event{log_action::allocate_failure, nullptr, bytes, stream, current_device(ctx), entry, event_clock(), result});
+  log_event(
+      event{log_action::allocate_failure, nullptr, bytes, stream, current_device(ctx), entry, event_clock(), result});
 }
 
 CUresult pool_mem_info(std::size_t* free_bytes, std::size_t* total_bytes) noexcept {
@@ -314,8 +306,7 @@ void notify_stream_destroyed(CUstream stream) noexcept {
       scoped_chain_context ctx{c};
       c.chain->top().stream_destroyed(to_ref(stream));
     });
-  } catch (...) {
-  }
+  } catch (...) {}
 }
 
 bool is_default_pool(CUmemoryPool pool) noexcept {
@@ -333,8 +324,7 @@ void forget_device(int device) noexcept {
   stream_tracker::of(device).context_reset();
   try {
     registry().drop_device(device);
-  } catch (...) {
-  }
+  } catch (...) {}
   drop_chain(device);
 }
 

@@ -60,7 +60,7 @@ struct free_outcome {
   bool handled = false;  ///< true: `result` is the answer; false: hand the free to CUDA
   CUresult result = CUDA_SUCCESS;
   bool passthrough_allocation = false;  ///< not handled because CUDA made it (managed, captured, ...)
-  allocation taken{};  ///< passthrough_allocation: its record, for restore_registration()
+  allocation taken{};                   ///< passthrough_allocation: its record, for restore_registration()
 };
 
 /// Re-registers CUDA's memory whose free CUDA refused: a failed free never consumes

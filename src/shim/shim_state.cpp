@@ -3,8 +3,8 @@
 #include "allocation_registry.hpp"
 #include "capture_guard.hpp"
 #include "device_chains.hpp"
-#include "live_streams.hpp"
 #include "event_log.hpp"
+#include "live_streams.hpp"
 #include "report.hpp"
 
 #include <gpumem/config.hpp>
@@ -59,9 +59,9 @@ thread_local bool tl_loading = false;
 }  // namespace
 
 void counters::reset() noexcept {
-  for (counter* c : {&chain_allocations, &runtime_allocations, &chain_frees, &passthrough_allocations,
-                     &passthrough_frees, &double_frees, &failed_allocations, &captured_passthroughs,
-                     &ipc_refused, &device_syncs}) {
+  for (counter* c :
+       {&chain_allocations, &runtime_allocations, &chain_frees, &passthrough_allocations, &passthrough_frees,
+        &double_frees, &failed_allocations, &captured_passthroughs, &ipc_refused, &device_syncs}) {
     c->reset();
   }
 }
@@ -97,16 +97,16 @@ bool interposing_allocations_or_exit() noexcept {
 
 void exit_refusing_configuration(std::string_view why) noexcept {
   log_unfiltered("%.*s", static_cast<int>(why.size()), why.data());
-  log_unfiltered("refusing to run with a different configuration (set on_error = \"passthrough\" or "
-                 "GPUMEM_ON_ERROR=passthrough to run without gpumem)");
+  log_unfiltered(
+      "refusing to run with a different configuration (set on_error = \"passthrough\" or "
+      "GPUMEM_ON_ERROR=passthrough to run without gpumem)");
   _exit(1);
 }
 
 bool hooks_wanted() noexcept {
   if (tl_loading) return true;
   auto const& s = state();
-  return s.mode == shim_mode::active ||
-         (s.mode == shim_mode::config_error && s.policy == config::on_error::fail);
+  return s.mode == shim_mode::active || (s.mode == shim_mode::config_error && s.policy == config::on_error::fail);
 }
 
 bool message_enabled(level lvl) noexcept {

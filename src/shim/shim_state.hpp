@@ -29,8 +29,8 @@ struct counters {
     [[nodiscard]] std::uint64_t get() const noexcept { return v.load(std::memory_order_relaxed); }
     void reset() noexcept { v.store(0, std::memory_order_relaxed); }
   };
-  counter chain_allocations, runtime_allocations, chain_frees, passthrough_allocations,
-      passthrough_frees, double_frees, failed_allocations, captured_passthroughs, ipc_refused, device_syncs;
+  counter chain_allocations, runtime_allocations, chain_frees, passthrough_allocations, passthrough_frees, double_frees,
+      failed_allocations, captured_passthroughs, ipc_refused, device_syncs;
   void reset() noexcept;
 };
 

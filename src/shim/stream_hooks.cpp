@@ -28,9 +28,7 @@ CUresult not_loaded() noexcept { return CUDA_ERROR_NOT_INITIALIZED; }
 /// whose state it cannot tell counts as not capturing: a capture end missed only
 /// keeps reclamation barriers refused (pools grow instead), while an end counted
 /// for a capture still running would let a barrier break it.
-bool captures(CUstream s) noexcept {
-  return detail::stream_capture_state(s) == detail::capture_state::capturing;
-}
+bool captures(CUstream s) noexcept { return detail::stream_capture_state(s) == detail::capture_state::capturing; }
 
 /// Registers a stream the program just created in the current context, if that is
 /// its device's primary context (the one the chains' memory lives in).

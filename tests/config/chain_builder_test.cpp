@@ -13,10 +13,10 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <filesystem>
 #include <fstream>
 #include <string>
-#include <unistd.h>
 
 namespace gc = gpumem::config;
 
@@ -99,7 +99,7 @@ TEST_F(ChainBuilder, AdaptorsAboveCachingResources) {
   EXPECT_EQ(chain->live_stats().bytes().current, 1000);
   EXPECT_EQ(chain->live_stats().allocations().current, 1);
   EXPECT_EQ(chain->tracker()->outstanding_count(), 1U);
-  EXPECT_EQ(chain->limiter()->used_bytes(), 1024U);  // rounded to 256
+  EXPECT_EQ(chain->limiter()->used_bytes(), 1024U);                                       // rounded to 256
   EXPECT_EQ(chain->device_stats().bytes().current, static_cast<std::int64_t>(64 * MiB));  // served by the pool
   chain->top().deallocate(p, 1000);
   EXPECT_EQ(chain->live_stats().bytes().current, 0);
@@ -147,8 +147,8 @@ type = "cuda"
   EXPECT_EQ(chain->limiter()->limit(), quarter);
   EXPECT_EQ(chain->device_stats().bytes().current, static_cast<std::int64_t>(half));
   EXPECT_EQ(chain->describe(), "limiting(25% = " + gc::format_bytes(quarter) +
-                                   ") \u2192 pool(initial 50% = " +
-                                   gc::format_bytes(half) + ", max 90% = " + gc::format_bytes(ninety) + ") \u2192 cuda");
+                                   ") \u2192 pool(initial 50% = " + gc::format_bytes(half) +
+                                   ", max 90% = " + gc::format_bytes(ninety) + ") \u2192 cuda");
   // The sim's device really holds the pool's initial reservation.
   EXPECT_GE(gpumem::test::sim_control::get().live_bytes(0), half);
 }
@@ -164,9 +164,9 @@ TEST_F(ChainBuilder, PercentMaximumBelowAbsoluteInitialFailsAtBuild) {
     (void)gc::build_chain(s, 0);
     FAIL() << "built a pool whose maximum is below its initial size";
   } catch (gc::config_error const& e) {
-    EXPECT_EQ(std::string{e.what()}, "gpumem: config error: t.toml:1:1: chain[0].maximum_size: maximum 50% = " +
-                                         gc::format_bytes(half) + " is below initial " +
-                                         gc::format_bytes(initial) + " (maximum_size must be at least initial_size)");
+    EXPECT_EQ(std::string{e.what()},
+              "gpumem: config error: t.toml:1:1: chain[0].maximum_size: maximum 50% = " + gc::format_bytes(half) +
+                  " is below initial " + gc::format_bytes(initial) + " (maximum_size must be at least initial_size)");
   }
   EXPECT_EQ(gpumem::test::sim_control::get().live_bytes(0), 0U);  // nothing was reserved
 }
@@ -190,8 +190,9 @@ TEST_F(ChainBuilder, LoggingFileTemplateIsExpanded) {
 }
 
 TEST_F(ChainBuilder, UnwritableLogFileIsAConfigError) {
-  auto const s = parse("[[chain]]\ntype = \"statistics\"\n[[chain]]\ntype = \"logging\"\n"
-                       "file = \"/nonexistent-dir/log-%d.csv\"\n[[chain]]\ntype = \"cuda\"\n");
+  auto const s = parse(
+      "[[chain]]\ntype = \"statistics\"\n[[chain]]\ntype = \"logging\"\n"
+      "file = \"/nonexistent-dir/log-%d.csv\"\n[[chain]]\ntype = \"cuda\"\n");
   try {
     (void)gc::build_chain(s, 0);
     FAIL() << "built a logging adaptor on an unwritable path";
@@ -225,8 +226,8 @@ min_growth = "8MiB"
 type = "managed"
 )"),
                                0);
-  EXPECT_EQ(chain->types(), (types{"statistics", "statistics", "tracking", "fixed_size", "binning", "pool",
-                                   "statistics", "managed"}));
+  EXPECT_EQ(chain->types(),
+            (types{"statistics", "statistics", "tracking", "fixed_size", "binning", "pool", "statistics", "managed"}));
   EXPECT_EQ(chain->describe(),
             "statistics \u2192 tracking(stacks) \u2192 fixed_size(block 64 KiB, "
             "preallocate 4) \u2192 binning(1 KiB..4 KiB) \u2192 pool(initial 0 B, min growth 8 MiB) \u2192 managed");

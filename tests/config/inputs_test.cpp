@@ -34,9 +34,7 @@ gc::environment env_of(std::map<std::string, std::string, std::less<>> vars) {
 std::string error_of(gc::environment const& env) {
   try {
     (void)gc::load(env);
-  } catch (gc::config_error const& e) {
-    return e.what();
-  }
+  } catch (gc::config_error const& e) { return e.what(); }
   return "";
 }
 
@@ -95,7 +93,8 @@ TEST(ConfigInput, DevNullIsAnEmptyConfiguration) {
 
 TEST(ConfigInput, EndlessDeviceIsRefused) {
   EXPECT_EQ(error_of(env_of({{"GPUMEM_CONFIG", "/dev/zero"}})),
-            E + "environment: GPUMEM_CONFIG: cannot read \"/dev/zero\": it is a character device and delivered "
+            E +
+                "environment: GPUMEM_CONFIG: cannot read \"/dev/zero\": it is a character device and delivered "
                 "more than 1 MiB without an end" +
                 read_hint);
 }
@@ -103,7 +102,7 @@ TEST(ConfigInput, EndlessDeviceIsRefused) {
 struct zero_case {
   const char* name;
   std::map<std::string, std::string, std::less<>> env;
-  std::string toml;  ///< written to a file and named by GPUMEM_CONFIG when not empty
+  std::string toml;     ///< written to a file and named by GPUMEM_CONFIG when not empty
   std::string message;  ///< after "gpumem: config error: "; "$F" stands for the file
 };
 
@@ -124,31 +123,46 @@ TEST_P(ZeroCap, IsAConfigErrorSayingWhy) {
   EXPECT_EQ(error_of(env_of(env)), expected);
 }
 
-std::string const limiting_then_pool = "[[chain]]\ntype = \"limiting\"\nlimit = 0\n\n[[chain]]\ntype = \"pool\"\n\n"
-                                       "[[chain]]\ntype = \"cuda\"\n";
+std::string const limiting_then_pool =
+    "[[chain]]\ntype = \"limiting\"\nlimit = 0\n\n[[chain]]\ntype = \"pool\"\n\n"
+    "[[chain]]\ntype = \"cuda\"\n";
 
 INSTANTIATE_TEST_SUITE_P(
     Caps, ZeroCap,
     ::testing::Values(
-        zero_case{"env_limit", {{"GPUMEM_LIMIT", "0"}}, "",
+        zero_case{"env_limit",
+                  {{"GPUMEM_LIMIT", "0"}},
+                  "",
                   "environment: GPUMEM_LIMIT: \"0\" would refuse every allocation (unset it for no limit, or give a "
                   "size above 0)"},
-        zero_case{"env_limit_percent", {{"GPUMEM_LIMIT", "0%"}}, "",
+        zero_case{"env_limit_percent",
+                  {{"GPUMEM_LIMIT", "0%"}},
+                  "",
                   "environment: GPUMEM_LIMIT: \"0%\" would refuse every allocation (unset it for no limit, or give "
                   "a size above 0)"},
-        zero_case{"env_pool_max", {{"GPUMEM_POOL_MAX", "0"}}, "",
+        zero_case{"env_pool_max",
+                  {{"GPUMEM_POOL_MAX", "0"}},
+                  "",
                   "environment: GPUMEM_POOL_MAX: \"0\" lets the pool hold no memory: every allocation would fail "
                   "(unset it for no cap, or give a size above 0)"},
-        zero_case{"toml_limit", {}, limiting_then_pool,
+        zero_case{"toml_limit",
+                  {},
+                  limiting_then_pool,
                   "$F:1:1: chain[0].limit: limit 0 B would refuse every allocation (omit the limiting entry for no "
                   "limit, or give a size above 0)"},
-        zero_case{"toml_limit_text", {}, "[[chain]]\ntype = \"limiting\"\nlimit = \"0MiB\"\n\n[[chain]]\ntype = \"cuda\"\n",
+        zero_case{"toml_limit_text",
+                  {},
+                  "[[chain]]\ntype = \"limiting\"\nlimit = \"0MiB\"\n\n[[chain]]\ntype = \"cuda\"\n",
                   "$F:1:1: chain[0].limit: limit 0 B would refuse every allocation (omit the limiting entry for no "
                   "limit, or give a size above 0)"},
-        zero_case{"toml_pool_max", {}, "[[chain]]\ntype = \"pool\"\nmaximum_size = \"0\"\n\n[[chain]]\ntype = \"cuda\"\n",
+        zero_case{"toml_pool_max",
+                  {},
+                  "[[chain]]\ntype = \"pool\"\nmaximum_size = \"0\"\n\n[[chain]]\ntype = \"cuda\"\n",
                   "$F:1:1: chain[0].maximum_size: maximum 0 B lets the pool hold no memory: every allocation would "
                   "fail (omit maximum_size for no cap, or give a size above 0)"},
-        zero_case{"toml_pool_max_percent", {}, "[[chain]]\ntype = \"pool\"\nmaximum_size = \"0%\"\n\n[[chain]]\ntype = \"cuda\"\n",
+        zero_case{"toml_pool_max_percent",
+                  {},
+                  "[[chain]]\ntype = \"pool\"\nmaximum_size = \"0%\"\n\n[[chain]]\ntype = \"cuda\"\n",
                   "$F:1:1: chain[0].maximum_size: maximum 0% lets the pool hold no memory: every allocation would "
                   "fail (omit maximum_size for no cap, or give a size above 0)"}),
     [](auto const& param_info) { return std::string{param_info.param.name}; });

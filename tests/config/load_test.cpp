@@ -82,7 +82,8 @@ TEST(Load, UnreadableConfigFile) {
 TEST(Load, ConfigPathIsADirectory) {
   std::string const dir = std::filesystem::path{data("adaptors.toml")}.parent_path().string();
   EXPECT_EQ(error_of(env_of({{"GPUMEM_CONFIG", dir}})),
-            E + "environment: GPUMEM_CONFIG: cannot read \"" + dir + "\": Is a directory "
+            E + "environment: GPUMEM_CONFIG: cannot read \"" + dir +
+                "\": Is a directory "
                 "(set it to a readable TOML file, or unset it to use the embedded default)");
 }
 
@@ -295,10 +296,10 @@ TEST(Load, ErrorPolicy) {
   EXPECT_NE(error_of(env_of({{"GPUMEM_CONFIG", data("adaptors.toml")}, {"GPUMEM_LIMIT", "x"}}), &policy), "");
   EXPECT_EQ(policy, gc::on_error::passthrough);
   // The environment outranks the file.
-  EXPECT_NE(error_of(env_of({{"GPUMEM_CONFIG", data("adaptors.toml")}, {"GPUMEM_ON_ERROR", "fail"},
-                             {"GPUMEM_LIMIT", "x"}}),
-                     &policy),
-            "");
+  EXPECT_NE(
+      error_of(env_of({{"GPUMEM_CONFIG", data("adaptors.toml")}, {"GPUMEM_ON_ERROR", "fail"}, {"GPUMEM_LIMIT", "x"}}),
+               &policy),
+      "");
   EXPECT_EQ(policy, gc::on_error::fail);
   // Nothing said: fail.
   policy = gc::on_error::passthrough;

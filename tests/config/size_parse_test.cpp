@@ -31,14 +31,14 @@ TEST_P(SizeParseGood, ParsesToExactBytes) {
 
 INSTANTIATE_TEST_SUITE_P(
     Table, SizeParseGood,
-    ::testing::Values(good_case{"0", 0}, good_case{"4096", 4096}, good_case{"  4096  ", 4096},
-                      good_case{"+7", 7}, good_case{"256B", 256}, good_case{"256 b", 256},
-                      good_case{"8GiB", 8 * GiB}, good_case{"8gib", 8 * GiB}, good_case{"8 GiB", 8 * GiB},
-                      good_case{"8G", 8 * GiB}, good_case{"8g", 8 * GiB}, good_case{"8GB", 8'000'000'000},
-                      good_case{"512MB", 512'000'000}, good_case{"512MiB", 512 * MiB}, good_case{"512M", 512 * MiB},
-                      good_case{"64KiB", 64 * KiB}, good_case{"64K", 64 * KiB}, good_case{"64kB", 64'000},
-                      good_case{"2TiB", 2 * TiB}, good_case{"2TB", 2'000'000'000'000}, good_case{"2T", 2 * TiB},
-                      good_case{"1.5GiB", 1'610'612'736}, good_case{"0.5KiB", 512}, good_case{".5KiB", 512},
+    ::testing::Values(good_case{"0", 0}, good_case{"4096", 4096}, good_case{"  4096  ", 4096}, good_case{"+7", 7},
+                      good_case{"256B", 256}, good_case{"256 b", 256}, good_case{"8GiB", 8 * GiB},
+                      good_case{"8gib", 8 * GiB}, good_case{"8 GiB", 8 * GiB}, good_case{"8G", 8 * GiB},
+                      good_case{"8g", 8 * GiB}, good_case{"8GB", 8'000'000'000}, good_case{"512MB", 512'000'000},
+                      good_case{"512MiB", 512 * MiB}, good_case{"512M", 512 * MiB}, good_case{"64KiB", 64 * KiB},
+                      good_case{"64K", 64 * KiB}, good_case{"64kB", 64'000}, good_case{"2TiB", 2 * TiB},
+                      good_case{"2TB", 2'000'000'000'000}, good_case{"2T", 2 * TiB}, good_case{"1.5GiB", 1'610'612'736},
+                      good_case{"0.5KiB", 512}, good_case{".5KiB", 512},
                       good_case{"1.1GiB", 1'181'116'006},  // 1181116006.4 rounded down
                       good_case{"1.KiB", 1024}, good_case{"0GiB", 0},
                       good_case{"18446744073709551615", 18'446'744'073'709'551'615ULL},
@@ -57,28 +57,25 @@ TEST_P(SizeParseBad, RejectsWithExactMessage) {
   try {
     (void)gc::parse_size(GetParam().text);
     FAIL() << "accepted " << GetParam().text;
-  } catch (gc::config_error const& e) {
-    EXPECT_EQ(std::string{e.what()}, GetParam().message);
-  }
+  } catch (gc::config_error const& e) { EXPECT_EQ(std::string{e.what()}, GetParam().message); }
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Table, SizeParseBad,
-    ::testing::Values(
-        bad_case{"", R"("": empty size)"}, bad_case{"   ", R"("   ": empty size)"},
-        bad_case{"-1", R"("-1": negative size)"}, bad_case{"-1GiB", R"("-1GiB": negative size)"},
-        bad_case{"GiB", R"("GiB": not a number)"}, bad_case{".", R"(".": not a number)"},
-        bad_case{"%", R"("%": not a number)"},
-        bad_case{"12XB", R"("12XB": unknown unit "XB")"},
-        bad_case{"1 2", R"("1 2": unknown unit "2")"},
-        bad_case{"1.5", R"("1.5": fractional number of bytes)"},
-        bad_case{"1.5B", R"("1.5B": fractional number of bytes)"},
-        bad_case{"18446744073709551616", R"("18446744073709551616": too large (more than 2^64 - 1 bytes))"},
-        bad_case{"16777216TiB", R"("16777216TiB": too large (more than 2^64 - 1 bytes))"},
-        bad_case{"17179869184GiB", R"("17179869184GiB": too large (more than 2^64 - 1 bytes))"},
-        bad_case{"18446744.99TB", R"("18446744.99TB": too large (more than 2^64 - 1 bytes))"},
-        bad_case{"100.5%", R"("100.5%": percentage above 100%)"},
-        bad_case{"101%", R"("101%": percentage above 100%)"}, bad_case{"-5%", R"("-5%": negative size)"}),
+    ::testing::Values(bad_case{"", R"("": empty size)"}, bad_case{"   ", R"("   ": empty size)"},
+                      bad_case{"-1", R"("-1": negative size)"}, bad_case{"-1GiB", R"("-1GiB": negative size)"},
+                      bad_case{"GiB", R"("GiB": not a number)"}, bad_case{".", R"(".": not a number)"},
+                      bad_case{"%", R"("%": not a number)"}, bad_case{"12XB", R"("12XB": unknown unit "XB")"},
+                      bad_case{"1 2", R"("1 2": unknown unit "2")"},
+                      bad_case{"1.5", R"("1.5": fractional number of bytes)"},
+                      bad_case{"1.5B", R"("1.5B": fractional number of bytes)"},
+                      bad_case{"18446744073709551616",
+                               R"("18446744073709551616": too large (more than 2^64 - 1 bytes))"},
+                      bad_case{"16777216TiB", R"("16777216TiB": too large (more than 2^64 - 1 bytes))"},
+                      bad_case{"17179869184GiB", R"("17179869184GiB": too large (more than 2^64 - 1 bytes))"},
+                      bad_case{"18446744.99TB", R"("18446744.99TB": too large (more than 2^64 - 1 bytes))"},
+                      bad_case{"100.5%", R"("100.5%": percentage above 100%)"},
+                      bad_case{"101%", R"("101%": percentage above 100%)"}, bad_case{"-5%", R"("-5%": negative size)"}),
     [](auto const& param_info) { return "Case" + std::to_string(param_info.index); });
 
 TEST(SizeParse, Percentages) {

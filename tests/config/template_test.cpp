@@ -4,10 +4,10 @@
 
 #include <gtest/gtest.h>
 
-#include <array>
-#include <string>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <array>
+#include <string>
 
 namespace gc = gpumem::config;
 

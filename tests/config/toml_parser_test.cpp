@@ -77,8 +77,9 @@ type = "cuda"
   EXPECT_TRUE(s.report);
   EXPECT_EQ(s.report_file, "report-%r.txt");
   ASSERT_EQ(s.warnings.size(), 1U);  // deferred_flush is obsolete
-  EXPECT_EQ(s.warnings[0], "full.toml:9:1: gpumem.deferred_flush no longer has an effect (safe mode reclaims freed "
-                           "memory with GPU-side barriers, without device synchronizations): remove it");
+  EXPECT_EQ(s.warnings[0],
+            "full.toml:9:1: gpumem.deferred_flush no longer has an effect (safe mode reclaims freed "
+            "memory with GPU-side barriers, without device synchronizations): remove it");
   ASSERT_EQ(s.chain.size(), 6U);
   EXPECT_EQ(s.chain[0].type, "limiting");
   EXPECT_EQ(std::get<gc::limiting_spec>(s.chain[0].options).limit, gc::size_value::of_bytes(8 * GiB));
@@ -131,9 +132,8 @@ type = "async"
 
 TEST(ParseToml, BinningForms) {
   auto bins_of = [](std::string const& body) {
-    return std::get<gc::binning_spec>(gc::parse_toml("[[chain]]\ntype = \"binning\"\n" + body + cuda, "b.toml")
-                                          .chain[0]
-                                          .options)
+    return std::get<gc::binning_spec>(
+               gc::parse_toml("[[chain]]\ntype = \"binning\"\n" + body + cuda, "b.toml").chain[0].options)
         .bins;
   };
   EXPECT_EQ(bins_of("min_size = \"1KiB\"\nmax_size = \"8KiB\"\n"), (std::vector<std::size_t>{1024, 2048, 4096, 8192}));
@@ -317,8 +317,9 @@ INSTANTIATE_TEST_SUITE_P(
         error_case{"pool_without_upstream", "[[chain]]\ntype = \"pool\"\n",
                    E + "1:1: chain[0].type: \"pool\" has no upstream to get memory from (add a device resource "
                        "after it: cuda | async | managed)"},
-        error_case{"binning_without_upstream", "[[chain]]\ntype = \"limiting\"\nlimit = 1\n[[chain]]\ntype = "
-                                               "\"binning\"\n",
+        error_case{"binning_without_upstream",
+                   "[[chain]]\ntype = \"limiting\"\nlimit = 1\n[[chain]]\ntype = "
+                   "\"binning\"\n",
                    E + "4:1: chain[1].type: \"binning\" has no upstream to get memory from (add a device resource "
                        "after it: cuda | async | managed)"},
         error_case{"ends_in_adaptor", "[[chain]]\ntype = \"statistics\"\n",
@@ -335,7 +336,8 @@ INSTANTIATE_TEST_SUITE_P(
                        "ones after them: move \"pool\" above \"cuda\")"},
         error_case{"maximum_below_initial",
                    "[[chain]]\ntype = \"statistics\"\n[[chain]]\ntype = \"pool\"\ninitial_size = \"2GiB\"\n"
-                   "maximum_size = \"1GiB\"\n" + cuda,
+                   "maximum_size = \"1GiB\"\n" +
+                       cuda,
                    E + "3:1: chain[1].maximum_size: maximum 1 GiB is below initial 2 GiB (maximum_size must be at "
                        "least initial_size)"},
         error_case{"maximum_below_initial_percent",

@@ -21,7 +21,7 @@ namespace {
 
 template <class R>
 constexpr bool models_device_async_resource =
-    cuda::mr::async_resource<R> && cuda::mr::async_resource_with<R, cuda::mr::device_accessible>;
+    cuda::mr::async_resource<R>&& cuda::mr::async_resource_with<R, cuda::mr::device_accessible>;
 
 static_assert(models_device_async_resource<device_memory_resource>);
 static_assert(models_device_async_resource<cuda_memory_resource>);

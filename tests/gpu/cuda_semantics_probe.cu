@@ -8,11 +8,27 @@
 #include <cstdio>
 #include <thread>
 
-#define SHOW(label, expr) do { auto r_ = (expr); std::printf("%-58s -> %d\n", label, (int)r_); } while (0)
+#define SHOW(label, expr)                         \
+  do {                                            \
+    auto r_ = (expr);                             \
+    std::printf("%-58s -> %d\n", label, (int)r_); \
+  } while (0)
 
-static const char* drv_name(CUresult r) { const char* n = nullptr; cuGetErrorName(r, &n); return n ? n : "?"; }
-#define SHOWD(label, expr) do { CUresult r_ = (expr); std::printf("%-58s -> %s\n", label, drv_name(r_)); } while (0)
-#define SHOWR(label, expr) do { cudaError_t r_ = (expr); std::printf("%-58s -> %s\n", label, cudaGetErrorName(r_)); } while (0)
+static const char* drv_name(CUresult r) {
+  const char* n = nullptr;
+  cuGetErrorName(r, &n);
+  return n ? n : "?";
+}
+#define SHOWD(label, expr)                             \
+  do {                                                 \
+    CUresult r_ = (expr);                              \
+    std::printf("%-58s -> %s\n", label, drv_name(r_)); \
+  } while (0)
+#define SHOWR(label, expr)                                     \
+  do {                                                         \
+    cudaError_t r_ = (expr);                                   \
+    std::printf("%-58s -> %s\n", label, cudaGetErrorName(r_)); \
+  } while (0)
 
 int main() {
   SHOWR("cudaFree(0) [init]", cudaFree(nullptr));
@@ -23,9 +39,11 @@ int main() {
   SHOWD("cuMemAlloc(&d, 1<<62)", cuMemAlloc(&d, 1ull << 62));
   SHOWD("cuMemFree(0)", cuMemFree(0));
   SHOWD("cuMemFree(0xdeadbeef00)", cuMemFree(0xdeadbeef00ull));
-  CUdeviceptr a = 0; cuMemAlloc(&a, 1 << 20);
+  CUdeviceptr a = 0;
+  cuMemAlloc(&a, 1 << 20);
   SHOWD("cuMemFree(interior a+256)", cuMemFree(a + 256));
-  CUdeviceptr base = 0; size_t sz = 0;
+  CUdeviceptr base = 0;
+  size_t sz = 0;
   SHOWD("cuMemGetAddressRange(interior)", cuMemGetAddressRange(&base, &sz, a + 256));
   std::printf("   base-a=%lld size=%zu\n", (long long)(base - a), sz);
   SHOWD("cuMemGetAddressRange(NULL,NULL,a)", cuMemGetAddressRange(nullptr, nullptr, a));
@@ -43,12 +61,14 @@ int main() {
   SHOWR("  cudaGetLastError again", cudaGetLastError());
   SHOWR("cudaFree(invalid)", cudaFree(reinterpret_cast<void*>(0xdeadbeef00ull)));
   SHOWR("  cudaGetLastError", cudaGetLastError());
-  void* q = nullptr; cudaMalloc(&q, 4096);
+  void* q = nullptr;
+  cudaMalloc(&q, 4096);
   SHOWR("cudaFree(interior)", cudaFree(static_cast<char*>(q) + 256));
   SHOWR("cudaFree(q)", cudaFree(q));
   SHOWR("cudaFree(q) again (double)", cudaFree(q));
 
-  cudaStream_t s; cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  cudaStream_t s;
+  cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
   p = reinterpret_cast<void*>(0x1);
   SHOWR("cudaMallocAsync(&p, 0, s)", cudaMallocAsync(&p, 0, s));
   std::printf("   p after = %p\n", p);
@@ -63,10 +83,12 @@ int main() {
   SHOWR("cudaMallocPitch(&p,&pitch,0,0)", cudaMallocPitch(&p, &pitch, 0, 0));
   std::printf("   p=%p pitch=%zu\n", p, pitch);
   SHOWR("cudaMallocPitch(&p,&pitch,100,10)", cudaMallocPitch(&p, &pitch, 100, 10));
-  std::printf("   pitch=%zu\n", pitch); cudaFree(p);
+  std::printf("   pitch=%zu\n", pitch);
+  cudaFree(p);
   SHOWD("cuMemAllocPitch(&d,&pitch,0,0,4)", cuMemAllocPitch(&d, &pitch, 0, 0, 4));
   SHOWD("cuMemAllocPitch(&d,&pitch,100,10,4)", cuMemAllocPitch(&d, &pitch, 100, 10, 4));
-  std::printf("   pitch=%zu\n", pitch); cuMemFree(d);
+  std::printf("   pitch=%zu\n", pitch);
+  cuMemFree(d);
   size_t f = 0, t = 0;
   SHOWR("cudaMemGetInfo(NULL, &t)", cudaMemGetInfo(nullptr, &t));
   SHOWD("cuMemGetInfo(NULL, &t)", cuMemGetInfo(nullptr, &t));
@@ -79,7 +101,9 @@ int main() {
   std::printf("   type=%d\n", (int)at.type);
 
   // Cross-API frees.
-  void* x = nullptr; cudaMallocAsync(&x, 1 << 20, s); cudaStreamSynchronize(s);
+  void* x = nullptr;
+  cudaMallocAsync(&x, 1 << 20, s);
+  cudaStreamSynchronize(s);
   SHOWR("cudaFree(async memory)", cudaFree(x));
   cudaMalloc(&x, 1 << 20);
   SHOWR("cudaFreeAsync(cudaMalloc memory)", cudaFreeAsync(x, s));
@@ -89,8 +113,10 @@ int main() {
   cudaStreamSynchronize(s);
 
   // Capture rules.
-  cudaStream_t c; cudaStreamCreateWithFlags(&c, cudaStreamNonBlocking);
-  cudaEvent_t e; cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
+  cudaStream_t c;
+  cudaStreamCreateWithFlags(&c, cudaStreamNonBlocking);
+  cudaEvent_t e;
+  cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
   SHOWR("BeginCapture(c, global)", cudaStreamBeginCapture(c, cudaStreamCaptureModeGlobal));
   SHOWD("  cuMemAlloc during global capture (same thread)", cuMemAlloc(&d, 4096));
   if (d) cuMemFree(d);
@@ -108,7 +134,9 @@ int main() {
     CUresult rt = CUDA_SUCCESS, rs = CUDA_SUCCESS;
     std::thread th([&] {
       cudaSetDevice(0);
-      CUdeviceptr dd = 0; rt = cuMemAlloc(&dd, 4096); if (dd) cuMemFree(dd);
+      CUdeviceptr dd = 0;
+      rt = cuMemAlloc(&dd, 4096);
+      if (dd) cuMemFree(dd);
       rs = cuCtxSynchronize();
     });
     th.join();
@@ -136,13 +164,16 @@ int main() {
 
   // Entry-point lookup.
   void* h = dlopen("libcuda.so.1", RTLD_NOW);
-  void* v2 = dlsym(h, "cuMemAlloc_v2"); void* v1 = dlsym(h, "cuMemAlloc");
-  void* fn = nullptr; CUdriverProcAddressQueryResult qr{};
+  void* v2 = dlsym(h, "cuMemAlloc_v2");
+  void* v1 = dlsym(h, "cuMemAlloc");
+  void* fn = nullptr;
+  CUdriverProcAddressQueryResult qr{};
   cuGetProcAddress("cuMemAlloc", &fn, 13000, CU_GET_PROC_ADDRESS_DEFAULT, &qr);
   std::printf("cuGetProcAddress(cuMemAlloc,13000) == dlsym _v2: %d, == v1: %d\n", fn == v2, fn == v1);
   cuGetProcAddress("cuMemAlloc", &fn, 3000, CU_GET_PROC_ADDRESS_DEFAULT, &qr);
   std::printf("cuGetProcAddress(cuMemAlloc,3000)  == dlsym _v2: %d, == v1: %d\n", fn == v2, fn == v1);
-  void* gpa2 = dlsym(h, "cuGetProcAddress_v2"); void* gpa1 = dlsym(h, "cuGetProcAddress");
+  void* gpa2 = dlsym(h, "cuGetProcAddress_v2");
+  void* gpa1 = dlsym(h, "cuGetProcAddress");
   cuGetProcAddress("cuGetProcAddress", &fn, 13000, CU_GET_PROC_ADDRESS_DEFAULT, &qr);
   std::printf("cuGetProcAddress(cuGetProcAddress,13000) == _v2: %d == v1: %d\n", fn == gpa2, fn == gpa1);
   cuGetProcAddress("cuMemAllocAsync", &fn, 13000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &qr);
@@ -154,7 +185,8 @@ int main() {
   cudaDriverEntryPointQueryResult rq{};
   cudaGetDriverEntryPoint("cuMemAlloc", &fn, cudaEnableDefault, &rq);
   std::printf("cudaGetDriverEntryPoint(cuMemAlloc) == _v2: %d\n", fn == v2);
-  int dev_count = 0; cudaGetDeviceCount(&dev_count);
+  int dev_count = 0;
+  cudaGetDeviceCount(&dev_count);
   std::printf("devices=%d\n", dev_count);
   return 0;
 }

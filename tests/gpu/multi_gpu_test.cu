@@ -43,20 +43,21 @@ void problem(std::string const& what) {
   std::fprintf(stderr, "problem: %s\n", what.c_str());
 }
 
-#define CHECK_CUDA(call)                                                                                   \
-  do {                                                                                                     \
-    cudaError_t const e_ = (call);                                                                         \
-    if (e_ != cudaSuccess) problem(std::string{#call} + " -> " + cudaGetErrorName(e_) + " at line " +      \
-                                   std::to_string(__LINE__));                                              \
+#define CHECK_CUDA(call)                                                                                    \
+  do {                                                                                                      \
+    cudaError_t const e_ = (call);                                                                          \
+    if (e_ != cudaSuccess)                                                                                  \
+      problem(std::string{#call} + " -> " + cudaGetErrorName(e_) + " at line " + std::to_string(__LINE__)); \
   } while (0)
 
-#define EXPECT(cond, what)                          \
-  do {                                              \
+#define EXPECT(cond, what)                                    \
+  do {                                                        \
     if (!(cond)) problem(std::string{what} + " (" #cond ")"); \
   } while (0)
 
 __host__ __device__ std::uint32_t word_of(std::uint32_t seed, std::size_t i) {
-  std::uint32_t x = seed * 0x9E3779B1U ^ static_cast<std::uint32_t>(i) * 0x85EBCA77U ^ static_cast<std::uint32_t>(i >> 32U);
+  std::uint32_t x = seed * 0x9E3779B1U ^ static_cast<std::uint32_t>(i) * 0x85EBCA77U ^
+                    static_cast<std::uint32_t>(i >> 32U);
   x ^= x >> 15U;
   x *= 0x2C1B3C6DU;
   x ^= x >> 12U;
@@ -70,8 +71,7 @@ __global__ void fill_kernel(std::uint32_t* p, std::size_t words, std::uint32_t s
 }
 
 // Counts words that differ from the pattern (p may live on another device: peer access).
-__global__ void check_kernel(std::uint32_t const* p, std::size_t words, std::uint32_t seed,
-                             unsigned long long* bad) {
+__global__ void check_kernel(std::uint32_t const* p, std::size_t words, std::uint32_t seed, unsigned long long* bad) {
   unsigned long long mine = 0;
   for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < words; i += std::size_t{gridDim.x} * blockDim.x) {
     if (p[i] != word_of(seed, i)) ++mine;
@@ -310,9 +310,9 @@ void meminfo_follows_the_pool() {
     CHECK_CUDA(cudaStreamDestroy(s));
     meminfo const after = info_of(d);
     std::printf("MEMINFO device=%d after_free=%zu (pool keeps the memory; counted as free)\n", d, after.free);
-    EXPECT(after.free + slack >= start.free,
-           "device " + std::to_string(d) + ": memory the pool caches counts as free (" + gib(after.free) + " vs " +
-               gib(start.free) + " GiB)");
+    EXPECT(after.free + slack >= start.free, "device " + std::to_string(d) +
+                                                 ": memory the pool caches counts as free (" + gib(after.free) +
+                                                 " vs " + gib(start.free) + " GiB)");
     EXPECT(after.total == start.total, "total unchanged without a limit");
   }
 }

@@ -31,7 +31,8 @@ __device__ __forceinline__ unsigned char pattern(unsigned id, unsigned long long
 }
 
 __global__ void fill(unsigned char* p, unsigned long long n, unsigned id) {
-  for (auto i = blockIdx.x * 1ull * blockDim.x + threadIdx.x; i < n; i += 1ull * gridDim.x * blockDim.x) p[i] = pattern(id, i);
+  for (auto i = blockIdx.x * 1ull * blockDim.x + threadIdx.x; i < n; i += 1ull * gridDim.x * blockDim.x)
+    p[i] = pattern(id, i);
 }
 
 __global__ void verify(unsigned char const* p, unsigned long long n, unsigned id, unsigned long long* bad) {

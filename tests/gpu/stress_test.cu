@@ -47,15 +47,15 @@ namespace {
 std::atomic<long> cuda_failures{0};
 std::atomic<char const*> first_failure{"none"};
 
-#define CHECK_CUDA(call)                                                                         \
-  do {                                                                                           \
-    cudaError_t const e_ = (call);                                                               \
-    if (e_ != cudaSuccess) {                                                                     \
-      if (cuda_failures.fetch_add(1) < 10)                                                       \
-        std::fprintf(stderr, "%s -> %s at line %d\n", #call, cudaGetErrorName(e_), __LINE__);    \
-      char const* none = "none";                                                                 \
-      first_failure.compare_exchange_strong(none, #call);                                        \
-    }                                                                                            \
+#define CHECK_CUDA(call)                                                                      \
+  do {                                                                                        \
+    cudaError_t const e_ = (call);                                                            \
+    if (e_ != cudaSuccess) {                                                                  \
+      if (cuda_failures.fetch_add(1) < 10)                                                    \
+        std::fprintf(stderr, "%s -> %s at line %d\n", #call, cudaGetErrorName(e_), __LINE__); \
+      char const* none = "none";                                                              \
+      first_failure.compare_exchange_strong(none, #call);                                     \
+    }                                                                                         \
   } while (0)
 
 __host__ __device__ std::uint32_t word_of(std::uint32_t tag, std::size_t i) {
@@ -76,8 +76,7 @@ __global__ void fill(std::uint32_t* p, std::size_t words, std::uint32_t tag) {
 __global__ void spin_then_check(std::uint32_t const* p, std::size_t words, std::uint32_t tag, long long spin_cycles,
                                 unsigned long long* bad) {
   long long const start = clock64();
-  while (clock64() - start < spin_cycles) {
-  }
+  while (clock64() - start < spin_cycles) {}
   unsigned long long mine = 0;
   for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < words;
        i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
@@ -94,8 +93,8 @@ struct block {
   void* p{};
   std::size_t bytes{};
   std::uint32_t tag{};
-  bool synchronous{};     ///< cudaMalloc (else cudaMallocAsync)
-  cudaStream_t last{};    ///< the stream its last work was queued on
+  bool synchronous{};   ///< cudaMalloc (else cudaMallocAsync)
+  cudaStream_t last{};  ///< the stream its last work was queued on
 };
 
 class live_ranges {
@@ -142,10 +141,14 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "%s needs a value\n", k.c_str());
       return 2;
     }
-    if (k == "--threads") o.threads = std::atoi(argv[i + 1]);
-    else if (k == "--seconds") o.seconds = std::atof(argv[i + 1]);
-    else if (k == "--families") o.families = argv[i + 1];
-    else if (k == "--spin-us") o.spin_us = std::atof(argv[i + 1]);
+    if (k == "--threads")
+      o.threads = std::atoi(argv[i + 1]);
+    else if (k == "--seconds")
+      o.seconds = std::atof(argv[i + 1]);
+    else if (k == "--families")
+      o.families = argv[i + 1];
+    else if (k == "--spin-us")
+      o.spin_us = std::atof(argv[i + 1]);
     else {
       std::fprintf(stderr,
                    "usage: stress_test [--threads N] [--seconds S] [--families mixed|sync|async] [--spin-us U] "
@@ -176,7 +179,9 @@ int main(int argc, char** argv) {
 
   auto const release = [&](block const& b, cudaStream_t own, bool stream_ordered) {
     std::size_t const words = b.bytes / 4;
-    if (words != 0) spin_then_check<<<grid_for(words), 256, 0, b.last>>>(static_cast<std::uint32_t*>(b.p), words, b.tag, spin_cycles, bad);
+    if (words != 0)
+      spin_then_check<<<grid_for(words), 256, 0, b.last>>>(static_cast<std::uint32_t*>(b.p), words, b.tag, spin_cycles,
+                                                           bad);
     CHECK_CUDA(cudaGetLastError());
     ranges.remove(b.p);  // the program's view: freed now; the kernel above may still run
     if (stream_ordered) {
@@ -242,8 +247,7 @@ int main(int argc, char** argv) {
             }
           }
           // Each family frees its own; with --cross-frees, either way.
-          bool const stream_ordered =
-              o.cross_frees && o.families == "mixed" ? pick(rng) < 50 : !b.synchronous;
+          bool const stream_ordered = o.cross_frees && o.families == "mixed" ? pick(rng) < 50 : !b.synchronous;
           release(b, own, stream_ordered);
         } else {
           block b{};
@@ -266,10 +270,11 @@ int main(int argc, char** argv) {
   for (auto& s : streams) CHECK_CUDA(cudaStreamDestroy(s));
   unsigned long long const corrupted = *bad;
   CHECK_CUDA(cudaFree(bad));
-  std::printf("threads=%d families=%s%s seconds=%.1f corrupted_words=%llu overlaps=%ld allocations=%ld frees=%ld "
-              "ooms=%ld cuda_failures=%ld first_failure=%s\n",
-              o.threads, o.families.c_str(), o.cross_frees ? "+cross" : "", o.seconds, corrupted, overlaps.load(),
-              allocations.load(), frees.load(), ooms.load(), cuda_failures.load(), first_failure.load());
+  std::printf(
+      "threads=%d families=%s%s seconds=%.1f corrupted_words=%llu overlaps=%ld allocations=%ld frees=%ld "
+      "ooms=%ld cuda_failures=%ld first_failure=%s\n",
+      o.threads, o.families.c_str(), o.cross_frees ? "+cross" : "", o.seconds, corrupted, overlaps.load(),
+      allocations.load(), frees.load(), ooms.load(), cuda_failures.load(), first_failure.load());
   bool const pass = corrupted == 0 && overlaps.load() == 0 && cuda_failures.load() == 0;
   std::printf("%s\n", pass ? "PASS" : "FAIL");
   return pass ? 0 : 1;

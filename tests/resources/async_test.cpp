@@ -42,13 +42,9 @@ TEST_F(AsyncResource, OwnsAPoolThatKeepsItsMemoryByDefault) {
     EXPECT_TRUE(mr.owns_pool());
     ASSERT_NE(mr.pool_handle(), nullptr);
     EXPECT_EQ(threshold(mr.pool_handle()), std::numeric_limits<cuuint64_t>::max());
-    if (sim.present()) {
-      EXPECT_EQ(sim.call_count("cuMemPoolCreate"), creates + 1);
-    }
+    if (sim.present()) { EXPECT_EQ(sim.call_count("cuMemPoolCreate"), creates + 1); }
   }
-  if (sim.present()) {
-    EXPECT_EQ(sim.call_count("cuMemPoolDestroy"), destroys + 1);
-  }
+  if (sim.present()) { EXPECT_EQ(sim.call_count("cuMemPoolDestroy"), destroys + 1); }
 }
 
 TEST_F(AsyncResource, ThresholdAndInitialReservation) {
@@ -82,9 +78,7 @@ TEST_F(AsyncResource, StreamOrderedAllocateAndFreeOnAnotherStream) {
   auto const trims = sim.call_count("cuMemPoolTrimTo");
   (void)mr.release();
   EXPECT_EQ(mr.info().reserved_bytes, 0u);  // trimmed to zero: nothing in use
-  if (sim.present()) {
-    EXPECT_EQ(sim.call_count("cuMemPoolTrimTo"), trims + 1);
-  }
+  if (sim.present()) { EXPECT_EQ(sim.call_count("cuMemPoolTrimTo"), trims + 1); }
   EXPECT_EQ(mr.failed_deallocations(), 0u);
   EXPECT_EQ(detail::driver().cuStreamDestroy(a), CUDA_SUCCESS);
   EXPECT_EQ(detail::driver().cuStreamDestroy(b), CUDA_SUCCESS);

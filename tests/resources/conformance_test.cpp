@@ -145,9 +145,7 @@ class Conformance : public ::testing::Test {
   }
   void TearDown() override {
     factory.reset();
-    if (sim.present()) {
-      EXPECT_EQ(sim.violations(), 0) << "the simulated driver saw a rule violation";
-    }
+    if (sim.present()) { EXPECT_EQ(sim.violations(), 0) << "the simulated driver saw a rule violation"; }
   }
 
   device_memory_resource& mr() { return factory->resource(); }
@@ -185,23 +183,33 @@ class Conformance : public ::testing::Test {
   std::unique_ptr<Factory> factory;
 };
 
-using all_resources = ::testing::Types<cuda_factory, async_factory, managed_factory, pool_factory,
-                                       fixed_size_factory, binning_factory, statistics_factory,
-                                       limiting_factory, tracking_factory, logging_factory>;
+using all_resources =
+    ::testing::Types<cuda_factory, async_factory, managed_factory, pool_factory, fixed_size_factory, binning_factory,
+                     statistics_factory, limiting_factory, tracking_factory, logging_factory>;
 
 struct factory_names {
   template <class T>
   static std::string GetName(int) {
-    if constexpr (std::is_same_v<T, cuda_factory>) return "cuda";
-    else if constexpr (std::is_same_v<T, async_factory>) return "async";
-    else if constexpr (std::is_same_v<T, managed_factory>) return "managed";
-    else if constexpr (std::is_same_v<T, pool_factory>) return "pool_over_cuda";
-    else if constexpr (std::is_same_v<T, fixed_size_factory>) return "fixed_size_over_cuda";
-    else if constexpr (std::is_same_v<T, binning_factory>) return "binning_over_pool";
-    else if constexpr (std::is_same_v<T, statistics_factory>) return "statistics_over_pool";
-    else if constexpr (std::is_same_v<T, limiting_factory>) return "limiting_over_pool";
-    else if constexpr (std::is_same_v<T, tracking_factory>) return "tracking_over_pool";
-    else return "logging_over_statistics_over_pool";
+    if constexpr (std::is_same_v<T, cuda_factory>)
+      return "cuda";
+    else if constexpr (std::is_same_v<T, async_factory>)
+      return "async";
+    else if constexpr (std::is_same_v<T, managed_factory>)
+      return "managed";
+    else if constexpr (std::is_same_v<T, pool_factory>)
+      return "pool_over_cuda";
+    else if constexpr (std::is_same_v<T, fixed_size_factory>)
+      return "fixed_size_over_cuda";
+    else if constexpr (std::is_same_v<T, binning_factory>)
+      return "binning_over_pool";
+    else if constexpr (std::is_same_v<T, statistics_factory>)
+      return "statistics_over_pool";
+    else if constexpr (std::is_same_v<T, limiting_factory>)
+      return "limiting_over_pool";
+    else if constexpr (std::is_same_v<T, tracking_factory>)
+      return "tracking_over_pool";
+    else
+      return "logging_over_statistics_over_pool";
   }
 };
 
@@ -210,8 +218,8 @@ TYPED_TEST_SUITE(Conformance, all_resources, factory_names);
 // ---- cases --------------------------------------------------------------------
 
 TYPED_TEST(Conformance, SizesFromOneByteUpAreAlignedAndHoldData) {
-  for (std::size_t bytes : {std::size_t{1}, std::size_t{255}, std::size_t{256}, std::size_t{257},
-                            std::size_t{4096}, std::size_t{65536}, std::size_t{1} << 20, (std::size_t{17} << 20) + 3}) {
+  for (std::size_t bytes : {std::size_t{1}, std::size_t{255}, std::size_t{256}, std::size_t{257}, std::size_t{4096},
+                            std::size_t{65536}, std::size_t{1} << 20, (std::size_t{17} << 20) + 3}) {
     bytes = this->cap(bytes);
     void* p = this->mr().allocate(bytes);
     ASSERT_NE(p, nullptr) << bytes;
@@ -369,9 +377,7 @@ TYPED_TEST(Conformance, UpstreamFailureIsPropagatedWithItsCode) {
       for (int i = 0; i < 4096 && seen == CUDA_SUCCESS; ++i) {
         try {
           (void)chain.resource().allocate(this->cap(std::size_t{1} << 20));
-        } catch (gpumem::bad_alloc const& e) {
-          seen = e.code();
-        } catch (cuda_error const& e) {
+        } catch (gpumem::bad_alloc const& e) { seen = e.code(); } catch (cuda_error const& e) {
           seen = e.code();
         }
       }

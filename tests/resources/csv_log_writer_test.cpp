@@ -21,9 +21,9 @@
 
 #include <chrono>
 #include <csignal>
-#include <cstring>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -214,11 +214,11 @@ TEST(CsvLogWriter, WritesHeaderAndRowsAndTruncatesOnClose) {
   auto const expected_bytes = csv_log_header.size() + 3 * (format(example_row()).size() - 6);
   EXPECT_EQ(w.bytes_written(), expected_bytes);
   w.close();
-  w.close();  // idempotent
+  w.close();               // idempotent
   w.write(example_row());  // dropped after close
   EXPECT_EQ(w.bytes_written(), expected_bytes);
 
-  struct stat st{};
+  struct stat st {};
   ASSERT_EQ(::stat(tmp.path().c_str(), &st), 0);
   EXPECT_EQ(static_cast<std::uint64_t>(st.st_size), expected_bytes);
   auto const log = test::read_csv_log(tmp.path());
@@ -649,9 +649,7 @@ TEST(CsvLogWriterHostile, RepeatedTruncationsInAForkedChildAndACutMidRow) {
   EXPECT_GE(per_writer["30"], 500u - 4096u / 80u);
   std::size_t next30 = 500 - per_writer["30"];
   for (auto const& row : log.rows) {
-    if (row[0] == "30") {
-      EXPECT_EQ(std::stoul(row[4]), next30++);
-    }
+    if (row[0] == "30") { EXPECT_EQ(std::stoul(row[4]), next30++); }
   }
   auto const dropped = marker_dropped(log.last_line);
   EXPECT_GE(dropped, 0) << log.last_line;
@@ -682,8 +680,8 @@ TEST(CsvLogWriterHostile, DiskFullDropsCountsAndMarksTheLogWithoutNuls) {
   EXPECT_EQ(log.bad_lines, 0u);
   ASSERT_GT(log.rows.size(), 300u);  // the file was used up to its limit
   for (std::size_t i = 0; i < log.rows.size(); ++i) EXPECT_EQ(log.rows[i][4], std::to_string(i));
-  EXPECT_EQ(log.last_line, "#gpumem incomplete,dropped_rows=" + std::to_string(rows - log.rows.size()) +
-                               ",reason=File too large");
+  EXPECT_EQ(log.last_line,
+            "#gpumem incomplete,dropped_rows=" + std::to_string(rows - log.rows.size()) + ",reason=File too large");
   ASSERT_EQ(r.notes.size(), 2u);
   EXPECT_NE(r.notes[0].find("cannot grow (File too large): rows are dropped from now on"), std::string::npos)
       << r.notes[0];

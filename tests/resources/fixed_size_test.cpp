@@ -69,9 +69,7 @@ TEST(FixedSize, OneBlockPerRequestUpToTheBlockSize) {
   try {
     static_cast<void>(fs.allocate(4 * KiB + 1));
     ADD_FAILURE() << "expected bad_alloc";
-  } catch (out_of_memory const&) {
-    ADD_FAILURE() << "too large is not out of memory";
-  } catch (bad_alloc const& e) {
+  } catch (out_of_memory const&) { ADD_FAILURE() << "too large is not out of memory"; } catch (bad_alloc const& e) {
     EXPECT_EQ(e.code(), CUDA_ERROR_INVALID_VALUE);
   }
   fs.deallocate(a, 1);
@@ -162,7 +160,7 @@ TEST(FixedSize, DoubleMisalignedAndForeignFreesAreIgnored) {
   void* a = fs.allocate(4 * KiB);
   void* b = fs.allocate(4 * KiB);
   fs.deallocate(a, 4 * KiB);
-  fs.deallocate(a, 4 * KiB);               // double free
+  fs.deallocate(a, 4 * KiB);                 // double free
   fs.deallocate(as_char(b) + 256, 4 * KiB);  // inside a block
   int on_stack = 0;
   fs.deallocate(&on_stack, sizeof on_stack);
@@ -258,9 +256,7 @@ TEST(FixedSize, EightThreadsNeverShareABlock) {
 
 TEST(FixedSizeOnSim, StreamsReuseWithoutEventsAndTakeWithOne) {
   auto& sim = test::sim_control::get();
-  if (!sim.present() || !detail::driver_available()) {
-    GTEST_SKIP() << "needs the simulated device";
-  }
+  if (!sim.present() || !detail::driver_available()) { GTEST_SKIP() << "needs the simulated device"; }
   ASSERT_EQ(detail::ensure_context(), CUDA_SUCCESS);
   auto const& d = detail::driver();
   CUstream a = nullptr;

@@ -75,9 +75,7 @@ TEST(LimitingAdaptor, UpstreamFailureRollsBackTheReservation) {
   try {
     (void)lim.allocate(4096);
     FAIL() << "expected cuda_error";
-  } catch (cuda_error const& e) {
-    EXPECT_EQ(e.code(), CUDA_ERROR_INVALID_VALUE);
-  }
+  } catch (cuda_error const& e) { EXPECT_EQ(e.code(), CUDA_ERROR_INVALID_VALUE); }
   EXPECT_EQ(lim.used_bytes(), 0u);
   up.fail_with(CUDA_SUCCESS);
   void* p = lim.allocate(4096);
@@ -107,8 +105,7 @@ TEST(LimitingAdaptor, ConcurrentThreadsNeverExceedTheCap) {
         try {
           held[static_cast<std::size_t>(t)].push_back(lim.allocate(200));
           granted.fetch_add(1);
-        } catch (out_of_memory const&) {
-        }
+        } catch (out_of_memory const&) {}
       }
     });
   }

@@ -35,9 +35,9 @@ TEST_F(ManagedResource, AllocatesGlobalManagedMemoryTheHostCanTouch) {
   EXPECT_EQ(p[4000], 0x11);
   EXPECT_EQ(mr.info().used_bytes, 8192u);
   CUmemorytype type{};
-  ASSERT_EQ(detail::driver().cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
-                                                   reinterpret_cast<CUdeviceptr>(p)),
-            CUDA_SUCCESS);
+  ASSERT_EQ(
+      detail::driver().cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, reinterpret_cast<CUdeviceptr>(p)),
+      CUDA_SUCCESS);
   unsigned is_managed = 0;
   ASSERT_EQ(detail::driver().cuPointerGetAttribute(&is_managed, CU_POINTER_ATTRIBUTE_IS_MANAGED,
                                                    reinterpret_cast<CUdeviceptr>(p)),
@@ -46,9 +46,7 @@ TEST_F(ManagedResource, AllocatesGlobalManagedMemoryTheHostCanTouch) {
   mr.deallocate(p, 8192);
   EXPECT_EQ(mr.info().used_bytes, 0u);
   EXPECT_EQ(mr.failed_deallocations(), 0u);
-  if (sim.present()) {
-    EXPECT_EQ(sim.call_count("cuMemAllocManaged"), calls + 1);
-  }
+  if (sim.present()) { EXPECT_EQ(sim.call_count("cuMemAllocManaged"), calls + 1); }
 }
 
 TEST_F(ManagedResource, ZeroBytesAndImpossibleSizes) {

@@ -2,8 +2,8 @@
 // recovery, concurrency (over a host arena), and stream ordering on the
 // simulated device (events, waits, capture, destroyed streams).
 
-#include <gpumem/detail/driver_api.hpp>
 #include <gpumem/detail/coalescing_free_list.hpp>
+#include <gpumem/detail/driver_api.hpp>
 #include <gpumem/detail/real_dlsym.hpp>
 #include <gpumem/pool_memory_resource.hpp>
 
@@ -45,8 +45,8 @@ char* as_char(void* p) { return static_cast<char*>(p); }
 
 TEST(CoalescingFreeList, MergesNeighboursOfOneSlabOnly) {
   alignas(256) static char mem[8192];
-  char* const s1 = mem;          // slab 1: [0, 4096)
-  char* const s2 = mem + 4096;   // slab 2: [4096, 8192), adjacent to slab 1
+  char* const s1 = mem;         // slab 1: [0, 4096)
+  char* const s2 = mem + 4096;  // slab 2: [4096, 8192), adjacent to slab 1
   detail::coalescing_free_list l;
   EXPECT_TRUE(l.insert({s1, 1024, s1}));
   EXPECT_TRUE(l.insert({s1 + 2048, 2048, s1}));
@@ -155,15 +155,15 @@ TEST(Pool, GrowthStepsFollowTheRequestAndThePool) {
   EXPECT_EQ(pool.pool_size(), 0U);
   EXPECT_TRUE(arena.allocations().empty());
 
-  void* a = pool.allocate(1000);     // min_growth
+  void* a = pool.allocate(1000);  // min_growth
   EXPECT_EQ(pool.pool_size(), 1 * MiB);
-  void* b = pool.allocate(MiB);      // the request (= min_growth; 1/16 of the pool is less)
+  void* b = pool.allocate(MiB);  // the request (= min_growth; 1/16 of the pool is less)
   EXPECT_EQ(pool.pool_size(), 2 * MiB);
   void* c = pool.allocate(3 * MiB);  // the request
   EXPECT_EQ(pool.pool_size(), 5 * MiB);
   void* d = pool.allocate(4 * MiB);  // the request: never blind doubling
   EXPECT_EQ(pool.pool_size(), 9 * MiB);
-  void* e = pool.allocate(KiB);      // tightest fit: the first slab's rest
+  void* e = pool.allocate(KiB);  // tightest fit: the first slab's rest
   EXPECT_EQ(as_char(e), as_char(a) + 1024);
   EXPECT_EQ(pool.pool_size(), 9 * MiB);
   EXPECT_EQ(sizes_of(arena.allocations()), (std::vector<std::size_t>{MiB, MiB, 3 * MiB, 4 * MiB}));
@@ -173,7 +173,7 @@ TEST(Pool, GrowthStepsFollowTheRequestAndThePool) {
   EXPECT_EQ(i.used_bytes, used);
   EXPECT_EQ(i.free_bytes, 9 * MiB - used);
   EXPECT_EQ(i.largest_free_block, MiB - 2 * KiB);  // the rest of the first slab
-  void* f = pool.allocate(64 * MiB);  // the request: larger than 1/64 of the pool
+  void* f = pool.allocate(64 * MiB);               // the request: larger than 1/64 of the pool
   EXPECT_EQ(pool.pool_size(), 73 * MiB);
   void* g = pool.allocate(MiB);  // 1/64 of a 73 MiB pool, rounded to 256: more than the request
   EXPECT_EQ(pool.pool_size(), 73 * MiB + ((73 * MiB / 64) & ~std::size_t{255}));
@@ -185,7 +185,8 @@ TEST(Pool, GrowthStepsFollowTheRequestAndThePool) {
   EXPECT_EQ(big.pool_size(), (4ULL << 30) + 32 * MiB);
   big.deallocate(small, KiB);
   big.deallocate(h, 4ULL << 30);
-  for (auto [p, n] : {std::pair{a, std::size_t{1000}}, {b, MiB}, {c, 3 * MiB}, {d, 4 * MiB}, {e, KiB}, {f, 64 * MiB}, {g, MiB}}) {
+  for (auto [p, n] :
+       {std::pair{a, std::size_t{1000}}, {b, MiB}, {c, 3 * MiB}, {d, 4 * MiB}, {e, KiB}, {f, 64 * MiB}, {g, MiB}}) {
     pool.deallocate(p, n);
   }
   EXPECT_EQ(pool.info().used_bytes, 0U);
@@ -284,7 +285,7 @@ TEST(Pool, DestructorReturnsEverySlab) {
   test::arena_test_resource arena{8 * MiB};
   {
     pool_memory_resource pool{&arena, opts(MiB)};
-    static_cast<void>(pool.allocate(MiB));     // still in use at destruction
+    static_cast<void>(pool.allocate(MiB));  // still in use at destruction
     static_cast<void>(pool.allocate(2 * MiB));
     EXPECT_EQ(arena.live_bytes(), 3 * MiB);
   }
@@ -496,9 +497,7 @@ TEST(Pool, PerThreadDefaultStreamReusesWithinItsThread) {
 class PoolOnDevice : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!detail::driver_available()) {
-      GTEST_SKIP() << "needs a driver (the simulated device or a GPU)";
-    }
+    if (!detail::driver_available()) { GTEST_SKIP() << "needs a driver (the simulated device or a GPU)"; }
     ASSERT_EQ(detail::ensure_context(), CUDA_SUCCESS);
     a_ = make_stream();
     b_ = make_stream();
@@ -524,7 +523,8 @@ class PoolOnDevice : public ::testing::Test {
     long record, wait, create;
   };
   static counts snapshot() {
-    return {sim().call_count("cuEventRecord"), sim().call_count("cuStreamWaitEvent"), sim().call_count("cuEventCreate")};
+    return {sim().call_count("cuEventRecord"), sim().call_count("cuStreamWaitEvent"),
+            sim().call_count("cuEventCreate")};
   }
   static counts since(counts const& c) {
     auto const n = snapshot();
@@ -544,9 +544,7 @@ class PoolOnDevice : public ::testing::Test {
 class PoolOnSim : public PoolOnDevice {
  protected:
   void SetUp() override {
-    if (!sim().present()) {
-      GTEST_SKIP() << "needs the simulated device";
-    }
+    if (!sim().present()) { GTEST_SKIP() << "needs the simulated device"; }
     PoolOnDevice::SetUp();
   }
 };
@@ -655,9 +653,9 @@ TEST_F(PoolOnDevice, AnotherThreadsPerThreadStreamIsOrderedThroughTheLegacyStrea
     w.p = static_cast<int*>(pool.allocate(256, ptds));
     *w.p = 0;
     // Work pending on that thread's per-thread stream, which only it can name.
-    ASSERT_EQ(detail::driver().cuLaunchHostFunc(reinterpret_cast<CUstream>(per_thread_stream_handle),
-                                                &gated_write::run, &w),
-              CUDA_SUCCESS);
+    ASSERT_EQ(
+        detail::driver().cuLaunchHostFunc(reinterpret_cast<CUstream>(per_thread_stream_handle), &gated_write::run, &w),
+        CUDA_SUCCESS);
     pool.deallocate(w.p, 256, ptds);
   }};
   other.join();
@@ -697,9 +695,7 @@ TEST_F(PoolOnSim, CapturingStreamsAreNeverRecordedOnOrMadeToWait) {
   EXPECT_EQ(since(before).wait, 0);
   CUgraph g = nullptr;
   ASSERT_EQ(end(b_, &g), CUDA_SUCCESS);  // the capture is still valid
-  if (g != nullptr && destroy_graph != nullptr) {
-    EXPECT_EQ(destroy_graph(g), CUDA_SUCCESS);
-  }
+  if (g != nullptr && destroy_graph != nullptr) { EXPECT_EQ(destroy_graph(g), CUDA_SUCCESS); }
 
   // The holder captures: no event is recorded on it, its block stays its own.
   ASSERT_EQ(begin(a_, CU_STREAM_CAPTURE_MODE_RELAXED), CUDA_SUCCESS);
@@ -710,9 +706,7 @@ TEST_F(PoolOnSim, CapturingStreamsAreNeverRecordedOnOrMadeToWait) {
   EXPECT_NE(r, p);
   g = nullptr;
   ASSERT_EQ(end(a_, &g), CUDA_SUCCESS);
-  if (g != nullptr && destroy_graph != nullptr) {
-    EXPECT_EQ(destroy_graph(g), CUDA_SUCCESS);
-  }
+  if (g != nullptr && destroy_graph != nullptr) { EXPECT_EQ(destroy_graph(g), CUDA_SUCCESS); }
   pool.deallocate(q, KiB, ref(b_));
   pool.deallocate(r, KiB, ref(c));
   pool.stream_destroyed(ref(c));
@@ -744,7 +738,7 @@ TEST_F(PoolOnSim, AHandleSeenAgainAfterStreamDestroyedStartsAFreshList) {
   void* p = pool.allocate(KiB, ref(c));
   void* q = pool.allocate(KiB, ref(c));
   pool.deallocate(p, KiB, ref(c));
-  pool.stream_destroyed(ref(c));  // as if c died and the driver handed its handle out again
+  pool.stream_destroyed(ref(c));    // as if c died and the driver handed its handle out again
   pool.deallocate(q, KiB, ref(c));  // a fresh list for the "new" stream, visible to info()
   auto const i = pool.info();
   EXPECT_EQ(i.used_bytes, 0U);

@@ -330,8 +330,8 @@ struct mixed_result {
   std::uint64_t barriers = 0;
 };
 
-/// Eight threads, a stream each (some their per-thread default stream), both families, blocks freed by other threads and
-/// work queued at every free: at most `max_live` blocks of <= `max_size` per thread.
+/// Eight threads, a stream each (some their per-thread default stream), both families, blocks freed by other threads
+/// and work queued at every free: at most `max_live` blocks of <= `max_size` per thread.
 mixed_result mixed_families(Reclamation& fixture, pool_memory_resource& pool, int iterations, std::size_t max_live,
                             std::size_t max_size, bool yield_often) {
   constexpr int threads = 8;
@@ -385,9 +385,7 @@ mixed_result mixed_families(Reclamation& fixture, pool_memory_resource& pool, in
           // cudaMalloc memory is used on any stream; cudaMallocAsync memory on its own.
           CUstream const user = synchronous ? streams[static_cast<std::size_t>(other(rng))] : own;
           ASSERT_EQ(probe.touch(user, p, n, r.generation), CUDA_SUCCESS);
-          if (synchronous && pick(rng) < 50) {
-            ASSERT_EQ(probe.touch(own, p, n, r.generation), CUDA_SUCCESS);
-          }
+          if (synchronous && pick(rng) < 50) { ASSERT_EQ(probe.touch(own, p, n, r.generation), CUDA_SUCCESS); }
           live.push_back(r);
         } else if (action < 85) {
           std::size_t const k = static_cast<std::size_t>(pick(rng)) % live.size();

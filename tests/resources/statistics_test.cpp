@@ -63,9 +63,7 @@ TEST(StatisticsAdaptor, FailuresAreCountedAndPropagatedUnchanged) {
   try {
     (void)stats.allocate(1024);
     FAIL() << "expected cuda_error";
-  } catch (cuda_error const& e) {
-    EXPECT_EQ(e.code(), CUDA_ERROR_ILLEGAL_ADDRESS);
-  }
+  } catch (cuda_error const& e) { EXPECT_EQ(e.code(), CUDA_ERROR_ILLEGAL_ADDRESS); }
   EXPECT_EQ(stats.failed_allocations(), 2);
   expect_counters(stats.bytes(), 0, 0, 0);
   expect_counters(stats.allocations(), 0, 0, 0);
@@ -83,9 +81,7 @@ TEST(StatisticsAdaptor, ForwardsReleaseInfoAndStreamDestroyed) {
   stats.deallocate(p, 4096);
 }
 
-TEST(StatisticsAdaptor, NullUpstreamIsALogicError) {
-  EXPECT_THROW(statistics_resource_adaptor{nullptr}, logic_error);
-}
+TEST(StatisticsAdaptor, NullUpstreamIsALogicError) { EXPECT_THROW(statistics_resource_adaptor{nullptr}, logic_error); }
 
 TEST(StatisticsAdaptor, ConcurrentThreadsKeepExactTotals) {
   test::host_test_resource up;
@@ -106,8 +102,8 @@ TEST(StatisticsAdaptor, ConcurrentThreadsKeepExactTotals) {
   auto const b = stats.bytes();
   EXPECT_EQ(b.current, 0);
   EXPECT_EQ(b.total, 256 * iterations * (threads * (threads + 1) / 2));
-  EXPECT_GE(b.peak, 256 * threads);                               // the largest single request
-  EXPECT_LE(b.peak, 256 * (threads * (threads + 1) / 2));         // all threads at once
+  EXPECT_GE(b.peak, 256 * threads);                        // the largest single request
+  EXPECT_LE(b.peak, 256 * (threads * (threads + 1) / 2));  // all threads at once
   auto const a = stats.allocations();
   EXPECT_EQ(a.current, 0);
   EXPECT_EQ(a.total, threads * iterations);

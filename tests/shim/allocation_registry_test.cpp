@@ -237,20 +237,18 @@ TEST(AllocationRegistry, InteriorLookupsFromOneByteToHugeAllocations) {
   };
   std::uintptr_t const b = 0x7f0000000000;
   std::vector<block> const blocks = {
-      {b, 1},                                   // one byte
-      {b + 256, 0},                             // zero bytes: owns its base only
-      {b + 512, 256},                           // three adjacent 256-byte blocks
+      {b, 1},          // one byte
+      {b + 256, 0},    // zero bytes: owns its base only
+      {b + 512, 256},  // three adjacent 256-byte blocks
       {b + 768, 256},
       {b + 1024, 256},
       {b + 4096, 4 * KiB},
       {b + 1 * MiB, 1 * MiB},
-      {b + 1 * GiB, 3 * GiB + 17},              // odd size
-      {0x200000000000, 100 * GiB},              // huge
-      {0x300000000000, 6 * GiB},                // huge, pass-through
+      {b + 1 * GiB, 3 * GiB + 17},  // odd size
+      {0x200000000000, 100 * GiB},  // huge
+      {0x300000000000, 6 * GiB},    // huge, pass-through
   };
-  for (auto const& x : blocks) {
-    r.insert(x.base, x.base == 0x300000000000 ? passthrough(x.bytes) : chain(x.bytes));
-  }
+  for (auto const& x : blocks) { r.insert(x.base, x.base == 0x300000000000 ? passthrough(x.bytes) : chain(x.bytes)); }
   auto expect_in = [&](std::uintptr_t p, block const& x) {
     auto const hit = r.find_containing(p);
     ASSERT_TRUE(hit) << std::hex << p;
@@ -264,13 +262,13 @@ TEST(AllocationRegistry, InteriorLookupsFromOneByteToHugeAllocations) {
     expect_in(x.base + ext - 1, x);
     expect_in(x.base + ext / 2, x);
   }
-  expect_none(b + 1);                 // just past the one-byte block
+  expect_none(b + 1);  // just past the one-byte block
   expect_none(b + 255);
-  expect_none(b + 257);               // past the zero-byte block's base
-  expect_in(b + 767, blocks[2]);      // adjacent blocks: the last byte of one...
-  expect_in(b + 768, blocks[3]);      // ...and the first of the next
+  expect_none(b + 257);           // past the zero-byte block's base
+  expect_in(b + 767, blocks[2]);  // adjacent blocks: the last byte of one...
+  expect_in(b + 768, blocks[3]);  // ...and the first of the next
   expect_in(b + 1023, blocks[3]);
-  expect_none(b + 1280);              // right after the third
+  expect_none(b + 1280);  // right after the third
   expect_none(b + 8 * KiB);
   expect_none(b + 2 * MiB);
   expect_none(b + 4 * GiB + 17);
@@ -296,7 +294,7 @@ TEST(AllocationRegistry, FreedBlockInsideALiveAllocationFindsTheLiveOne) {
   std::uintptr_t const outer = 0x7f0000000000;
   r.insert(outer + 4096, chain(256));
   ASSERT_EQ(r.take(outer + 4096, a), take_result::taken);  // a tombstone at outer+4096
-  r.insert(outer, passthrough(1 * MiB));                  // CUDA reused the range
+  r.insert(outer, passthrough(1 * MiB));                   // CUDA reused the range
   auto const hit = r.find_containing(outer + 4096);
   ASSERT_TRUE(hit);
   EXPECT_EQ(hit->first, outer);
@@ -519,7 +517,8 @@ TEST(AllocationRegistry, ConcurrentLookupsWhileOthersInsertAndTake) {
           // Anything found in a writer's region is one of its slots and contains q.
           int const w = static_cast<int>(rng() % writers);
           std::uintptr_t const x = region(w) + rng() % (100 * GiB);
-          if (auto const h = r.find_containing(x); h && (h->second.device != w || x - h->first >= std::max<std::size_t>(h->second.bytes, 1))) {
+          if (auto const h = r.find_containing(x);
+              h && (h->second.device != w || x - h->first >= std::max<std::size_t>(h->second.bytes, 1))) {
             fail("foreign answer", x);
           }
         }

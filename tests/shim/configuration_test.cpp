@@ -84,8 +84,7 @@ TEST(ShimConfiguration, PassthroughPolicyWarnsAndRunsOnPlainCuda) {
 TEST(ShimConfiguration, ProgramWithoutAllocationsIsNotStopped) {
   // The error surfaces at the first allocation, not at load: a process that never
   // allocates (a launcher, a shell) runs normally.
-  auto const r = run_process({"/bin/sh", "-c", "exit 0"},
-                             {{"LD_PRELOAD", shim_path()}, {"GPUMEM_POOL_SIZE", "12XB"}});
+  auto const r = run_process({"/bin/sh", "-c", "exit 0"}, {{"LD_PRELOAD", shim_path()}, {"GPUMEM_POOL_SIZE", "12XB"}});
   EXPECT_EQ(r.exit_code, 0) << r.output;
 }
 

@@ -189,9 +189,10 @@ TEST(ShimLog, TruncatedWhileRunningTheProgramGoesOnAndLaterRowsAreKept) {
                              shim_env(tmp.path()));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("PASS truncate"), std::string::npos) << r.output;
-  EXPECT_EQ(count(r.output, "gpumem: the allocation log '" + tmp.path() +
-                                "' was truncated by another program while in use (to 0 bytes): its earlier rows are gone"),
-            1U)
+  EXPECT_EQ(
+      count(r.output, "gpumem: the allocation log '" + tmp.path() +
+                          "' was truncated by another program while in use (to 0 bytes): its earlier rows are gone"),
+      1U)
       << r.output;
   EXPECT_EQ(count(r.output, "gpumem: the allocation log '" + tmp.path() +
                                 "' is incomplete (truncated by another program while in use): "),
@@ -229,8 +230,7 @@ TEST(ShimLog, DiskFullIsReportedOnceCountedAtExitAndMarkedInTheLog) {
   EXPECT_EQ(log.bad_lines, 0U);
   EXPECT_GT(log.rows.size(), 300U);
   auto const dropped = static_cast<std::size_t>(2 * pairs) - log.rows.size();
-  EXPECT_EQ(log.last_line,
-            "#gpumem incomplete,dropped_rows=" + std::to_string(dropped) + ",reason=File too large");
+  EXPECT_EQ(log.last_line, "#gpumem incomplete,dropped_rows=" + std::to_string(dropped) + ",reason=File too large");
   EXPECT_EQ(count(r.output, "gpumem: the allocation log '" + tmp.path() +
                                 "' cannot grow (File too large): rows are dropped from now on"),
             1U)
@@ -318,9 +318,9 @@ TEST(ShimReport, UnwritableReportFileIsNamedWithTheErrorAndPrintedHere) {
     auto const r = run_process({program("shim_log_app"), "pairs", "3"},
                                {{"LD_PRELOAD", shim_path()}, {"GPUMEM_REPORT", "1"}, {"GPUMEM_REPORT_FILE", path}});
     EXPECT_EQ(r.exit_code, 0) << r.output;
-    EXPECT_NE(r.output.find("gpumem: cannot write the report to '" + path + "': " + reason +
-                            "; printing it here instead\n"),
-              std::string::npos)
+    EXPECT_NE(
+        r.output.find("gpumem: cannot write the report to '" + path + "': " + reason + "; printing it here instead\n"),
+        std::string::npos)
         << r.output.substr(0, 400);
     EXPECT_NE(r.output.find("gpumem report (pid "), std::string::npos) << r.output.substr(0, 400);
   }

@@ -23,9 +23,12 @@ struct log_counts {
 log_counts count_actions(csv_log_contents const& log) {
   log_counts c;
   for (auto const& row : log.rows) {
-    if (row[2] == "allocate") ++c.allocate;
-    else if (row[2] == "free") ++c.free;
-    else if (row[2] == "allocate failure") ++c.failure;
+    if (row[2] == "allocate")
+      ++c.allocate;
+    else if (row[2] == "free")
+      ++c.free;
+    else if (row[2] == "allocate failure")
+      ++c.failure;
   }
   return c;
 }

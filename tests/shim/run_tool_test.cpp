@@ -42,8 +42,8 @@ TEST(RunOptions, CommandMayFollowWithoutDoubleDash) {
 TEST(RunOptions, StackOptionsSetTheirVariables) {
   auto const o = run::parse_arguments({"--stacks", "16", "--stack-sample=64", "--stack-min-size", "1MiB", "--", "p"});
   using kv = std::pair<std::string, std::string>;
-  EXPECT_EQ(o.env, (std::vector<kv>{{"GPUMEM_STACKS", "16"}, {"GPUMEM_STACK_SAMPLE", "64"},
-                                    {"GPUMEM_STACK_MIN_SIZE", "1MiB"}}));
+  EXPECT_EQ(o.env, (std::vector<kv>{
+                       {"GPUMEM_STACKS", "16"}, {"GPUMEM_STACK_SAMPLE", "64"}, {"GPUMEM_STACK_MIN_SIZE", "1MiB"}}));
   for (auto const* bad : {"129", "-1", "16x", ""}) {
     try {
       (void)run::parse_arguments({"--stacks", bad, "--", "p"});
@@ -77,15 +77,13 @@ TEST(RunOptions, RejectsBadInput) {
 
 TEST(RunOptions, AForgottenValueIsNamed) {
   for (auto const& args : std::vector<std::vector<std::string>>{{"--pool-size", "--", "prog"},
-                                                                 {"--pool-size", "--limit", "1GiB", "prog"},
-                                                                 {"--pool-size"},
-                                                                 {"--pool-size=", "prog"}}) {
+                                                                {"--pool-size", "--limit", "1GiB", "prog"},
+                                                                {"--pool-size"},
+                                                                {"--pool-size=", "prog"}}) {
     try {
       (void)run::parse_arguments(args);
       ADD_FAILURE() << "accepted " << args[0] << " " << (args.size() > 1 ? args[1] : "");
-    } catch (std::invalid_argument const& e) {
-      EXPECT_EQ(std::string{e.what()}, "--pool-size needs a value");
-    }
+    } catch (std::invalid_argument const& e) { EXPECT_EQ(std::string{e.what()}, "--pool-size needs a value"); }
   }
   // A value starting with "--" is still possible inline.
   auto const o = run::parse_arguments({"--log=--odd.csv", "prog"});
@@ -168,8 +166,7 @@ TEST(GpumemRun, LogTemplateExpandsPidRankHostAndDevice) {
   ASSERT_EQ(gethostname(host, sizeof host - 1), 0);
   std::string const dir = "/tmp";
   std::string const pattern = dir + "/gpumem-run-test-%p-r%r-%h-d%d.csv";
-  auto const r = run_process({gpumem_run(), "--log", pattern, "--", program("shim_rt_app"), "served"},
-                             {{"RANK", "3"}});
+  auto const r = run_process({gpumem_run(), "--log", pattern, "--", program("shim_rt_app"), "served"}, {{"RANK", "3"}});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   // exec keeps the pid: the program's pid is the one printed by the program itself.
   auto s = parse_stats(r.output);
@@ -214,7 +211,7 @@ TEST(GpumemRun, LogRecordsFailuresAndRefusedDoubleFrees) {
       ++failed_allocs;
     }
   }
-  EXPECT_GE(double_frees, 1);  // the refused double free (and CUDA's answer to the unknown one)
+  EXPECT_GE(double_frees, 1);   // the refused double free (and CUDA's answer to the unknown one)
   EXPECT_EQ(failed_allocs, 1);  // cudaMalloc(1 << 62), logged once although replayed
   std::remove(path.c_str());
 }

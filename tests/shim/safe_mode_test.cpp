@@ -52,9 +52,7 @@ TEST(SafeMode, CudaFreedMemoryWaitsForAllEarlierWork) {
   EXPECT_NE(r.output.find("REUSED 1"), std::string::npos) << r.output;
 }
 
-TEST(SafeMode, CrossFamilyFreesKeepTheStrongerPromise) {
-  expect_safe(run_safe("cross_family"), "cross_family");
-}
+TEST(SafeMode, CrossFamilyFreesKeepTheStrongerPromise) { expect_safe(run_safe("cross_family"), "cross_family"); }
 
 TEST(SafeMode, EightThreadsMixingFamiliesAndStreams) {
   auto const r = run_safe("threads", {{"GPUMEM_POOL_SIZE", "4MiB"}, {"GPUMEM_POOL_MAX", "4MiB"}});

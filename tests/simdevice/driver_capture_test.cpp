@@ -158,7 +158,7 @@ TEST_F(CaptureTest, DestroyingTheCapturingStreamEndsTheCapture) {
   ASSERT_EQ(drv.cuStreamDestroy(doomed), CUDA_SUCCESS);
   EXPECT_EQ(sim.violations(), 1);
   EXPECT_EQ(sim.live_allocations(0), 0U);  // the graph's memory went with it
-  p = alloc(256);  // no capture left to forbid it
+  p = alloc(256);                          // no capture left to forbid it
   EXPECT_EQ(drv.cuMemFree(p), CUDA_SUCCESS);
 }
 

@@ -95,7 +95,7 @@ TEST_F(MemoryTest, BadFreesAreViolationsWithInvalidValue) {
   CUdeviceptr q = alloc(256);
   ASSERT_EQ(drv.cuMemFreeAsync(q, nullptr), CUDA_SUCCESS);
   EXPECT_EQ(drv.cuMemFreeAsync(q, nullptr), CUDA_ERROR_INVALID_VALUE);  // async double free, still queued
-  EXPECT_EQ(drv.cuMemFree(q), CUDA_ERROR_INVALID_VALUE);  // sync free runs the queued one first: double
+  EXPECT_EQ(drv.cuMemFree(q), CUDA_ERROR_INVALID_VALUE);                // sync free runs the queued one first: double
   EXPECT_EQ(drv.cuMemFreeAsync(reinterpret_cast<CUdeviceptr>(&host), nullptr), CUDA_ERROR_INVALID_VALUE);
   EXPECT_EQ(sim.violations(), 6);
 }

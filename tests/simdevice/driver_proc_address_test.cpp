@@ -27,12 +27,18 @@ TEST_F(ProcAddressTest, BaseNamesResolveToTheAbiVersionOfTheRequestedRelease) {
     char const* base;
     char const* exported;
   } const cases[] = {
-      {"cuMemAlloc", "cuMemAlloc_v2"},           {"cuMemFree", "cuMemFree_v2"},
-      {"cuMemGetInfo", "cuMemGetInfo_v2"},       {"cuStreamDestroy", "cuStreamDestroy_v2"},
-      {"cuEventDestroy", "cuEventDestroy_v2"},   {"cuMemAllocPitch", "cuMemAllocPitch_v2"},
-      {"cuCtxPushCurrent", "cuCtxPushCurrent_v2"}, {"cuIpcOpenMemHandle", "cuIpcOpenMemHandle_v2"},
-      {"cuGetProcAddress", "cuGetProcAddress_v2"}, {"cuStreamGetCaptureInfo", "cuStreamGetCaptureInfo_v3"},
-      {"cuMemAllocAsync", "cuMemAllocAsync"},    {"cuDevicePrimaryCtxRelease", "cuDevicePrimaryCtxRelease_v2"},
+      {"cuMemAlloc", "cuMemAlloc_v2"},
+      {"cuMemFree", "cuMemFree_v2"},
+      {"cuMemGetInfo", "cuMemGetInfo_v2"},
+      {"cuStreamDestroy", "cuStreamDestroy_v2"},
+      {"cuEventDestroy", "cuEventDestroy_v2"},
+      {"cuMemAllocPitch", "cuMemAllocPitch_v2"},
+      {"cuCtxPushCurrent", "cuCtxPushCurrent_v2"},
+      {"cuIpcOpenMemHandle", "cuIpcOpenMemHandle_v2"},
+      {"cuGetProcAddress", "cuGetProcAddress_v2"},
+      {"cuStreamGetCaptureInfo", "cuStreamGetCaptureInfo_v3"},
+      {"cuMemAllocAsync", "cuMemAllocAsync"},
+      {"cuDevicePrimaryCtxRelease", "cuDevicePrimaryCtxRelease_v2"},
   };
   for (auto const& c : cases) {
     void* fn = lookup(c.base, 13000, CU_GET_PROC_ADDRESS_DEFAULT, &status);

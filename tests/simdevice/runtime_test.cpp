@@ -32,7 +32,7 @@ std::vector<std::string> undefined_driver_symbols(std::string const& path) {
   std::vector<std::string> out;
   int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return {"<cannot open " + path + ">"};
-  struct stat st{};
+  struct stat st {};
   fstat(fd, &st);
   void* map = mmap(nullptr, static_cast<std::size_t>(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0);
   close(fd);

@@ -12,25 +12,31 @@
 
 namespace gpumem::test {
 
-#define SIMTEST_DRIVER_FUNCTIONS(X)                                                              \
-  X(cuInit) X(cuDeviceGet) X(cuDeviceGetCount) X(cuDeviceGetAttribute) X(cuDeviceTotalMem)      \
-  X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease) X(cuDevicePrimaryCtxReset)           \
-  X(cuCtxGetCurrent) X(cuCtxSetCurrent) X(cuCtxGetDevice) X(cuCtxSynchronize)                   \
-  X(cuCtxPushCurrent) X(cuCtxPopCurrent) X(cuMemAlloc) X(cuMemFree) X(cuMemAllocManaged)        \
-  X(cuMemAllocPitch) X(cuMemAllocAsync) X(cuMemFreeAsync) X(cuMemAllocFromPoolAsync)            \
-  X(cuMemGetInfo) X(cuMemGetAddressRange) X(cuPointerGetAttribute) X(cuPointerGetAttributes)    \
-  X(cuMemPoolCreate) X(cuMemPoolDestroy) X(cuMemPoolGetAttribute) X(cuMemPoolSetAttribute)      \
-  X(cuMemPoolTrimTo) X(cuDeviceGetDefaultMemPool) X(cuDeviceGetMemPool) X(cuMemsetD8)           \
-  X(cuMemsetD32) X(cuMemsetD8Async) X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuMemcpyDtoD)             \
-  X(cuMemcpyHtoDAsync) X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize)              \
-  X(cuStreamQuery) X(cuStreamWaitEvent) X(cuStreamGetFlags) X(cuStreamGetCtx) X(cuEventCreate)  \
-  X(cuEventRecord) X(cuEventQuery) X(cuEventSynchronize) X(cuEventDestroy) X(cuEventElapsedTime) \
-  X(cuLaunchHostFunc) X(cuStreamAddCallback) X(cuStreamBeginCapture) X(cuStreamEndCapture)      \
-  X(cuStreamIsCapturing) X(cuStreamGetCaptureInfo) X(cuThreadExchangeStreamCaptureMode)         \
-  X(cuGraphDestroy) X(cuGraphGetNodes) X(cuIpcGetMemHandle) X(cuIpcOpenMemHandle)               \
-  X(cuIpcCloseMemHandle) X(cuGetProcAddress) X(cuDriverGetVersion) X(cuDevicePrimaryCtxGetState)  \
-  X(cuCtxCreate) X(cuCtxDestroy) X(cuDeviceCanAccessPeer) X(cuCtxEnablePeerAccess)               \
-  X(cuCtxDisablePeerAccess) X(cuMemcpyPeer) X(cuMemcpyPeerAsync)
+#define SIMTEST_DRIVER_FUNCTIONS(X)                                                                                    \
+  X(cuInit)                                                                                                            \
+  X(cuDeviceGet) X(cuDeviceGetCount) X(cuDeviceGetAttribute) X(cuDeviceTotalMem) X(cuDevicePrimaryCtxRetain)           \
+      X(cuDevicePrimaryCtxRelease) X(cuDevicePrimaryCtxReset) X(cuCtxGetCurrent) X(cuCtxSetCurrent) X(cuCtxGetDevice)  \
+          X(cuCtxSynchronize) X(cuCtxPushCurrent) X(cuCtxPopCurrent) X(cuMemAlloc) X(cuMemFree) X(cuMemAllocManaged)   \
+              X(cuMemAllocPitch) X(cuMemAllocAsync) X(cuMemFreeAsync) X(cuMemAllocFromPoolAsync) X(cuMemGetInfo)       \
+                  X(cuMemGetAddressRange) X(cuPointerGetAttribute) X(cuPointerGetAttributes) X(cuMemPoolCreate)        \
+                      X(cuMemPoolDestroy) X(cuMemPoolGetAttribute) X(cuMemPoolSetAttribute) X(cuMemPoolTrimTo)         \
+                          X(cuDeviceGetDefaultMemPool) X(cuDeviceGetMemPool) X(cuMemsetD8) X(cuMemsetD32)              \
+                              X(cuMemsetD8Async) X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuMemcpyDtoD) X(cuMemcpyHtoDAsync)  \
+                                  X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize) X(cuStreamQuery)         \
+                                      X(cuStreamWaitEvent) X(cuStreamGetFlags) X(cuStreamGetCtx) X(cuEventCreate)      \
+                                          X(cuEventRecord) X(cuEventQuery) X(cuEventSynchronize) X(cuEventDestroy)     \
+                                              X(cuEventElapsedTime) X(cuLaunchHostFunc) X(cuStreamAddCallback)         \
+                                                  X(cuStreamBeginCapture) X(cuStreamEndCapture) X(cuStreamIsCapturing) \
+                                                      X(cuStreamGetCaptureInfo) X(cuThreadExchangeStreamCaptureMode)   \
+                                                          X(cuGraphDestroy) X(cuGraphGetNodes) X(cuIpcGetMemHandle)    \
+                                                              X(cuIpcOpenMemHandle) X(cuIpcCloseMemHandle)             \
+                                                                  X(cuGetProcAddress) X(cuDriverGetVersion)            \
+                                                                      X(cuDevicePrimaryCtxGetState) X(cuCtxCreate)     \
+                                                                          X(cuCtxDestroy) X(cuDeviceCanAccessPeer)     \
+                                                                              X(cuCtxEnablePeerAccess)                 \
+                                                                                  X(cuCtxDisablePeerAccess)            \
+                                                                                      X(cuMemcpyPeer)                  \
+                                                                                          X(cuMemcpyPeerAsync)
 
 #define SIMTEST_STR2(x) #x
 #define SIMTEST_STR(x) SIMTEST_STR2(x)
@@ -52,7 +58,7 @@ struct sim_driver {
     sim_driver d;
     d.handle = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
     if (d.handle == nullptr) return d;
-    // SIMTEST_STR expands the cuda.h macro first: cuMemAlloc -> "cuMemAlloc_v2".
+      // SIMTEST_STR expands the cuda.h macro first: cuMemAlloc -> "cuMemAlloc_v2".
 #define SIMTEST_LOAD(name) d.name = reinterpret_cast<decltype(d.name)>(dlsym(d.handle, SIMTEST_STR(name)));
     SIMTEST_DRIVER_FUNCTIONS(SIMTEST_LOAD)
 #undef SIMTEST_LOAD

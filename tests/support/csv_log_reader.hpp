@@ -15,12 +15,12 @@
 namespace gpumem::test {
 
 struct csv_log_contents {
-  std::string header;                            ///< first line, without '\n'
-  std::vector<std::vector<std::string>> rows;    ///< complete rows, split on ','
-  std::vector<std::string> metadata;             ///< complete '#' lines, without '\n'
-  std::string last_line;                         ///< the last complete line (row or metadata)
-  std::size_t bad_lines = 0;                     ///< incomplete / malformed lines
-  std::size_t nul_bytes = 0;                     ///< NULs seen (trailing reservation)
+  std::string header;                          ///< first line, without '\n'
+  std::vector<std::vector<std::string>> rows;  ///< complete rows, split on ','
+  std::vector<std::string> metadata;           ///< complete '#' lines, without '\n'
+  std::string last_line;                       ///< the last complete line (row or metadata)
+  std::size_t bad_lines = 0;                   ///< incomplete / malformed lines
+  std::size_t nul_bytes = 0;                   ///< NULs seen (trailing reservation)
   std::size_t file_bytes = 0;
 };
 

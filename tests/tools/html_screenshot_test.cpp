@@ -1,8 +1,8 @@
 // The HTML report as a browser shows it: headless Chromium takes a screenshot and
 // the test checks that the timeline plot is drawn (the live series' colour inside
 // the plot area). Skipped when no Chromium is installed (Debian package: chromium).
-#include "tools/tool_test_support.hpp"
 #include "support/temp_file.hpp"
+#include "tools/tool_test_support.hpp"
 
 #include <gtest/gtest.h>
 #include <zlib.h>
@@ -113,9 +113,9 @@ TEST(HtmlScreenshot, BrowserShowsTheTimelinePlot) {
   if (!browser) GTEST_SKIP() << "no chromium on PATH (Debian/Ubuntu package: chromium)";
   temp_file tmp{"report.html"};
   std::string const shot = tmp.dir() + "/shot.png";
-  auto const made = run_command(std::string{GPUMEM_REPORT_BIN} + " " + GPUMEM_SOURCE_DIR +
-                                    "/examples/logs/training.csv --html " + tmp.path(),
-                                tmp.path());
+  auto const made = run_command(
+      std::string{GPUMEM_REPORT_BIN} + " " + GPUMEM_SOURCE_DIR + "/examples/logs/training.csv --html " + tmp.path(),
+      tmp.path());
   ASSERT_EQ(made.status, 0) << made.err;
   // --no-sandbox: test machines run as root in containers, where the sandbox cannot start.
   auto const r = run_command("timeout 120 " + *browser +

@@ -33,13 +33,13 @@ merged_analysis merge(std::vector<std::string> const& texts, std::size_t top_n =
 
 TEST(LogAnalysis, PeakLeaksAndTotals) {
   gpumem_log l;
-  l.alloc(0xa00, 100, 10)    // live 100
-      .alloc(0xb00, 200, 20)  // 300
-      .free(0xa00, 100, 30)   // 200
-      .alloc(0xc00, 50, 40)   // 250
-      .alloc(0xd00, 1000, 50) // 1250  <- peak, event #4, line 6
-      .free(0xd00, 1000, 60)  // 250
-      .free(0xb00, 200, 70);  // 50: 0xc00 never freed
+  l.alloc(0xa00, 100, 10)      // live 100
+      .alloc(0xb00, 200, 20)   // 300
+      .free(0xa00, 100, 30)    // 200
+      .alloc(0xc00, 50, 40)    // 250
+      .alloc(0xd00, 1000, 50)  // 1250  <- peak, event #4, line 6
+      .free(0xd00, 1000, 60)   // 250
+      .free(0xb00, 200, 70);   // 50: 0xc00 never freed
   auto const s = summarize(l);
   EXPECT_EQ(s.events, 7u);
   EXPECT_EQ(s.allocations, 4u);
@@ -305,8 +305,8 @@ TEST(LogAnalysis, HugeSizesSaturateInsteadOfWrapping) {
   std::uint64_t const top = ~std::uint64_t{0};
   l.alloc(0x1000, top, 1).alloc(0x2000, std::uint64_t{1} << 63, 2).free(0x2000, 0, 3);
   auto const s = summarize(l);
-  EXPECT_EQ(s.peak_live_bytes, top);       // 2^64 - 1 + 2^63 does not fit: held at the top
-  EXPECT_EQ(s.live_at_end_bytes, top);     // and the free brings it back exactly
+  EXPECT_EQ(s.peak_live_bytes, top);    // 2^64 - 1 + 2^63 does not fit: held at the top
+  EXPECT_EQ(s.live_at_end_bytes, top);  // and the free brings it back exactly
   EXPECT_EQ(s.bytes_allocated, top);
   ASSERT_EQ(s.histogram.size(), 1u);
   EXPECT_EQ(s.histogram[0].lo, std::uint64_t{1} << 63);

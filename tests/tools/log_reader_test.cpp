@@ -1,9 +1,9 @@
 // The allocation-log reader: both dialects, columns by name, clocks, damage.
 #include <gpumem/tools/log_reader.hpp>
 
+#include "support/temp_file.hpp"
 #include "tools/synthetic_log.hpp"
 #include "tools/tool_test_support.hpp"
-#include "support/temp_file.hpp"
 
 #include <gtest/gtest.h>
 
@@ -38,7 +38,7 @@ TEST(LogReader, ReadsGpumemDialect) {
   ASSERT_EQ(log.events.size(), 3u);
 
   auto const& a = log.events[0];
-  EXPECT_EQ(a .kind, event_kind::allocate);
+  EXPECT_EQ(a.kind, event_kind::allocate);
   EXPECT_EQ(a.thread, 140245u);
   EXPECT_EQ(a.pointer, 0x7f3a40000000u);
   EXPECT_EQ(a.size, 1048576u);
@@ -53,13 +53,13 @@ TEST(LogReader, ReadsGpumemDialect) {
   EXPECT_EQ(a.line, 2u);
 
   auto const& f = log.events[1];
-  EXPECT_EQ(f .kind, event_kind::free);
+  EXPECT_EQ(f.kind, event_kind::free);
   EXPECT_EQ(f.stream, 0x5603a0c0u);
   EXPECT_EQ(f.device, 1);
   EXPECT_EQ(log.string(f.entry), "cuMemFree_v2");
 
   auto const& x = log.events[2];
-  EXPECT_EQ(x .kind, event_kind::allocate_failure);
+  EXPECT_EQ(x.kind, event_kind::allocate_failure);
   EXPECT_EQ(x.pointer, 0u);
   EXPECT_EQ(x.size, 1099511627776u);
   EXPECT_EQ(x.thread, 140246u);
@@ -138,38 +138,36 @@ TEST(LogReader, ReportsATruncatedLastLineByNumber) {
   auto const log = parse_log(text, "t.csv");
   ASSERT_TRUE(log.readable);
   EXPECT_EQ(log.events.size(), 2u);
-  EXPECT_EQ(warning_texts(log), std::vector<std::string>{
-                                    "t.csv:4: truncated last line (no newline at end of file): "
-                                    "'1,14:00:00.000030,allocate,0x30'; ignored"});
+  EXPECT_EQ(warning_texts(log), std::vector<std::string>{"t.csv:4: truncated last line (no newline at end of file): "
+                                                         "'1,14:00:00.000030,allocate,0x30'; ignored"});
 }
 
 TEST(LogReader, ReportsEachMalformedLineAndKeepsTheRest) {
   std::string const text =
       "Thread,Time,Action,Pointer,Size,Stream\n"
-      "1,10:00:00.000001,allocate,0x100,10,0\n"   // 2 ok
-      "1,10:00:00.000002,alloc,0x200,10,0\n"      // 3 unknown action
-      "1,10:00:00.000003,allocate,0xzz,10,0\n"    // 4 bad pointer
-      "1,10:00:00.000004,allocate,0x300,12a,0\n"  // 5 bad size
-      "1,10:00:00.000005,allocate,0x400\n"        // 6 too few fields
-      "1,10:00:00.000006,allocate,0x500,10,0,x\n" // 7 too many fields
-      "1,10:61:00.000007,allocate,0x600,10,0\n"   // 8 bad time
-      "1,10:00:00.000008,free,0x100,10,zz\n"      // 9 bad stream
-      "\n"                                        // 10 blank: skipped silently
-      "1,10:00:00.000009,free,0x100,10,0\n";      // 11 ok
+      "1,10:00:00.000001,allocate,0x100,10,0\n"    // 2 ok
+      "1,10:00:00.000002,alloc,0x200,10,0\n"       // 3 unknown action
+      "1,10:00:00.000003,allocate,0xzz,10,0\n"     // 4 bad pointer
+      "1,10:00:00.000004,allocate,0x300,12a,0\n"   // 5 bad size
+      "1,10:00:00.000005,allocate,0x400\n"         // 6 too few fields
+      "1,10:00:00.000006,allocate,0x500,10,0,x\n"  // 7 too many fields
+      "1,10:61:00.000007,allocate,0x600,10,0\n"    // 8 bad time
+      "1,10:00:00.000008,free,0x100,10,zz\n"       // 9 bad stream
+      "\n"                                         // 10 blank: skipped silently
+      "1,10:00:00.000009,free,0x100,10,0\n";       // 11 ok
   auto const log = parse_log(text, "bad.csv");
   ASSERT_TRUE(log.readable);
   ASSERT_EQ(log.events.size(), 2u);
   EXPECT_EQ(log.events[1].line, 11u);
-  EXPECT_EQ(warning_texts(log),
-            (std::vector<std::string>{
-                "bad.csv:3: unknown action 'alloc' (expected allocate, allocate failure or free)",
-                "bad.csv:4: bad pointer '0xzz' (expected 0x... or (nil))",
-                "bad.csv:5: bad size '12a' (expected a decimal byte count)",
-                "bad.csv:6: expected 6 fields, found 4",
-                "bad.csv:7: expected 6 fields, found 7",
-                "bad.csv:8: bad time '10:61:00.000007' (expected HH:MM:SS.ffffff)",
-                "bad.csv:9: bad stream 'zz'",
-            }));
+  EXPECT_EQ(warning_texts(log), (std::vector<std::string>{
+                                    "bad.csv:3: unknown action 'alloc' (expected allocate, allocate failure or free)",
+                                    "bad.csv:4: bad pointer '0xzz' (expected 0x... or (nil))",
+                                    "bad.csv:5: bad size '12a' (expected a decimal byte count)",
+                                    "bad.csv:6: expected 6 fields, found 4",
+                                    "bad.csv:7: expected 6 fields, found 7",
+                                    "bad.csv:8: bad time '10:61:00.000007' (expected HH:MM:SS.ffffff)",
+                                    "bad.csv:9: bad stream 'zz'",
+                                }));
   EXPECT_EQ(log.warning_count, 7u);
 }
 

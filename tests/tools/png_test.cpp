@@ -2,8 +2,8 @@
 #include "bitmap_font.hpp"
 #include "png_encoder.hpp"
 #include "raster.hpp"
-#include "timeline_plot.hpp"
 #include "report.hpp"
+#include "timeline_plot.hpp"
 #include "units.hpp"
 
 #include <gpumem/tools/log_merge.hpp>
@@ -120,7 +120,7 @@ TEST(Raster, TextDrawsTheGlyphPixels) {
   for (int y = 0; y < 10; ++y) {
     for (int x = 0; x < 20; ++x) ink += c.at(x, y) == rgb{0, 0, 0};
   }
-  EXPECT_EQ(ink, 10);  // '1' has 10 '#' in its picture
+  EXPECT_EQ(ink, 10);                           // '1' has 10 '#' in its picture
   EXPECT_EQ(c.at(3, 1), (rgb{0, 0, 0}));        // top of the stem (column 2 of the glyph)
   EXPECT_EQ(c.at(1, 1), (rgb{255, 255, 255}));  // left of it
   EXPECT_EQ(glyph('~'), glyph('?'));            // no glyph: drawn as '?'
@@ -256,8 +256,8 @@ TEST(TimelineSeries, ReservedAndCombinedSeriesWhenThereAreSeveralLogs) {
 
 TEST(HtmlReport, EscapesTextFromTheLog) {
   EXPECT_EQ(escape_html("<a href=\"x\">&'"), "&lt;a href=&quot;x&quot;&gt;&amp;&#39;");
-  std::string const page =
-      html_report(one_log("Action,Pointer,Size,TimeNs,Entry\nallocate,0x100,10,1,<script>\n", "<b>.csv"));
+  std::string const page = html_report(
+      one_log("Action,Pointer,Size,TimeNs,Entry\nallocate,0x100,10,1,<script>\n", "<b>.csv"));
   EXPECT_EQ(page.find("<script>"), std::string::npos);
   EXPECT_EQ(page.find("<b>.csv"), std::string::npos);
   EXPECT_NE(page.find("&lt;script&gt;"), std::string::npos);

@@ -6,8 +6,8 @@
 
 #include <gpumem/tools/log_reader.hpp>
 
-#include "tools/tool_test_support.hpp"
 #include "support/temp_file.hpp"
+#include "tools/tool_test_support.hpp"
 
 #include <gtest/gtest.h>
 
@@ -26,7 +26,10 @@ std::string replay_bin() { return std::string{GPUMEM_REPLAY_BIN} + " "; }
 // A 1 MiB, B 2 MiB, free A, C 3 MiB (all on one stream, stream-ordered frees).
 gpumem_log tiny_log() {
   gpumem_log l;
-  l.alloc(0xa000000, 1 * MiB, 10).alloc(0xb000000, 2 * MiB, 20).free(0xa000000, 1 * MiB, 30).alloc(0xc000000, 3 * MiB, 40);
+  l.alloc(0xa000000, 1 * MiB, 10)
+      .alloc(0xb000000, 2 * MiB, 20)
+      .free(0xa000000, 1 * MiB, 30)
+      .alloc(0xc000000, 3 * MiB, 40);
   return l;
 }
 
@@ -123,7 +126,7 @@ TEST_F(ReplayEngine, SkipsUnknownFreesAndReplaysLoggedFailures) {
   EXPECT_EQ(r.skipped_frees, 2u);  // 0x9999 never allocated; 0x1000 freed twice
   EXPECT_EQ(r.failed, 0u);         // the logged 2 MiB failure fits this pool...
   EXPECT_EQ(r.allocations, 2u);
-  EXPECT_EQ(r.frees, 2u);          // ...and is freed at once
+  EXPECT_EQ(r.frees, 2u);  // ...and is freed at once
   EXPECT_EQ(r.peak_live, 3 * MiB);
   EXPECT_EQ(r.peak_reserved, 4 * MiB);
 }
@@ -192,10 +195,10 @@ std::vector<std::uint64_t> sequence(std::string const& text, std::size_t window)
 
 TEST(ReplayOrder, KeepsEachThreadsOrderAndMergesThreadsByTime) {
   gpumem_log l;
-  l.alloc(0x1, 1, 50, 1)   // 0: thread 1
-      .alloc(0x2, 1, 40, 1)  // 1: thread 1, older time written later: stays after 0
-      .alloc(0x3, 1, 45, 2)  // 2: thread 2
-      .alloc(0x4, 1, 10, 2); // 3: thread 2
+  l.alloc(0x1, 1, 50, 1)      // 0: thread 1
+      .alloc(0x2, 1, 40, 1)   // 1: thread 1, older time written later: stays after 0
+      .alloc(0x3, 1, 45, 2)   // 2: thread 2
+      .alloc(0x4, 1, 10, 2);  // 3: thread 2
   // Heads: t1 -> 0 (50), t2 -> 2 (45): 2 first; then t2 -> 3 (10): 3; then 0, 1.
   EXPECT_EQ(sequence(l.text(), 1024), (std::vector<std::uint64_t>{2, 3, 0, 1}));
 }
@@ -217,9 +220,7 @@ TEST(ReplayOrder, AWindowBoundsWhatIsHeldAndKeepsEachThreadsOrder) {
     std::vector<bool> seen(3, false);
     for (auto i : order) {
       auto const thread = 1 + i % 2;
-      if (seen[thread]) {
-        EXPECT_GT(i, last[thread]);
-      }
+      if (seen[thread]) { EXPECT_GT(i, last[thread]); }
       seen[thread] = true;
       last[thread] = i;
     }
@@ -259,9 +260,9 @@ TEST(ReplayCli, DeviceMemoryOptionSizesTheSimulatedDevice) {
   write_file(tmp.path(), tiny_log().text());
   std::string const cfg = tmp.dir() + "/cuda.toml";
   write_file(cfg, "[[chain]]\ntype = \"cuda\"\n");
-  auto const r = run_command(std::string{GPUMEM_REPLAY_BIN} + " " + tmp.path() + " --config " + cfg +
-                                 " --device-memory 4MiB --csv",
-                             tmp.path());
+  auto const r = run_command(
+      std::string{GPUMEM_REPLAY_BIN} + " " + tmp.path() + " --config " + cfg + " --device-memory 4MiB --csv",
+      tmp.path());
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.out.find("\ncuda,cuda,3145728,3145728,0.000000,1,2,0,\n"), std::string::npos) << r.out;
 }
@@ -370,8 +371,9 @@ TEST(ReplayCli, APipeNeedsTheDeviceSize) {
   write_file(tmp.path(), tiny_log().text());
   auto const unsized = run_command(replay_bin() + "- < " + tmp.path(), tmp.path());
   EXPECT_EQ(unsized.status, 2);
-  EXPECT_EQ(unsized.err, "gpumem-replay: - is not a regular file (a pipe?): pass --device-memory, because sizing the "
-                         "device from the log's peak takes a first pass over it\n");
+  EXPECT_EQ(unsized.err,
+            "gpumem-replay: - is not a regular file (a pipe?): pass --device-memory, because sizing the "
+            "device from the log's peak takes a first pass over it\n");
   auto const sized = run_command("cat " + tmp.path() + " | " + replay_bin() + "- --device-memory 64MiB --csv",
                                  tmp.path());
   EXPECT_EQ(sized.status, 0) << sized.err;
@@ -381,9 +383,8 @@ TEST(ReplayCli, APipeNeedsTheDeviceSize) {
 TEST(ReplayCli, OutputThatCannotBeWrittenIsAnError) {
   temp_file tmp{"tiny.csv"};
   write_file(tmp.path(), tiny_log().text());
-  auto const r = run_command(replay_bin() + tmp.path() + " --config " + GPUMEM_SOURCE_DIR +
-                                 "/config/default.toml > /dev/full",
-                             tmp.path());
+  auto const r = run_command(
+      replay_bin() + tmp.path() + " --config " + GPUMEM_SOURCE_DIR + "/config/default.toml > /dev/full", tmp.path());
   EXPECT_EQ(r.status, 1);
   EXPECT_EQ(r.err, "gpumem-replay: cannot write to standard output: No space left on device\n");
 }

@@ -1,16 +1,16 @@
 // gpumem-report as a user runs it: exit codes, messages, JSON numbers, output files.
+#include "support/temp_file.hpp"
 #include "tools/json_value.hpp"
 #include "tools/tool_test_support.hpp"
-#include "support/temp_file.hpp"
 
 #include <gtest/gtest.h>
 
 #include <filesystem>
 
 using gpumem::test::gpumem_log;
+using gpumem::test::json_field;
 using gpumem::test::json_value;
 using gpumem::test::parse_json;
-using gpumem::test::json_field;
 using gpumem::test::read_file;
 using gpumem::test::run_command;
 using gpumem::test::temp_file;
@@ -100,7 +100,8 @@ TEST(ReportCli, NoReadableLogExitsTwo) {
   auto const r = run_command(report(tmp.path() + " " + tmp.dir() + "/missing.csv"), tmp.path());
   EXPECT_EQ(r.status, 2);
   EXPECT_EQ(r.out, "");
-  EXPECT_EQ(r.err, "error: " + tmp.path() + ":1: header lacks column 'Action' (not an allocation log? header: 'a,b,c')\n" +
+  EXPECT_EQ(r.err, "error: " + tmp.path() +
+                       ":1: header lacks column 'Action' (not an allocation log? header: 'a,b,c')\n" +
                        "error: " + tmp.dir() + "/missing.csv: cannot read: No such file or directory\n" +
                        "gpumem-report: no log could be read\n");
 }
@@ -154,17 +155,16 @@ TEST(ReportCli, SeveralLogsGetACombinedPeak) {
   auto const text = run_command(report(a.path() + " " + b.path()), a.path());
   EXPECT_NE(text.out.find("== 2 logs side by side =="), std::string::npos) << text.out;
   EXPECT_NE(text.out.find("rank0.csv"), std::string::npos);
-  EXPECT_NE(text.out.find("combined peak live 300 B at +10 ns on the merged timeline (reached by " + b.path() +
-                          " line 2)"),
-            std::string::npos)
+  EXPECT_NE(
+      text.out.find("combined peak live 300 B at +10 ns on the merged timeline (reached by " + b.path() + " line 2)"),
+      std::string::npos)
       << text.out;
 }
 
 TEST(ReportCli, WritesHtmlAndPng) {
   temp_file tmp;
   std::string const html = tmp.dir() + "/r.html", png = tmp.dir() + "/r.png";
-  auto const r =
-      run_command(report(example("training.csv") + " --html " + html + " --png " + png), tmp.path());
+  auto const r = run_command(report(example("training.csv") + " --html " + html + " --png " + png), tmp.path());
   ASSERT_EQ(r.status, 0) << r.err;
   std::string const page = read_file(html);
   EXPECT_EQ(page.rfind("<!DOCTYPE html>", 0), 0u);
@@ -244,7 +244,8 @@ TEST(ReportCli, AnIncompleteLogNeverCallsAnAllocationALeak) {
   auto const html = run_command(report(a.path() + " --html " + html_path), a.path());
   ASSERT_EQ(html.status, 0) << html.err;
   std::string const page = read_file(html_path);
-  EXPECT_NE(page.find("<p class=\"incomplete\"><b>" + a.path() + " is incomplete:</b> 8006 rows were dropped (No "
+  EXPECT_NE(page.find("<p class=\"incomplete\"><b>" + a.path() +
+                      " is incomplete:</b> 8006 rows were dropped (No "
                       "space left on device). No allocation in it is called a leak.</p>"),
             std::string::npos);
   EXPECT_NE(page.find("<h3>Still live when the log ends (possibly freed in the lost rows) (1)</h3>"),
@@ -254,10 +255,11 @@ TEST(ReportCli, AnIncompleteLogNeverCallsAnAllocationALeak) {
 
 TEST(ReportCli, ControlCharactersAndNulsFromTheLogAreEscapedInEveryOutput) {
   temp_file tmp{"we\x01ird.csv"};
-  std::string text = "Thread,Time,Action,Pointer,Size,Stream,Device,Entry,TimeNs,DurationNs,Result\n"
-                     "1,14:00:00.000001,allocate,0x1000,64,0x1,0,cuda\x1b[2JMalloc\x07,1000,10,BAD\x7fRESULT\n"
-                     "1,14:00:00.000002,allocate failure,(nil),64,0x1,0,x,2000,10,ERR\x01\n"
-                     "1,14:00:00.000003,allo";
+  std::string text =
+      "Thread,Time,Action,Pointer,Size,Stream,Device,Entry,TimeNs,DurationNs,Result\n"
+      "1,14:00:00.000001,allocate,0x1000,64,0x1,0,cuda\x1b[2JMalloc\x07,1000,10,BAD\x7fRESULT\n"
+      "1,14:00:00.000002,allocate failure,(nil),64,0x1,0,x,2000,10,ERR\x01\n"
+      "1,14:00:00.000003,allo";
   text.append(5, '\0');  // a torn row: NULs, then the next row
   text += "1,14:00:00.000004,free,0x1000,64,0x1,0,cudaFree,4000,10,CUDA_SUCCESS\n";
   write_file(tmp.path(), text);
@@ -322,8 +324,7 @@ TEST(ReportCli, ReservedIsShownBesideLiveWhenTheLogHasIt) {
   EXPECT_NE(t.out.find("peak live      4.00 MiB (4194304 B) at 14:00:00.000002 (+1.00 us), event #1, line 3"),
             std::string::npos)
       << t.out;
-  EXPECT_NE(t.out.find("peak reserved  6.00 MiB (6291456 B) at 14:00:00.000002 (+1.00 us), line 3"),
-            std::string::npos)
+  EXPECT_NE(t.out.find("peak reserved  6.00 MiB (6291456 B) at 14:00:00.000002 (+1.00 us), line 3"), std::string::npos)
       << t.out;
   auto const j = parse_json(run_command(report(tmp.path() + " --json"), tmp.path()).out);
   auto const& log = j["logs"][0];

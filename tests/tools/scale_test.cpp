@@ -4,10 +4,10 @@
 // 1.34 GB). The log is generated on the fly into a pipe that is the tool's
 // standard input, so nothing is written to disk and the tools must stream it.
 // Nothing here is timed: docs/benchmarks.md has the times.
+#include "support/temp_file.hpp"
 #include "tools/json_value.hpp"
 #include "tools/synthetic_log.hpp"
 #include "tools/tool_test_support.hpp"
-#include "support/temp_file.hpp"
 
 #include <gtest/gtest.h>
 
@@ -119,8 +119,8 @@ TEST(Scale, ReplayStreamsFiveMillionRowsInBoundedMemory) {
   // read twice (a first pass would size the device from the log's peak).
   temp_file tmp;
   gpumem::test::synthetic_log_facts facts;
-  auto const r = run_on_generated_log({GPUMEM_REPLAY_BIN, "-", "--device-memory", "4GiB", "--csv"},
-                                      five_million_rows(), facts, tmp);
+  auto const r = run_on_generated_log({GPUMEM_REPLAY_BIN, "-", "--device-memory", "4GiB", "--csv"}, five_million_rows(),
+                                      facts, tmp);
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(r.err, "");
   EXPECT_LT(r.max_rss_kib, max_rss_kib) << "gpumem-replay peaked at " << r.max_rss_kib / 1024 << " MiB";

@@ -34,7 +34,8 @@ int main(int argc, char** argv) {
     std::perror("tools_synthetic_log: write");
     return 1;
   }
-  std::fprintf(stderr, "rows %llu allocations %llu frees %llu failures %llu peak_live %llu live_at_end %llu "
+  std::fprintf(stderr,
+               "rows %llu allocations %llu frees %llu failures %llu peak_live %llu live_at_end %llu "
                "leaked %llu peak_reserved %llu\n",
                static_cast<unsigned long long>(facts.rows), static_cast<unsigned long long>(facts.allocations),
                static_cast<unsigned long long>(facts.frees), static_cast<unsigned long long>(facts.failures),

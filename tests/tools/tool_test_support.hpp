@@ -48,8 +48,8 @@ class gpumem_log {
     std::snprintf(time, sizeof time, "14:%02lld:%02lld.%06lld", static_cast<long long>(us / 60'000'000 % 60),
                   static_cast<long long>(us / 1'000'000 % 60), static_cast<long long>(us % 1'000'000));
     std::ostringstream os;
-    os << thread << ',' << time << ',' << action << ',' << ptr << ',' << size << ',' << stream << ",0," << entry
-       << ',' << t_ns << ",100," << result << '\n';
+    os << thread << ',' << time << ',' << action << ',' << ptr << ',' << size << ',' << stream << ",0," << entry << ','
+       << t_ns << ",100," << result << '\n';
     text_ += os.str();
     return *this;
   }

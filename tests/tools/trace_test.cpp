@@ -1,10 +1,10 @@
 // gpumem-report --trace: the file parses as JSON (strictly), is in the trace-event
 // format Perfetto and chrome://tracing read, every allocation slice closes after it
 // opens, and counters never go back in time on their track.
+#include "support/temp_file.hpp"
 #include "tools/json_value.hpp"
 #include "tools/synthetic_log.hpp"
 #include "tools/tool_test_support.hpp"
-#include "support/temp_file.hpp"
 
 #include <gtest/gtest.h>
 
@@ -92,8 +92,8 @@ trace_facts check_trace(json_value const& root) {
   }
   for (auto const& [track, points] : f.counters) {
     for (std::size_t i = 1; i < points.size(); ++i) {
-      EXPECT_LE(points[i - 1].first, points[i].first) << "counter " << track.second << " of pid " << track.first
-                                                      << " goes back in time at point " << i;
+      EXPECT_LE(points[i - 1].first, points[i].first)
+          << "counter " << track.second << " of pid " << track.first << " goes back in time at point " << i;
     }
     EXPECT_EQ(f.named_processes.count(track.first), 1u);
   }
@@ -170,8 +170,9 @@ TEST(Trace, TwoRanksWithKnownEvents) {
 
 TEST(Trace, StillLiveSlicesOfAnIncompleteLogAreMarked) {
   temp_file tmp;
-  write_file(tmp.path(), "Action,Pointer,Size,TimeNs\nallocate,0x100,64,10\n"
-                         "#gpumem incomplete,dropped_rows=2,reason=disk full\n");
+  write_file(tmp.path(),
+             "Action,Pointer,Size,TimeNs\nallocate,0x100,64,10\n"
+             "#gpumem incomplete,dropped_rows=2,reason=disk full\n");
   json_value const root = run_trace(tmp.path(), tmp);
   trace_facts const f = check_trace(root);
   ASSERT_EQ(f.slices.size(), 1u);

@@ -39,8 +39,7 @@ class torch_caching final : public contender {
     static_cast<void>(cudaDeviceSynchronize());
     try {
       alloc::emptyCache();
-    } catch (...) {
-    }
+    } catch (...) {}
   }
   void* allocate(std::size_t bytes, stream_t s) noexcept override {
     try {
@@ -53,17 +52,14 @@ class torch_caching final : public contender {
   void deallocate(void* p, std::size_t, stream_t) noexcept override {
     try {
       alloc::raw_delete(p);
-    } catch (...) {
-    }
+    } catch (...) {}
   }
   memory_usage usage() noexcept override {
     try {
       auto const stats = alloc::getDeviceStats(0);
       auto const& r = stats.reserved_bytes[aggregate];
       return {static_cast<std::uint64_t>(r.current), static_cast<std::uint64_t>(r.peak), true};
-    } catch (...) {
-      return {};
-    }
+    } catch (...) { return {}; }
   }
 };
 
@@ -75,9 +71,7 @@ std::string& last_error() {
 contender* make_torch(char const** why) {
   try {
     return new torch_caching{};
-  } catch (std::exception const& e) {
-    last_error() = e.what();
-  } catch (...) {
+  } catch (std::exception const& e) { last_error() = e.what(); } catch (...) {
     last_error() = "unknown exception";
   }
   if (why != nullptr) *why = last_error().c_str();

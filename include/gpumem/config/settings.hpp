@@ -61,24 +61,23 @@ struct logging_spec {  ///< `logging`: CSV rows of every call at this point of t
   std::string file;    ///< path template (expand_template), expanded by build_chain
 };
 
-using resource_options =
-    std::variant<pool_spec, binning_spec, fixed_size_spec, async_spec, cuda_spec, managed_spec,
-                 limiting_spec, statistics_spec, tracking_spec, logging_spec>;
+using resource_options = std::variant<pool_spec, binning_spec, fixed_size_spec, async_spec, cuda_spec, managed_spec,
+                                      limiting_spec, statistics_spec, tracking_spec, logging_spec>;
 
 /// One [[chain]] entry.
 struct resource_spec {
-  std::string type;          ///< "pool", "binning", ... (matches options)
+  std::string type;  ///< "pool", "binning", ... (matches options)
   resource_options options;
-  std::string source;        ///< file path, "environment" or "embedded default"
-  int line = 0;              ///< 1-based position of the entry in `source`; 0 if none
+  std::string source;  ///< file path, "environment" or "embedded default"
+  int line = 0;        ///< 1-based position of the entry in `source`; 0 if none
   int column = 0;
 };
 
 /// Role of a chain entry: validation and build order depend on it.
 enum class resource_role {
-  adaptor,   ///< limiting, statistics, tracking, logging: wraps the next entry
-  caching,   ///< pool, binning, fixed_size: sub-allocates from the next entry
-  device     ///< cuda, async, managed: the last entry
+  adaptor,  ///< limiting, statistics, tracking, logging: wraps the next entry
+  caching,  ///< pool, binning, fixed_size: sub-allocates from the next entry
+  device    ///< cuda, async, managed: the last entry
 };
 [[nodiscard]] resource_role role_of(resource_options const& options) noexcept;
 /// Whether the entry keeps freed memory for reuse (pool, binning, fixed_size, async).
@@ -86,13 +85,13 @@ enum class resource_role {
 
 /// Everything the shim and the tools need to know, read once.
 struct settings {
-  bool disabled = false;            ///< GPUMEM_DISABLE=1: pure pass-through
+  bool disabled = false;  ///< GPUMEM_DISABLE=1: pure pass-through
   sync_mode sync = sync_mode::safe;
-  std::string log_file;             ///< CSV allocation log path template ("" = none); the shim writes it
+  std::string log_file;  ///< CSV allocation log path template ("" = none); the shim writes it
   gpumem::log_level log_level = gpumem::log_level::warn;  ///< messages to stderr (diagnostics.hpp)
   on_error on_config_error = on_error::fail;
-  bool report = false;              ///< one-screen summary at exit
-  std::string report_file;          ///< "" = stderr; a path template like log_file
+  bool report = false;      ///< one-screen summary at exit
+  std::string report_file;  ///< "" = stderr; a path template like log_file
   /// Call sites: frames of the calling stack recorded per allocation (0 = off,
   /// at most max_stack_frames). Stacks go to "<log>.stacks", ids to the log's Stack column.
   int stacks = 0;
@@ -100,8 +99,8 @@ struct settings {
   std::uint32_t stack_sample = 1;
   /// ...and of every allocation of at least this many bytes, whatever the sampling.
   std::size_t stack_min_size = std::size_t{16} << 20U;
-  std::vector<resource_spec> chain; ///< outermost first; the last is a device resource
-  std::string source;               ///< "embedded default", or the file path
+  std::vector<resource_spec> chain;  ///< outermost first; the last is a device resource
+  std::string source;                ///< "embedded default", or the file path
   /// Non-fatal findings (unknown GPUMEM_* variables, ...), already printed to stderr by
   /// load() unless log_level is error or off.
   std::vector<std::string> warnings;

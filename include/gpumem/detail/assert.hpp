@@ -15,9 +15,8 @@
 #ifdef NDEBUG
 #define GPUMEM_ASSERT(cond, what) static_cast<void>(0)
 #else
-#define GPUMEM_ASSERT(cond, what)                                                                 \
-  ((cond) ? static_cast<void>(0)                                                                  \
-          : (::gpumem::log_unfiltered("internal invariant broken: %s (%s) at %s:%d", what, #cond,  \
-                                      __FILE__, __LINE__),                                        \
+#define GPUMEM_ASSERT(cond, what)                                                                                      \
+  ((cond) ? static_cast<void>(0)                                                                                       \
+          : (::gpumem::log_unfiltered("internal invariant broken: %s (%s) at %s:%d", what, #cond, __FILE__, __LINE__), \
              std::abort()))
 #endif

@@ -161,9 +161,7 @@ class coalescing_tree {
   }
 
   [[nodiscard]] bool can_serve(std::size_t size) const noexcept { return largest() >= size; }
-  [[nodiscard]] std::size_t largest() const noexcept {
-    return by_size_.empty() ? 0 : by_size_.rbegin()->first;
-  }
+  [[nodiscard]] std::size_t largest() const noexcept { return by_size_.empty() ? 0 : by_size_.rbegin()->first; }
   [[nodiscard]] std::size_t total_bytes() const noexcept { return total_; }
   [[nodiscard]] std::size_t free_bytes() const noexcept { return total_; }
   [[nodiscard]] std::size_t block_count() const noexcept { return by_end_.size(); }
@@ -217,7 +215,7 @@ class coalescing_tree {
 
  private:
   struct record {
-    char* ptr;   ///< the block's start
+    char* ptr;  ///< the block's start
     char* slab;
   };
   using end_map = std::map<char*, record>;  ///< block end -> record
@@ -271,8 +269,7 @@ class coalescing_tree {
     if (spare_ends_.size() < spare_limit) {
       try {
         spare_ends_.push_back(by_end_.extract(a));
-      } catch (...) {
-      }
+      } catch (...) {}
     } else {
       by_end_.erase(a);
     }
@@ -335,8 +332,8 @@ class coalescing_free_list {
   std::optional<free_block> take_best_fit(std::size_t size) {
     if (auto b = take_cached(size)) return b;
     // A larger cached block may fit better than the tree's best: decide on everything.
-    bool const larger_cached =
-        std::any_of(quick_.begin(), quick_.begin() + quick_n_, [size](free_block const& c) { return c.size > size; });
+    bool const larger_cached = std::any_of(quick_.begin(), quick_.begin() + quick_n_,
+                                           [size](free_block const& c) { return c.size > size; });
     if (larger_cached) flush();
     if (auto b = tree_.take_best_fit(size)) return b;
     if (quick_n_ == 0) return std::nullopt;

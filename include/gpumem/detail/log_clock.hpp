@@ -70,8 +70,8 @@ extern std::atomic<int> g_tick_source;
 /// When an event that started at `start_ticks` (log_ticks()) and ends now
 /// happened: its start on CLOCK_REALTIME and its duration.
 struct row_time {
-  std::int64_t start_ns{};       ///< CLOCK_REALTIME, ns since the epoch
-  std::uint64_t duration_ns{};   ///< 0 if the counter went backwards
+  std::int64_t start_ns{};      ///< CLOCK_REALTIME, ns since the epoch
+  std::uint64_t duration_ns{};  ///< 0 if the counter went backwards
 };
 [[nodiscard]] row_time log_row_time(std::uint64_t start_ticks) noexcept;
 

@@ -86,15 +86,15 @@ struct free_region {
 template <class List>
 concept stream_free_list = std::default_initializable<List> && std::movable<List> &&
     requires(List& l, List const& cl, typename List::block_type b, std::size_t n) {
-      l.add(b);                               // a freed block; overlapping ones are dropped
-      l.merge_from(std::move(l));             // leaves the source empty
-      { cl.can_serve(n) } -> std::convertible_to<bool>;
-      { cl.empty() } -> std::convertible_to<bool>;
-      { cl.free_bytes() } -> std::convertible_to<std::size_t>;
-      { cl.largest() } -> std::convertible_to<std::size_t>;  // the largest request it can serve
-      cl.for_each_piece([](char*, std::size_t) {});
-      l.remove_regions(std::vector<free_region>{});
-    };
+  l.add(b);                    // a freed block; overlapping ones are dropped
+  l.merge_from(std::move(l));  // leaves the source empty
+  { cl.can_serve(n) } -> std::convertible_to<bool>;
+  { cl.empty() } -> std::convertible_to<bool>;
+  { cl.free_bytes() } -> std::convertible_to<std::size_t>;
+  { cl.largest() } -> std::convertible_to<std::size_t>;  // the largest request it can serve
+  cl.for_each_piece([](char*, std::size_t) {});
+  l.remove_regions(std::vector<free_region>{});
+};
 
 #ifndef NDEBUG
 /// Debug builds: the calling thread's borrow epoch, advanced by every lookup and
@@ -151,8 +151,8 @@ class stream_free_lists {
     stream_identity const id;
     bool const clean;  ///< the clean list: never recorded on, never waits
     std::mutex mutex;
-    List list;         ///< guarded by mutex
-    CUevent event{};   ///< guarded by mutex
+    List list;        ///< guarded by mutex
+    CUevent event{};  ///< guarded by mutex
   };
   using entry_ptr = std::shared_ptr<entry>;
 
@@ -212,9 +212,7 @@ class stream_free_lists {
       sh.bytes += bytes;
       // Under the shard's lock, so the total never lags the shards (checked by reclaim()).
       pending_bytes_.fetch_add(bytes, std::memory_order_relaxed);
-    } catch (...) {
-      return false;
-    }
+    } catch (...) { return false; }
     return true;
   }
   /// Bytes freed with synchronous semantics and not yet reclaimed.
@@ -343,7 +341,9 @@ class stream_free_lists {
   /// Marks a move under way for its lifetime (see moves()).
   class move_scope {
    public:
-    explicit move_scope(stream_free_lists& l) noexcept : l_{l} { l_.moves_started_.fetch_add(1, std::memory_order_seq_cst); }
+    explicit move_scope(stream_free_lists& l) noexcept : l_{l} {
+      l_.moves_started_.fetch_add(1, std::memory_order_seq_cst);
+    }
     ~move_scope() { l_.moves_finished_.fetch_add(1, std::memory_order_seq_cst); }
     move_scope(move_scope const&) = delete;
     move_scope& operator=(move_scope const&) = delete;
@@ -457,8 +457,8 @@ class stream_free_lists {
       std::size_t const first_other = own != h.streams.end() ? 1 : 0;
       // Never hand a capturing stream to the upstream (without a driver nothing captures).
       if (driver_available() && may_be_capturing(target)) continue;
-      bool const needs_order =
-          h.streams.size() > first_other || std::any_of(h.batches.begin(), h.batches.end(), [&](auto* b) { return !is_done(b); });
+      bool const needs_order = h.streams.size() > first_other ||
+                               std::any_of(h.batches.begin(), h.batches.end(), [&](auto* b) { return !is_done(b); });
       if (needs_order) {
         bool ok = true;
         for (std::size_t i = first_other; ok && i < h.streams.size(); ++i) {
@@ -503,7 +503,8 @@ class stream_free_lists {
       keep.push_back(clean_);
       for (auto const& [key, e] : table_) keep.push_back(e);
     }
-    std::sort(keep.begin() + 1, keep.end(), [](entry_ptr const& a, entry_ptr const& b) { return a->id.key < b->id.key; });
+    std::sort(keep.begin() + 1, keep.end(),
+              [](entry_ptr const& a, entry_ptr const& b) { return a->id.key < b->id.key; });
     std::vector<std::unique_lock<std::mutex>> locks;
     locks.reserve(keep.size());
     locked_view view{{}, foreign_, quarantine_};
@@ -562,7 +563,8 @@ class stream_free_lists {
         continue;
       }
       CUresult const done = query_event(it->event);
-      if (done != CUDA_SUCCESS && !(done == CUDA_ERROR_NOT_READY && wait_event(taker.id.handle, it->event) == CUDA_SUCCESS)) {
+      if (done != CUDA_SUCCESS &&
+          !(done == CUDA_ERROR_NOT_READY && wait_event(taker.id.handle, it->event) == CUDA_SUCCESS)) {
         ++it;
         continue;
       }
@@ -609,8 +611,7 @@ class stream_free_lists {
       std::lock_guard lock{e->mutex};
       try {
         e->list.merge_from(std::move(l));
-      } catch (...) {
-      }
+      } catch (...) {}
     }
     try {
       std::lock_guard flock{foreign_mutex_};
@@ -683,11 +684,11 @@ class stream_free_lists {
   entry_ptr const clean_ = std::make_shared<entry>(
       stream_identity{clean_key, reinterpret_cast<CUstream>(legacy_stream_handle), 0}, true);
   std::mutex foreign_mutex_;
-  std::vector<foreign_batch> foreign_;  // guarded by foreign_mutex_
+  std::vector<foreign_batch> foreign_;         // guarded by foreign_mutex_
   std::atomic<std::size_t> foreign_count_{0};  // foreign_.size(), read without the lock
-  List quarantine_;                     // guarded by foreign_mutex_
+  List quarantine_;                            // guarded by foreign_mutex_
   std::array<pending_shard, pending_shard_count> pending_shards_{};
-  std::atomic<std::size_t> pending_bytes_{0};  ///< changed under a shard's lock
+  std::atomic<std::size_t> pending_bytes_{0};     ///< changed under a shard's lock
   std::atomic<std::uint64_t> moves_started_{0};   ///< move_scope; see moves()
   std::atomic<std::uint64_t> moves_finished_{0};  ///< move_scope; see moves()
 #ifndef NDEBUG

@@ -211,8 +211,8 @@ class stream_ordered_memory_resource {
 
  private:
   device_memory_resource* const upstream_;
-  int device_;               ///< guarded by growth_mutex_; -1 until the first growth resolves it
-  std::mutex growth_mutex_;  ///< serialises growth, reclamation, release and info; outermost lock
+  int device_;                               ///< guarded by growth_mutex_; -1 until the first growth resolves it
+  std::mutex growth_mutex_;                  ///< serialises growth, reclamation, release and info; outermost lock
   static constexpr int max_last_looks = 16;  ///< while moves keep interfering
   std::atomic<std::size_t> reclaims_{0};
   region_table<Payload> regions_;

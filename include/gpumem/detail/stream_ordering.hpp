@@ -30,9 +30,7 @@ struct stream_identity {
     return usable_from_this_thread() ? handle : reinterpret_cast<CUstream>(legacy_stream_handle);
   }
   /// The legacy and per-thread default streams are never destroyed.
-  [[nodiscard]] bool is_default_stream() const noexcept {
-    return key == legacy_stream_handle || owner_thread != 0;
-  }
+  [[nodiscard]] bool is_default_stream() const noexcept { return key == legacy_stream_handle || owner_thread != 0; }
 };
 
 /// Nonzero, unique per thread for the life of the process.

@@ -66,7 +66,7 @@ struct failure_record {
   std::uint16_t entry{};
   std::uint16_t result{};  ///< log_summary::strings index; 0 = not in log
   log_position at;
-  std::uint64_t stack{};   ///< Stack column (0: none)
+  std::uint64_t stack{};  ///< Stack column (0: none)
 };
 
 struct unknown_free_record {
@@ -166,36 +166,36 @@ struct log_summary {
   std::string dialect;
   log_columns columns;
   std::size_t lines{};
-  std::vector<std::string> strings{""};       ///< Entry/Result texts the records index
-  std::vector<log_diagnostic> warnings;       ///< the first ones (log_reader::max_kept_warnings)
+  std::vector<std::string> strings{""};  ///< Entry/Result texts the records index
+  std::vector<log_diagnostic> warnings;  ///< the first ones (log_reader::max_kept_warnings)
   std::size_t warning_count{};
   std::optional<incomplete_marker> incomplete;
-  bool ended_abruptly{};                      ///< NUL padding or a torn last row at the end
+  bool ended_abruptly{};  ///< NUL padding or a torn last row at the end
   /// No rows are known to be missing: allocations live at the end are leaks.
   [[nodiscard]] bool complete() const noexcept { return !incomplete; }
   [[nodiscard]] std::string_view string(std::uint16_t id) const noexcept { return strings[id]; }
 
   // What it says.
-  std::size_t top_n{};                        ///< bound of the lists below
+  std::size_t top_n{};  ///< bound of the lists below
   std::uint64_t events{}, allocations{}, frees{}, failures{};
   std::uint64_t bytes_allocated{}, bytes_freed{};
   std::uint64_t peak_live_bytes{};
-  std::optional<log_position> peak_live_at;   ///< empty when nothing was ever live
+  std::optional<log_position> peak_live_at;          ///< empty when nothing was ever live
   std::optional<std::uint64_t> peak_reserved_bytes;  ///< only if the log has Reserved values
   std::optional<log_position> peak_reserved_at;
   std::uint64_t live_at_end_bytes{};
   std::uint64_t live_at_end_count{};
-  std::vector<allocation_record> live_at_end; ///< largest first, then oldest; at most top_n
-  std::vector<histogram_bucket> histogram;    ///< successful allocations; non-empty buckets, ascending
-  std::vector<allocation_record> largest;     ///< top_n largest successful allocations, largest first
-  std::vector<failure_record> failed;         ///< the first top_n failures, in order (`failures` counts all)
+  std::vector<allocation_record> live_at_end;  ///< largest first, then oldest; at most top_n
+  std::vector<histogram_bucket> histogram;     ///< successful allocations; non-empty buckets, ascending
+  std::vector<allocation_record> largest;      ///< top_n largest successful allocations, largest first
+  std::vector<failure_record> failed;          ///< the first top_n failures, in order (`failures` counts all)
   std::uint64_t unknown_free_count{};
   std::vector<unknown_free_record> unknown_frees;  ///< the first top_n
-  std::uint64_t reused_live_pointers{};       ///< allocate of a pointer already live
+  std::uint64_t reused_live_pointers{};            ///< allocate of a pointer already live
   key_table threads, streams;
-  key_table devices;                          ///< empty without a Device column
+  key_table devices;  ///< empty without a Device column
   std::int64_t first_time_ns{}, last_time_ns{};
-  std::vector<timeline_point> timeline;       ///< bounded (timeline_builder)
+  std::vector<timeline_point> timeline;  ///< bounded (timeline_builder)
   /// Per recorded stack (only when the log has a Stack column); bounded by the
   /// stack table's size (the shim records at most 49152 stacks per process).
   std::vector<call_site_stats> call_sites;

@@ -20,11 +20,11 @@ enum class event_kind : std::uint8_t { allocate, free, allocate_failure };
 
 /// One data line of a log. Optional columns hold the "absent" value noted.
 struct log_event {
-  std::int64_t time_ns{};        ///< TimeNs, or derived from Time (see log_reader.hpp)
-  std::int64_t clock_us{-1};     ///< Time column as microseconds since midnight; -1 if absent
-  std::uint64_t pointer{};       ///< 0 for (nil)
-  std::uint64_t size{};          ///< requested bytes
-  std::uint64_t stream{};        ///< handle as written (0 = null stream)
+  std::int64_t time_ns{};     ///< TimeNs, or derived from Time (see log_reader.hpp)
+  std::int64_t clock_us{-1};  ///< Time column as microseconds since midnight; -1 if absent
+  std::uint64_t pointer{};    ///< 0 for (nil)
+  std::uint64_t size{};       ///< requested bytes
+  std::uint64_t stream{};     ///< handle as written (0 = null stream)
   std::uint64_t thread{};
   std::int64_t duration_ns{-1};  ///< DurationNs; -1 if absent
   std::int64_t reserved{-1};     ///< Reserved (bytes held from the device); -1 if absent

@@ -39,18 +39,18 @@ struct combined_summary {
   std::uint64_t bytes_allocated{};
   std::uint64_t peak_live_bytes{};
   std::int64_t peak_time_ns{};
-  std::size_t peak_log{};                      ///< which log's event reached the peak
-  log_position peak_at;                        ///< that event, in its own log
+  std::size_t peak_log{};                            ///< which log's event reached the peak
+  log_position peak_at;                              ///< that event, in its own log
   std::optional<std::uint64_t> peak_reserved_bytes;  ///< sum of the logs' latest Reserved, if any has it
   std::uint64_t live_at_end_bytes{};
   std::uint64_t live_at_end_count{};
-  bool complete{true};                         ///< no log is marked incomplete
-  std::vector<timeline_point> timeline;        ///< merged, bounded (line = 0)
+  bool complete{true};                   ///< no log is marked incomplete
+  std::vector<timeline_point> timeline;  ///< merged, bounded (line = 0)
 };
 
 struct merged_analysis {
-  std::vector<log_summary> logs;               ///< one per reader, same order
-  std::optional<combined_summary> combined;    ///< only with two or more logs
+  std::vector<log_summary> logs;             ///< one per reader, same order
+  std::optional<combined_summary> combined;  ///< only with two or more logs
 };
 
 /// Reads every (readable) reader to its end in one merged pass. Each timeline has

@@ -35,9 +35,9 @@
 
 #include <array>
 #include <cstddef>
-#include <functional>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -105,8 +105,20 @@ class log_reader {
     std::size_t nuls{};  ///< NUL bytes after the text (nul_then_*)
   };
   enum column_id : std::uint8_t {
-    col_thread, col_time, col_action, col_pointer, col_size, col_stream, col_device, col_entry,
-    col_time_ns, col_duration, col_result, col_reserved, col_stack, col_unknown
+    col_thread,
+    col_time,
+    col_action,
+    col_pointer,
+    col_size,
+    col_stream,
+    col_device,
+    col_entry,
+    col_time_ns,
+    col_duration,
+    col_result,
+    col_reserved,
+    col_stack,
+    col_unknown
   };
   static constexpr std::size_t no_column = ~std::size_t{0};
 
@@ -144,10 +156,10 @@ class log_reader {
   std::size_t pos_ = 0, end_ = 0;
   std::size_t next_nul_ = 0;  ///< first NUL at or after pos_ in the window (end_: none)
   bool eof_ = false;
-  bool at_start_ = true;      ///< nothing consumed yet (a byte-order mark may follow)
-  std::string torn_;          ///< a row cut short by NULs, kept while the NULs are skipped
+  bool at_start_ = true;  ///< nothing consumed yet (a byte-order mark may follow)
+  std::string torn_;      ///< a row cut short by NULs, kept while the NULs are skipped
 
-  std::size_t line_no_ = 1;   ///< the line being read (newlines consumed + 1)
+  std::size_t line_no_ = 1;  ///< the line being read (newlines consumed + 1)
   std::size_t lines_ = 0;
   std::uint64_t events_ = 0;
   std::vector<log_diagnostic> warnings_;

@@ -36,7 +36,8 @@ bool larger_first(allocation_record const& a, allocation_record const& b) noexce
 
 // ---- timeline ----------------------------------------------------------------------
 
-timeline_builder::timeline_builder(std::size_t buckets) : buckets_(std::max<std::size_t>(buckets, 2) & ~std::size_t{1}) {}
+timeline_builder::timeline_builder(std::size_t buckets)
+    : buckets_(std::max<std::size_t>(buckets, 2) & ~std::size_t{1}) {}
 
 timeline_builder::bucket timeline_builder::merged(bucket const& a, bucket const& b) noexcept {
   if (!a.used) return b;

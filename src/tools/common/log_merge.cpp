@@ -14,8 +14,8 @@ merged_analysis analyse_merged(std::vector<log_reader*> const& readers, std::siz
   std::size_t const n = readers.size();
   // Hundreds of ranks: each log's timeline gets fewer buckets (a plot of that many
   // lines shows no more), so memory grows slowly with the number of logs.
-  std::size_t const per_log_buckets =
-      n <= 1 ? timeline_buckets : std::clamp<std::size_t>(64 * timeline_buckets / n, 64, timeline_buckets);
+  std::size_t const per_log_buckets = n <= 1 ? timeline_buckets
+                                             : std::clamp<std::size_t>(64 * timeline_buckets / n, 64, timeline_buckets);
   std::vector<log_analyzer> analyzers;
   analyzers.reserve(n);
   for (auto* r : readers) analyzers.emplace_back(r->columns(), top_n, per_log_buckets);
@@ -50,9 +50,9 @@ merged_analysis analyse_merged(std::vector<log_reader*> const& readers, std::siz
     if (observer != nullptr) observer->event(l, ev);
     if (n > 1) {
       live = live - before + analyzers[l].live_bytes();
-      std::uint64_t const live_now =
-          live > std::numeric_limits<std::uint64_t>::max() ? std::numeric_limits<std::uint64_t>::max()
-                                                            : static_cast<std::uint64_t>(live);
+      std::uint64_t const live_now = live > std::numeric_limits<std::uint64_t>::max()
+                                         ? std::numeric_limits<std::uint64_t>::max()
+                                         : static_cast<std::uint64_t>(live);
       if (ev.reserved >= 0) {
         reserved += ev.reserved - last_reserved[l];
         last_reserved[l] = ev.reserved;

@@ -143,9 +143,7 @@ log_reader::~log_reader() {
   if (own_fd_) ::close(fd_);
 }
 
-void log_reader::fail(std::size_t line, std::string msg) {
-  fatal_ = log_diagnostic{path_, line, std::move(msg)};
-}
+void log_reader::fail(std::size_t line, std::string msg) { fatal_ = log_diagnostic{path_, line, std::move(msg)}; }
 
 void log_reader::warn(std::size_t line, std::string msg) {
   ++warning_count_;
@@ -226,8 +224,8 @@ bool log_reader::next_line(raw_line& out) {
         ended_abruptly_ = true;
         return false;
       }
-      warn(line_no_, fmt::format("{} NUL bytes skipped (room for a row that was never written: its writer died?)",
-                                 nuls));
+      warn(line_no_,
+           fmt::format("{} NUL bytes skipped (room for a row that was never written: its writer died?)", nuls));
       continue;
     }
     std::size_t const limit = std::min(end_, next_nul_);
@@ -295,8 +293,8 @@ void log_reader::read_header() {
   std::array<bool, col_unknown> seen{};
   std::string_view rest = text;
   static constexpr std::array<std::string_view, col_unknown> names{
-      "Thread", "Time", "Action", "Pointer", "Size", "Stream", "Device",
-      "Entry", "TimeNs", "DurationNs", "Result", "Reserved", "Stack"};
+      "Thread", "Time",   "Action",     "Pointer", "Size",     "Stream", "Device",
+      "Entry",  "TimeNs", "DurationNs", "Result",  "Reserved", "Stack"};
   while (true) {
     std::size_t const comma = rest.find(',');
     std::string_view const name = trim(rest.substr(0, comma));
@@ -314,8 +312,8 @@ void log_reader::read_header() {
   }
   for (column_id const required : {col_action, col_pointer, col_size}) {
     if (!seen[required]) {
-      fail(l.line, fmt::format("header lacks column '{}' (not an allocation log? header: {})", names[required],
-                               quoted(text)));
+      fail(l.line,
+           fmt::format("header lacks column '{}' (not an allocation log? header: {})", names[required], quoted(text)));
       return;
     }
   }

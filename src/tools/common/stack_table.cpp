@@ -25,8 +25,8 @@ bool parse_module(std::string_view rest, stack_table& t) {
   int idx = 0;
   stack_module m;
   if (!next_field(rest, index) || !next_field(rest, start) || !next_field(rest, end) || !next_field(rest, bias) ||
-      !next_field(rest, build_id) || rest.data() == nullptr || !parse_decimal(index, idx) || !parse_hex(start, m.start) ||
-      !parse_hex(end, m.end) || !parse_hex(bias, m.bias)) {
+      !next_field(rest, build_id) || rest.data() == nullptr || !parse_decimal(index, idx) ||
+      !parse_hex(start, m.start) || !parse_hex(end, m.end) || !parse_hex(bias, m.bias)) {
     return false;
   }
   m.build_id = std::string{build_id};

@@ -62,8 +62,9 @@ std::string walk(std::string_view s, Ascii&& ascii, Other&& other) {
 }  // namespace
 
 std::string escape_text(std::string_view s) {
-  return walk(s, [](std::string& out, char c) { out += c; },
-              [](std::string& out, std::uint8_t c) { byte_escape(out, c, "\\x"); });
+  return walk(
+      s, [](std::string& out, char c) { out += c; },
+      [](std::string& out, std::uint8_t c) { byte_escape(out, c, "\\x"); });
 }
 
 std::string escape_html(std::string_view s) {

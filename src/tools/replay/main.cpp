@@ -13,9 +13,9 @@
 
 #include "command_line.hpp"
 
+#include <gpumem/config/size_parse.hpp>
 #include <gpumem/detail/driver_api.hpp>
 #include <gpumem/error.hpp>
-#include <gpumem/config/size_parse.hpp>
 #include <gpumem/tools/log_analysis.hpp>
 #include <gpumem/tools/log_reader.hpp>
 #include <gpumem/tools/text_escape.hpp>
@@ -59,9 +59,10 @@ struct options {
 
 options parse_args(int argc, char** argv) {
   options o;
-  CLI::App app{"Replays a GPU allocation log through resource chains (the simulated device unless --real-device) "
-               "and compares peak reserved, peak live, fragmentation, failures and upstream calls.",
-               "gpumem-replay"};
+  CLI::App app{
+      "Replays a GPU allocation log through resource chains (the simulated device unless --real-device) "
+      "and compares peak reserved, peak live, fragmentation, failures and upstream calls.",
+      "gpumem-replay"};
   app.add_option("LOG", o.log, "CSV allocation log (gpumem or RMM columns; '-': standard input)")->required();
   app.add_option("--config", o.configs,
                  "TOML configuration to compare (repeatable); default: the embedded default and the built-in "
@@ -79,14 +80,13 @@ options parse_args(int argc, char** argv) {
           if (size.is_percent || size.bytes == 0) return fmt::format("needs a size in bytes, got '{}'", v);
           o.device_memory = size.bytes;
           return {};
-        } catch (gpumem::config::config_error const& e) {
-          return e.what();
-        }
+        } catch (gpumem::config::config_error const& e) { return e.what(); }
       });
   app.add_flag("--csv", o.csv, "print CSV instead of a table");
   app.add_flag("--real-device", o.real_device, "use the real CUDA driver (and time every call) instead of the sim");
-  app.footer("Exit status: 0 every configuration replayed, 1 some could not be built or replayed, 2 a bad command "
-             "line, an unreadable log or no device.");
+  app.footer(
+      "Exit status: 0 every configuration replayed, 1 some could not be built or replayed, 2 a bad command "
+      "line, an unreadable log or no device.");
   parse_command_line(app, argc, argv);
   return o;
 }
@@ -106,8 +106,8 @@ std::string human(std::uint64_t b) { return gpumem::config::format_bytes(b); }
 void print_table(std::vector<replay_result> const& rows, bool timing) {
   std::size_t name_w = 6;
   for (auto const& r : rows) name_w = std::max(name_w, escape_text(r.name).size());
-  fmt::print("{:<{}}  {:>14} {:>14} {:>13} {:>7} {:>9}", "config", name_w, "peak reserved", "peak live",
-             "frag@peak", "failed", "upstream");
+  fmt::print("{:<{}}  {:>14} {:>14} {:>13} {:>7} {:>9}", "config", name_w, "peak reserved", "peak live", "frag@peak",
+             "failed", "upstream");
   if (timing) fmt::print(" {:>10} {:>10}", "alloc ns", "free ns");
   fmt::print("  chain\n");
   for (auto const& r : rows) {
@@ -123,9 +123,10 @@ void print_table(std::vector<replay_result> const& rows, bool timing) {
 }
 
 void print_csv(std::vector<replay_result> const& rows, bool timing) {
-  fmt::print("config,chain,peak_reserved_bytes,peak_live_bytes,fragmentation_at_peak,failed_allocations,"
-             "upstream_calls,skipped_frees{},error\n",
-             timing ? ",mean_allocate_ns,mean_free_ns" : "");
+  fmt::print(
+      "config,chain,peak_reserved_bytes,peak_live_bytes,fragmentation_at_peak,failed_allocations,"
+      "upstream_calls,skipped_frees{},error\n",
+      timing ? ",mean_allocate_ns,mean_free_ns" : "");
   for (auto const& r : rows) {
     fmt::print("{},{},{},{},{:.6f},{},{},{}", csv_field(r.name), csv_field(r.chain), r.peak_reserved, r.peak_live,
                r.fragmentation_at_peak, r.failed, r.upstream_calls, r.skipped_frees);
@@ -281,8 +282,9 @@ int main(int argc, char** argv) {
   }
 
   if (opts.real_device && configs.size() > 1 && read_once_only(opts.log)) {
-    fmt::print(stderr, "gpumem-replay: {} is not a regular file (a pipe?): on a real device each configuration "
-                       "replays in a pass of its own, so give one --config or a file\n",
+    fmt::print(stderr,
+               "gpumem-replay: {} is not a regular file (a pipe?): on a real device each configuration "
+               "replays in a pass of its own, so give one --config or a file\n",
                escape_text(opts.log));
     return exit_usage;
   }
@@ -299,8 +301,9 @@ int main(int argc, char** argv) {
   if (!opts.real_device) {
     if (!running_on_sim()) {
       // Never replay on a real GPU by accident (e.g. a loader that ignored LD_LIBRARY_PATH).
-      fmt::print(stderr, "gpumem-replay: libcuda.so.1 loaded from the library path is not the simulated device; "
-                         "pass --real-device to replay on it\n");
+      fmt::print(stderr,
+                 "gpumem-replay: libcuda.so.1 loaded from the library path is not the simulated device; "
+                 "pass --real-device to replay on it\n");
       return exit_usage;
     }
     if (!check_sim_devices(configs.size())) return exit_usage;
@@ -343,8 +346,9 @@ int main(int argc, char** argv) {
       static_cast<void>(gpumem::detail::driver().cuDeviceTotalMem(&total, 0));
       fmt::print("device: simulated, {} (one per configuration)\n", human(total));
     }
-    fmt::print("order: each thread's calls in log order, threads merged by time, issued from one thread "
-               "per configuration on one stream per log stream\n\n");
+    fmt::print(
+        "order: each thread's calls in log order, threads merged by time, issued from one thread "
+        "per configuration on one stream per log stream\n\n");
     print_table(pass.results, opts.real_device);
     for (auto const& r : pass.results) {
       if (r.skipped_frees > 0) {
@@ -359,7 +363,7 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "gpumem-replay: cannot write to standard output: {}\n", std::strerror(errno != 0 ? errno : EIO));
     return exit_some_failed;
   }
-  bool const all_ok =
-      std::none_of(pass.results.begin(), pass.results.end(), [](replay_result const& r) { return r.error.has_value(); });
+  bool const all_ok = std::none_of(pass.results.begin(), pass.results.end(),
+                                   [](replay_result const& r) { return r.error.has_value(); });
   return all_ok ? exit_ok : exit_some_failed;
 }

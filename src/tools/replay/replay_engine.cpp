@@ -100,7 +100,7 @@ class stream_table {
     if (log_stream == legacy_stream_handle) return stream_ref{reinterpret_cast<CUstream>(legacy_stream_handle)};
     // The per-thread default stream is one stream per thread.
     auto const key = log_stream == per_thread_stream_handle ? std::pair{log_stream, thread}
-                                                             : std::pair{log_stream, std::uint64_t{0}};
+                                                            : std::pair{log_stream, std::uint64_t{0}};
     std::lock_guard lock{mutex_};
     auto it = created_.find(key);
     if (it == created_.end()) {
@@ -177,9 +177,7 @@ struct chain_replayer::impl {
     void* p = nullptr;
     try {
       p = chain->top().allocate(ev.size, st);
-    } catch (gpumem::bad_alloc const&) {
-      p = nullptr;
-    }
+    } catch (gpumem::bad_alloc const&) { p = nullptr; }
     if (timed) alloc_time += replay_clock::now() - t0;
     if (p == nullptr) {
       ++r.failed;
@@ -266,9 +264,7 @@ chain_replayer::chain_replayer(config::settings const& settings, std::string nam
     m.streams = std::make_unique<stream_table>();
     m.chain = config::build_chain(settings, device);
     m.r.chain = m.chain->describe();
-  } catch (std::exception const& e) {
-    m.r.error = e.what();
-  }
+  } catch (std::exception const& e) { m.r.error = e.what(); }
 }
 
 chain_replayer::~chain_replayer() {
@@ -290,9 +286,7 @@ void chain_replayer::add_stream(log_event const& ev) {
   activate();
   try {
     static_cast<void>(m.streams->get(ev.stream, ev.thread));
-  } catch (std::exception const& e) {
-    m.r.error = fmt::format("line {}: {}", ev.line, e.what());
-  }
+  } catch (std::exception const& e) { m.r.error = fmt::format("line {}: {}", ev.line, e.what()); }
 }
 
 void chain_replayer::activate() const noexcept {
@@ -304,9 +298,7 @@ void chain_replayer::apply(log_event const& ev, char const* entry) {
   if (!m.usable()) return;
   try {
     m.apply(ev, entry != nullptr ? std::string_view{entry} : std::string_view{});
-  } catch (std::exception const& e) {
-    m.r.error = fmt::format("line {}: {}", ev.line, e.what());
-  }
+  } catch (std::exception const& e) { m.r.error = fmt::format("line {}: {}", ev.line, e.what()); }
 }
 
 replay_result chain_replayer::finish() {
@@ -355,7 +347,8 @@ class batch_ring {
   /// The slot to fill next; blocks while the slowest worker still needs it.
   batch& acquire() {
     std::unique_lock lock{mutex_};
-    space_.wait(lock, [&] { return produced_ - *std::min_element(consumed_.begin(), consumed_.end()) < slots_.size(); });
+    space_.wait(lock,
+                [&] { return produced_ - *std::min_element(consumed_.begin(), consumed_.end()) < slots_.size(); });
     return slots_[produced_ % slots_.size()];
   }
   void publish() {

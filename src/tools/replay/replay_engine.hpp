@@ -47,17 +47,17 @@ class log_reader;
 struct named_config;
 
 struct replay_result {
-  std::string name;                 ///< configuration name (file stem or built-in name)
-  std::string chain;                ///< resource_chain::describe()
-  std::optional<std::string> error; ///< the chain could not be built / replay aborted
-  std::uint64_t peak_reserved{};    ///< peak bytes held from the device (device_stats peak)
-  std::uint64_t peak_live{};        ///< peak bytes handed to the program (live_stats peak)
-  double fragmentation_at_peak{};   ///< top().info().fragmentation() when live bytes peaked
-  std::uint64_t failed{};           ///< allocations the chain refused
-  std::uint64_t upstream_calls{};   ///< allocations made from the device
-  std::uint64_t skipped_frees{};    ///< frees of pointers not live in the replay
-  std::uint64_t allocations{};              ///< successful allocate calls (logged failures that now succeed too)
-  std::uint64_t frees{};                    ///< deallocate calls replayed
+  std::string name;                           ///< configuration name (file stem or built-in name)
+  std::string chain;                          ///< resource_chain::describe()
+  std::optional<std::string> error;           ///< the chain could not be built / replay aborted
+  std::uint64_t peak_reserved{};              ///< peak bytes held from the device (device_stats peak)
+  std::uint64_t peak_live{};                  ///< peak bytes handed to the program (live_stats peak)
+  double fragmentation_at_peak{};             ///< top().info().fragmentation() when live bytes peaked
+  std::uint64_t failed{};                     ///< allocations the chain refused
+  std::uint64_t upstream_calls{};             ///< allocations made from the device
+  std::uint64_t skipped_frees{};              ///< frees of pointers not live in the replay
+  std::uint64_t allocations{};                ///< successful allocate calls (logged failures that now succeed too)
+  std::uint64_t frees{};                      ///< deallocate calls replayed
   double mean_allocate_ns{}, mean_free_ns{};  ///< host time per call (timed replays only)
 };
 
@@ -86,9 +86,7 @@ class replay_sequencer {
     std::int64_t time;
     std::uint64_t index;
     std::uint64_t thread;
-    bool operator>(head_entry const& o) const noexcept {
-      return time != o.time ? time > o.time : index > o.index;
-    }
+    bool operator>(head_entry const& o) const noexcept { return time != o.time ? time > o.time : index > o.index; }
   };
 
   std::size_t window_;
@@ -96,7 +94,7 @@ class replay_sequencer {
   std::vector<node> nodes_;
   std::vector<std::uint32_t> free_nodes_;
   std::unordered_map<std::uint64_t, queue> threads_;  ///< only threads with events held
-  std::vector<head_entry> heads_;                    ///< min-heap: one entry per held thread
+  std::vector<head_entry> heads_;                     ///< min-heap: one entry per held thread
 };
 
 /// One configuration's chain on one device, fed events in replay order.

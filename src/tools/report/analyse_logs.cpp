@@ -29,9 +29,7 @@ report_data analyse_logs(std::vector<std::string> const& paths, std::size_t top_
     if (!snapshots_read.insert(path).second) return;
     try {
       r.snapshots.push_back(read_snapshot(path, sym));
-    } catch (std::exception const& e) {
-      r.snapshot_errors.push_back({path, 0, e.what()});
-    }
+    } catch (std::exception const& e) { r.snapshot_errors.push_back({path, 0, e.what()}); }
   };
   for (auto const& path : paths) {
     if (path.ends_with(".json")) {
@@ -80,9 +78,9 @@ std::string_view live_at_end_title(log_summary const& s) {
 std::string incomplete_reason(log_summary const& s) {
   if (s.complete()) return {};
   auto const& m = *s.incomplete;
-  std::string what = m.dropped_rows ? fmt::format("{} row{} dropped", *m.dropped_rows,
-                                                  *m.dropped_rows == 1 ? " was" : "s were")
-                                    : std::string{"rows were dropped"};
+  std::string what = m.dropped_rows
+                         ? fmt::format("{} row{} dropped", *m.dropped_rows, *m.dropped_rows == 1 ? " was" : "s were")
+                         : std::string{"rows were dropped"};
   if (!m.reason.empty()) what += fmt::format(" ({})", m.reason);
   return what;
 }

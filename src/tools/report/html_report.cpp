@@ -68,7 +68,9 @@ void timeline_svg(out_it out, std::vector<log_summary const*> const& logs, combi
   }
   int y = l.plot_top() + 12;
   for (auto const& s : series) {
-    fmt::format_to(out, R"~(<rect x="{}" y="{}" width="14" height="8" fill="{}"/><text x="{}" y="{}">{}</text>)~" "\n",
+    fmt::format_to(out,
+                   R"~(<rect x="{}" y="{}" width="14" height="8" fill="{}"/><text x="{}" y="{}">{}</text>)~"
+                   "\n",
                    l.plot_right() - 190, y - 8, css(s.color), l.plot_right() - 170, y, escape_html(s.label));
     y += 16;
   }
@@ -92,7 +94,8 @@ void histogram_svg(out_it out, log_summary const& s) {
   for (double v : ticks.values) {
     fmt::format_to(out,
                    R"~(<line x1="{}" y1="{:.1f}" x2="{}" y2="{:.1f}" stroke="#e1e1e1"/><text x="{}" y="{:.1f}" )~"
-                   R"~(text-anchor="end">{}</text>)~" "\n",
+                   R"~(text-anchor="end">{}</text>)~"
+                   "\n",
                    left, ypos(v), w - right, ypos(v), left - 6, ypos(v) + 4, tick_label(v));
   }
   for (std::size_t i = 0; i < s.histogram.size(); ++i) {
@@ -103,13 +106,15 @@ void histogram_svg(out_it out, log_summary const& s) {
     fmt::format_to(out,
                    R"~(<rect x="{:.1f}" y="{:.1f}" width="{:.1f}" height="{:.1f}" fill="rgb(31,119,180)">)~"
                    R"~(<title>{}: {} allocations, {}</title></rect>)~"
-                   R"~(<text transform="translate({:.1f} {}) rotate(-45)" text-anchor="end">{}</text>)~" "\n",
+                   R"~(<text transform="translate({:.1f} {}) rotate(-45)" text-anchor="end">{}</text>)~"
+                   "\n",
                    x + slot * 0.1, top_y, slot * 0.8, (h - bottom) - top_y, escape_html(size_range_label(b.lo, b.hi)),
-                   b.count, escape_html(human_bytes(b.bytes)), x + slot * 0.5,
-                   h - bottom + 14, escape_html(range));
+                   b.count, escape_html(human_bytes(b.bytes)), x + slot * 0.5, h - bottom + 14, escape_html(range));
   }
-  fmt::format_to(out, R"~(<path d="M{0} {1}V{2}H{3}" fill="none" stroke="#282828"/>)~"
-                 R"~(<text transform="translate(14 {4}) rotate(-90)" text-anchor="middle">allocations</text></svg>)~" "\n",
+  fmt::format_to(out,
+                 R"~(<path d="M{0} {1}V{2}H{3}" fill="none" stroke="#282828"/>)~"
+                 R"~(<text transform="translate(14 {4}) rotate(-90)" text-anchor="middle">allocations</text></svg>)~"
+                 "\n",
                  left, top, h - bottom, w - right, (top + h - bottom) / 2);
 }
 
@@ -119,20 +124,23 @@ void more(out_it out, std::uint64_t total, std::size_t shown) {
 
 void allocation_rows(out_it out, log_summary const& s, std::vector<allocation_record> const& rows,
                      std::uint64_t total) {
-  fmt::format_to(out, "<table><tr><th>size</th><th>bytes</th><th>time</th><th>thread</th><th>stream</th>"
-                      "<th>entry</th><th>pointer</th><th>line</th></tr>\n");
+  fmt::format_to(out,
+                 "<table><tr><th>size</th><th>bytes</th><th>time</th><th>thread</th><th>stream</th>"
+                 "<th>entry</th><th>pointer</th><th>line</th></tr>\n");
   for (auto const& r : rows) {
-    fmt::format_to(out, "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
-                   human_bytes(r.size), r.size, escape_html(describe_when(r.at, s.first_time_ns)), r.thread,
-                   hex(r.stream), escape_html(s.string(r.entry)), hex(r.pointer), r.at.line);
+    fmt::format_to(
+        out, "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
+        human_bytes(r.size), r.size, escape_html(describe_when(r.at, s.first_time_ns)), r.thread, hex(r.stream),
+        escape_html(s.string(r.entry)), hex(r.pointer), r.at.line);
   }
   fmt::format_to(out, "</table>\n");
   more(out, total, rows.size());
 }
 
 void keyed(out_it out, char const* title, key_table const& t, bool hex_key, char const* key_name) {
-  fmt::format_to(out, "<h3>{}</h3>\n<table><tr><th>{}</th><th>allocations</th><th>frees</th><th>failures</th>"
-                      "<th>allocated</th></tr>\n",
+  fmt::format_to(out,
+                 "<h3>{}</h3>\n<table><tr><th>{}</th><th>allocations</th><th>frees</th><th>failures</th>"
+                 "<th>allocated</th></tr>\n",
                  title, key_name);
   auto row = [&](std::string const& key, key_counts const& k) {
     fmt::format_to(out, "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n", key, k.allocations,
@@ -159,8 +167,9 @@ void site_table(out_it out, std::string_view title, std::vector<named_site> cons
                 std::uint64_t (*bytes)(call_site_stats const&), std::uint64_t (*count)(call_site_stats const&),
                 char const* count_name) {
   if (sites.empty()) return;
-  fmt::format_to(out, "<h4>{} ({} call site{})</h4>\n<table class=\"sites\"><tr><th>bytes</th><th>{}</th>"
-                      "<th>stack</th><th>frames (innermost first)</th></tr>\n",
+  fmt::format_to(out,
+                 "<h4>{} ({} call site{})</h4>\n<table class=\"sites\"><tr><th>bytes</th><th>{}</th>"
+                 "<th>stack</th><th>frames (innermost first)</th></tr>\n",
                  escape_html(title), total, total == 1 ? "" : "s", count_name);
   for (auto const& site : sites) {
     fmt::format_to(out, "<tr><td>{}</td><td>{}</td><td>{:x}</td><td class=\"frames\">", human_bytes(bytes(site.stats)),
@@ -173,22 +182,25 @@ void site_table(out_it out, std::string_view title, std::vector<named_site> cons
 }
 
 void call_sites(out_it out, log_summary const& s, call_site_report const& c) {
-  fmt::format_to(out, "<h3>Call sites</h3>\n<p>{}</p>\n",
-                 escape_html(c.table_present ? fmt::format("{} stacks recorded in {}", c.stacks_in_table, c.table_path)
-                                             : fmt::format("No stack table ({} is missing): stack ids only.",
-                                                           c.table_path)));
-  site_table(out, s.complete() ? "Never freed" : "Still live at the end", c.leaks, c.leak_sites,
-             [](call_site_stats const& x) { return x.live_at_end_bytes; },
-             [](call_site_stats const& x) { return x.live_at_end_count; }, "allocations");
-  site_table(out, "Live at the peak", c.peak, c.peak_sites, [](call_site_stats const& x) { return x.live_at_peak_bytes; },
-             [](call_site_stats const& x) { return x.live_at_peak_count; }, "allocations");
-  site_table(out, "Failed allocations", c.failures, c.failure_sites,
-             [](call_site_stats const& x) { return x.failed_bytes; }, [](call_site_stats const& x) { return x.failures; },
-             "failures");
+  fmt::format_to(
+      out, "<h3>Call sites</h3>\n<p>{}</p>\n",
+      escape_html(c.table_present ? fmt::format("{} stacks recorded in {}", c.stacks_in_table, c.table_path)
+                                  : fmt::format("No stack table ({} is missing): stack ids only.", c.table_path)));
+  site_table(
+      out, s.complete() ? "Never freed" : "Still live at the end", c.leaks, c.leak_sites,
+      [](call_site_stats const& x) { return x.live_at_end_bytes; },
+      [](call_site_stats const& x) { return x.live_at_end_count; }, "allocations");
+  site_table(
+      out, "Live at the peak", c.peak, c.peak_sites, [](call_site_stats const& x) { return x.live_at_peak_bytes; },
+      [](call_site_stats const& x) { return x.live_at_peak_count; }, "allocations");
+  site_table(
+      out, "Failed allocations", c.failures, c.failure_sites, [](call_site_stats const& x) { return x.failed_bytes; },
+      [](call_site_stats const& x) { return x.failures; }, "failures");
   auto const& u = c.unattributed;
   if (u.allocations > 0 || u.failures > 0) {
-    fmt::format_to(out, "<p>Without a recorded stack (sampled out): {} at the peak, {} at the end, {} of {} allocations.</p>\n",
-                   human_bytes(u.live_at_peak_bytes), human_bytes(u.live_at_end_bytes), u.allocations, s.allocations);
+    fmt::format_to(
+        out, "<p>Without a recorded stack (sampled out): {} at the peak, {} at the end, {} of {} allocations.</p>\n",
+        human_bytes(u.live_at_peak_bytes), human_bytes(u.live_at_end_bytes), u.allocations, s.allocations);
   }
 }
 
@@ -212,18 +224,19 @@ void one_log(out_it out, log_summary const& s, call_site_report const* sites) {
                                                 s.peak_live_bytes, describe_when(*s.peak_live_at, s.first_time_ns),
                                                 s.peak_live_at->event_index, s.peak_live_at->line)
                                   : std::string{"0 B"});
-  row("peak reserved", s.peak_reserved_bytes ? fmt::format("{} ({} B) at {}, line {}", human_bytes(*s.peak_reserved_bytes),
-                                                           *s.peak_reserved_bytes,
-                                                           describe_when(*s.peak_reserved_at, s.first_time_ns),
-                                                           s.peak_reserved_at->line)
-                                             : std::string{"not in log"});
+  row("peak reserved",
+      s.peak_reserved_bytes
+          ? fmt::format("{} ({} B) at {}, line {}", human_bytes(*s.peak_reserved_bytes), *s.peak_reserved_bytes,
+                        describe_when(*s.peak_reserved_at, s.first_time_ns), s.peak_reserved_at->line)
+          : std::string{"not in log"});
   row("live at end", fmt::format("{} in {} {}", human_bytes(s.live_at_end_bytes),
                                  plural(s.live_at_end_count, "allocation", "allocations"), live_at_end_title(s)));
   row("frees of unknown pointers", fmt::format("{}", s.unknown_free_count));
   row("warnings", fmt::format("{}", s.warning_count));
   if (s.ended_abruptly) {
-    row("note", "the log ends in NUL padding or a torn row: its writer did not close it (killed, crashed, or still "
-                "running)");
+    row("note",
+        "the log ends in NUL padding or a torn row: its writer did not close it (killed, crashed, or still "
+        "running)");
   }
   fmt::format_to(out, "</table>\n");
 
@@ -232,26 +245,28 @@ void one_log(out_it out, log_summary const& s, call_site_report const* sites) {
   fmt::format_to(out, "<h3>{} ({})</h3>\n", escape_html(title), s.live_at_end_count);
   if (!s.live_at_end.empty()) allocation_rows(out, s, s.live_at_end, s.live_at_end_count);
   if (!s.failed.empty()) {
-    fmt::format_to(out, "<h3>Failed allocations ({})</h3>\n<table><tr><th>size</th><th>bytes</th><th>time</th>"
-                        "<th>thread</th><th>stream</th><th>entry</th><th>result</th><th>line</th></tr>\n",
+    fmt::format_to(out,
+                   "<h3>Failed allocations ({})</h3>\n<table><tr><th>size</th><th>bytes</th><th>time</th>"
+                   "<th>thread</th><th>stream</th><th>entry</th><th>result</th><th>line</th></tr>\n",
                    s.failures);
     for (auto const& f : s.failed) {
-      fmt::format_to(out, "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
-                     human_bytes(f.size), f.size, escape_html(describe_when(f.at, s.first_time_ns)), f.thread,
-                     hex(f.stream), escape_html(s.string(f.entry)),
-                     f.result ? escape_html(s.string(f.result)) : "(not in log)", f.at.line);
+      fmt::format_to(
+          out, "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
+          human_bytes(f.size), f.size, escape_html(describe_when(f.at, s.first_time_ns)), f.thread, hex(f.stream),
+          escape_html(s.string(f.entry)), f.result ? escape_html(s.string(f.result)) : "(not in log)", f.at.line);
     }
     fmt::format_to(out, "</table>\n");
     more(out, s.failures, s.failed.size());
   }
   if (!s.unknown_frees.empty()) {
-    fmt::format_to(out, "<h3>Frees of unknown pointers ({})</h3>\n<table><tr><th>pointer</th><th>size</th>"
-                        "<th>time</th><th>thread</th><th>stream</th><th>line</th></tr>\n",
+    fmt::format_to(out,
+                   "<h3>Frees of unknown pointers ({})</h3>\n<table><tr><th>pointer</th><th>size</th>"
+                   "<th>time</th><th>thread</th><th>stream</th><th>line</th></tr>\n",
                    s.unknown_free_count);
     for (auto const& u : s.unknown_frees) {
-      fmt::format_to(out, "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n", hex(u.pointer),
-                     human_bytes(u.size), escape_html(describe_when(u.at, s.first_time_ns)), u.thread, hex(u.stream),
-                     u.at.line);
+      fmt::format_to(out, "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
+                     hex(u.pointer), human_bytes(u.size), escape_html(describe_when(u.at, s.first_time_ns)), u.thread,
+                     hex(u.stream), u.at.line);
     }
     fmt::format_to(out, "</table>\n");
     more(out, s.unknown_free_count, s.unknown_frees.size());
@@ -263,8 +278,8 @@ void one_log(out_it out, log_summary const& s, call_site_report const* sites) {
   histogram_svg(out, s);
   fmt::format_to(out, "<table><tr><th>sizes</th><th>count</th><th>bytes</th></tr>\n");
   for (auto const& b : s.histogram) {
-    fmt::format_to(out, "<tr><td>{}</td><td>{}</td><td>{}</td></tr>\n", escape_html(size_range_label(b.lo, b.hi, " – ")),
-                   b.count, human_bytes(b.bytes));
+    fmt::format_to(out, "<tr><td>{}</td><td>{}</td><td>{}</td></tr>\n",
+                   escape_html(size_range_label(b.lo, b.hi, " – ")), b.count, human_bytes(b.bytes));
   }
   fmt::format_to(out, "</table>\n");
   keyed(out, "Per thread", s.threads, false, "thread");
@@ -283,22 +298,24 @@ void one_log(out_it out, log_summary const& s, call_site_report const* sites) {
 std::string html_report(report_data const& r) {
   std::string page;
   auto out = std::back_inserter(page);
-  fmt::format_to(out, "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n"
-                      "<title>gpumem report</title>\n<style>\n"
-                      "body{{font-family:sans-serif;margin:2em;color:#282828;max-width:1000px}}\n"
-                      "table{{border-collapse:collapse;margin:.5em 0}}\n"
-                      "th,td{{border:1px solid #ccc;padding:2px 8px;text-align:right;font-size:13px}}\n"
-                      "table.summary th{{text-align:left;background:#f4f4f4}}\ntable.summary td{{text-align:left}}\n"
-                      "section{{border-top:2px solid #1f77b4;margin-top:2em}}\n"
-                      ".warnings{{color:#a00;font-family:monospace}}\nsvg.plot{{border:1px solid #ddd}}\n"
-                      ".incomplete{{background:#fde8e8;border:2px solid #a00;padding:.5em 1em}}\n"
-                      "td.frames{{text-align:left;font-family:monospace;font-size:12px}}\n"
-                      "ol.frames{{margin:0;padding-left:2.5em}}\nli.py{{color:#1f5fa0;font-weight:bold}}\n"
-                      "</style></head><body>\n<h1>gpumem allocation report</h1>\n");
+  fmt::format_to(out,
+                 "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n"
+                 "<title>gpumem report</title>\n<style>\n"
+                 "body{{font-family:sans-serif;margin:2em;color:#282828;max-width:1000px}}\n"
+                 "table{{border-collapse:collapse;margin:.5em 0}}\n"
+                 "th,td{{border:1px solid #ccc;padding:2px 8px;text-align:right;font-size:13px}}\n"
+                 "table.summary th{{text-align:left;background:#f4f4f4}}\ntable.summary td{{text-align:left}}\n"
+                 "section{{border-top:2px solid #1f77b4;margin-top:2em}}\n"
+                 ".warnings{{color:#a00;font-family:monospace}}\nsvg.plot{{border:1px solid #ddd}}\n"
+                 ".incomplete{{background:#fde8e8;border:2px solid #a00;padding:.5em 1em}}\n"
+                 "td.frames{{text-align:left;font-family:monospace;font-size:12px}}\n"
+                 "ol.frames{{margin:0;padding-left:2.5em}}\nli.py{{color:#1f5fa0;font-weight:bold}}\n"
+                 "</style></head><body>\n<h1>gpumem allocation report</h1>\n");
   for (auto const& s : r.logs) {
     if (!s.complete()) {
-      fmt::format_to(out, "<p class=\"incomplete\"><b>{} is incomplete:</b> {}. No allocation in it is called a "
-                          "leak.</p>\n",
+      fmt::format_to(out,
+                     "<p class=\"incomplete\"><b>{} is incomplete:</b> {}. No allocation in it is called a "
+                     "leak.</p>\n",
                      escape_html(s.path), escape_html(incomplete_reason(s)));
     }
   }
@@ -317,18 +334,26 @@ std::string html_report(report_data const& r) {
       fmt::format_to(out, "<td>{}</td></tr>\n", escape_html(total));
     };
     auto num = [](std::uint64_t v) { return fmt::format("{}", v); };
-    row("complete", [](log_summary const& s) { return std::string{s.complete() ? "yes" : "NO"}; },
+    row(
+        "complete", [](log_summary const& s) { return std::string{s.complete() ? "yes" : "NO"}; },
         c.complete ? "yes" : "NO");
-    row("events", [&](log_summary const& s) { return num(s.events); }, num(c.events));
-    row("failures", [&](log_summary const& s) { return num(s.failures); }, num(c.failures));
-    row("peak live", [](log_summary const& s) { return human_bytes(s.peak_live_bytes); }, human_bytes(c.peak_live_bytes));
-    row("peak reserved",
+    row(
+        "events", [&](log_summary const& s) { return num(s.events); }, num(c.events));
+    row(
+        "failures", [&](log_summary const& s) { return num(s.failures); }, num(c.failures));
+    row(
+        "peak live", [](log_summary const& s) { return human_bytes(s.peak_live_bytes); },
+        human_bytes(c.peak_live_bytes));
+    row(
+        "peak reserved",
         [](log_summary const& s) { return s.peak_reserved_bytes ? human_bytes(*s.peak_reserved_bytes) : "not in log"; },
         c.peak_reserved_bytes ? human_bytes(*c.peak_reserved_bytes) : "");
-    row("live at end", [](log_summary const& s) { return human_bytes(s.live_at_end_bytes); },
+    row(
+        "live at end", [](log_summary const& s) { return human_bytes(s.live_at_end_bytes); },
         human_bytes(c.live_at_end_bytes));
-    row(c.complete ? "never freed" : "still live at end", [&](log_summary const& s) { return num(s.live_at_end_count); },
-        num(c.live_at_end_count));
+    row(
+        c.complete ? "never freed" : "still live at end",
+        [&](log_summary const& s) { return num(s.live_at_end_count); }, num(c.live_at_end_count));
     fmt::format_to(out, "</table>\n");
   }
   for (std::size_t i = 0; i < r.logs.size(); ++i) {

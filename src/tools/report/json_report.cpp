@@ -45,10 +45,10 @@ void key_list(out_it out, std::string_view name, key_table const& t) {
   fmt::format_to(out, R"(,"{}":)", name);
   array(out, t.rows, keyed);
   fmt::format_to(out, R"(,"{}_others":{})", name,
-                 t.truncated ? fmt::format(R"({{"allocations":{},"frees":{},"failures":{},"bytes_allocated":{}}})",
-                                           t.others.allocations, t.others.frees, t.others.failures,
-                                           t.others.bytes_allocated)
-                             : "null");
+                 t.truncated
+                     ? fmt::format(R"({{"allocations":{},"frees":{},"failures":{},"bytes_allocated":{}}})",
+                                   t.others.allocations, t.others.frees, t.others.failures, t.others.bytes_allocated)
+                     : "null");
 }
 
 std::string frames_json(std::vector<symbol> const& frames) {
@@ -181,7 +181,8 @@ std::string json_report(report_data const& r) {
   for (std::size_t i = 0; i < r.snapshots.size(); ++i) {
     auto const& snap = r.snapshots[i];
     std::string sites = "[";
-    for (std::size_t k = 0; k < snap.site_frames.size(); ++k) sites += (k ? "," : "") + frames_json(snap.site_frames[k]);
+    for (std::size_t k = 0; k < snap.site_frames.size(); ++k)
+      sites += (k ? "," : "") + frames_json(snap.site_frames[k]);
     sites += "]";
     fmt::format_to(out, R"({}{{"path":{},"snapshot":{},"request_frames":{},"top_site_frames":{}}})", i ? "," : "",
                    json_string(snap.path), snap.raw, frames_json(snap.request_frames), sites);
@@ -192,14 +193,15 @@ std::string json_report(report_data const& r) {
   array(out, r.unreadable, [](log_diagnostic const& d) { return json_string(d.text()); });
   if (r.combined) {
     auto const& c = *r.combined;
-    fmt::format_to(out,
-                   R"(,"combined":{{"logs":{},"complete":{},"events":{},"allocations":{},"frees":{},"failures":{},)"
-                   R"("bytes_allocated":{},"peak_live_bytes":{},"peak_time_ns":{},"peak_log":{},"peak_line":{},)"
-                   R"("peak_reserved_bytes":{},"live_at_end_bytes":{},"live_at_end_count":{},"leaked_allocations":{}}})",
-                   c.logs, c.complete, c.events, c.allocations, c.frees, c.failures, c.bytes_allocated,
-                   c.peak_live_bytes, c.peak_time_ns, c.peak_log, c.peak_at.line,
-                   c.peak_reserved_bytes ? fmt::format("{}", *c.peak_reserved_bytes) : "null", c.live_at_end_bytes,
-                   c.live_at_end_count, c.complete ? fmt::format("{}", c.live_at_end_count) : "null");
+    fmt::format_to(
+        out,
+        R"(,"combined":{{"logs":{},"complete":{},"events":{},"allocations":{},"frees":{},"failures":{},)"
+        R"("bytes_allocated":{},"peak_live_bytes":{},"peak_time_ns":{},"peak_log":{},"peak_line":{},)"
+        R"("peak_reserved_bytes":{},"live_at_end_bytes":{},"live_at_end_count":{},"leaked_allocations":{}}})",
+        c.logs, c.complete, c.events, c.allocations, c.frees, c.failures, c.bytes_allocated, c.peak_live_bytes,
+        c.peak_time_ns, c.peak_log, c.peak_at.line,
+        c.peak_reserved_bytes ? fmt::format("{}", *c.peak_reserved_bytes) : "null", c.live_at_end_bytes,
+        c.live_at_end_count, c.complete ? fmt::format("{}", c.live_at_end_count) : "null");
   } else {
     fmt::format_to(out, R"(,"combined":null)");
   }

@@ -41,9 +41,10 @@ struct options {
 
 options parse_args(int argc, char** argv) {
   options o;
-  CLI::App app{"Summarises GPU allocation logs written by the gpumem shim or by RMM's logging_resource_adaptor: "
-               "peak live and reserved bytes, allocations never freed, failures, sizes, threads and streams.",
-               "gpumem-report"};
+  CLI::App app{
+      "Summarises GPU allocation logs written by the gpumem shim or by RMM's logging_resource_adaptor: "
+      "peak live and reserved bytes, allocations never freed, failures, sizes, threads and streams.",
+      "gpumem-report"};
   app.add_option("LOG", o.logs,
                  "CSV allocation log ('-': standard input); several logs = ranks of one job. A log's stack table "
                  "(LOG.stacks, --stacks) names its call sites; its out-of-memory snapshots (LOG.oom-N.json) are "
@@ -66,8 +67,9 @@ options parse_args(int argc, char** argv) {
                  "rows in the never-freed, largest, failure and unknown-free tables (0 to 100000; default 10)")
       ->type_name("N")
       ->check(CLI::Range(std::size_t{0}, std::size_t{100000}).description(""));
-  app.footer("Exit status: 0 reported, 1 an output could not be written, 2 no log could be read or a bad command "
-             "line.");
+  app.footer(
+      "Exit status: 0 reported, 1 an output could not be written, 2 no log could be read or a bad command "
+      "line.");
   parse_command_line(app, argc, argv);
   return o;
 }

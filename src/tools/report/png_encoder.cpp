@@ -23,7 +23,8 @@ void chunk(std::string& out, char const (&type)[5], std::string const& data) {
   out.append(type, 4);
   out += data;
   auto const* p = reinterpret_cast<Bytef const*>(out.data() + crc_from);
-  put_be32(out, static_cast<std::uint32_t>(::crc32(::crc32(0L, Z_NULL, 0), p, static_cast<uInt>(out.size() - crc_from))));
+  put_be32(out,
+           static_cast<std::uint32_t>(::crc32(::crc32(0L, Z_NULL, 0), p, static_cast<uInt>(out.size() - crc_from))));
 }
 
 std::string deflate(std::vector<std::uint8_t> const& raw) {

@@ -4,9 +4,9 @@
 // is written during the pass instead (trace_writer.hpp).
 // All renderings are pure functions of a report_data.
 
+#include <gpumem/tools/json_value.hpp>
 #include <gpumem/tools/log_analysis.hpp>
 #include <gpumem/tools/log_event.hpp>
-#include <gpumem/tools/json_value.hpp>
 #include <gpumem/tools/log_merge.hpp>
 #include <gpumem/tools/symbolizer.hpp>
 
@@ -29,9 +29,9 @@ struct call_site_report {
   std::string table_path;
   bool table_present{};
   std::size_t stacks_in_table{};
-  std::vector<named_site> leaks;     ///< by bytes live at the end, largest first
-  std::vector<named_site> peak;      ///< by bytes live at the peak, largest first
-  std::vector<named_site> failures;  ///< by failures, most first
+  std::vector<named_site> leaks;                              ///< by bytes live at the end, largest first
+  std::vector<named_site> peak;                               ///< by bytes live at the peak, largest first
+  std::vector<named_site> failures;                           ///< by failures, most first
   std::uint64_t leak_sites{}, peak_sites{}, failure_sites{};  ///< how many stacks have any
   /// Bytes and allocations without a recorded stack (sampling), at the end / the peak.
   call_site_stats unattributed;
@@ -49,12 +49,12 @@ struct oom_snapshot {
 };
 
 struct report_data {
-  std::vector<log_summary> logs;               ///< readable logs, command-line order
+  std::vector<log_summary> logs;                       ///< readable logs, command-line order
   std::vector<std::optional<call_site_report>> sites;  ///< per log: only with a Stack column
-  std::vector<oom_snapshot> snapshots;         ///< given on the command line or found beside the logs
+  std::vector<oom_snapshot> snapshots;                 ///< given on the command line or found beside the logs
   std::vector<log_diagnostic> snapshot_errors;
-  std::vector<log_diagnostic> unreadable;      ///< why the other logs could not be read
-  std::optional<combined_summary> combined;    ///< only with two or more readable logs
+  std::vector<log_diagnostic> unreadable;    ///< why the other logs could not be read
+  std::optional<combined_summary> combined;  ///< only with two or more readable logs
   std::size_t top_n{10};
 };
 

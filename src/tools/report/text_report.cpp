@@ -74,8 +74,7 @@ void one_log(out_it out, log_summary const& s, call_site_report const* sites) {
                  human_bytes(s.bytes_freed));
   if (s.peak_live_at) {
     fmt::format_to(out, "  peak live      {} at {}, event #{}, line {}\n", bytes_exact(s.peak_live_bytes),
-                   describe_when(*s.peak_live_at, s.first_time_ns), s.peak_live_at->event_index,
-                   s.peak_live_at->line);
+                   describe_when(*s.peak_live_at, s.first_time_ns), s.peak_live_at->event_index, s.peak_live_at->line);
   } else {
     fmt::format_to(out, "  peak live      0 B\n");
   }
@@ -92,8 +91,9 @@ void one_log(out_it out, log_summary const& s, call_site_report const* sites) {
     fmt::format_to(out, "  reused live pointers {} (allocate of a pointer already live)\n", s.reused_live_pointers);
   }
   if (s.ended_abruptly) {
-    fmt::format_to(out, "  note           the log ends in NUL padding or a torn row: its writer did not close it\n"
-                        "                 (killed, crashed, or still running)\n");
+    fmt::format_to(out,
+                   "  note           the log ends in NUL padding or a torn row: its writer did not close it\n"
+                   "                 (killed, crashed, or still running)\n");
   }
 
   if (!s.live_at_end.empty()) {
@@ -117,8 +117,8 @@ void one_log(out_it out, log_summary const& s, call_site_report const* sites) {
   }
   if (!s.unknown_frees.empty()) {
     fmt::format_to(out, "\n  frees of unknown pointers ({}):\n", s.unknown_free_count);
-    fmt::format_to(out, "    {:<18} {:>12}  {:<28} {:>8} {:>8} {:>8}\n", "pointer", "size", "time", "thread",
-                   "stream", "line");
+    fmt::format_to(out, "    {:<18} {:>12}  {:<28} {:>8} {:>8} {:>8}\n", "pointer", "size", "time", "thread", "stream",
+                   "line");
     for (auto const& u : s.unknown_frees) {
       fmt::format_to(out, "    {:<18} {:>12}  {:<28} {:>8} {:>8} {:>8}\n", hex(u.pointer), human_bytes(u.size),
                      describe_when(u.at, s.first_time_ns), u.thread, hex(u.stream), u.at.line);
@@ -174,23 +174,26 @@ void site_list(out_it out, char const* title, std::vector<named_site> const& sit
 }
 
 void call_sites(out_it out, log_summary const& s, call_site_report const& c) {
-  fmt::format_to(out, "\n  call sites: {}\n", c.table_present
-                                                    ? fmt::format("{} stacks in {}", c.stacks_in_table,
-                                                                  escape_text(c.table_path))
-                                                    : fmt::format("no stack table ({} is missing): stack ids only",
-                                                                  escape_text(c.table_path)));
-  site_list(out, s.complete() ? "never freed, by bytes" : "still live at the end, by bytes", c.leaks, c.leak_sites,
-            [](call_site_stats const& x) { return x.live_at_end_bytes; },
-            [](call_site_stats const& x) { return x.live_at_end_count; }, "allocations");
-  site_list(out, "live at the peak, by bytes", c.peak, c.peak_sites,
-            [](call_site_stats const& x) { return x.live_at_peak_bytes; },
-            [](call_site_stats const& x) { return x.live_at_peak_count; }, "allocations");
-  site_list(out, "failed allocations, by count", c.failures, c.failure_sites,
-            [](call_site_stats const& x) { return x.failed_bytes; }, [](call_site_stats const& x) { return x.failures; },
-            "failures");
+  fmt::format_to(out, "\n  call sites: {}\n",
+                 c.table_present
+                     ? fmt::format("{} stacks in {}", c.stacks_in_table, escape_text(c.table_path))
+                     : fmt::format("no stack table ({} is missing): stack ids only", escape_text(c.table_path)));
+  site_list(
+      out, s.complete() ? "never freed, by bytes" : "still live at the end, by bytes", c.leaks, c.leak_sites,
+      [](call_site_stats const& x) { return x.live_at_end_bytes; },
+      [](call_site_stats const& x) { return x.live_at_end_count; }, "allocations");
+  site_list(
+      out, "live at the peak, by bytes", c.peak, c.peak_sites,
+      [](call_site_stats const& x) { return x.live_at_peak_bytes; },
+      [](call_site_stats const& x) { return x.live_at_peak_count; }, "allocations");
+  site_list(
+      out, "failed allocations, by count", c.failures, c.failure_sites,
+      [](call_site_stats const& x) { return x.failed_bytes; }, [](call_site_stats const& x) { return x.failures; },
+      "failures");
   auto const& u = c.unattributed;
   if (u.allocations > 0 || u.failures > 0) {
-    fmt::format_to(out, "\n  without a recorded stack (sampled out): {} at the peak, {} at the end, {} of {} allocations\n",
+    fmt::format_to(out,
+                   "\n  without a recorded stack (sampled out): {} at the peak, {} at the end, {} of {} allocations\n",
                    human_bytes(u.live_at_peak_bytes), human_bytes(u.live_at_end_bytes), u.allocations, s.allocations);
   }
 }
@@ -214,22 +217,35 @@ void side_by_side(out_it out, report_data const& r) {
   for (auto const& n : names) fmt::format_to(out, " {:>{}}", n, w);
   fmt::format_to(out, " {:>{}}\n", "combined", w);
   auto num = [](std::uint64_t v) { return fmt::format("{}", v); };
-  row("complete", [](log_summary const& s) { return std::string{s.complete() ? "yes" : "NO"}; },
+  row(
+      "complete", [](log_summary const& s) { return std::string{s.complete() ? "yes" : "NO"}; },
       c.complete ? "yes" : "NO");
-  row("events", [&](log_summary const& s) { return num(s.events); }, num(c.events));
-  row("allocations", [&](log_summary const& s) { return num(s.allocations); }, num(c.allocations));
-  row("frees", [&](log_summary const& s) { return num(s.frees); }, num(c.frees));
-  row("failures", [&](log_summary const& s) { return num(s.failures); }, num(c.failures));
-  row("allocated", [&](log_summary const& s) { return human_bytes(s.bytes_allocated); }, human_bytes(c.bytes_allocated));
-  row("peak live", [&](log_summary const& s) { return human_bytes(s.peak_live_bytes); }, human_bytes(c.peak_live_bytes));
-  row("peak reserved",
+  row(
+      "events", [&](log_summary const& s) { return num(s.events); }, num(c.events));
+  row(
+      "allocations", [&](log_summary const& s) { return num(s.allocations); }, num(c.allocations));
+  row(
+      "frees", [&](log_summary const& s) { return num(s.frees); }, num(c.frees));
+  row(
+      "failures", [&](log_summary const& s) { return num(s.failures); }, num(c.failures));
+  row(
+      "allocated", [&](log_summary const& s) { return human_bytes(s.bytes_allocated); },
+      human_bytes(c.bytes_allocated));
+  row(
+      "peak live", [&](log_summary const& s) { return human_bytes(s.peak_live_bytes); },
+      human_bytes(c.peak_live_bytes));
+  row(
+      "peak reserved",
       [&](log_summary const& s) { return s.peak_reserved_bytes ? human_bytes(*s.peak_reserved_bytes) : "not in log"; },
       c.peak_reserved_bytes ? human_bytes(*c.peak_reserved_bytes) : "");
-  row("live at end", [&](log_summary const& s) { return human_bytes(s.live_at_end_bytes); },
+  row(
+      "live at end", [&](log_summary const& s) { return human_bytes(s.live_at_end_bytes); },
       human_bytes(c.live_at_end_bytes));
-  row(c.complete ? "never freed" : "live at end (n)", [&](log_summary const& s) { return num(s.live_at_end_count); },
+  row(
+      c.complete ? "never freed" : "live at end (n)", [&](log_summary const& s) { return num(s.live_at_end_count); },
       num(c.live_at_end_count));
-  row("unknown frees", [&](log_summary const& s) { return num(s.unknown_free_count); }, "");
+  row(
+      "unknown frees", [&](log_summary const& s) { return num(s.unknown_free_count); }, "");
 
   if (c.peak_live_bytes == 0) {
     fmt::format_to(out, "\n  combined peak live 0 B\n\n");

@@ -9,8 +9,8 @@ namespace gpumem::tools {
 
 namespace {
 
-constexpr std::array<rgb, 6> palette{{{31, 119, 180}, {214, 39, 40}, {44, 160, 44},
-                                      {148, 103, 189}, {255, 127, 14}, {23, 190, 207}}};
+constexpr std::array<rgb, 6> palette{
+    {{31, 119, 180}, {214, 39, 40}, {44, 160, 44}, {148, 103, 189}, {255, 127, 14}, {23, 190, 207}}};
 
 rgb lighter(rgb c) {
   auto mix = [](std::uint8_t v) { return static_cast<std::uint8_t>(v + (255 - v) / 2); };
@@ -27,8 +27,8 @@ constexpr rgb grid{225, 225, 225};
 
 }  // namespace
 
-std::vector<plot_series> timeline_series(std::vector<log_summary const*> const& logs,
-                                         combined_summary const* combined, int plot_width) {
+std::vector<plot_series> timeline_series(std::vector<log_summary const*> const& logs, combined_summary const* combined,
+                                         int plot_width) {
   std::size_t const max_points = static_cast<std::size_t>(std::max(plot_width, 16)) * 4;
   std::vector<plot_series> out;
   bool const several = logs.size() > 1;
@@ -95,7 +95,8 @@ std::vector<std::pair<double, double>> plot_layout::path(plot_series const& s) c
   pts.emplace_back(s.points.empty() ? x(t0) : x(s.points.front().time_ns), prev_y);
   for (auto const& p : s.points) {
     double const px = x(p.time_ns);
-    double const v = s.reserved ? static_cast<double>(std::max<std::int64_t>(p.reserved, 0)) : static_cast<double>(p.live);
+    double const v = s.reserved ? static_cast<double>(std::max<std::int64_t>(p.reserved, 0))
+                                : static_cast<double>(p.live);
     pts.emplace_back(px, prev_y);  // hold the previous value until this event
     prev_y = y(v);
     pts.emplace_back(px, prev_y);

@@ -72,8 +72,8 @@ std::uint32_t trace_writer::tid_of(std::size_t log, std::uint64_t stream) {
   if (tids.size() >= max_streams_named) return 0;
   auto const tid = static_cast<std::uint32_t>(tids.size() + 1);
   tids.emplace(stream, tid);
-  item(fmt::format(R"({{"ph":"M","name":"thread_name","pid":{},"tid":{},"args":{{"name":"stream {}"}}}})", log + 1,
-                   tid, hex(stream)));
+  item(fmt::format(R"({{"ph":"M","name":"thread_name","pid":{},"tid":{},"args":{{"name":"stream {}"}}}})", log + 1, tid,
+                   hex(stream)));
   return tid;
 }
 
@@ -100,7 +100,7 @@ void trace_writer::event(std::size_t log, log_event const& ev) {
   int const device = has_device ? ev.device : -1;
   switch (ev.kind) {
     case event_kind::allocate: {
-      if (ev.pointer == 0) break;  // a zero-byte allocation owns nothing
+      if (ev.pointer == 0) break;                                     // a zero-byte allocation owns nothing
       if (auto it = st.live.find(ev.pointer); it != st.live.end()) {  // the log lost a free
         close_slice(log, t, ev.pointer, it->second, R"(,"replaced_by_reuse":true)");
         st.devices[it->second.device].live -= it->second.size;
@@ -129,7 +129,8 @@ void trace_writer::event(std::size_t log, log_event const& ev) {
       }
       slice const s = it->second;
       st.live.erase(it);
-      close_slice(log, t, ev.pointer, s, fmt::format(R"(,"freed_by":{},"line":{})", json_string(r.string(ev.entry)), ev.line));
+      close_slice(log, t, ev.pointer, s,
+                  fmt::format(R"(,"freed_by":{},"line":{})", json_string(r.string(ev.entry)), ev.line));
       auto& d = st.devices[s.device];
       d.live -= s.size;
       counter(log, t, s.device, "live", static_cast<std::int64_t>(std::min<std::uint64_t>(d.live, INT64_MAX)));

@@ -54,7 +54,7 @@ class trace_writer final : public merged_event_observer {
   struct log_state {
     log_reader* reader{};
     std::int64_t last_ns{};
-    std::unordered_map<std::uint64_t, slice> live;        ///< pointer -> open slice
+    std::unordered_map<std::uint64_t, slice> live;          ///< pointer -> open slice
     std::unordered_map<std::uint64_t, std::uint32_t> tids;  ///< stream -> tid
     std::map<int, device_bytes> devices;
   };

@@ -54,9 +54,7 @@ void check_value(option_spec const& o, std::string const& value) {
   if (o.type == option_spec::size) {
     try {
       (void)config::parse_size(value);  // percentages are resolved per device by the shim
-    } catch (config::config_error const& e) {
-      throw std::invalid_argument{where + ": " + e.what()};
-    }
+    } catch (config::config_error const& e) { throw std::invalid_argument{where + ": " + e.what()}; }
   } else if (o.type == option_spec::count) {
     auto const bar = o.choices.find('|');
     long long const lo = std::stoll(std::string{o.choices.substr(0, bar)});

@@ -20,8 +20,7 @@ __global__ void fill(unsigned char* p, std::size_t n, unsigned char v) {
 
 __global__ void late_write(unsigned char* p, std::size_t n, unsigned char v, long long cycles) {
   long long const start = clock64();
-  while (clock64() - start < cycles) {
-  }
+  while (clock64() - start < cycles) {}
   for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) p[i] = v;
 }
 
@@ -139,10 +138,14 @@ void errors() {
 
 int main(int argc, char** argv) {
   std::string const scenario = argc > 1 ? argv[1] : "served";
-  if (scenario == "served") served();
-  else if (scenario == "safe") safe();
-  else if (scenario == "capture") capture();
-  else if (scenario == "errors") errors();
+  if (scenario == "served")
+    served();
+  else if (scenario == "safe")
+    safe();
+  else if (scenario == "capture")
+    capture();
+  else if (scenario == "errors")
+    errors();
   else {
     fprintf(stderr, "unknown scenario %s\n", scenario.c_str());
     return 2;

@@ -5,31 +5,30 @@
 #define GPUMEM_TEST_APP_SUPPORT_H
 
 #include <dlfcn.h>
-#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../../../src/shim/gpumem_shim.h"
 
 static int app_failures = 0;
 
-#define APP_CHECK(cond)                                                               \
-  do {                                                                                \
-    if (!(cond)) {                                                                    \
-      fprintf(stderr, "CHECK FAILED %s:%d: %s\n", __FILE__, __LINE__, #cond);         \
-      ++app_failures;                                                                 \
-    }                                                                                 \
+#define APP_CHECK(cond)                                                       \
+  do {                                                                        \
+    if (!(cond)) {                                                            \
+      fprintf(stderr, "CHECK FAILED %s:%d: %s\n", __FILE__, __LINE__, #cond); \
+      ++app_failures;                                                         \
+    }                                                                         \
   } while (0)
 
-#define APP_CHECK_EQ(a, b)                                                            \
-  do {                                                                                \
-    long long app_a_ = (long long)(a), app_b_ = (long long)(b);                       \
-    if (app_a_ != app_b_) {                                                           \
-      fprintf(stderr, "CHECK FAILED %s:%d: %s == %s (%lld vs %lld)\n", __FILE__,      \
-              __LINE__, #a, #b, app_a_, app_b_);                                      \
-      ++app_failures;                                                                 \
-    }                                                                                 \
+#define APP_CHECK_EQ(a, b)                                                                                          \
+  do {                                                                                                              \
+    long long app_a_ = (long long)(a), app_b_ = (long long)(b);                                                     \
+    if (app_a_ != app_b_) {                                                                                         \
+      fprintf(stderr, "CHECK FAILED %s:%d: %s == %s (%lld vs %lld)\n", __FILE__, __LINE__, #a, #b, app_a_, app_b_); \
+      ++app_failures;                                                                                               \
+    }                                                                                                               \
   } while (0)
 
 /* Zeroed stats when the shim is absent. */
@@ -69,13 +68,13 @@ static inline int app_shim_active(void) { return app_stats().mode == GPUMEM_SHIM
 /* One line the gtest driver parses: "STATS key=value ...". */
 static inline void app_print_stats(void) {
   gpumem_shim_stats s = app_stats();
-  printf("STATS mode=%d chains=%d chain_allocations=%llu runtime_allocations=%llu chain_frees=%llu "
-         "passthrough_allocations=%llu passthrough_frees=%llu double_frees=%llu failed=%llu live=%llu "
-         "captured=%llu barriers=%llu ipc_refused=%llu device_syncs=%llu sim_cuMemAlloc=%ld violations=%ld\n",
-         s.mode, s.chains, s.chain_allocations, s.runtime_allocations, s.chain_frees,
-         s.passthrough_allocations, s.passthrough_frees, s.double_frees, s.failed_allocations,
-         s.live_allocations, s.captured_passthroughs, s.reclaim_barriers, s.ipc_refused, s.device_syncs,
-         app_sim_calls("cuMemAlloc_v2"), app_sim_violations());
+  printf(
+      "STATS mode=%d chains=%d chain_allocations=%llu runtime_allocations=%llu chain_frees=%llu "
+      "passthrough_allocations=%llu passthrough_frees=%llu double_frees=%llu failed=%llu live=%llu "
+      "captured=%llu barriers=%llu ipc_refused=%llu device_syncs=%llu sim_cuMemAlloc=%ld violations=%ld\n",
+      s.mode, s.chains, s.chain_allocations, s.runtime_allocations, s.chain_frees, s.passthrough_allocations,
+      s.passthrough_frees, s.double_frees, s.failed_allocations, s.live_allocations, s.captured_passthroughs,
+      s.reclaim_barriers, s.ipc_refused, s.device_syncs, app_sim_calls("cuMemAlloc_v2"), app_sim_violations());
   fflush(stdout);
 }
 

@@ -122,7 +122,7 @@ static void* worker(void* arg) {
   int const d = (int)(intptr_t)arg;
   APP_CHECK_EQ(cu.push(created[d]), CUDA_SUCCESS);
   CUstream s = NULL;
-  APP_CHECK_EQ(cu.stream_create(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);  /* a stream of the created context */
+  APP_CHECK_EQ(cu.stream_create(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS); /* a stream of the created context */
   CUcontext popped = NULL;
   APP_CHECK_EQ(cu.pop(&popped), CUDA_SUCCESS);
   for (int i = 0; i < per_thread; ++i) {
@@ -211,8 +211,8 @@ static void contexts(size_t limit) {
       if (!owner_is(b->p, b->owner)) {
         CUcontext owner = NULL;
         CUresult const r = cu.attribute(&owner, CU_POINTER_ATTRIBUTE_CONTEXT, b->p);
-        fprintf(stderr, "device %d block %d (%s, %zu bytes): wrong owning context (attribute %d: %p, expected %p)\n",
-                d, i, b->pooled ? "primary" : "created", b->bytes, (int)r, (void*)owner, (void*)b->owner);
+        fprintf(stderr, "device %d block %d (%s, %zu bytes): wrong owning context (attribute %d: %p, expected %p)\n", d,
+                i, b->pooled ? "primary" : "created", b->bytes, (int)r, (void*)owner, (void*)b->owner);
         ++app_failures;
       }
       APP_CHECK(holds(b->p, b->bytes, b->seed));

@@ -58,8 +58,7 @@ int main(int argc, char** argv) {
     APP_CHECK_EQ(read(3, &c, 1), 1);
     pairs(n);
     APP_CHECK_EQ(write(4, "w", 1), 1);
-    while (read(5, &c, 1) > 0) {
-    }
+    while (read(5, &c, 1) > 0) {}
   } else {
     fprintf(stderr, "usage: shim_log_app pairs N | truncate N PATH | fsize BYTES N | sync N\n");
     return 2;

@@ -40,7 +40,9 @@ int device_count() {
 }
 
 // A byte pattern that names the buffer it belongs to.
-unsigned char pattern_at(unsigned seed, std::size_t i) { return static_cast<unsigned char>((seed * 131U + i * 7U) ^ (i >> 8U)); }
+unsigned char pattern_at(unsigned seed, std::size_t i) {
+  return static_cast<unsigned char>((seed * 131U + i * 7U) ^ (i >> 8U));
+}
 
 void fill(void* p, std::size_t n, unsigned seed) {
   std::vector<unsigned char> host(n);
@@ -426,15 +428,24 @@ void launcher() {
 
 int main(int argc, char** argv) {
   std::string const scenario = argc > 1 ? argv[1] : "devices";
-  if (scenario == "devices") devices();
-  else if (scenario == "peer") peer();
-  else if (scenario == "limit" && argc > 2) limit(std::strtoull(argv[2], nullptr, 10));
-  else if (scenario == "percent") percent();
-  else if (scenario == "ipc") ipc();
-  else if (scenario == "ipc-export") ipc_export();
-  else if (scenario == "ipc-open" && argc > 2) ipc_open(argv[2]);
-  else if (scenario == "rank") rank();
-  else if (scenario == "launcher") launcher();
+  if (scenario == "devices")
+    devices();
+  else if (scenario == "peer")
+    peer();
+  else if (scenario == "limit" && argc > 2)
+    limit(std::strtoull(argv[2], nullptr, 10));
+  else if (scenario == "percent")
+    percent();
+  else if (scenario == "ipc")
+    ipc();
+  else if (scenario == "ipc-export")
+    ipc_export();
+  else if (scenario == "ipc-open" && argc > 2)
+    ipc_open(argv[2]);
+  else if (scenario == "rank")
+    rank();
+  else if (scenario == "launcher")
+    launcher();
   else {
     fprintf(stderr, "usage: %s devices|peer|limit BYTES|percent|ipc|ipc-export|rank|launcher\n", argv[0]);
     return 2;

@@ -69,7 +69,7 @@ void errors() {
   APP_CHECK_EQ(cudaMalloc(&q, 4096), cudaSuccess);
   APP_CHECK_EQ(cudaFree(static_cast<char*>(q) + 256), cudaErrorInvalidValue);  // interior
   APP_CHECK_EQ(cudaFree(q), cudaSuccess);
-  APP_CHECK_EQ(cudaFree(q), cudaErrorInvalidValue);  // double
+  APP_CHECK_EQ(cudaFree(q), cudaErrorInvalidValue);                // double
   APP_CHECK_EQ(cudaFreeAsync(q, nullptr), cudaErrorInvalidValue);  // double, other entry
   app_sim_reset_violations();  // the unknown and interior frees above were on purpose
   APP_CHECK_EQ(cudaMallocAsync(&p, 0, nullptr), cudaSuccess);
@@ -396,18 +396,30 @@ void leak() {
 
 int main(int argc, char** argv) {
   std::string const scenario = argc > 1 ? argv[1] : "served";
-  if (scenario == "served") served();
-  else if (scenario == "errors") errors();
-  else if (scenario == "cross") cross();
-  else if (scenario == "safe") safe();
-  else if (scenario == "capture") capture();
-  else if (scenario == "devices") devices();
-  else if (scenario == "fork") forked();
-  else if (scenario == "queries") queries();
-  else if (scenario == "leak") leak();
-  else if (scenario == "threads") threads();
-  else if (scenario == "pools") pools();
-  else if (scenario == "die") die(argc > 2 ? argv[2] : "abort");
+  if (scenario == "served")
+    served();
+  else if (scenario == "errors")
+    errors();
+  else if (scenario == "cross")
+    cross();
+  else if (scenario == "safe")
+    safe();
+  else if (scenario == "capture")
+    capture();
+  else if (scenario == "devices")
+    devices();
+  else if (scenario == "fork")
+    forked();
+  else if (scenario == "queries")
+    queries();
+  else if (scenario == "leak")
+    leak();
+  else if (scenario == "threads")
+    threads();
+  else if (scenario == "pools")
+    pools();
+  else if (scenario == "die")
+    die(argc > 2 ? argv[2] : "abort");
   else {
     fprintf(stderr, "unknown scenario %s\n", scenario.c_str());
     return 2;

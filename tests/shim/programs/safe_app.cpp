@@ -242,7 +242,7 @@ void bad_streams() {
     void* q = nullptr;
     APP_CHECK_EQ(cudaMallocAsync(&q, 4096, good), cudaSuccess);
     APP_CHECK_EQ(cudaFreeAsync(q, bad), cudaErrorInvalidResourceHandle);
-    APP_CHECK_EQ(cudaFree(q), cudaSuccess);  // still allocated: no double free
+    APP_CHECK_EQ(cudaFree(q), cudaSuccess);            // still allocated: no double free
     APP_CHECK_EQ(cudaFree(q), cudaErrorInvalidValue);  // now it is one
   }
   using free_async_fn = CUresult (*)(CUdeviceptr, CUstream);
@@ -280,12 +280,18 @@ void stale_double_free() {
 int main(int argc, char** argv) {
   std::string const scenario = argc > 1 ? argv[1] : "";
   APP_CHECK_EQ(cudaFree(nullptr), cudaSuccess);  // the context, as programs make it
-  if (scenario == "malloc_any_stream") malloc_any_stream();
-  else if (scenario == "free_then_reuse") free_then_reuse();
-  else if (scenario == "cross_family") cross_family();
-  else if (scenario == "threads") threads();
-  else if (scenario == "bad_streams") bad_streams();
-  else if (scenario == "stale_double_free") stale_double_free();
+  if (scenario == "malloc_any_stream")
+    malloc_any_stream();
+  else if (scenario == "free_then_reuse")
+    free_then_reuse();
+  else if (scenario == "cross_family")
+    cross_family();
+  else if (scenario == "threads")
+    threads();
+  else if (scenario == "bad_streams")
+    bad_streams();
+  else if (scenario == "stale_double_free")
+    stale_double_free();
   else {
     fprintf(stderr, "unknown scenario %s\n", scenario.c_str());
     return 2;

@@ -124,8 +124,8 @@ CUresult cuStreamGetCaptureInfo_v3(CUstream h, CUstreamCaptureStatus* status, cu
   return capture_info_v3(h, status, id, g, deps, edges, num_deps, false, "cuStreamGetCaptureInfo_v3");
 }
 SIM_EXPORT CUresult cuStreamGetCaptureInfo_v3_ptsz(CUstream h, CUstreamCaptureStatus* status, cuuint64_t* id,
-                                                   CUgraph* g, const CUgraphNode** deps,
-                                                   const CUgraphEdgeData** edges, size_t* num_deps) {
+                                                   CUgraph* g, const CUgraphNode** deps, const CUgraphEdgeData** edges,
+                                                   size_t* num_deps) {
   SIM_ENTRY("cuStreamGetCaptureInfo_v3_ptsz");
   return capture_info_v3(h, status, id, g, deps, edges, num_deps, true, "cuStreamGetCaptureInfo_v3_ptsz");
 }

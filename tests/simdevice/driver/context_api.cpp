@@ -225,8 +225,10 @@ CUresult cuCtxSetCurrent(CUcontext ctx) {
   }
   context* c = context_from_handle(ctx);
   if (c == nullptr) return bad_context(ctx, "cuCtxSetCurrent");
-  if (stack.empty()) stack.push_back(c);
-  else stack.back() = c;
+  if (stack.empty())
+    stack.push_back(c);
+  else
+    stack.back() = c;
   return CUDA_SUCCESS;
 }
 
@@ -262,8 +264,8 @@ CUresult cuCtxCreate_v4(CUcontext* pctx, CUctxCreateParams* params, unsigned int
     if ((params->execAffinityParams == nullptr) == (params->cigParams == nullptr)) return CUDA_ERROR_INVALID_VALUE;
     return CUDA_ERROR_NOT_SUPPORTED;
   }
-  constexpr unsigned known = CU_CTX_SCHED_MASK | CU_CTX_MAP_HOST | CU_CTX_LMEM_RESIZE_TO_MAX |
-                             CU_CTX_COREDUMP_ENABLE | CU_CTX_USER_COREDUMP_ENABLE | CU_CTX_SYNC_MEMOPS;
+  constexpr unsigned known = CU_CTX_SCHED_MASK | CU_CTX_MAP_HOST | CU_CTX_LMEM_RESIZE_TO_MAX | CU_CTX_COREDUMP_ENABLE |
+                             CU_CTX_USER_COREDUMP_ENABLE | CU_CTX_SYNC_MEMOPS;
   unsigned const sched = flags & CU_CTX_SCHED_MASK;
   if ((flags & ~known) != 0 || (sched & (sched - 1)) != 0) return CUDA_ERROR_INVALID_VALUE;
   context* c = create_context(dev);

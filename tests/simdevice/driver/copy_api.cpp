@@ -142,13 +142,12 @@ CUresult cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t n) {
   return run_sync("cuMemcpyDtoD_v2", copy(reinterpret_cast<void*>(dst), reinterpret_cast<void const*>(src), n));
 }
 
-#define SIM_ASYNC_COPY(name, ptsz, dst_t, src_t, check)                                         \
-  SIM_EXPORT CUresult name(dst_t dst, src_t src, size_t n, CUstream h) {                        \
-    SIM_ENTRY(#name);                                                                           \
-    SIM_REQUIRE_INIT();                                                                         \
-    if (check) return CUDA_ERROR_INVALID_VALUE;                                                 \
-    return run_async(h, ptsz, #name,                                                            \
-                     copy(reinterpret_cast<void*>(dst), reinterpret_cast<void const*>(src), n)); \
+#define SIM_ASYNC_COPY(name, ptsz, dst_t, src_t, check)                                                          \
+  SIM_EXPORT CUresult name(dst_t dst, src_t src, size_t n, CUstream h) {                                         \
+    SIM_ENTRY(#name);                                                                                            \
+    SIM_REQUIRE_INIT();                                                                                          \
+    if (check) return CUDA_ERROR_INVALID_VALUE;                                                                  \
+    return run_async(h, ptsz, #name, copy(reinterpret_cast<void*>(dst), reinterpret_cast<void const*>(src), n)); \
   }
 
 SIM_ASYNC_COPY(cuMemcpyHtoDAsync_v2, false, CUdeviceptr, const void*,

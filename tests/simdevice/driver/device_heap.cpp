@@ -7,8 +7,8 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 namespace gpumemsim {
@@ -96,8 +96,8 @@ void device_heap::discard_pages(std::uintptr_t addr, std::size_t size) noexcept 
   std::uintptr_t const last = (addr + size) / page * page;
   if (last > first) {
     // Best effort: failure only means the pages stay resident.
-    (void)fallocate(fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
-                    static_cast<off_t>(first - base_), static_cast<off_t>(last - first));
+    (void)fallocate(fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(first - base_),
+                    static_cast<off_t>(last - first));
   }
 }
 

@@ -59,9 +59,7 @@ class device_heap {
   free_status release(std::uintptr_t ptr, bool allow_pending);
   /// The live allocation containing `ptr` (interior pointers included).
   bool find(std::uintptr_t ptr, allocation* out);
-  bool contains(std::uintptr_t ptr) const noexcept {
-    return ptr >= base_ && ptr < base_ + capacity_;
-  }
+  bool contains(std::uintptr_t ptr) const noexcept { return ptr >= base_ && ptr < base_ + capacity_; }
   /// Frees every allocation of `ctx` (primary context reset, cuCtxDestroy); returns
   /// how many, and what they were in `released` if given.
   std::size_t release_all(context const* ctx, std::vector<allocation>* released = nullptr);

@@ -49,7 +49,9 @@ CUresult report_bad_free(free_status status, std::uintptr_t ptr, char const* ent
     case free_status::interior:
       violation("free of interior pointer %#zx (%s)", static_cast<std::size_t>(ptr), entry);
       break;
-    case free_status::unknown: violation("free of unknown pointer %#zx (%s)", static_cast<std::size_t>(ptr), entry); break;
+    case free_status::unknown:
+      violation("free of unknown pointer %#zx (%s)", static_cast<std::size_t>(ptr), entry);
+      break;
   }
   return CUDA_ERROR_INVALID_VALUE;
 }
@@ -87,7 +89,8 @@ CUresult allocate_on(context* ctx, std::size_t bytes, bool managed, mem_pool* po
   info.buffer_id = next_buffer_id();
   device* d = device_at(pool != nullptr ? pool->device : ctx->device);
   CUresult r = d->heap->allocate(bytes, info, out);
-  if (r == CUDA_SUCCESS && pool != nullptr) pool->on_allocate((bytes + device_heap::alignment - 1) / device_heap::alignment * device_heap::alignment);
+  if (r == CUDA_SUCCESS && pool != nullptr)
+    pool->on_allocate((bytes + device_heap::alignment - 1) / device_heap::alignment * device_heap::alignment);
   return r;
 }
 
@@ -274,12 +277,11 @@ CUresult write_attribute(void* data, CUpointer_attribute attribute, std::uintptr
     case CU_POINTER_ATTRIBUTE_CONTEXT:
       // Memory of a memory pool (cuMemAllocAsync) belongs to no context (measured:
       // NULL on an H200, driver 580); other memory to the context that allocated it.
-      *static_cast<CUcontext*>(data) =
-          info.pool != nullptr ? nullptr : to_handle(info.ctx != nullptr ? info.ctx : &device_at(info.device)->ctx);
+      *static_cast<CUcontext*>(data) = info.pool != nullptr
+                                           ? nullptr
+                                           : to_handle(info.ctx != nullptr ? info.ctx : &device_at(info.device)->ctx);
       return CUDA_SUCCESS;
-    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
-      *static_cast<unsigned*>(data) = CU_MEMORYTYPE_DEVICE;
-      return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE: *static_cast<unsigned*>(data) = CU_MEMORYTYPE_DEVICE; return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
       *static_cast<CUdeviceptr*>(data) = static_cast<CUdeviceptr>(ptr);
       return CUDA_SUCCESS;
@@ -287,35 +289,22 @@ CUresult write_attribute(void* data, CUpointer_attribute attribute, std::uintptr
       if (!info.managed) return CUDA_ERROR_INVALID_VALUE;
       *static_cast<void**>(data) = reinterpret_cast<void*>(ptr);
       return CUDA_SUCCESS;
-    case CU_POINTER_ATTRIBUTE_IS_MANAGED:
-      *static_cast<unsigned*>(data) = info.managed ? 1U : 0U;
-      return CUDA_SUCCESS;
-    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
-      *static_cast<int*>(data) = info.device;
-      return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_IS_MANAGED: *static_cast<unsigned*>(data) = info.managed ? 1U : 0U; return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *static_cast<int*>(data) = info.device; return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
       *static_cast<CUdeviceptr*>(data) = static_cast<CUdeviceptr>(info.base);
       return CUDA_SUCCESS;
-    case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
-      *static_cast<std::size_t*>(data) = info.size;
-      return CUDA_SUCCESS;
-    case CU_POINTER_ATTRIBUTE_MAPPED:
-      *static_cast<unsigned*>(data) = 1U;
-      return CUDA_SUCCESS;
-    case CU_POINTER_ATTRIBUTE_BUFFER_ID:
-      *static_cast<unsigned long long*>(data) = info.buffer_id;
-      return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE: *static_cast<std::size_t*>(data) = info.size; return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_MAPPED: *static_cast<unsigned*>(data) = 1U; return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_BUFFER_ID: *static_cast<unsigned long long*>(data) = info.buffer_id; return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE:
       *static_cast<CUmemoryPool*>(data) = info.pool != nullptr ? to_handle(info.pool) : nullptr;
       return CUDA_SUCCESS;
-    case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS:
-      *static_cast<unsigned*>(data) = 1U;
-      return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS: *static_cast<unsigned*>(data) = 1U; return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
       *static_cast<unsigned*>(data) = info.managed || info.pool != nullptr ? 0U : 1U;
       return CUDA_SUCCESS;
-    default:
-      return CUDA_ERROR_INVALID_VALUE;
+    default: return CUDA_ERROR_INVALID_VALUE;
   }
 }
 

@@ -35,8 +35,8 @@ CUresult cuEventRecord_ptsz(CUevent, CUstream);
 CUresult cuStreamBeginCapture_v2_ptsz(CUstream, CUstreamCaptureMode);
 CUresult cuStreamEndCapture_ptsz(CUstream, CUgraph*);
 CUresult cuStreamIsCapturing_ptsz(CUstream, CUstreamCaptureStatus*);
-CUresult cuStreamGetCaptureInfo_v3_ptsz(CUstream, CUstreamCaptureStatus*, cuuint64_t*, CUgraph*,
-                                        const CUgraphNode**, const CUgraphEdgeData**, size_t*);
+CUresult cuStreamGetCaptureInfo_v3_ptsz(CUstream, CUstreamCaptureStatus*, cuuint64_t*, CUgraph*, const CUgraphNode**,
+                                        const CUgraphEdgeData**, size_t*);
 }
 
 namespace {
@@ -53,8 +53,10 @@ void* fn_ptr(F* f) {
   return reinterpret_cast<void*>(f);
 }
 
-#define ROW(base, since, fn) proc_entry{base, since, fn_ptr(&fn)}
-#define ROW_PTSZ(base, since, fn) proc_entry{base, since, fn_ptr(&fn), fn_ptr(&fn##_ptsz)}
+#define ROW(base, since, fn) \
+  proc_entry { base, since, fn_ptr(&fn) }
+#define ROW_PTSZ(base, since, fn) \
+  proc_entry { base, since, fn_ptr(&fn), fn_ptr(&fn##_ptsz) }
 
 proc_entry const table[] = {
     ROW("cuInit", 2000, cuInit),

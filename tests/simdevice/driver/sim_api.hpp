@@ -28,15 +28,14 @@ CUresult init_status() noexcept;
 }  // namespace gpumemsim
 
 /// First statement of every exported entry point: counts the call.
-#define SIM_ENTRY(name)                                                            \
-  do {                                                                           \
-    static std::atomic<long>& sim_counter_ = ::gpumemsim::call_counter(name);      \
-    sim_counter_.fetch_add(1, std::memory_order_relaxed);                          \
+#define SIM_ENTRY(name)                                                       \
+  do {                                                                        \
+    static std::atomic<long>& sim_counter_ = ::gpumemsim::call_counter(name); \
+    sim_counter_.fetch_add(1, std::memory_order_relaxed);                     \
   } while (0)
 
 /// Entry points that need cuInit first.
-#define SIM_REQUIRE_INIT()                                                         \
-  do {                                                                           \
-    if (CUresult sim_r_ = ::gpumemsim::init_status(); sim_r_ != CUDA_SUCCESS)      \
-      return sim_r_;                                                             \
+#define SIM_REQUIRE_INIT()                                                                   \
+  do {                                                                                       \
+    if (CUresult sim_r_ = ::gpumemsim::init_status(); sim_r_ != CUDA_SUCCESS) return sim_r_; \
   } while (0)

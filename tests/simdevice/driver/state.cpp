@@ -196,11 +196,16 @@ std::size_t parse_size(char const* text) noexcept {
   if (end == text) return 0;
   std::string_view const suffix(end);
   unsigned shift = 0;
-  if (suffix.empty() || suffix == "B") shift = 0;
-  else if (suffix == "KiB" || suffix == "KB" || suffix == "K") shift = 10;
-  else if (suffix == "MiB" || suffix == "MB" || suffix == "M") shift = 20;
-  else if (suffix == "GiB" || suffix == "GB" || suffix == "G") shift = 30;
-  else return 0;
+  if (suffix.empty() || suffix == "B")
+    shift = 0;
+  else if (suffix == "KiB" || suffix == "KB" || suffix == "K")
+    shift = 10;
+  else if (suffix == "MiB" || suffix == "MB" || suffix == "M")
+    shift = 20;
+  else if (suffix == "GiB" || suffix == "GB" || suffix == "G")
+    shift = 30;
+  else
+    return 0;
   if (shift != 0 && n > (~0ULL >> shift)) return 0;
   return static_cast<std::size_t>(n << shift);
 }

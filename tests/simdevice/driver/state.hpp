@@ -11,8 +11,8 @@
 #include "sim_api.hpp"
 
 #include <array>
-#include <cstdint>
 #include <cstdarg>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <vector>

@@ -169,8 +169,8 @@ void invalidate(capture* c, char const* why) {
 
 namespace {
 
-CUresult push(stream* s, std::vector<std::pair<stream*, std::uint64_t>> const& deps,
-              std::function<void()> work, std::uint64_t* seq) {
+CUresult push(stream* s, std::vector<std::pair<stream*, std::uint64_t>> const& deps, std::function<void()> work,
+              std::uint64_t* seq) {
   std::lock_guard lock(s->mutex);
   for (auto const& [other, other_seq] : deps) {
     operation w;

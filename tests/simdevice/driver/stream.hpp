@@ -17,8 +17,8 @@
 
 #include "state.hpp"
 
-#include <condition_variable>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -55,9 +55,7 @@ struct stream {
   bool destroyed = false;
   std::atomic<capture*> cap{nullptr};  ///< capture this stream takes part in
 
-  bool blocking() const noexcept {
-    return kind != stream_kind::legacy && (flags & CU_STREAM_NON_BLOCKING) == 0;
-  }
+  bool blocking() const noexcept { return kind != stream_kind::legacy && (flags & CU_STREAM_NON_BLOCKING) == 0; }
 };
 
 struct event {
@@ -89,7 +87,7 @@ struct capture {
   std::thread::id thread;
   stream* origin = nullptr;
   graph* g = nullptr;
-  bool active = true;       ///< false once ended
+  bool active = true;  ///< false once ended
   bool invalidated = false;
   std::vector<stream*> members;
 };
@@ -104,8 +102,7 @@ CUresult resolve_event(CUevent h, char const* entry, event** out);
 
 /// Queues `work` on `s` (or records it into the stream's capture). Returns the
 /// capture error codes where CUDA gives them.
-CUresult enqueue(stream* s, std::function<void()> work, bool* captured = nullptr,
-                 std::uint64_t* seq = nullptr);
+CUresult enqueue(stream* s, std::function<void()> work, bool* captured = nullptr, std::uint64_t* seq = nullptr);
 /// Queues a dependency of `s` on operation `seq` of `other`.
 CUresult enqueue_wait(stream* s, stream* other, std::uint64_t seq);
 

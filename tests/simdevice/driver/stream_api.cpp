@@ -28,7 +28,10 @@ CUresult synchronize(stream* s, char const* entry) {
   if (CUresult r = check_unsafe_call(entry); r != CUDA_SUCCESS) return r;
   if (s->kind == stream_kind::legacy) {
     std::uint64_t seq = 0;
-    if (CUresult r = enqueue(s, [] {}, nullptr, &seq); r != CUDA_SUCCESS) return r;
+    if (CUresult r = enqueue(
+            s, [] {}, nullptr, &seq);
+        r != CUDA_SUCCESS)
+      return r;
     run_until(s, seq + 1);
   } else {
     run_all(s);
@@ -109,10 +112,13 @@ CUresult event_record(CUevent he, CUstream h, bool ptsz, char const* entry) {
   }
   bool captured = false;
   std::uint64_t seq = 0;
-  CUresult r = enqueue(s, [e, generation] {
-    std::lock_guard lock(e->mutex);
-    if (e->generation == generation) e->when = std::chrono::steady_clock::now();
-  }, &captured, &seq);
+  CUresult r = enqueue(
+      s,
+      [e, generation] {
+        std::lock_guard lock(e->mutex);
+        if (e->generation == generation) e->when = std::chrono::steady_clock::now();
+      },
+      &captured, &seq);
   if (r != CUDA_SUCCESS) return r;
   capture_info const c = captured ? capture_status(s) : capture_info{};
   std::lock_guard lock(e->mutex);
@@ -294,7 +300,9 @@ CUresult cuEventQuery(CUevent h) {
   if (CUresult r = resolve_event(h, "cuEventQuery", &e); r != CUDA_SUCCESS) return r;
   stream* on = nullptr;
   std::uint64_t seq = 0;
-  if (CUresult r = event_state(e, "query of an event recorded in the capture", "cuEventQuery", &on, &seq); r != CUDA_SUCCESS) return r;
+  if (CUresult r = event_state(e, "query of an event recorded in the capture", "cuEventQuery", &on, &seq);
+      r != CUDA_SUCCESS)
+    return r;
   if (on == nullptr) return CUDA_SUCCESS;
   std::lock_guard lock(on->mutex);
   return on->done > seq ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
@@ -306,7 +314,8 @@ CUresult cuEventSynchronize(CUevent h) {
   if (CUresult r = resolve_event(h, "cuEventSynchronize", &e); r != CUDA_SUCCESS) return r;
   stream* on = nullptr;
   std::uint64_t seq = 0;
-  if (CUresult r = event_state(e, "synchronize of an event recorded in the capture", "cuEventSynchronize", &on, &seq); r != CUDA_SUCCESS)
+  if (CUresult r = event_state(e, "synchronize of an event recorded in the capture", "cuEventSynchronize", &on, &seq);
+      r != CUDA_SUCCESS)
     return r;
   if (on != nullptr) run_until(on, seq + 1);
   return CUDA_SUCCESS;

@@ -55,7 +55,8 @@ int main() {
   D("cuIpcGetMemHandle(managed)", cuIpcGetMemHandle(&ih, m));
   D("cuIpcGetMemHandle(interior of cuMemAlloc)", cuIpcGetMemHandle(&ih, d + 256));
   CUdeviceptr opened = 0;
-  D("cuIpcOpenMemHandle(own handle, same process)", cuIpcOpenMemHandle(&opened, ih, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS));
+  D("cuIpcOpenMemHandle(own handle, same process)",
+    cuIpcOpenMemHandle(&opened, ih, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS));
   cudaIpcMemHandle_t rh{};
   void* rp = nullptr;
   cudaMalloc(&rp, 4096);

@@ -175,13 +175,13 @@ cudaError_t cudaMemPoolDestroy(cudaMemPool_t pool) {
 cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, cudaMemPoolAttr attr, void* value) {
   SIMRT_INIT();
   return record(driver().cuMemPoolSetAttribute(reinterpret_cast<CUmemoryPool>(pool),
-                                                static_cast<CUmemPool_attribute>(attr), value));
+                                               static_cast<CUmemPool_attribute>(attr), value));
 }
 
 cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t pool, cudaMemPoolAttr attr, void* value) {
   SIMRT_INIT();
   return record(driver().cuMemPoolGetAttribute(reinterpret_cast<CUmemoryPool>(pool),
-                                                static_cast<CUmemPool_attribute>(attr), value));
+                                               static_cast<CUmemPool_attribute>(attr), value));
 }
 
 cudaError_t cudaMemPoolTrimTo(cudaMemPool_t pool, size_t minBytesToKeep) {

@@ -28,7 +28,9 @@ SIMRT_EXPORT cudaError_t cudaStreamQuery_ptsz(cudaStream_t s) { return cudaStrea
 SIMRT_EXPORT cudaError_t cudaStreamWaitEvent_ptsz(cudaStream_t s, cudaEvent_t e, unsigned int flags) {
   return cudaStreamWaitEvent(per_thread(s), e, flags);
 }
-SIMRT_EXPORT cudaError_t cudaEventRecord_ptsz(cudaEvent_t e, cudaStream_t s) { return cudaEventRecord(e, per_thread(s)); }
+SIMRT_EXPORT cudaError_t cudaEventRecord_ptsz(cudaEvent_t e, cudaStream_t s) {
+  return cudaEventRecord(e, per_thread(s));
+}
 SIMRT_EXPORT cudaError_t cudaLaunchHostFunc_ptsz(cudaStream_t s, cudaHostFn_t fn, void* data) {
   return cudaLaunchHostFunc(per_thread(s), fn, data);
 }

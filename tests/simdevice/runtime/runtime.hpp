@@ -17,21 +17,22 @@ namespace gpumemsim::rt {
 
 // X(name): `name` as cuda.h spells it; looked up by that base name ("cuMemAlloc"),
 // typed as the ABI version cuda.h maps it to (cuMemAlloc_v2).
-#define SIMRT_DRIVER_FUNCTIONS(X)                                                               \
-  X(cuInit) X(cuDriverGetVersion) X(cuDeviceGet) X(cuDeviceGetCount) X(cuDeviceGetName)         \
-  X(cuDeviceGetAttribute) X(cuDeviceTotalMem) X(cuDeviceGetUuid) X(cuDevicePrimaryCtxRetain)    \
-  X(cuDevicePrimaryCtxReset) X(cuCtxGetCurrent) X(cuCtxSetCurrent) X(cuCtxGetDevice)            \
-  X(cuCtxSynchronize) X(cuMemAlloc) X(cuMemFree) X(cuMemAllocManaged) X(cuMemAllocPitch)        \
-  X(cuMemAllocAsync) X(cuMemFreeAsync) X(cuMemAllocFromPoolAsync) X(cuMemGetInfo)               \
-  X(cuPointerGetAttributes) X(cuMemPoolCreate) X(cuMemPoolDestroy) X(cuMemPoolSetAttribute)     \
-  X(cuMemPoolGetAttribute) X(cuMemPoolTrimTo) X(cuDeviceGetDefaultMemPool) X(cuMemsetD8)        \
-  X(cuMemsetD8Async) X(cuMemcpy) X(cuMemcpyAsync) X(cuStreamCreate) X(cuStreamDestroy)          \
-  X(cuStreamSynchronize) X(cuStreamQuery) X(cuStreamWaitEvent) X(cuEventCreate)                 \
-  X(cuEventRecord) X(cuEventQuery) X(cuEventSynchronize) X(cuEventDestroy)                      \
-  X(cuEventElapsedTime) X(cuLaunchHostFunc) X(cuStreamBeginCapture) X(cuStreamEndCapture)       \
-  X(cuStreamIsCapturing) X(cuGraphDestroy) X(cuIpcGetMemHandle) X(cuIpcOpenMemHandle)           \
-  X(cuIpcCloseMemHandle) X(cuGetErrorName) X(cuDeviceCanAccessPeer) X(cuCtxEnablePeerAccess)       \
-  X(cuCtxDisablePeerAccess) X(cuMemcpyPeer) X(cuMemcpyPeerAsync)
+#define SIMRT_DRIVER_FUNCTIONS(X)                                                                                      \
+  X(cuInit)                                                                                                            \
+  X(cuDriverGetVersion) X(cuDeviceGet) X(cuDeviceGetCount) X(cuDeviceGetName) X(cuDeviceGetAttribute)                  \
+      X(cuDeviceTotalMem) X(cuDeviceGetUuid) X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxReset) X(cuCtxGetCurrent) \
+          X(cuCtxSetCurrent) X(cuCtxGetDevice) X(cuCtxSynchronize) X(cuMemAlloc) X(cuMemFree) X(cuMemAllocManaged)     \
+              X(cuMemAllocPitch) X(cuMemAllocAsync) X(cuMemFreeAsync) X(cuMemAllocFromPoolAsync) X(cuMemGetInfo)       \
+                  X(cuPointerGetAttributes) X(cuMemPoolCreate) X(cuMemPoolDestroy) X(cuMemPoolSetAttribute)            \
+                      X(cuMemPoolGetAttribute) X(cuMemPoolTrimTo) X(cuDeviceGetDefaultMemPool) X(cuMemsetD8)           \
+                          X(cuMemsetD8Async) X(cuMemcpy) X(cuMemcpyAsync) X(cuStreamCreate) X(cuStreamDestroy)         \
+                              X(cuStreamSynchronize) X(cuStreamQuery) X(cuStreamWaitEvent) X(cuEventCreate)            \
+                                  X(cuEventRecord) X(cuEventQuery) X(cuEventSynchronize) X(cuEventDestroy)             \
+                                      X(cuEventElapsedTime) X(cuLaunchHostFunc) X(cuStreamBeginCapture)                \
+                                          X(cuStreamEndCapture) X(cuStreamIsCapturing) X(cuGraphDestroy)               \
+                                              X(cuIpcGetMemHandle) X(cuIpcOpenMemHandle) X(cuIpcCloseMemHandle)        \
+                                                  X(cuGetErrorName) X(cuDeviceCanAccessPeer) X(cuCtxEnablePeerAccess)  \
+                                                      X(cuCtxDisablePeerAccess) X(cuMemcpyPeer) X(cuMemcpyPeerAsync)
 
 struct driver_table {
 #define SIMRT_MEMBER(name) decltype(&::name) name = nullptr;
@@ -66,8 +67,8 @@ cudaError_t primary_context(int device, CUcontext* out) noexcept;
 }  // namespace gpumemsim::rt
 
 /// Entry-point prologue: resolve the driver and bind a context, or fail.
-#define SIMRT_INIT()                                                                \
-  do {                                                                            \
+#define SIMRT_INIT()                                                                     \
+  do {                                                                                   \
     if (cudaError_t simrt_e = ::gpumemsim::rt::ensure_context(); simrt_e != cudaSuccess) \
-      return ::gpumemsim::rt::record(simrt_e);                                      \
+      return ::gpumemsim::rt::record(simrt_e);                                           \
   } while (0)

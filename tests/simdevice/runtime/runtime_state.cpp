@@ -23,15 +23,14 @@ driver_table load() noexcept {
     return t;
   }
   bool complete = true;
-#define SIMRT_RESOLVE(name)                                                                        \
-  {                                                                                                \
-    void* fn = nullptr;                                                                            \
-    CUdriverProcAddressQueryResult found{};                                                        \
-    if (t.get_proc_address(#name, &fn, runtime_version, CU_GET_PROC_ADDRESS_DEFAULT, &found) ==    \
-        CUDA_SUCCESS)                                                                              \
-      t.name = reinterpret_cast<decltype(t.name)>(fn);                                             \
-    else                                                                                           \
-      complete = false;                                                                            \
+#define SIMRT_RESOLVE(name)                                                                                   \
+  {                                                                                                           \
+    void* fn = nullptr;                                                                                       \
+    CUdriverProcAddressQueryResult found{};                                                                   \
+    if (t.get_proc_address(#name, &fn, runtime_version, CU_GET_PROC_ADDRESS_DEFAULT, &found) == CUDA_SUCCESS) \
+      t.name = reinterpret_cast<decltype(t.name)>(fn);                                                        \
+    else                                                                                                      \
+      complete = false;                                                                                       \
   }
   SIMRT_DRIVER_FUNCTIONS(SIMRT_RESOLVE)
 #undef SIMRT_RESOLVE
@@ -67,8 +66,7 @@ cudaError_t primary_context(int device, CUcontext* out) noexcept {
   if (g_primary[i] == nullptr) {
     CUdevice dev{};
     if (CUresult r = d.cuDeviceGet(&dev, device); r != CUDA_SUCCESS) return to_runtime_error(r);
-    if (CUresult r = d.cuDevicePrimaryCtxRetain(&g_primary[i], dev); r != CUDA_SUCCESS)
-      return to_runtime_error(r);
+    if (CUresult r = d.cuDevicePrimaryCtxRetain(&g_primary[i], dev); r != CUDA_SUCCESS) return to_runtime_error(r);
   }
   *out = g_primary[i];
   return cudaSuccess;
