@@ -25,8 +25,6 @@
 namespace gpumem::config {
 namespace {
 
-using detail::location;
-
 constexpr std::string_view env_source = "environment";
 
 /// The variables gpumem reads (for the did-you-mean of unknown ones).
@@ -58,7 +56,9 @@ std::vector<std::string> unknown_variable_warnings(environment const& env) {
   for (auto const& [name, value] : env.vars) {
     if (!name.starts_with("GPUMEM_")) { continue; }
     if (std::ranges::find(known_variables, name) != known_variables.end()) { continue; }
-    if (std::ranges::any_of(foreign_prefixes, [&](std::string_view p) { return name.starts_with(p); })) { continue; }
+    if (std::ranges::any_of(foreign_prefixes, [&var = name](std::string_view p) { return var.starts_with(p); })) {
+      continue;
+    }
     std::string_view best;
     std::size_t best_distance = 4;  // suggest only close matches
     for (auto const k : known_variables) {

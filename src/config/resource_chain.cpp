@@ -31,6 +31,9 @@ template <class... F>
 struct overloaded : F... {
   using F::operator()...;
 };
+// Needed by Clang (clang-tidy) before 17, which lacks C++20's aggregate deduction.
+template <class... F>
+overloaded(F...) -> overloaded<F...>;
 
 bool uses_percent(resource_options const& options) {
   auto pct = [](std::optional<size_value> const& v) { return v && v->is_percent; };
@@ -98,6 +101,7 @@ class chain_builder {
   }
 
   template <class T, class... Args>
+  // NOLINTNEXTLINE(performance-unnecessary-value-param): both are moved (clang-tidy 14 misreads a dependent call)
   T* make(std::string type, std::string description, Args&&... args) {
     auto owned = std::make_unique<T>(std::forward<Args>(args)...);
     T* raw = owned.get();

@@ -15,6 +15,8 @@
 
 namespace gpumem::tools {
 
+struct json_member;
+
 struct json_value {
   enum class kind { null, boolean, number, string, array, object };
   kind k = kind::null;
@@ -22,23 +24,35 @@ struct json_value {
   double number = 0;
   std::string text;  ///< a string's value, or a number as written
   std::vector<json_value> items;
-  std::vector<std::pair<std::string, json_value>> members;
+  std::vector<json_member> members;  ///< an object's, in document order
 
   [[nodiscard]] bool is(kind want) const noexcept { return k == want; }
-  [[nodiscard]] bool has(std::string_view key) const {
-    for (auto const& [name, v] : members) {
-      if (name == key) return true;
-    }
-    return false;
-  }
-  [[nodiscard]] json_value const& operator[](std::string_view key) const {
-    for (auto const& [name, v] : members) {
-      if (name == key) return v;
-    }
-    throw std::out_of_range{"no member '" + std::string{key} + "'"};
-  }
+  [[nodiscard]] bool has(std::string_view key) const;
+  [[nodiscard]] json_value const& operator[](std::string_view key) const;
   [[nodiscard]] json_value const& operator[](std::size_t i) const { return items.at(i); }
 };
+
+// A struct rather than std::pair: std::vector may hold a type that is still
+// incomplete, std::pair may not (Clang rejects std::pair<std::string, json_value>
+// inside json_value).
+struct json_member {
+  std::string name;
+  json_value value;
+};
+
+inline bool json_value::has(std::string_view key) const {
+  for (auto const& [name, v] : members) {
+    if (name == key) return true;
+  }
+  return false;
+}
+
+inline json_value const& json_value::operator[](std::string_view key) const {
+  for (auto const& [name, v] : members) {
+    if (name == key) return v;
+  }
+  throw std::out_of_range{"no member '" + std::string{key} + "'"};
+}
 
 class json_parser {
  public:
@@ -88,7 +102,7 @@ class json_parser {
           space();
           expect(':');
           space();
-          v.members.emplace_back(std::move(key), value(depth + 1));
+          v.members.push_back({std::move(key), value(depth + 1)});
           space();
           if (peek() == ',') {
             ++pos_;
