@@ -2,25 +2,24 @@
 
 #include <gpumem/config/settings.hpp>
 
-#include <type_traits>
+#include <variant>
 
 namespace gpumem::config {
+namespace {
+
+// std::holds_alternative rather than std::visit: std::visit may throw (on a
+// valueless variant), which these noexcept functions must not.
+template <class... T>
+bool holds_one_of(resource_options const& options) noexcept {
+  return (std::holds_alternative<T>(options) || ...);
+}
+
+}  // namespace
 
 resource_role role_of(resource_options const& options) noexcept {
-  return std::visit(
-      [](auto const& o) {
-        using T = std::decay_t<decltype(o)>;
-        if constexpr (std::is_same_v<T, cuda_spec> || std::is_same_v<T, async_spec> ||
-                      std::is_same_v<T, managed_spec>) {
-          return resource_role::device;
-        } else if constexpr (std::is_same_v<T, pool_spec> || std::is_same_v<T, binning_spec> ||
-                             std::is_same_v<T, fixed_size_spec>) {
-          return resource_role::caching;
-        } else {
-          return resource_role::adaptor;
-        }
-      },
-      options);
+  if (holds_one_of<cuda_spec, async_spec, managed_spec>(options)) return resource_role::device;
+  if (holds_one_of<pool_spec, binning_spec, fixed_size_spec>(options)) return resource_role::caching;
+  return resource_role::adaptor;
 }
 
 bool caches_memory(resource_options const& options) noexcept {
