@@ -222,7 +222,7 @@ bool check_sim_devices(std::size_t count) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   options const opts = parse_args(argc, argv);
   bool const child = std::getenv(replay_sim_env) != nullptr;
 
@@ -366,4 +366,8 @@ int main(int argc, char** argv) {
   bool const all_ok = std::none_of(pass.results.begin(), pass.results.end(),
                                    [](replay_result const& r) { return r.error.has_value(); });
   return all_ok ? exit_ok : exit_some_failed;
+} catch (std::exception const& e) {
+  // Unexpected (out of memory, say): a message and a failure status, not std::terminate.
+  std::fprintf(stderr, "gpumem-replay: %s\n", e.what());
+  return exit_some_failed;
 }

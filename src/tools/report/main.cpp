@@ -136,7 +136,7 @@ bool write_stdout(std::string const& body) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   options const opts = parse_args(argc, argv);
 
   output_file html{opts.html}, png{opts.png}, trace{opts.trace};
@@ -182,4 +182,8 @@ int main(int argc, char** argv) {
   if (png.wanted() && !png.finish(png_report(report))) status = exit_write_failed;
   if (trace.wanted() && !trace.finish({}, tracer->error())) status = exit_write_failed;
   return status;
+} catch (std::exception const& e) {
+  // Unexpected (out of memory, say): a message and a failure status, not std::terminate.
+  std::fprintf(stderr, "gpumem-report: %s\n", e.what());
+  return exit_write_failed;
 }
