@@ -20,21 +20,21 @@ struct unit {
 // Exact products of 64-bit values (GCC/Clang extension; -Wpedantic needs the marker).
 __extension__ using u128 = unsigned __int128;
 
-constexpr std::uint64_t Ki = 1024;
+constexpr std::uint64_t kibi = 1024;
 constexpr std::array units{
     unit{"", 1},
     unit{"b", 1},
-    unit{"k", Ki},
-    unit{"kib", Ki},
+    unit{"k", kibi},
+    unit{"kib", kibi},
     unit{"kb", 1000},
-    unit{"m", Ki* Ki},
-    unit{"mib", Ki* Ki},
-    unit{"mb", 1000 * 1000},
-    unit{"g", Ki* Ki* Ki},
-    unit{"gib", Ki* Ki* Ki},
+    unit{"m", kibi* kibi},
+    unit{"mib", kibi* kibi},
+    unit{"mb", 1000ULL * 1000},
+    unit{"g", kibi* kibi* kibi},
+    unit{"gib", kibi* kibi* kibi},
     unit{"gb", 1000ULL * 1000 * 1000},
-    unit{"t", Ki* Ki* Ki* Ki},
-    unit{"tib", Ki* Ki* Ki* Ki},
+    unit{"t", kibi* kibi* kibi* kibi},
+    unit{"tib", kibi* kibi* kibi* kibi},
     unit{"tb", 1000ULL * 1000 * 1000 * 1000},
 };
 

@@ -21,8 +21,6 @@
 namespace gpumem::config {
 namespace {
 
-using detail::location;
-
 std::string_view type_name(toml::node const& n) {
   switch (n.type()) {
     case toml::node_type::table: return "a table";

@@ -138,9 +138,9 @@ constexpr auto hex_pairs = [] {
 char* put_hex(char* o, std::uint64_t v) noexcept {
   int const digits = v == 0 ? 1 : (64 - __builtin_clzll(v) + 3) / 4;
   char scratch[32];
-  std::memset(scratch + 16, 0, 16);        // read by the tail copy, then overwritten in the row
-  int const bytes = v >> 48 == 0 ? 6 : 8;  // user-space and device addresses fit 48 bits
-  for (int i = 0; i < bytes; ++i) std::memcpy(scratch + 14 - 2 * i, &hex_pairs[((v >> (8 * i)) & 0xff) * 2], 2);
+  std::memset(scratch + 16, 0, 16);                // read by the tail copy, then overwritten in the row
+  std::size_t const bytes = v >> 48 == 0 ? 6 : 8;  // user-space and device addresses fit 48 bits
+  for (std::size_t i = 0; i < bytes; ++i) std::memcpy(scratch + 14 - 2 * i, &hex_pairs[((v >> (8 * i)) & 0xff) * 2], 2);
   *o++ = '0';
   *o++ = 'x';
   std::memcpy(o, scratch + 16 - digits, 16);  // bytes past `digits` are overwritten by what follows
@@ -150,9 +150,9 @@ char* put_hex(char* o, std::uint64_t v) noexcept {
 // The 9 digits of a nanosecond fraction (v < 10^9), zero-padded: two short
 // dependency chains instead of one long one.
 void put_nanos(char* o, std::uint32_t v) noexcept {
-  std::uint32_t const hi = v / 100000;  // 4 digits
-  std::uint32_t const lo = v % 100000;  // 5 digits
-  std::uint32_t const lo4 = lo % 10000;
+  std::size_t const hi = v / 100000;  // 4 digits
+  std::size_t const lo = v % 100000;  // 5 digits
+  std::size_t const lo4 = lo % 10000;
   std::memcpy(o, &digit_pairs[(hi / 100) * 2], 2);
   std::memcpy(o + 2, &digit_pairs[(hi % 100) * 2], 2);
   o[4] = static_cast<char>('0' + lo / 10000);

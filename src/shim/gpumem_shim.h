@@ -18,6 +18,7 @@ enum gpumem_shim_mode {
   GPUMEM_SHIM_MODE_CONFIG_ERROR = 3   /**< bad config: pass-through (on_error = passthrough) or exit(1) */
 };
 
+/* NOLINTNEXTLINE(modernize-use-using): a C header */
 typedef struct gpumem_shim_stats {
   int mode;                                   /**< enum gpumem_shim_mode */
   int chains;                                 /**< device chains built so far */

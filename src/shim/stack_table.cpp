@@ -155,7 +155,7 @@ char* put_build_id(char* o, char const* limit, dl_find_object const& f) noexcept
       if (total > left) break;
       auto const* name = reinterpret_cast<char const*>(at + sizeof(ElfW(Nhdr)));
       if (nh->n_type == NT_GNU_BUILD_ID && nh->n_namesz == 4 && std::memcmp(name, "GNU", 4) == 0 &&
-          nh->n_descsz <= 64 && o + 2 * nh->n_descsz < limit) {
+          nh->n_descsz <= 64 && o + 2 * std::size_t{nh->n_descsz} < limit) {
         auto const* d = reinterpret_cast<unsigned char const*>(name + name_size);
         for (std::size_t k = 0; k < nh->n_descsz; ++k) {
           *o++ = "0123456789abcdef"[d[k] >> 4];

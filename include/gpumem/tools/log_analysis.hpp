@@ -38,7 +38,7 @@ struct parsed_log;
 
 /// Byte sums wider than 64 bits, so that sums of hostile sizes saturate instead of
 /// wrapping (`__extension__`: a GCC/Clang type outside ISO C++).
-__extension__ typedef unsigned __int128 wide_bytes;
+__extension__ using wide_bytes = unsigned __int128;
 
 /// Where in a log something happened.
 struct log_position {

@@ -66,7 +66,7 @@ report_data analyse_logs(std::vector<std::string> const& paths, std::size_t top_
 }
 
 std::string describe_when(log_position const& at, std::int64_t start_ns) {
-  std::string const rel = "+" + human_duration(at.time_ns - start_ns);
+  std::string rel = "+" + human_duration(at.time_ns - start_ns);
   if (at.clock_us < 0) return rel;
   return fmt::format("{} ({})", format_time_of_day(at.clock_us), rel);
 }

@@ -106,29 +106,29 @@ std::vector<std::pair<double, double>> plot_layout::path(plot_series const& s) c
 }
 
 void draw_timeline(canvas& c, plot_layout const& l, std::vector<plot_series> const& series, std::string const& title) {
-  int const L = l.plot_left(), R = l.plot_right(), T = l.plot_top(), B = l.plot_bottom();
+  int const left = l.plot_left(), right = l.plot_right(), top = l.plot_top(), bottom = l.plot_bottom();
   c.text((c.width() - canvas::text_width(title, 2)) / 2, 10, title, ink, 2);
 
   for (double v : l.yticks.values) {
     auto const py = static_cast<int>(std::lround(l.y(v)));
-    c.line(L, py, R, py, grid);
-    c.line(L - 5, py, L, py, ink);
+    c.line(left, py, right, py, grid);
+    c.line(left - 5, py, left, py, ink);
     std::string const label = l.y_tick_label(v);
-    c.text(L - 8 - canvas::text_width(label), py - 3, label, ink);
+    c.text(left - 8 - canvas::text_width(label), py - 3, label, ink);
   }
   for (double v : l.xticks.values) {
     auto const px = static_cast<int>(std::lround(l.x(l.t0 + static_cast<std::int64_t>(v))));
-    c.line(px, T, px, B, grid);
-    c.line(px, B, px, B + 5, ink);
+    c.line(px, top, px, bottom, grid);
+    c.line(px, bottom, px, bottom + 5, ink);
     std::string const label = l.x_tick_label(v);
-    c.text(px - canvas::text_width(label) / 2, B + 9, label, ink);
+    c.text(px - canvas::text_width(label) / 2, bottom + 9, label, ink);
   }
-  c.line(L, T, L, B, ink);
-  c.line(L, B, R, B, ink);
+  c.line(left, top, left, bottom, ink);
+  c.line(left, bottom, right, bottom, ink);
   std::string const xl = l.x_label();
-  c.text((L + R - canvas::text_width(xl)) / 2, B + 26, xl, ink);
+  c.text((left + right - canvas::text_width(xl)) / 2, bottom + 26, xl, ink);
   std::string const yl = l.y_label();
-  c.text_up(12, (T + B + canvas::text_width(yl)) / 2, yl, ink);
+  c.text_up(12, (top + bottom + canvas::text_width(yl)) / 2, yl, ink);
 
   for (auto const& s : series) {
     auto const pts = l.path(s);
@@ -140,8 +140,8 @@ void draw_timeline(canvas& c, plot_layout const& l, std::vector<plot_series> con
   // Legend, top right inside the plot.
   int widest = 0;
   for (auto const& s : series) widest = std::max(widest, canvas::text_width(s.label));
-  int const lx = R - widest - 30;
-  int ly = T + 8;
+  int const lx = right - widest - 30;
+  int ly = top + 8;
   for (auto const& s : series) {
     c.fill_rect(lx, ly, lx + 12, ly + 6, s.color);
     c.text(lx + 18, ly, s.label, ink);
