@@ -502,6 +502,7 @@ void allocation_registry::reset_after_fork() noexcept {
 }
 
 allocation_registry& registry() noexcept {
+  // NOLINTNEXTLINE(bugprone-unhandled-exception-at-new): running out of memory here ends the process
   static auto* const r = new allocation_registry{};
   return *r;
 }

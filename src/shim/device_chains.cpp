@@ -20,6 +20,7 @@ struct slot {
 };
 
 std::array<slot, max_devices>& slots() noexcept {
+  // NOLINTNEXTLINE(bugprone-unhandled-exception-at-new): running out of memory here ends the process
   static auto* const s = new std::array<slot, max_devices>{};
   return *s;
 }
@@ -69,6 +70,7 @@ device_chain* build(int device, CUresult& err) noexcept {
 // Each device's primary context, retained once (never released, like a chain's own
 // retain), so its handle can never be reused for a context the program creates.
 std::array<std::atomic<CUcontext>, max_devices>& primaries() noexcept {
+  // NOLINTNEXTLINE(bugprone-unhandled-exception-at-new): running out of memory here ends the process
   static auto* const p = new std::array<std::atomic<CUcontext>, max_devices>{};
   return *p;
 }

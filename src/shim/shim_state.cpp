@@ -69,6 +69,7 @@ void counters::reset() noexcept {
 shim_state& state() noexcept {
   static shim_state* const s = [] {
     tl_loading = true;
+    // NOLINTNEXTLINE(bugprone-unhandled-exception-at-new): running out of memory here ends the process
     auto* st = new shim_state{};  // never destroyed: hooks may run during exit
     load_state(*st);
     tl_loading = false;
