@@ -143,7 +143,10 @@ void init() noexcept {
 // cost of one CLOCK_MONOTONIC read every doubling.
 void refine_rate(std::uint64_t now) noexcept {
 #if defined(__x86_64__) || defined(__aarch64__)
-  if (g_tick_source.load(std::memory_order_relaxed) != static_cast<int>(tick_source::cycle_counter)) return;
+  // Acquire, pairing with init()'s release: a thread that never went through
+  // call_once (log_ticks() reads the source relaxed) must still see ticks0 and mono0,
+  // and reanchor()'s calibrated mult, as init() wrote them.
+  if (g_tick_source.load(std::memory_order_acquire) != static_cast<int>(tick_source::cycle_counter)) return;
   auto const baseline = g_cal.baseline.load(std::memory_order_relaxed);
   if (now - g_cal.ticks0 < 2 * baseline || g_cal.refining.exchange(true, std::memory_order_acquire)) return;
   clock_pair const p = read_pair();
