@@ -13,20 +13,25 @@ namespace gpumem::detail {
 
 // X(name): `name` is the cuda.h spelling; the macro layer turns it into the
 // versioned export (cuMemAlloc -> cuMemAlloc_v2) for the type and the lookup.
-#define GPUMEM_DRIVER_FUNCTIONS(X)                                                                                   \
-  X(cuInit)                                                                                                          \
-  X(cuDriverGetVersion) X(cuGetErrorName) X(cuGetErrorString) X(cuDeviceGet) X(cuDeviceGetCount)                     \
-      X(cuDeviceGetAttribute) X(cuDeviceTotalMem) X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease)           \
-          X(cuDevicePrimaryCtxGetState) X(cuCtxGetCurrent) X(cuCtxSetCurrent) X(cuCtxGetDevice) X(cuCtxSynchronize)  \
-              X(cuMemAlloc) X(cuMemFree) X(cuMemAllocManaged) X(cuMemAllocPitch) X(cuMemGetInfo)                     \
-                  X(cuMemGetAddressRange) X(cuPointerGetAttribute) X(cuMemAllocAsync) X(cuMemFreeAsync)              \
-                      X(cuMemAllocFromPoolAsync) X(cuMemPoolCreate) X(cuMemPoolDestroy) X(cuMemPoolSetAttribute)     \
-                          X(cuMemPoolGetAttribute) X(cuMemPoolTrimTo) X(cuDeviceGetDefaultMemPool) X(cuStreamCreate) \
-                              X(cuStreamGetFlags) X(cuStreamDestroy) X(cuStreamSynchronize) X(cuStreamQuery)         \
-                                  X(cuStreamWaitEvent) X(cuStreamIsCapturing) X(cuThreadExchangeStreamCaptureMode)   \
-                                      X(cuEventCreate) X(cuEventRecord) X(cuEventQuery) X(cuEventSynchronize)        \
-                                          X(cuEventDestroy) X(cuLaunchHostFunc) X(cuMemsetD8) X(cuMemcpyHtoD)        \
-                                              X(cuMemcpyDtoH)
+// A hand-laid list: clang-format 14 reflows X-macro lists differently on every run.
+// clang-format off
+#define GPUMEM_DRIVER_FUNCTIONS(X)                                                  \
+  X(cuInit) X(cuDriverGetVersion) X(cuGetErrorName) X(cuGetErrorString)            \
+  X(cuDeviceGet) X(cuDeviceGetCount) X(cuDeviceGetAttribute) X(cuDeviceTotalMem)   \
+  X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease)                         \
+  X(cuDevicePrimaryCtxGetState)                                                    \
+  X(cuCtxGetCurrent) X(cuCtxSetCurrent) X(cuCtxGetDevice) X(cuCtxSynchronize)      \
+  X(cuMemAlloc) X(cuMemFree) X(cuMemAllocManaged) X(cuMemAllocPitch)               \
+  X(cuMemGetInfo) X(cuMemGetAddressRange) X(cuPointerGetAttribute)                 \
+  X(cuMemAllocAsync) X(cuMemFreeAsync) X(cuMemAllocFromPoolAsync)                  \
+  X(cuMemPoolCreate) X(cuMemPoolDestroy) X(cuMemPoolSetAttribute)                  \
+  X(cuMemPoolGetAttribute) X(cuMemPoolTrimTo) X(cuDeviceGetDefaultMemPool)         \
+  X(cuStreamCreate) X(cuStreamGetFlags) X(cuStreamDestroy) X(cuStreamSynchronize) X(cuStreamQuery)     \
+  X(cuStreamWaitEvent) X(cuStreamIsCapturing) X(cuThreadExchangeStreamCaptureMode) \
+  X(cuEventCreate) X(cuEventRecord) X(cuEventQuery) X(cuEventSynchronize)          \
+  X(cuEventDestroy) X(cuLaunchHostFunc) X(cuMemsetD8) X(cuMemcpyHtoD)              \
+  X(cuMemcpyDtoH)
+// clang-format on
 
 // The names above are macros in cuda.h for some entries (cuMemAlloc ->
 // cuMemAlloc_v2, cuStreamWaitEvent -> ..._ptsz under per-thread builds); never
