@@ -4,7 +4,6 @@ namespace gpumem {
 
 void statistics_resource_adaptor::atomic_counter::add(std::int64_t v) noexcept {
   auto const now = current.fetch_add(v, std::memory_order_relaxed) + v;
-  total.fetch_add(v, std::memory_order_relaxed);
   // Raise the peak to `now` unless another thread already raised it further.
   auto seen = peak.load(std::memory_order_relaxed);
   while (now > seen && !peak.compare_exchange_weak(seen, now, std::memory_order_relaxed)) {}
@@ -25,6 +24,8 @@ void* statistics_resource_adaptor::do_allocate(std::size_t bytes, stream_ref str
   if (p != nullptr) {
     bytes_.add(static_cast<std::int64_t>(bytes));
     allocations_.add(1);
+    totals_.add(total_bytes, bytes);
+    totals_.add(total_allocations);
   }
   return p;
 }
@@ -34,7 +35,7 @@ void statistics_resource_adaptor::do_deallocate(void* p, std::size_t bytes, stre
   if (p == nullptr) return;
   bytes_.sub(static_cast<std::int64_t>(bytes));
   allocations_.sub(1);
-  deallocations_.fetch_add(1, std::memory_order_relaxed);
+  totals_.add(total_deallocations);
 }
 
 }  // namespace gpumem

@@ -100,7 +100,7 @@ log_sink* sink_for(int device) noexcept {
 std::int64_t reserved_bytes(int device) noexcept {
   device_chain* c = built_chain(device);
   if (c == nullptr || c->chain == nullptr) return -1;
-  return c->chain->device_stats().bytes().current;
+  return c->chain->device_stats().current_bytes();
 }
 
 std::string describe_mode(mode_t m) {
