@@ -75,14 +75,4 @@ std::string_view live_at_end_title(log_summary const& s) {
   return s.complete() ? "never freed" : "still live when the log ends (possibly freed in the lost rows)";
 }
 
-std::string incomplete_reason(log_summary const& s) {
-  if (s.complete()) return {};
-  auto const& m = *s.incomplete;
-  std::string what = m.dropped_rows
-                         ? fmt::format("{} row{} dropped", *m.dropped_rows, *m.dropped_rows == 1 ? " was" : "s were")
-                         : std::string{"rows were dropped"};
-  if (!m.reason.empty()) what += fmt::format(" ({})", m.reason);
-  return what;
-}
-
 }  // namespace gpumem::tools

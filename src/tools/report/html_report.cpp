@@ -210,13 +210,13 @@ void one_log(out_it out, log_summary const& s, call_site_report const* sites) {
     fmt::format_to(out,
                    "<p class=\"incomplete\"><b>Incomplete log:</b> {} (marker at line {}). Allocations still live "
                    "at its end may have been freed in the lost rows: none is called a leak.</p>\n",
-                   escape_html(incomplete_reason(s)), s.incomplete->line);
+                   escape_html(incomplete_reason(*s.incomplete)), s.incomplete->line);
   }
   fmt::format_to(out, "<table class=\"summary\">\n");
   auto row = [&](std::string_view k, std::string const& v) {
     fmt::format_to(out, "<tr><th>{}</th><td>{}</td></tr>\n", k, escape_html(v));
   };
-  row("format", fmt::format("{} log, {} columns, {} lines", s.dialect, s.columns.count, s.lines));
+  row("format", fmt::format("{} log, {} columns, {} lines", s.dialect(), s.columns.count, s.lines));
   row("events", fmt::format("{}: {}, {}, {}", s.events, plural(s.allocations, "allocation", "allocations"),
                             plural(s.frees, "free", "frees"), plural(s.failures, "failure", "failures")));
   row("span", human_duration(s.last_time_ns - s.first_time_ns));
@@ -316,7 +316,7 @@ std::string html_report(report_data const& r) {
       fmt::format_to(out,
                      "<p class=\"incomplete\"><b>{} is incomplete:</b> {}. No allocation in it is called a "
                      "leak.</p>\n",
-                     escape_html(s.path), escape_html(incomplete_reason(s)));
+                     escape_html(s.path), escape_html(incomplete_reason(*s.incomplete)));
     }
   }
   std::vector<log_summary const*> logs;

@@ -92,7 +92,7 @@ void call_sites(out_it out, call_site_report const* c) {
 }
 
 void one_log(out_it out, log_summary const& s, call_site_report const* sites) {
-  fmt::format_to(out, R"({{"path":{},"dialect":"{}","columns":{},"lines":{},)", json_string(s.path), s.dialect,
+  fmt::format_to(out, R"({{"path":{},"dialect":"{}","columns":{},"lines":{},)", json_string(s.path), s.dialect(),
                  s.columns.count, s.lines);
   fmt::format_to(out, R"("complete":{},"incomplete":)", s.complete());
   if (s.incomplete) {
@@ -199,7 +199,7 @@ std::string json_report(report_data const& r) {
         R"("bytes_allocated":{},"peak_live_bytes":{},"peak_time_ns":{},"peak_log":{},"peak_line":{},)"
         R"("peak_reserved_bytes":{},"live_at_end_bytes":{},"live_at_end_count":{},"leaked_allocations":{}}})",
         c.logs, c.complete, c.events, c.allocations, c.frees, c.failures, c.bytes_allocated, c.peak_live_bytes,
-        c.peak_time_ns, c.peak_log, c.peak_at.line,
+        c.peak_at.time_ns, c.peak_log, c.peak_at.line,
         c.peak_reserved_bytes ? fmt::format("{}", *c.peak_reserved_bytes) : "null", c.live_at_end_bytes,
         c.live_at_end_count, c.complete ? fmt::format("{}", c.live_at_end_count) : "null");
   } else {

@@ -8,6 +8,7 @@
 #include <gpumem/tools/log_analysis.hpp>
 #include <gpumem/tools/log_event.hpp>
 #include <gpumem/tools/log_merge.hpp>
+#include <gpumem/tools/log_messages.hpp>
 #include <gpumem/tools/symbolizer.hpp>
 
 #include <cstddef>
@@ -89,8 +90,5 @@ struct report_data {
 /// What allocations still live at the end of `s` are called: "never freed" in a
 /// complete log; in an incomplete one they may have been freed in the lost rows.
 [[nodiscard]] std::string_view live_at_end_title(log_summary const& s);
-
-/// One sentence on why `s` is incomplete ("1234 rows were dropped (disk full)").
-[[nodiscard]] std::string incomplete_reason(log_summary const& s);
 
 }  // namespace gpumem::tools

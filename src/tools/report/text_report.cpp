@@ -60,12 +60,12 @@ void keyed(out_it out, char const* title, key_table const& t, bool hex_key, char
 void call_sites(out_it out, log_summary const& s, call_site_report const& c);
 
 void one_log(out_it out, log_summary const& s, call_site_report const* sites) {
-  fmt::format_to(out, "== {} ({} log, {} columns) ==\n", escape_text(s.path), s.dialect, s.columns.count);
+  fmt::format_to(out, "== {} ({} log, {} columns) ==\n", escape_text(s.path), s.dialect(), s.columns.count);
   if (!s.complete()) {
     fmt::format_to(out,
                    "  !! INCOMPLETE LOG: {} (marker at line {}).\n"
                    "  !! Allocations live at its end may have been freed in the lost rows: none is called a leak.\n",
-                   escape_text(incomplete_reason(s)), s.incomplete->line);
+                   escape_text(incomplete_reason(*s.incomplete)), s.incomplete->line);
   }
   fmt::format_to(out, "  events         {}: {}, {}, {}\n", s.events, plural(s.allocations, "allocation", "allocations"),
                  plural(s.frees, "free", "frees"), plural(s.failures, "failure", "failures"));
@@ -201,11 +201,7 @@ void call_sites(out_it out, log_summary const& s, call_site_report const& c) {
 void side_by_side(out_it out, report_data const& r) {
   auto const& c = *r.combined;
   std::vector<std::string> names;
-  for (auto const& s : r.logs) {
-    std::string n = s.path;
-    if (auto slash = n.rfind('/'); slash != std::string::npos) n.erase(0, slash + 1);
-    names.push_back(escape_text(n));
-  }
+  for (auto const& s : r.logs) names.push_back(escape_text(base_name(s.path)));
   std::size_t w = 12;
   for (auto const& n : names) w = std::max(w, n.size());
   auto row = [&](std::string_view label, auto&& value_of, std::string const& total) {
@@ -257,7 +253,7 @@ void side_by_side(out_it out, report_data const& r) {
     if (s.events > 0) start = std::min(start, s.first_time_ns);
   }
   fmt::format_to(out, "\n  combined peak live {} at +{} on the merged timeline (reached by {} line {})\n\n",
-                 bytes_exact(c.peak_live_bytes), human_duration(c.peak_time_ns - start), escape_text(peak_log.path),
+                 bytes_exact(c.peak_live_bytes), human_duration(c.peak_at.time_ns - start), escape_text(peak_log.path),
                  c.peak_at.line);
 }
 
