@@ -28,6 +28,13 @@ std::string plural(std::uint64_t n, std::string_view one, std::string_view many)
   return fmt::format("{} {}", n, n == 1 ? one : many);
 }
 
+/// A sentence's start: "never freed" -> "Never freed".
+std::string capitalized(std::string_view s) {
+  std::string out{s};
+  if (!out.empty() && out[0] >= 'a' && out[0] <= 'z') out[0] = static_cast<char>(out[0] - 'a' + 'A');
+  return out;
+}
+
 void timeline_svg(out_it out, std::vector<log_summary const*> const& logs, combined_summary const* combined) {
   plot_layout const probe{{}, svg_width, svg_height};
   auto const series = timeline_series(logs, combined, probe.plot_right() - probe.plot_left());
@@ -163,44 +170,25 @@ void frames_cell(out_it out, named_site const& site) {
   fmt::format_to(out, "</ol>");
 }
 
-void site_table(out_it out, std::string_view title, std::vector<named_site> const& sites, std::uint64_t total,
-                std::uint64_t (*bytes)(call_site_stats const&), std::uint64_t (*count)(call_site_stats const&),
-                char const* count_name) {
-  if (sites.empty()) return;
-  fmt::format_to(out,
-                 "<h4>{} ({} call site{})</h4>\n<table class=\"sites\"><tr><th>bytes</th><th>{}</th>"
-                 "<th>stack</th><th>frames (innermost first)</th></tr>\n",
-                 escape_html(title), total, total == 1 ? "" : "s", count_name);
-  for (auto const& site : sites) {
-    fmt::format_to(out, "<tr><td>{}</td><td>{}</td><td>{:x}</td><td class=\"frames\">", human_bytes(bytes(site.stats)),
-                   count(site.stats), site.stats.stack);
-    frames_cell(out, site);
-    fmt::format_to(out, "</td></tr>\n");
-  }
-  fmt::format_to(out, "</table>\n");
-  more(out, total, sites.size());
-}
-
 void call_sites(out_it out, log_summary const& s, call_site_report const& c) {
-  fmt::format_to(
-      out, "<h3>Call sites</h3>\n<p>{}</p>\n",
-      escape_html(c.table_present ? fmt::format("{} stacks recorded in {}", c.stacks_in_table, c.table_path)
-                                  : fmt::format("No stack table ({} is missing): stack ids only.", c.table_path)));
-  site_table(
-      out, s.complete() ? "Never freed" : "Still live at the end", c.leaks, c.leak_sites,
-      [](call_site_stats const& x) { return x.live_at_end_bytes; },
-      [](call_site_stats const& x) { return x.live_at_end_count; }, "allocations");
-  site_table(
-      out, "Live at the peak", c.peak, c.peak_sites, [](call_site_stats const& x) { return x.live_at_peak_bytes; },
-      [](call_site_stats const& x) { return x.live_at_peak_count; }, "allocations");
-  site_table(
-      out, "Failed allocations", c.failures, c.failure_sites, [](call_site_stats const& x) { return x.failed_bytes; },
-      [](call_site_stats const& x) { return x.failures; }, "failures");
-  auto const& u = c.unattributed;
-  if (u.allocations > 0 || u.failures > 0) {
-    fmt::format_to(
-        out, "<p>Without a recorded stack (sampled out): {} at the peak, {} at the end, {} of {} allocations.</p>\n",
-        human_bytes(u.live_at_peak_bytes), human_bytes(u.live_at_end_bytes), u.allocations, s.allocations);
+  fmt::format_to(out, "<h3>Call sites</h3>\n<p>{}.</p>\n", escape_html(capitalized(stack_table_note(c))));
+  for (site_list const& list : site_lists(s, c)) {
+    if (list.sites->empty()) continue;
+    fmt::format_to(out,
+                   "<h4>{} ({} call site{})</h4>\n<table class=\"sites\"><tr><th>bytes</th><th>{}</th>"
+                   "<th>stack</th><th>frames (innermost first)</th></tr>\n",
+                   escape_html(capitalized(list.title)), list.total, list.total == 1 ? "" : "s", list.counted);
+    for (auto const& site : *list.sites) {
+      fmt::format_to(out, "<tr><td>{}</td><td>{}</td><td>{:x}</td><td class=\"frames\">",
+                     human_bytes(list.bytes(site.stats)), list.count(site.stats), site.stats.stack);
+      frames_cell(out, site);
+      fmt::format_to(out, "</td></tr>\n");
+    }
+    fmt::format_to(out, "</table>\n");
+    more(out, list.total, list.sites->size());
+  }
+  if (auto const note = unattributed_note(s, c); !note.empty()) {
+    fmt::format_to(out, "<p>{}.</p>\n", escape_html(capitalized(note)));
   }
 }
 
@@ -240,9 +228,7 @@ void one_log(out_it out, log_summary const& s, call_site_report const* sites) {
   }
   fmt::format_to(out, "</table>\n");
 
-  std::string title{live_at_end_title(s)};
-  title[0] = static_cast<char>(title[0] - 'a' + 'A');
-  fmt::format_to(out, "<h3>{} ({})</h3>\n", escape_html(title), s.live_at_end_count);
+  fmt::format_to(out, "<h3>{} ({})</h3>\n", escape_html(capitalized(live_at_end_title(s))), s.live_at_end_count);
   if (!s.live_at_end.empty()) allocation_rows(out, s, s.live_at_end, s.live_at_end_count);
   if (!s.failed.empty()) {
     fmt::format_to(out,
@@ -324,36 +310,14 @@ std::string html_report(report_data const& r) {
   fmt::format_to(out, "<h2>Device memory over time</h2>\n");
   timeline_svg(out, logs, r.combined ? &*r.combined : nullptr);
   if (r.combined) {
-    auto const& c = *r.combined;
     fmt::format_to(out, "<h2>All {} logs</h2>\n<table class=\"summary\"><tr><th></th>", r.logs.size());
     for (auto const& s : r.logs) fmt::format_to(out, "<th>{}</th>", escape_html(s.path));
     fmt::format_to(out, "<th>combined</th></tr>\n");
-    auto row = [&](std::string_view k, auto&& f, std::string const& total) {
-      fmt::format_to(out, "<tr><th>{}</th>", k);
-      for (auto const& s : r.logs) fmt::format_to(out, "<td>{}</td>", escape_html(f(s)));
-      fmt::format_to(out, "<td>{}</td></tr>\n", escape_html(total));
-    };
-    auto num = [](std::uint64_t v) { return fmt::format("{}", v); };
-    row(
-        "complete", [](log_summary const& s) { return std::string{s.complete() ? "yes" : "NO"}; },
-        c.complete ? "yes" : "NO");
-    row(
-        "events", [&](log_summary const& s) { return num(s.events); }, num(c.events));
-    row(
-        "failures", [&](log_summary const& s) { return num(s.failures); }, num(c.failures));
-    row(
-        "peak live", [](log_summary const& s) { return human_bytes(s.peak_live_bytes); },
-        human_bytes(c.peak_live_bytes));
-    row(
-        "peak reserved",
-        [](log_summary const& s) { return s.peak_reserved_bytes ? human_bytes(*s.peak_reserved_bytes) : "not in log"; },
-        c.peak_reserved_bytes ? human_bytes(*c.peak_reserved_bytes) : "");
-    row(
-        "live at end", [](log_summary const& s) { return human_bytes(s.live_at_end_bytes); },
-        human_bytes(c.live_at_end_bytes));
-    row(
-        c.complete ? "never freed" : "still live at end",
-        [&](log_summary const& s) { return num(s.live_at_end_count); }, num(c.live_at_end_count));
+    for (auto const& row : comparison_rows(r)) {
+      fmt::format_to(out, "<tr><th>{}</th>", escape_html(row.label));
+      for (auto const& v : row.per_log) fmt::format_to(out, "<td>{}</td>", escape_html(v));
+      fmt::format_to(out, "<td>{}</td></tr>\n", escape_html(row.combined));
+    }
     fmt::format_to(out, "</table>\n");
   }
   for (std::size_t i = 0; i < r.logs.size(); ++i) {
@@ -361,7 +325,7 @@ std::string html_report(report_data const& r) {
   }
   for (auto const& snap : r.snapshots) {
     fmt::format_to(out, "<section><h2>Out of memory: {}</h2>\n<pre>{}</pre></section>\n", escape_html(snap.path),
-                   escape_html(snapshot_text(snap)));
+                   escape_html(snap.text));
   }
   if (!r.unreadable.empty()) {
     fmt::format_to(out, "<h2>Not read</h2>\n<ul class=\"warnings\">\n");
