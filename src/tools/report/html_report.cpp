@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <initializer_list>
 #include <iterator>
 
 namespace gpumem::tools {
@@ -129,29 +130,38 @@ void more(out_it out, std::uint64_t total, std::size_t shown) {
   if (total > shown) fmt::format_to(out, "<p>… {} more not shown (--top).</p>\n", total - shown);
 }
 
+/// "<table><tr><th>size</th>...</tr>": the column names are the report's own (not escaped).
+void table_head(out_it out, std::initializer_list<std::string_view> columns, std::string_view css_class = {}) {
+  fmt::format_to(out, "<table{}{}{}><tr>", css_class.empty() ? "" : " class=\"", css_class,
+                 css_class.empty() ? "" : "\"");
+  for (auto const c : columns) fmt::format_to(out, "<th>{}</th>", c);
+  fmt::format_to(out, "</tr>\n");
+}
+
+/// One row: each cell as fmt prints it (escape text from the log first).
+template <typename... Cells>
+void table_row(out_it out, Cells const&... cells) {
+  fmt::format_to(out, "<tr>");
+  (fmt::format_to(out, "<td>{}</td>", cells), ...);
+  fmt::format_to(out, "</tr>\n");
+}
+
 void allocation_rows(out_it out, log_summary const& s, std::vector<allocation_record> const& rows,
                      std::uint64_t total) {
-  fmt::format_to(out,
-                 "<table><tr><th>size</th><th>bytes</th><th>time</th><th>thread</th><th>stream</th>"
-                 "<th>entry</th><th>pointer</th><th>line</th></tr>\n");
+  table_head(out, {"size", "bytes", "time", "thread", "stream", "entry", "pointer", "line"});
   for (auto const& r : rows) {
-    fmt::format_to(
-        out, "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
-        human_bytes(r.size), r.size, escape_html(describe_when(r.at, s.first_time_ns)), r.thread, hex(r.stream),
-        escape_html(s.string(r.entry)), hex(r.pointer), r.at.line);
+    table_row(out, human_bytes(r.size), r.size, escape_html(describe_when(r.at, s.first_time_ns)), r.thread,
+              hex(r.stream), escape_html(s.string(r.entry)), hex(r.pointer), r.at.line);
   }
   fmt::format_to(out, "</table>\n");
   more(out, total, rows.size());
 }
 
-void keyed(out_it out, char const* title, key_table const& t, bool hex_key, char const* key_name) {
-  fmt::format_to(out,
-                 "<h3>{}</h3>\n<table><tr><th>{}</th><th>allocations</th><th>frees</th><th>failures</th>"
-                 "<th>allocated</th></tr>\n",
-                 title, key_name);
+void keyed(out_it out, char const* title, key_table const& t, bool hex_key, std::string_view key_name) {
+  fmt::format_to(out, "<h3>{}</h3>\n", title);
+  table_head(out, {key_name, "allocations", "frees", "failures", "allocated"});
   auto row = [&](std::string const& key, key_counts const& k) {
-    fmt::format_to(out, "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n", key, k.allocations,
-                   k.frees, k.failures, human_bytes(k.bytes_allocated));
+    table_row(out, key, k.allocations, k.frees, k.failures, human_bytes(k.bytes_allocated));
   };
   for (auto const& k : t.rows) row(hex_key ? hex(k.key) : fmt::format("{}", k.key), k);
   if (t.truncated) row("(others)", t.others);
@@ -174,10 +184,9 @@ void call_sites(out_it out, log_summary const& s, call_site_report const& c) {
   fmt::format_to(out, "<h3>Call sites</h3>\n<p>{}.</p>\n", escape_html(capitalized(stack_table_note(c))));
   for (site_list const& list : site_lists(s, c)) {
     if (list.sites->empty()) continue;
-    fmt::format_to(out,
-                   "<h4>{} ({} call site{})</h4>\n<table class=\"sites\"><tr><th>bytes</th><th>{}</th>"
-                   "<th>stack</th><th>frames (innermost first)</th></tr>\n",
-                   escape_html(capitalized(list.title)), list.total, list.total == 1 ? "" : "s", list.counted);
+    fmt::format_to(out, "<h4>{} ({} call site{})</h4>\n", escape_html(capitalized(list.title)), list.total,
+                   list.total == 1 ? "" : "s");
+    table_head(out, {"bytes", list.counted, "stack", "frames (innermost first)"}, "sites");
     for (auto const& site : *list.sites) {
       fmt::format_to(out, "<tr><td>{}</td><td>{}</td><td>{:x}</td><td class=\"frames\">",
                      human_bytes(list.bytes(site.stats)), list.count(site.stats), site.stats.stack);
@@ -231,28 +240,22 @@ void one_log(out_it out, log_summary const& s, call_site_report const* sites) {
   fmt::format_to(out, "<h3>{} ({})</h3>\n", escape_html(capitalized(live_at_end_title(s))), s.live_at_end_count);
   if (!s.live_at_end.empty()) allocation_rows(out, s, s.live_at_end, s.live_at_end_count);
   if (!s.failed.empty()) {
-    fmt::format_to(out,
-                   "<h3>Failed allocations ({})</h3>\n<table><tr><th>size</th><th>bytes</th><th>time</th>"
-                   "<th>thread</th><th>stream</th><th>entry</th><th>result</th><th>line</th></tr>\n",
-                   s.failures);
+    fmt::format_to(out, "<h3>Failed allocations ({})</h3>\n", s.failures);
+    table_head(out, {"size", "bytes", "time", "thread", "stream", "entry", "result", "line"});
     for (auto const& f : s.failed) {
-      fmt::format_to(
-          out, "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
-          human_bytes(f.size), f.size, escape_html(describe_when(f.at, s.first_time_ns)), f.thread, hex(f.stream),
-          escape_html(s.string(f.entry)), f.result ? escape_html(s.string(f.result)) : "(not in log)", f.at.line);
+      table_row(out, human_bytes(f.size), f.size, escape_html(describe_when(f.at, s.first_time_ns)), f.thread,
+                hex(f.stream), escape_html(s.string(f.entry)),
+                f.result ? escape_html(s.string(f.result)) : "(not in log)", f.at.line);
     }
     fmt::format_to(out, "</table>\n");
     more(out, s.failures, s.failed.size());
   }
   if (!s.unknown_frees.empty()) {
-    fmt::format_to(out,
-                   "<h3>Frees of unknown pointers ({})</h3>\n<table><tr><th>pointer</th><th>size</th>"
-                   "<th>time</th><th>thread</th><th>stream</th><th>line</th></tr>\n",
-                   s.unknown_free_count);
+    fmt::format_to(out, "<h3>Frees of unknown pointers ({})</h3>\n", s.unknown_free_count);
+    table_head(out, {"pointer", "size", "time", "thread", "stream", "line"});
     for (auto const& u : s.unknown_frees) {
-      fmt::format_to(out, "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
-                     hex(u.pointer), human_bytes(u.size), escape_html(describe_when(u.at, s.first_time_ns)), u.thread,
-                     hex(u.stream), u.at.line);
+      table_row(out, hex(u.pointer), human_bytes(u.size), escape_html(describe_when(u.at, s.first_time_ns)), u.thread,
+                hex(u.stream), u.at.line);
     }
     fmt::format_to(out, "</table>\n");
     more(out, s.unknown_free_count, s.unknown_frees.size());
@@ -262,10 +265,9 @@ void one_log(out_it out, log_summary const& s, call_site_report const* sites) {
   allocation_rows(out, s, s.largest, s.largest.size());
   fmt::format_to(out, "<h3>Size histogram</h3>\n");
   histogram_svg(out, s);
-  fmt::format_to(out, "<table><tr><th>sizes</th><th>count</th><th>bytes</th></tr>\n");
+  table_head(out, {"sizes", "count", "bytes"});
   for (auto const& b : s.histogram) {
-    fmt::format_to(out, "<tr><td>{}</td><td>{}</td><td>{}</td></tr>\n",
-                   escape_html(size_range_label(b.lo, b.hi, " – ")), b.count, human_bytes(b.bytes));
+    table_row(out, escape_html(size_range_label(b.lo, b.hi, " – ")), b.count, human_bytes(b.bytes));
   }
   fmt::format_to(out, "</table>\n");
   keyed(out, "Per thread", s.threads, false, "thread");
