@@ -457,7 +457,9 @@ def replay_section(summary, samples, meta, log_meta):
         "allocator holds from the device at its peak, as it reports it; *device used* is cudaMemGetInfo's "
         "used memory above the level before the allocator was made (a cross-check; under the shim it "
         "shows pooled memory as free, so the shim's own count is used). The `plain`/`shim` rows replay "
-        f"through the log's own entry points (cudaMalloc/cudaFree ...) ({rounds_note(summary, samples, m)}).",
+        "through the log's own entry points (cudaMalloc/cudaFree ...), each log in a process of its own, so "
+        "the shim's pool starts empty as every contender does "
+        f"({rounds_note(summary, samples, m)}).",
         "",
         *logs_text,
         "",

@@ -8,7 +8,8 @@
 //                       [--rep N] [--quick] [--only LIST] [--replay NAME=LOG]...   (--help: all)
 //
 // Row names are "<label>: cudaMalloc" and "<label>: cudaMallocAsync" (the pair each
-// stands for); the replay row is "<label>".
+// stands for); the replay row is "<label>". Each log is replayed in a process of its
+// own (replay_each_log_alone), so the shim's pool starts empty for it.
 #include "device.hpp"
 #include "options.hpp"
 #include "replay_plan.hpp"
@@ -19,10 +20,14 @@
 #include "gpumem_shim.h"
 
 #include <dlfcn.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -97,6 +102,52 @@ options parse_args(int argc, char** argv) {
   add_common_options(app, o.common, {"latency", "scaling", "replay"});
   gpumem::tools::parse_command_line(app, argc, argv);
   return o;
+}
+
+/// Whether this process replays one log and does nothing else (see replay_each_log_alone).
+bool replays_one_log_only(common_options const& c) {
+  return c.replay_specs.size() == 1 && c.only == std::vector<std::string>{"replay"};
+}
+
+/// Replays each log in a process of its own: this program again, told to replay that
+/// log only. The shim's pool keeps all it ever grew to, so in one process a replay's
+/// peak reserved would count what the pair measurements or an earlier log left in
+/// it; in gpumem_compare each contender starts empty for each log, and so must the
+/// shim. Called before this process makes any CUDA call, so that it holds no device
+/// memory meanwhile. Returns what went wrong, per log.
+std::vector<std::string> replay_each_log_alone(options const& o) {
+  std::vector<std::string> failed;
+  char scale[32];
+  std::snprintf(scale, sizeof scale, "%.17g", o.common.time_scale);
+  for (auto const& spec : o.common.replay_specs) {
+    std::vector<std::string> args{"gpumem_compare_shim",
+                                  "--label",
+                                  o.label,
+                                  "--rep",
+                                  std::to_string(o.common.rep),
+                                  "--time-scale",
+                                  scale,
+                                  "--only",
+                                  "replay",
+                                  "--replay",
+                                  spec};
+    if (o.common.quick) args.emplace_back("--quick");
+    if (o.expect_shim) args.emplace_back("--expect-shim");
+    if (o.expect_no_shim) args.emplace_back("--expect-no-shim");
+    if (!o.common.out_path.empty()) args.insert(args.end(), {"--out", o.common.out_path});
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    std::fflush(nullptr);  // the child appends to the same output
+    pid_t pid = 0;
+    int status = 0;
+    if (int const err = posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv.data(), environ); err != 0) {
+      failed.push_back("replay " + spec + ": cannot start a process for it: " + std::strerror(err));
+    } else if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      failed.push_back("replay " + spec + ": its process failed (wait status " + std::to_string(status) + ")");
+    }
+  }
+  return failed;
 }
 
 void latency(settings const& st, sample_writer& out, stream_set const& streams) {
@@ -220,6 +271,11 @@ void replay(settings const& st, sample_writer& out, shim_probe const& shim) {
       out.sample("replay", st.label, params, "peak_device_used", static_cast<double>(t.peak_device_used));
     }
     out.sample("replay", st.label, params, "failed", static_cast<double>(t.failed));
+    // What the shim's pool already held (the first allocation's slab, in a process of
+    // its own): counted in peak_reserved, as it would be in the program logged.
+    if (shim.loaded()) {
+      out.sample("replay", st.label, params, "reserved_at_start", static_cast<double>(before.reserved_bytes));
+    }
     out.sample(
         "replay", st.label, params, "ns_per_call",
         t.calls > 0 ? std::chrono::duration<double, std::nano>(in_calls).count() / static_cast<double>(t.calls) : 0);
@@ -246,7 +302,17 @@ int main(int argc, char** argv) try {
                               {256, 4 * KiB, 64 * KiB, MiB, 16 * MiB, 64 * MiB, 256 * MiB, GiB});
   st.scaling_sizes = sizes_or(c.scaling_sizes, st.quick, {256, MiB}, {256, MiB, 64 * MiB});
   st.threads = c.threads;
-  for (auto const& [name, path] : c.replays()) st.replays.push_back(plan_replay(path, name));
+  bool const replay_here = replays_one_log_only(c);
+  std::vector<std::string> replay_failures;
+  if (replay_here) {
+    for (auto const& [name, path] : c.replays()) st.replays.push_back(plan_replay(path, name));
+  } else if (c.wants("replay")) {
+    replay_failures = replay_each_log_alone(o);
+    if (c.only == std::vector<std::string>{"replay"}) {  // nothing else to measure here
+      for (auto const& f : replay_failures) std::fprintf(stderr, "gpumem_compare_shim: %s\n", f.c_str());
+      return replay_failures.empty() ? 0 : 1;
+    }
+  }
 
   device_info const dev = open_device();
   {
@@ -285,8 +351,12 @@ int main(int argc, char** argv) try {
 
   if (c.wants("latency")) latency(st, out, streams);
   if (c.wants("scaling")) scaling(st, out, streams);
-  if (c.wants("replay")) replay(st, out, shim);
-  return 0;
+  if (replay_here) replay(st, out, shim);
+  for (auto const& f : replay_failures) {
+    std::fprintf(stderr, "gpumem_compare_shim: %s\n", f.c_str());
+    out.note("replay", st.label, f);
+  }
+  return replay_failures.empty() ? 0 : 1;
 } catch (std::exception const& e) {
   std::fprintf(stderr, "gpumem_compare_shim: %s\n", e.what());
   return 1;
