@@ -235,6 +235,11 @@ def section(measurement, keep=lambda name: True):
     return wrap
 
 
+def contender_rows(names, configs, cells):
+    """One table row per contender: its name, then cells(name, p) for each parameter set p."""
+    return [[name] + [c for p in configs for c in cells(name, p)] for name in names]
+
+
 def configs_of(samples, measurement, has=None):
     """The distinct parameter sets of a measurement's samples (those with key `has`)."""
     configs = OrderedDict()
@@ -356,17 +361,15 @@ def random_section(summary, samples, meta, m, names):
     for p in configs:
         label = f"{p.get('allocations')} allocations ≤ {fmt_size(p.get('max_size', 0))}, {p.get('streams')} streams"
         header += [f"{label}: µs/call", "peak reserved / live", "failed"]
-    rows = []
-    for name in names:
-        row = [name]
-        for p in configs:
-            t = summary.median(m, name, p, "us_per_call")
-            reserved = summary.median(m, name, p, "peak_reserved")
-            live = summary.median(m, name, p, "peak_live")
-            failed = summary.median(m, name, p, "failed")
-            row += [fmt_us(t), fmt_ratio(reserved / live) if reserved and live else "—",
-                    "—" if failed is None else f"{failed:.0f}"]
-        rows.append(row)
+
+    def cells(name, p):
+        t = summary.median(m, name, p, "us_per_call")
+        reserved = summary.median(m, name, p, "peak_reserved")
+        live = summary.median(m, name, p, "peak_live")
+        failed = summary.median(m, name, p, "failed")
+        return [fmt_us(t), fmt_ratio(reserved / live) if reserved and live else "—",
+                "—" if failed is None else f"{failed:.0f}"]
+    rows = contender_rows(names, configs, cells)
     return [
         "## 3a. Random allocations (RMM's shape, several streams)",
         "",
@@ -388,15 +391,13 @@ def multistream_section(summary, samples, meta, m, names):
             kernel = st["median"]
     header = ["contender"] + [f"{p['streams']} stream{'s' if p['streams'] > 1 else ''}"
                               f"{', prewarmed' if p['prewarm'] else ''}" for p in configs]
-    rows = []
-    for name in names:
-        row = [name]
-        for p in configs:
-            steady = summary.median(m, name, p, "us_per_iteration")
-            over = summary.median(m, name, p, "over_ideal")
-            first = summary.median(m, name, p, "first_iteration_us")
-            row.append("—" if steady is None else f"{fmt_us(steady)} ({fmt_ratio(over, 1)}); first {fmt_us(first)}")
-        rows.append(row)
+
+    def cells(name, p):
+        steady = summary.median(m, name, p, "us_per_iteration")
+        over = summary.median(m, name, p, "over_ideal")
+        first = summary.median(m, name, p, "first_iteration_us")
+        return ["—" if steady is None else f"{fmt_us(steady)} ({fmt_ratio(over, 1)}); first {fmt_us(first)}"]
+    rows = contender_rows(names, configs, cells)
     kernels = configs[0].get("kernels", 16) if configs else 16
     return [
         "## 3b. Multi-stream allocations (RMM's shape)",
