@@ -29,6 +29,7 @@ namespace {
 
 using gpumem_compare::contender;
 using gpumem_compare::contender_kind;
+using gpumem_compare::make_or_explain;
 using gpumem_compare::memory_usage;
 using gpumem_compare::stream_t;
 
@@ -121,24 +122,8 @@ class binning_over_pool {
   rmm::mr::binning_memory_resource binning_;
 };
 
-std::string& last_error() {
-  thread_local std::string msg;
-  return msg;
-}
-
-template <class F>
-contender* guarded(F&& f, char const** why) {
-  try {
-    return f();
-  } catch (std::exception const& e) { last_error() = e.what(); } catch (...) {
-    last_error() = "unknown exception";
-  }
-  if (why != nullptr) *why = last_error().c_str();
-  return nullptr;
-}
-
 contender* make_pool(char const** why) {
-  return guarded(
+  return make_or_explain(
       [] {
         return new rmm_contender<rmm::mr::pool_memory_resource>{[](auto& up) {
           return rmm::mr::pool_memory_resource{up, 0};
@@ -148,7 +133,7 @@ contender* make_pool(char const** why) {
 }
 
 contender* make_arena(char const** why) {
-  return guarded(
+  return make_or_explain(
       [] {
         return new rmm_contender<rmm::mr::arena_memory_resource>{
             [](auto& up) { return rmm::mr::arena_memory_resource{up}; }};
@@ -157,12 +142,12 @@ contender* make_arena(char const** why) {
 }
 
 contender* make_binning(char const** why) {
-  return guarded([] { return new rmm_contender<binning_over_pool>{[](auto& up) { return binning_over_pool{up}; }}; },
-                 why);
+  return make_or_explain(
+      [] { return new rmm_contender<binning_over_pool>{[](auto& up) { return binning_over_pool{up}; }}; }, why);
 }
 
 contender* make_async(char const** why) {
-  return guarded([] { return new rmm_async{}; }, why);
+  return make_or_explain([] { return new rmm_async{}; }, why);
 }
 
 contender_kind const kinds[] = {
@@ -179,10 +164,7 @@ contender_kind const kinds[] = {
 extern "C" __attribute__((visibility("default"))) int gpumem_compare_plugin_v1(int abi_version,
                                                                                contender_kind const** out, int* count,
                                                                                char const** why) {
-  if (abi_version != gpumem_compare::plugin_abi_version) {
-    if (why != nullptr) *why = "built for another gpumem_compare plugin ABI";
-    return 1;
-  }
+  if (!gpumem_compare::plugin_abi_matches(abi_version, why)) return 1;
   *out = kinds;
   *count = static_cast<int>(sizeof kinds / sizeof kinds[0]);
   return 0;
