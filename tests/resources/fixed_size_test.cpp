@@ -254,6 +254,39 @@ TEST(FixedSize, EightThreadsNeverShareABlock) {
   EXPECT_EQ(i.free_bytes, i.reserved_bytes);
 }
 
+/// Two non-blocking streams on the simulated device, destroyed at the end of the scope.
+class two_streams {
+ public:
+  two_streams() {
+    auto const& d = detail::driver();
+    if (d.cuStreamCreate(&a, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS ||
+        d.cuStreamCreate(&b, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) {
+      ADD_FAILURE() << "cuStreamCreate failed";
+    }
+  }
+  ~two_streams() {
+    auto const& d = detail::driver();
+    EXPECT_EQ(d.cuStreamDestroy(a), CUDA_SUCCESS);
+    EXPECT_EQ(d.cuStreamDestroy(b), CUDA_SUCCESS);
+    test::sim_control::get().run_all();
+  }
+  two_streams(two_streams const&) = delete;
+  two_streams& operator=(two_streams const&) = delete;
+  CUstream a = nullptr;
+  CUstream b = nullptr;
+};
+
+/// Event records and waits since construction.
+struct event_counts {
+  test::sim_control& sim = test::sim_control::get();
+  long const rec0 = sim.call_count("cuEventRecord");
+  long const wait0 = sim.call_count("cuStreamWaitEvent");
+  [[nodiscard]] long records() const { return sim.call_count("cuEventRecord") - rec0; }
+  [[nodiscard]] long waits() const { return sim.call_count("cuStreamWaitEvent") - wait0; }
+};
+
+bool on_sim() { return test::sim_control::get().present() && detail::driver_available(); }
+
 TEST(FixedSizeOnSim, StreamsReuseWithoutEventsAndTakeWithOne) {
   auto& sim = test::sim_control::get();
   if (!sim.present() || !detail::driver_available()) { GTEST_SKIP() << "needs the simulated device"; }
@@ -288,6 +321,96 @@ TEST(FixedSizeOnSim, StreamsReuseWithoutEventsAndTakeWithOne) {
   EXPECT_EQ(d.cuStreamDestroy(a), CUDA_SUCCESS);
   EXPECT_EQ(d.cuStreamDestroy(b), CUDA_SUCCESS);
   sim.run_all();
+  EXPECT_EQ(arena.live_bytes(), 0U);
+}
+
+TEST(FixedSizeOnSim, AThreadWithoutAContextTakesAnotherStreamsBlock) {
+  // A program's own worker thread, on which no context was ever made current, must
+  // still order its stream after another's (an event record and a wait need a
+  // context) rather than run out of memory.
+  if (!on_sim()) { GTEST_SKIP() << "needs the simulated device"; }
+  ASSERT_EQ(detail::ensure_context(), CUDA_SUCCESS);
+  test::arena_test_resource arena{4 * KiB};  // one block: no room to grow
+  {
+    two_streams st;
+    fixed_size_memory_resource fs{&arena, 4 * KiB, 1};
+    void* p = fs.allocate(4 * KiB, stream_ref{st.a});
+    fs.deallocate(p, 4 * KiB, stream_ref{st.a});
+    event_counts const ev;
+    void* q = nullptr;
+    std::thread worker{[&] {
+      CUcontext current = nullptr;
+      EXPECT_EQ(detail::driver().cuCtxGetCurrent(&current), CUDA_SUCCESS);
+      EXPECT_EQ(current, nullptr);
+      try {
+        q = fs.allocate(4 * KiB, stream_ref{st.b});
+      } catch (std::exception const& e) { ADD_FAILURE() << e.what(); }
+    }};
+    worker.join();
+    EXPECT_EQ(q, p);
+    EXPECT_EQ(ev.records(), 1);
+    EXPECT_EQ(ev.waits(), 1);
+    fs.deallocate(q, 4 * KiB, stream_ref{st.b});
+    fs.stream_destroyed(stream_ref{st.a});
+    fs.stream_destroyed(stream_ref{st.b});
+  }
+  EXPECT_EQ(arena.live_bytes(), 0U);
+}
+
+TEST(FixedSizeOnSim, SixteenThreadsOnTheirOwnStreamsShareOneChunk) {
+  // Google Benchmark's 16-thread shape with 1 GiB blocks, on an upstream with room
+  // for one chunk of 16 blocks only: stream 0 is warmed first, holding two blocks
+  // at once, so one of the other 15 threads finds the clean list empty and must
+  // take stream 0's spare block, ordered by an event. Benchmark threads never make
+  // a context current; their event records failed, so that thread grew instead
+  // (16 GiB a chunk) or, with no room left, ran out of memory in every round.
+  if (!on_sim()) { GTEST_SKIP() << "needs the simulated device"; }
+  ASSERT_EQ(detail::ensure_context(), CUDA_SUCCESS);
+  auto const& d = detail::driver();
+  constexpr int threads = 16;
+  constexpr std::size_t GiB = std::size_t{1} << 30;
+  std::vector<CUstream> streams(threads);
+  for (auto& s : streams) ASSERT_EQ(d.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  test::arena_test_resource arena{threads * GiB};  // exactly one chunk: no room to grow
+  {
+    fixed_size_memory_resource fs{&arena, GiB, threads};
+    stream_ref const first{streams[0]};
+    for (int i = 0; i < 100; ++i) fs.deallocate(fs.allocate(GiB, first), GiB, first);
+    {
+      void* a = fs.allocate(GiB, first);
+      void* b = fs.allocate(GiB, first);
+      fs.deallocate(a, GiB, first);
+      fs.deallocate(b, GiB, first);
+    }
+    std::atomic<int> failures{0};
+    for (int round = 0; round < 3; ++round) {
+      std::atomic<int> ready{0};
+      std::vector<std::thread> workers;
+      for (int t = 0; t < threads; ++t) {
+        workers.emplace_back([&, t] {
+          stream_ref const s{streams[static_cast<std::size_t>(t)]};
+          try {
+            fs.deallocate(fs.allocate(GiB, s), GiB, s);
+            ready.fetch_add(1);
+            while (ready.load() < threads) std::this_thread::yield();
+            for (int i = 0; i < 2000; ++i) fs.deallocate(fs.allocate(GiB, s), GiB, s);
+          } catch (std::exception const&) {
+            failures.fetch_add(1);
+            ready.fetch_add(1);
+          }
+        });
+      }
+      for (auto& w : workers) w.join();
+    }
+    EXPECT_EQ(failures.load(), 0);
+    EXPECT_EQ(arena.allocations().size(), 1U);
+    auto const i = fs.info();
+    EXPECT_EQ(i.reserved_bytes, threads * GiB);
+    EXPECT_EQ(i.used_bytes, 0U);
+    for (auto s : streams) fs.stream_destroyed(stream_ref{s});
+  }
+  for (auto s : streams) EXPECT_EQ(d.cuStreamDestroy(s), CUDA_SUCCESS);
+  test::sim_control::get().run_all();
   EXPECT_EQ(arena.live_bytes(), 0U);
 }
 

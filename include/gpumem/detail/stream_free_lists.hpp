@@ -359,7 +359,7 @@ class stream_free_lists {
   /// any entry mutex.
   bool gather_into(entry& taker, std::size_t bytes, gather_mode mode) {
     GPUMEM_ASSERT(!taker.clean, "the clean list never gathers: it holds only memory no stream can touch");
-    if (!taker.id.usable_from_this_thread() || may_be_capturing(taker.id.handle)) return false;
+    if (!can_order(taker)) return false;
     std::optional<move_scope> moving;
     if (mode != gather_mode::everything) moving.emplace(*this);
     List gathered;
@@ -542,6 +542,17 @@ class stream_free_lists {
     entry_ptr e = find_or_add(id);
     hint = {instance_, generation, id.key, std::move(e)};
     return hint;
+  }
+
+  /// Whether this thread may order `taker` after other streams. A thread on which
+  /// the program never made a context current (a worker of its own) would fail
+  /// every event record and wait, and so grow where it should take: it gets device
+  /// 0's primary context first, as its first runtime call would, and as the
+  /// upstream's allocation does when the resource grows.
+  static bool can_order(entry const& taker) noexcept {
+    if (!taker.id.usable_from_this_thread()) return false;
+    static_cast<void>(ensure_context());  // failing, the record or wait fails and says so
+    return !may_be_capturing(taker.id.handle);
   }
 
   entry_ptr find_or_add(stream_identity const& id) {
