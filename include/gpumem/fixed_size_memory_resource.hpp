@@ -10,7 +10,10 @@
 // Stream semantics are the pool's (pool_memory_resource.hpp): a free stack per
 // stream, reuse on the same stream without events, and a stream taking blocks
 // freed on another stream waits on that stream's event, recorded lazily at the
-// moment of the take. Capturing streams are never recorded on or made to wait.
+// moment of the take. Unlike the pool, a stream takes only another's spare blocks
+// (all but the one it freed last, which it will most likely reuse) and grows
+// before it takes a stream's last free block, which it does only when the upstream
+// refuses. Capturing streams are never recorded on or made to wait.
 //
 // Thread safety: every member is thread-safe; threads on different streams share
 // no lock in allocate/deallocate except shared (reader) locks. Each block's

@@ -67,6 +67,16 @@ class block_stack {
     blocks_.pop_back();
     return b;
   }
+  /// More than the block freed last: what another stream may take without leaving
+  /// this one empty (stream_free_lists::gather_spares_into).
+  [[nodiscard]] bool has_spare() const noexcept { return blocks_.size() > 1; }
+  /// Moves every block but the one freed last to `out`; on failure (host memory)
+  /// nothing moves.
+  void move_spares_to(block_stack& out) {
+    if (!has_spare()) return;
+    out.blocks_.insert(out.blocks_.end(), blocks_.begin(), blocks_.end() - 1);
+    blocks_.erase(blocks_.begin(), blocks_.end() - 1);
+  }
   void merge_from(block_stack&& other) {
     if (other.blocks_.size() > blocks_.size()) std::swap(blocks_, other.blocks_);
     blocks_.insert(blocks_.end(), other.blocks_.begin(), other.blocks_.end());
@@ -141,14 +151,18 @@ struct fixed_size_memory_resource::impl : detail::stream_ordered_memory_resource
     if (char* p = take(lists().clean())) return p;
     if (sync) return miss(nullptr);
     auto const e = lists().get(s);  // owned from here: growing calls the upstream
-    if (lists().gather_into(*e, block_size, gather_mode::first_fit)) {
+    if (lists().gather_spares_into(*e, block_size)) {
       if (char* p = take(*e)) return p;
     }
     return miss(e.get());
   }
 
-  /// The miss path: every block another stream freed (ordered by events), memory
-  /// waiting for reclamation, and only then a new chunk — never out of memory while
+  /// The miss path: spare blocks of other streams (ordered by events), memory
+  /// waiting for reclamation, a new chunk, and only when the upstream refuses, the
+  /// last free block of every other stream. A stream's last free block is the one
+  /// its thread will most likely ask for next: taking it sends that thread to take
+  /// a third stream's, and so on, each take an event record and a wait, and a
+  /// thread finding every list empty meanwhile grows. Never out of memory while
   /// some stream holds a free block that can be ordered or reclaimed. `e`: the
   /// stream's entry, nullptr for a synchronous request (clean blocks only).
   GPUMEM_COLD char* miss(entry* e) {
@@ -160,7 +174,7 @@ struct fixed_size_memory_resource::impl : detail::stream_ordered_memory_resource
       return take(lists().clean());
     };
     if (char* p = retry()) return p;  // another thread grew or reclaimed meanwhile
-    if (e != nullptr && lists().gather_into(*e, block_size, gather_mode::everything)) {
+    if (e != nullptr && lists().gather_spares_into(*e, block_size)) {
       if (char* p = retry()) return p;
     }
     std::size_t const waiting = waiting_bytes(e == nullptr);
@@ -175,8 +189,8 @@ struct fixed_size_memory_resource::impl : detail::stream_ordered_memory_resource
       if (!add_chunk(blocks_per_chunk) && !(blocks_per_chunk > 1 && add_chunk(1))) break;
       if (char* p = retry()) return p;
     }
-    // The upstream refuses: every block other streams hold, then a reclamation
-    // whose first block goes to this request.
+    // The upstream refuses: every block other streams hold, their last ones
+    // included, then a reclamation whose first block goes to this request.
     char* const p = last_looks([&]() -> char* {
       if (e != nullptr && lists().gather_into(*e, block_size, gather_mode::everything)) {
         if (char* q = retry()) return q;

@@ -287,41 +287,72 @@ struct event_counts {
 
 bool on_sim() { return test::sim_control::get().present() && detail::driver_available(); }
 
-TEST(FixedSizeOnSim, StreamsReuseWithoutEventsAndTakeWithOne) {
-  auto& sim = test::sim_control::get();
-  if (!sim.present() || !detail::driver_available()) { GTEST_SKIP() << "needs the simulated device"; }
+TEST(FixedSizeOnSim, StreamsReuseWithoutEventsAndTakeSparesWithOne) {
+  if (!on_sim()) { GTEST_SKIP() << "needs the simulated device"; }
   ASSERT_EQ(detail::ensure_context(), CUDA_SUCCESS);
-  auto const& d = detail::driver();
-  CUstream a = nullptr;
-  CUstream b = nullptr;
-  ASSERT_EQ(d.cuStreamCreate(&a, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
-  ASSERT_EQ(d.cuStreamCreate(&b, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
   test::arena_test_resource arena{1024 * KiB};
   {
-    fixed_size_memory_resource fs{&arena, 4 * KiB, 1};  // the chunk is clean: no stream touched it
-    long const rec0 = sim.call_count("cuEventRecord");
-    long const wait0 = sim.call_count("cuStreamWaitEvent");
-    void* p = fs.allocate(4 * KiB, stream_ref{a});  // a clean block needs no ordering
-    EXPECT_EQ(sim.call_count("cuEventRecord") - rec0, 0);
-    EXPECT_EQ(sim.call_count("cuStreamWaitEvent") - wait0, 0);
+    two_streams st;
+    stream_ref const a{st.a};
+    stream_ref const b{st.b};
+    fixed_size_memory_resource fs{&arena, 4 * KiB, 2};  // the chunk is clean: no stream touched it
+    event_counts const ev;
+    void* p = fs.allocate(4 * KiB, a);  // clean blocks need no ordering
+    void* q = fs.allocate(4 * KiB, a);
     for (int i = 0; i < 50; ++i) {
-      fs.deallocate(p, 4 * KiB, stream_ref{a});
-      ASSERT_EQ(fs.allocate(4 * KiB, stream_ref{a}), p);
+      fs.deallocate(p, 4 * KiB, a);
+      ASSERT_EQ(fs.allocate(4 * KiB, a), p);
     }
-    EXPECT_EQ(sim.call_count("cuEventRecord") - rec0, 0);  // same-stream reuse: no event
-    fs.deallocate(p, 4 * KiB, stream_ref{a});
-    EXPECT_EQ(fs.allocate(4 * KiB, stream_ref{b}), p);  // B waits on A
-    EXPECT_EQ(sim.call_count("cuEventRecord") - rec0, 1);
-    EXPECT_EQ(sim.call_count("cuStreamWaitEvent") - wait0, 1);
+    EXPECT_EQ(ev.records(), 0);  // same-stream reuse: no event
+    EXPECT_EQ(ev.waits(), 0);
+    fs.deallocate(q, 4 * KiB, a);
+    fs.deallocate(p, 4 * KiB, a);           // A's latest free
+    EXPECT_EQ(fs.allocate(4 * KiB, b), q);  // B takes A's spare and waits on A
+    EXPECT_EQ(fs.allocate(4 * KiB, a), p);  // A keeps its latest
+    EXPECT_EQ(ev.records(), 1);
+    EXPECT_EQ(ev.waits(), 1);
     EXPECT_EQ(arena.allocations().size(), 1U);
-    fs.deallocate(p, 4 * KiB, stream_ref{b});
-    fs.stream_destroyed(stream_ref{a});
-    fs.stream_destroyed(stream_ref{b});
+    fs.deallocate(q, 4 * KiB, b);
+    fs.deallocate(p, 4 * KiB, a);
+    fs.stream_destroyed(a);
+    fs.stream_destroyed(b);
   }
-  EXPECT_EQ(d.cuStreamDestroy(a), CUDA_SUCCESS);
-  EXPECT_EQ(d.cuStreamDestroy(b), CUDA_SUCCESS);
-  sim.run_all();
   EXPECT_EQ(arena.live_bytes(), 0U);
+}
+
+TEST(FixedSizeOnSim, AStreamsLastFreeBlockIsTakenOnlyWhenTheUpstreamRefuses) {
+  if (!on_sim()) { GTEST_SKIP() << "needs the simulated device"; }
+  ASSERT_EQ(detail::ensure_context(), CUDA_SUCCESS);
+  for (bool const room : {true, false}) {
+    SCOPED_TRACE(room ? "the upstream has room" : "the upstream is full");
+    test::arena_test_resource arena{room ? 1024 * KiB : 4 * KiB};
+    {
+      two_streams st;
+      stream_ref const a{st.a};
+      stream_ref const b{st.b};
+      fixed_size_memory_resource fs{&arena, 4 * KiB, 1};
+      void* p = fs.allocate(4 * KiB, a);
+      fs.deallocate(p, 4 * KiB, a);  // A's only free block: A will most likely reuse it
+      event_counts const ev;
+      void* q = fs.allocate(4 * KiB, b);
+      if (room) {
+        EXPECT_NE(q, p);  // B grows
+        EXPECT_EQ(arena.allocations().size(), 2U);
+        EXPECT_EQ(ev.records(), 0);
+        EXPECT_EQ(fs.allocate(4 * KiB, a), p);
+        fs.deallocate(p, 4 * KiB, a);
+      } else {
+        EXPECT_EQ(q, p);  // B takes it after waiting on A rather than running out of memory
+        EXPECT_EQ(arena.allocations().size(), 1U);
+        EXPECT_EQ(ev.records(), 1);
+        EXPECT_EQ(ev.waits(), 1);
+      }
+      fs.deallocate(q, 4 * KiB, b);
+      fs.stream_destroyed(a);
+      fs.stream_destroyed(b);
+    }
+    EXPECT_EQ(arena.live_bytes(), 0U);
+  }
 }
 
 TEST(FixedSizeOnSim, AThreadWithoutAContextTakesAnotherStreamsBlock) {

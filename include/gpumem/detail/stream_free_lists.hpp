@@ -314,13 +314,13 @@ class stream_free_lists {
   }
 
   /// Stamps of the moves of free memory from one list to another made without the
-  /// owner's growth mutex (gather_into, a stream adopting a clean block, a destroyed
-  /// stream's list): while such a move is under way its blocks are in no list, so
-  /// the thread about to answer "out of memory" (it holds the growth mutex) may have
-  /// missed them. It takes moves() before its last look and again after: if any
-  /// move was under way or happened in between, it looks again (wait_for_moves()
-  /// first). Its own moves, under the growth mutex, are not counted: it cannot miss
-  /// them.
+  /// owner's growth mutex (gather_into, gather_spares_into, a stream adopting a
+  /// clean block, a destroyed stream's list): while such a move is under way its
+  /// blocks are in no list, so the thread about to answer "out of memory" (it holds
+  /// the growth mutex) may have missed them. It takes moves() before its last look
+  /// and again after: if any move was under way or happened in between, it looks
+  /// again (wait_for_moves() first). Its own moves, under the growth mutex, are not
+  /// counted: it cannot miss them.
   struct move_stamp {
     std::uint64_t started = 0;
     std::uint64_t finished = 0;
@@ -365,6 +365,43 @@ class stream_free_lists {
     List gathered;
     bool any = take_foreign(taker, bytes, mode, gathered);
     if (!any || mode == gather_mode::everything) any = take_from_streams(taker, bytes, mode, gathered) || any;
+    if (any) {
+      std::lock_guard lock{taker.mutex};
+      taker.list.merge_from(std::move(gathered));
+    }
+    return any;
+  }
+
+  /// For a resource whose streams reuse their own latest free block (fixed_size):
+  /// moves into taker.list a destroyed stream's batch, else the SPARE blocks of the
+  /// first other stream that has some (its whole list but the block it freed last,
+  /// which it will most likely ask for next), ordering the taker after that stream
+  /// first. Unlike gather_into it never leaves a stream without a free block: a
+  /// stream whose last block was taken takes a third stream's at its next
+  /// allocation, and so on, each take an event record and a wait (and a growth
+  /// whenever a thread finds every list empty meanwhile). List must offer
+  /// has_spare() and move_spares_to(List&). Returns whether anything moved. Call
+  /// without holding any entry mutex.
+  bool gather_spares_into(entry& taker, std::size_t bytes) {
+    GPUMEM_ASSERT(!taker.clean, "the clean list never gathers: it holds only memory no stream can touch");
+    if (!can_order(taker)) return false;
+    move_scope const moving{*this};
+    List gathered;
+    bool any = take_foreign(taker, bytes, gather_mode::first_fit, gathered);
+    if (!any) {
+      std::shared_lock lock{table_mutex_};
+      for (auto const& [key, victim] : table_) {
+        if (victim.get() == &taker) continue;
+        std::lock_guard vlock{victim->mutex};
+        if (!victim->list.has_spare()) continue;
+        CUstream const from = victim->id.record_handle();
+        if (may_be_capturing(from)) continue;
+        if (order_after(victim->event, from, taker.id.handle) != CUDA_SUCCESS) continue;
+        victim->list.move_spares_to(gathered);
+        any = true;
+        break;
+      }
+    }
     if (any) {
       std::lock_guard lock{taker.mutex};
       taker.list.merge_from(std::move(gathered));
