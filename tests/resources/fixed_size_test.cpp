@@ -174,6 +174,38 @@ TEST(FixedSize, DoubleMisalignedAndForeignFreesAreIgnored) {
   EXPECT_EQ(fs.info().used_bytes, 0U);
 }
 
+TEST(FixedSize, EveryBlockHasItsOwnInUseFlag) {
+  // Flags are spread over cache lines (block i on line i % 64): chunks of one
+  // block, of a power-of-two count, of more blocks than lines, of more than a line
+  // holds per line, and a block size that is not a power of two.
+  struct shape {
+    std::size_t block;
+    std::size_t blocks;
+  };
+  for (auto const [block, n] : {shape{4 * KiB, 1}, shape{4 * KiB, 64}, shape{768, 200}, shape{256, 5000}}) {
+    SCOPED_TRACE(std::to_string(n) + " blocks of " + std::to_string(block) + " bytes");
+    test::arena_test_resource arena{block * n};
+    fixed_size_memory_resource fs{&arena, block, n};
+    char* const base = arena.base();
+    std::vector<char*> ps;
+    for (std::size_t i = 0; i < n; ++i) ps.push_back(as_char(fs.allocate(block)));
+    std::vector<char*> sorted = ps;
+    std::sort(sorted.begin(), sorted.end());
+    for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(sorted[i], base + i * block);
+    for (char* p : ps) fs.deallocate(p, block);
+    for (char* p : ps) fs.deallocate(p, block);  // double frees: ignored
+    fs.deallocate(base + block / 2, block);      // inside a block: ignored
+    EXPECT_EQ(fs.info().used_bytes, 0U);
+    std::vector<char*> again;  // every block once more, nothing grows
+    for (std::size_t i = 0; i < n; ++i) again.push_back(as_char(fs.allocate(block)));
+    std::sort(again.begin(), again.end());
+    EXPECT_EQ(again, sorted);
+    EXPECT_EQ(arena.allocations().size(), 1U);
+    EXPECT_THROW(static_cast<void>(fs.allocate(block)), out_of_memory);
+    for (char* p : again) fs.deallocate(p, block);
+  }
+}
+
 TEST(FixedSize, DestructorReturnsEveryChunk) {
   test::arena_test_resource arena{1024 * KiB};
   {
