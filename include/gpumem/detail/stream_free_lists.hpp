@@ -727,7 +727,7 @@ class stream_free_lists {
   /// Key 0 is no stream's (stream_key never returns 0), so the clean entry sorts first.
   static constexpr std::uintptr_t clean_key = 0;
 
-  std::uint64_t const instance_ = next_instance_id();
+  std::uint64_t const instance_ = next_instance_id<stream_free_lists>();
   std::atomic<std::uint64_t> generation_{0};  ///< bumped whenever an entry leaves the table
   std::shared_mutex table_mutex_;
   std::unordered_map<std::uintptr_t, entry_ptr> table_;
