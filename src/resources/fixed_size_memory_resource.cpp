@@ -236,8 +236,7 @@ struct fixed_size_memory_resource::impl : detail::stream_ordered_memory_resource
     if (e != nullptr && lists().gather_spares_into(*e, block_size)) {
       if (char* p = retry()) return p;
     }
-    std::size_t const waiting = waiting_bytes(e == nullptr);
-    if (waiting >= block_size && waiting >= reserved_bytes() / reclaim_divisor && reclaim()) {
+    if (waiting_bytes(e == nullptr) >= reclaim_threshold() && reclaim()) {
       if (char* p = retry()) return p;
     }
     // A whole chunk, else a single block. Threads on the same stream take from the
@@ -326,9 +325,22 @@ struct fixed_size_memory_resource::impl : detail::stream_ordered_memory_resource
   std::size_t const block_size;
   std::size_t const blocks_per_chunk;
 
-  /// A miss reclaims once waiting memory reaches 1/32 of what the resource holds
-  /// (as pool_memory_resource does).
+  /// Memory waiting for reclamation worth a barrier on a miss (else the miss grows):
+  /// the pool's rule (pool_memory_resource.cpp) — at least the request, and 1/32 of
+  /// what the resource holds within a floor and 32 MiB, so that tight loops batch
+  /// many frees per barrier (5-20 us of host time on an H100) and waiting memory
+  /// never makes the resource grow by more than that — with another floor. The
+  /// pool's is 8 MiB; here it is one chunk if that is less: growing a chunk is
+  /// what the miss does instead, and the waiting blocks serve only this block
+  /// size, so with the pool's floor every bin of a binning resource could hold
+  /// 8 MiB waiting. A barrier still reclaims at least a chunk's worth (or 8 MiB).
+  [[nodiscard]] std::size_t reclaim_threshold() const noexcept {
+    std::size_t const least = std::min(blocks_per_chunk * block_size, reclaim_floor);
+    return std::max(block_size, std::clamp(reserved_bytes() / reclaim_divisor, least, reclaim_cap));
+  }
   static constexpr std::size_t reclaim_divisor = 32;
+  static constexpr std::size_t reclaim_floor = std::size_t{8} << 20;
+  static constexpr std::size_t reclaim_cap = std::size_t{32} << 20;
 };
 
 fixed_size_memory_resource::fixed_size_memory_resource(device_memory_resource* upstream, std::size_t block_size,
