@@ -1,6 +1,7 @@
 #include <gpumem/stream_tracker.hpp>
 
 #include <gpumem/detail/driver_api.hpp>
+#include <gpumem/detail/stream_ordering.hpp>
 
 #include <algorithm>
 #include <array>
@@ -66,26 +67,6 @@ class scoped_context {
   bool switched_ = false;
   bool ok_ = true;
 };
-
-CUresult ensure_event(CUevent& ev) noexcept {
-  if (ev != nullptr) return CUDA_SUCCESS;
-  CUresult const r = detail::driver().cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING);
-  if (r != CUDA_SUCCESS) ev = nullptr;
-  return r;
-}
-
-void destroy(CUevent& ev) noexcept {
-  // Destroying an event other streams still wait on is allowed: the waits keep it.
-  if (ev != nullptr) static_cast<void>(detail::driver().cuEventDestroy(ev));
-  ev = nullptr;
-}
-
-bool capturing(CUstream s) noexcept {
-  auto const& d = detail::driver();
-  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-  if (d.cuStreamIsCapturing == nullptr) return true;
-  return d.cuStreamIsCapturing(s, &status) != CUDA_SUCCESS || status != CU_STREAM_CAPTURE_STATUS_NONE;
-}
 
 }  // namespace
 
@@ -159,7 +140,7 @@ void stream_tracker::stream_created(CUstream stream, unsigned flags) noexcept {
   // Blocks reused after the last barrier may still be touched by work older than
   // it; a new non-blocking stream must not overtake that work either.
   if (non_blocking && s->legacy_event != nullptr) {
-    if (detail::driver().cuStreamWaitEvent(stream, s->legacy_event, 0) != CUDA_SUCCESS) s->broken = true;
+    if (detail::wait_event(stream, s->legacy_event) != CUDA_SUCCESS) s->broken = true;
   }
 }
 
@@ -172,24 +153,23 @@ void stream_tracker::stream_destroying(CUstream stream) noexcept {
   auto const it = std::find_if(v.begin(), v.end(), [&](state::tracked const& t) { return t.stream == stream; });
   if (it == v.end()) return;
   CUevent last = nullptr;
-  auto const& d = detail::driver();
   // Work queued on a destroyed stream still runs: remember its end for the next
-  // barrier. A capturing stream has no work of its own in flight to remember.
-  if (!capturing(stream)) {
-    if (ensure_event(last) != CUDA_SUCCESS || d.cuEventRecord(last, stream) != CUDA_SUCCESS) {
-      destroy(last);
-      s->broken = true;
-    }
+  // barrier. A capturing stream has no work of its own in flight to remember, and
+  // one the driver cannot vouch for is never recorded on (it could be capturing).
+  if (!detail::may_be_capturing(stream) && detail::record_event(last, stream) != CUDA_SUCCESS) {
+    detail::destroy_event(last);
+    s->broken = true;
   }
   if (last != nullptr) {
     try {
       s->retired.push_back(last);
     } catch (...) {
-      destroy(last);
+      detail::destroy_event(last);
       s->broken = true;
     }
   }
-  destroy(it->event);
+  // Destroying an event other streams still wait on is allowed: the waits keep it.
+  detail::destroy_event(it->event);
   v.erase(it);
   s->stream_count.store(v.size(), std::memory_order_relaxed);
 }
@@ -221,28 +201,22 @@ bool stream_tracker::barrier(std::span<CUevent const> also_after) noexcept {
   // 1. The legacy stream waits for every non-blocking stream, destroyed streams'
   //    last work and the caller's events.
   for (auto& t : st->streams) {
-    if (!t.non_blocking) continue;
-    if (ensure_event(t.event) != CUDA_SUCCESS || d.cuEventRecord(t.event, t.stream) != CUDA_SUCCESS ||
-        d.cuStreamWaitEvent(legacy, t.event, 0) != CUDA_SUCCESS) {
-      return false;
-    }
+    if (t.non_blocking && detail::order_after(t.event, t.stream, legacy) != CUDA_SUCCESS) return false;
   }
   for (CUevent ev : st->retired) {
-    if (d.cuStreamWaitEvent(legacy, ev, 0) != CUDA_SUCCESS) return false;
+    if (detail::wait_event(legacy, ev) != CUDA_SUCCESS) return false;
   }
   for (CUevent ev : also_after) {
-    if (ev != nullptr && d.cuStreamWaitEvent(legacy, ev, 0) != CUDA_SUCCESS) return false;
+    if (ev != nullptr && detail::wait_event(legacy, ev) != CUDA_SUCCESS) return false;
   }
   // 2. E_L follows everything submitted so far.
-  if (ensure_event(st->legacy_event) != CUDA_SUCCESS || d.cuEventRecord(st->legacy_event, legacy) != CUDA_SUCCESS) {
-    return false;
-  }
+  if (detail::record_event(st->legacy_event, legacy) != CUDA_SUCCESS) return false;
   // 3. Every non-blocking stream's later work follows E_L (blocking streams follow
   //    the legacy stream by themselves).
   for (auto& t : st->streams) {
-    if (t.non_blocking && d.cuStreamWaitEvent(t.stream, st->legacy_event, 0) != CUDA_SUCCESS) return false;
+    if (t.non_blocking && detail::wait_event(t.stream, st->legacy_event) != CUDA_SUCCESS) return false;
   }
-  for (CUevent& ev : st->retired) destroy(ev);
+  for (CUevent& ev : st->retired) detail::destroy_event(ev);
   st->retired.clear();
   st->barriers.fetch_add(1, std::memory_order_relaxed);
   return true;
