@@ -349,6 +349,21 @@ TEST(OutOfMemory, OneMessageAndOneSnapshotPerBurst) {
   EXPECT_EQ(doc["snapshots"][0]["request_frames"][0]["function"].text, "layer_beta_leak");
 }
 
+// Each allocation's stack rides on its registry entry: frees take the bytes off
+// it, for chain memory and for managed memory (whose free the runtime hook takes
+// and CUDA makes), so the snapshot's call sites hold only what is still live.
+TEST(OutOfMemory, CallSitesHoldOnlyWhatIsStillLive) {
+  run_paths const p{"oom-after-frees"};
+  auto const r = run_app({"oom_after_frees", "1"},
+                         {{"GPUMEM_LOG_FILE", p.log}, {"GPUMEM_STACKS", "16"}, {"GPUMEM_LIMIT", "32MiB"}});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ASSERT_NE(r.output.find("HELD 10"), std::string::npos) << r.output;
+  auto const snap = parse_json(slurp(p.log + ".oom-1.json"));
+  ASSERT_EQ(snap["top_sites"].items.size(), 1U) << slurp(p.log + ".oom-1.json");
+  EXPECT_EQ(num(snap["top_sites"][0]["live_bytes"]), 30 * MiB);
+  EXPECT_EQ(num(snap["top_sites"][0]["live_count"]), 10U);
+}
+
 TEST(OutOfMemory, MessageWithoutALogAndNoFile) {
   auto const r = run_app({"oom", "3"}, {{"GPUMEM_LIMIT", "32MiB"}});
   ASSERT_EQ(r.exit_code, 0) << r.output;
