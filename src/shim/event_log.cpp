@@ -167,6 +167,16 @@ bool log_paths(int device, std::string& log, std::string& stacks) noexcept {
   } catch (...) { return false; }
 }
 
+std::uint64_t stack_lines_lost() noexcept {
+  auto& s = sinks();
+  std::lock_guard lock{s.mtx};
+  std::uint64_t n = 0;
+  for (auto const& sink : s.sinks) {
+    if (sink->stacks != nullptr) n += sink->stacks->lost_lines();
+  }
+  return n;
+}
+
 void log_event(event const& e) noexcept {
   stack_ref const stack = stacks_enabled() ? note_call_site(e) : stack_ref{};
   if (!logging_enabled()) return;

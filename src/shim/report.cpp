@@ -1,8 +1,11 @@
 #include "report.hpp"
 
 #include "allocation_registry.hpp"
+#include "call_sites.hpp"
 #include "device_chains.hpp"
+#include "event_log.hpp"
 #include "shim_state.hpp"
+#include "stack_table.hpp"
 #include "whole_file.hpp"
 
 #include <gpumem/config.hpp>
@@ -54,6 +57,12 @@ std::string build_report() {
       st.stats.passthrough_allocations.get(), st.stats.captured_passthroughs.get(), st.stats.passthrough_frees.get(),
       st.stats.double_frees.get(), st.stats.ipc_refused.get());
   out += fmt::format("device synchronizations made by gpumem: {}\n", st.stats.device_syncs.get());
+  if (stacks_enabled()) {
+    out += fmt::format(
+        "call stacks: {} recorded, {} not recorded (the stack table was full), {} lines not written to the stack "
+        "files\n",
+        stacks_recorded(), stacks_dropped(), stack_lines_lost());
+  }
 
   struct leak {
     std::uintptr_t p;

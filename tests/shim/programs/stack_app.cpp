@@ -14,6 +14,9 @@
 //                               layer_managed_transient (2 MiB of managed memory,
 //                               freed), then "oom N": the snapshot's call sites
 //                               must hold only what is still live
+//   shim_stack_app distinct N   N allocations (freed at once), each from its own
+//                               stack: a path of 16 levels through fan_left and
+//                               fan_right (N <= 65536)
 //   shim_stack_app threads N    N threads at once, 200 x layer_alpha_transient each
 //   shim_stack_app jit          layer_jit_callee: 5 MiB, never freed, called through
 //                               generated code that has no unwind information (a
@@ -77,6 +80,34 @@ STACK_APP_FN cudaError_t layer_gamma_fails() {
 STACK_APP_FN void* layer_managed_transient() {
   void* p = nullptr;
   APP_CHECK_EQ(cudaMallocManaged(&p, std::size_t{2} << 20), cudaSuccess);
+  asm volatile("" ::: "memory");
+  return p;
+}
+
+// fan(16, path): the allocation's stack holds one frame of fan_left or fan_right
+// per level, chosen by the bits of `path`. The side effects keep the two from
+// being folded into one function.
+static volatile int fan_side = 0;
+STACK_APP_FN void* fan(int level, unsigned path);
+STACK_APP_FN void* fan_left(int level, unsigned path) {
+  void* p = fan(level, path);
+  fan_side = 1;
+  return p;
+}
+STACK_APP_FN void* fan_right(int level, unsigned path) {
+  void* p = fan(level, path);
+  fan_side = 2;
+  return p;
+}
+STACK_APP_FN void* fan(int level, unsigned path) {
+  void* p = nullptr;
+  if (level == 0) {
+    APP_CHECK_EQ(cudaMalloc(&p, 256), cudaSuccess);
+  } else if ((path & 1U) != 0) {
+    p = fan_left(level - 1, path >> 1U);
+  } else {
+    p = fan_right(level - 1, path >> 1U);
+  }
   asm volatile("" ::: "memory");
   return p;
 }
@@ -191,6 +222,12 @@ int main(int argc, char** argv) {
     for (int i = 0; i < 2; ++i) APP_CHECK_EQ(cudaFree(layer_managed_transient()), cudaSuccess);
     return oom(std::atol(argv[2]));
   }
-  fprintf(stderr, "usage: shim_stack_app sites | kill | oom N | oom_after_frees N | threads N | jit\n");
+  if (mode == "distinct" && argc > 2) {
+    long const n = std::atol(argv[2]);
+    for (long i = 0; i < n; ++i) APP_CHECK_EQ(cudaFree(fan(16, static_cast<unsigned>(i))), cudaSuccess);
+    printf("DISTINCT %ld\n", n);
+    return app_failures == 0 ? 0 : 1;
+  }
+  fprintf(stderr, "usage: shim_stack_app sites | kill | oom N | oom_after_frees N | distinct N | threads N | jit\n");
   return 2;
 }
