@@ -13,7 +13,7 @@
 // Streams: passed through unchanged.
 
 #include <gpumem/detail/thread_counters.hpp>
-#include <gpumem/device_memory_resource.hpp>
+#include <gpumem/forwarding_resource_adaptor.hpp>
 
 #include <atomic>
 #include <cstddef>
@@ -21,7 +21,7 @@
 
 namespace gpumem {
 
-class statistics_resource_adaptor final : public device_memory_resource {
+class statistics_resource_adaptor final : public forwarding_resource_adaptor {
  public:
   /// Like RMM's statistics_resource_adaptor::counter.
   struct counters {
@@ -32,8 +32,6 @@ class statistics_resource_adaptor final : public device_memory_resource {
 
   /// `upstream` must outlive the adaptor. Throws logic_error on null.
   explicit statistics_resource_adaptor(device_memory_resource* upstream);
-
-  [[nodiscard]] device_memory_resource* get_upstream() const noexcept { return upstream_; }
 
   [[nodiscard]] counters bytes() const noexcept { return bytes_.read(totals_.get(total_bytes)); }
   /// bytes().current alone: no sum over threads (cheap enough for every log row).
@@ -62,12 +60,7 @@ class statistics_resource_adaptor final : public device_memory_resource {
 
   void* do_allocate(std::size_t bytes, stream_ref stream) override;
   void do_deallocate(void* p, std::size_t bytes, stream_ref stream) noexcept override;
-  std::size_t do_release() override { return upstream_->release(); }
-  [[nodiscard]] resource_info do_info() const override { return upstream_->info(); }
-  void do_stream_destroyed(stream_ref s) noexcept override { upstream_->stream_destroyed(s); }
-  [[nodiscard]] bool do_owns(void const* p) const noexcept override { return upstream_->owns(p); }
 
-  device_memory_resource* upstream_;
   // Bytes and counts on separate cache lines: they are written by every call.
   alignas(64) atomic_counter bytes_;
   alignas(64) atomic_counter allocations_;

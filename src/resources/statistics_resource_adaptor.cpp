@@ -9,14 +9,13 @@ void statistics_resource_adaptor::atomic_counter::add(std::int64_t v) noexcept {
   while (now > seen && !peak.compare_exchange_weak(seen, now, std::memory_order_relaxed)) {}
 }
 
-statistics_resource_adaptor::statistics_resource_adaptor(device_memory_resource* upstream) : upstream_{upstream} {
-  if (upstream == nullptr) throw logic_error{"gpumem: statistics_resource_adaptor needs an upstream resource"};
-}
+statistics_resource_adaptor::statistics_resource_adaptor(device_memory_resource* upstream)
+    : forwarding_resource_adaptor{upstream, "statistics_resource_adaptor"} {}
 
 void* statistics_resource_adaptor::do_allocate(std::size_t bytes, stream_ref stream) {
   void* p = nullptr;
   try {
-    p = upstream_->allocate(bytes, stream);
+    p = get_upstream()->allocate(bytes, stream);
   } catch (...) {
     failures_.fetch_add(1, std::memory_order_relaxed);
     throw;
@@ -31,7 +30,7 @@ void* statistics_resource_adaptor::do_allocate(std::size_t bytes, stream_ref str
 }
 
 void statistics_resource_adaptor::do_deallocate(void* p, std::size_t bytes, stream_ref stream) noexcept {
-  upstream_->deallocate(p, bytes, stream);
+  get_upstream()->deallocate(p, bytes, stream);
   if (p == nullptr) return;
   bytes_.sub(static_cast<std::int64_t>(bytes));
   allocations_.sub(1);
