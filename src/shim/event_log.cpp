@@ -6,6 +6,7 @@
 #include "stack_file.hpp"
 
 #include <gpumem/config.hpp>
+#include <gpumem/detail/file_kind.hpp>
 #include <gpumem/detail/log_clock.hpp>
 #include <gpumem/detail/os_thread.hpp>
 #include <gpumem/error.hpp>
@@ -103,15 +104,6 @@ std::int64_t reserved_bytes(int device) noexcept {
   return c->chain->device_stats().current_bytes();
 }
 
-std::string describe_mode(mode_t m) {
-  if (S_ISDIR(m)) return "it is a directory";
-  if (S_ISCHR(m)) return "it is a character device, not a regular file";
-  if (S_ISBLK(m)) return "it is a block device, not a regular file";
-  if (S_ISFIFO(m)) return "it is a FIFO, not a regular file";
-  if (S_ISSOCK(m)) return "it is a socket, not a regular file";
-  return "it is not a regular file";
-}
-
 // Why `path` cannot be the log; "" if it can (or may: it does not exist yet and
 // its folder is writable).
 std::string log_path_problem(std::string const& path) {
@@ -119,7 +111,7 @@ std::string log_path_problem(std::string const& path) {
   if (path.size() >= PATH_MAX) return std::strerror(ENAMETOOLONG);
   struct stat st {};
   if (::stat(path.c_str(), &st) == 0) {
-    if (!S_ISREG(st.st_mode)) return describe_mode(st.st_mode);
+    if (!S_ISREG(st.st_mode)) return detail::not_a_regular_file(st.st_mode);
     if (::access(path.c_str(), W_OK) != 0) return std::strerror(errno);
     return {};
   }
