@@ -41,33 +41,6 @@ std::atomic<long>& capture_counter() noexcept {
   return n;
 }
 
-/// Makes `target` current for a scope, restoring the caller's context.
-class scoped_context {
- public:
-  explicit scoped_context(CUcontext target) noexcept {
-    auto const& d = detail::driver();
-    if (d.cuCtxGetCurrent(&saved_) != CUDA_SUCCESS) {
-      ok_ = false;
-      return;
-    }
-    if (saved_ != target) {
-      ok_ = d.cuCtxSetCurrent(target) == CUDA_SUCCESS;
-      switched_ = ok_;
-    }
-  }
-  ~scoped_context() {
-    if (switched_) static_cast<void>(detail::driver().cuCtxSetCurrent(saved_));
-  }
-  scoped_context(scoped_context const&) = delete;
-  scoped_context& operator=(scoped_context const&) = delete;
-  [[nodiscard]] bool ok() const noexcept { return ok_; }
-
- private:
-  CUcontext saved_{};
-  bool switched_ = false;
-  bool ok_ = true;
-};
-
 }  // namespace
 
 stream_tracker& stream_tracker::of(int device) noexcept {
@@ -194,7 +167,7 @@ bool stream_tracker::barrier(std::span<CUevent const> also_after) noexcept {
   if (capture_counter().load(std::memory_order_acquire) > 0) return false;
   state* const st = ensure_state();
   if (st == nullptr || st->broken || !st->primary_known) return false;
-  scoped_context ctx{st->primary};
+  detail::scoped_context ctx{st->primary};
   if (!ctx.ok()) return false;
   CUstream const legacy = CU_STREAM_LEGACY;
 

@@ -66,4 +66,23 @@ CUresult ensure_context() noexcept;
 /// The device of the current context (after ensure_context()), or -1 on failure.
 [[nodiscard]] int current_device() noexcept;
 
+/// Makes `target` the calling thread's current context for a scope and restores
+/// the caller's at its end. A null target, or one already current, changes
+/// nothing. ok() is false when no driver is loaded, the current context could not
+/// be read or `target` could not be made current: the scope then runs in the
+/// caller's context.
+class scoped_context {
+ public:
+  explicit scoped_context(CUcontext target) noexcept;
+  ~scoped_context();
+  scoped_context(scoped_context const&) = delete;
+  scoped_context& operator=(scoped_context const&) = delete;
+  [[nodiscard]] bool ok() const noexcept { return ok_; }
+
+ private:
+  CUcontext saved_{};
+  bool switched_ = false;
+  bool ok_ = true;
+};
+
 }  // namespace gpumem::detail
