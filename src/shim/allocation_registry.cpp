@@ -1,7 +1,5 @@
 #include "allocation_registry.hpp"
 
-#include <sched.h>
-
 #include <algorithm>
 #include <bit>
 #include <mutex>
@@ -39,32 +37,7 @@ constexpr std::uint32_t fifo_cap = allocation_registry::recent_frees_per_shard;
 /// A zero-byte allocation still owns its base address.
 constexpr std::size_t extent(std::size_t bytes) noexcept { return bytes == 0 ? 1 : bytes; }
 
-inline void cpu_relax() noexcept {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield" ::: "memory");
-#endif
-}
-
 }  // namespace
-
-void allocation_registry::spin_lock::lock_slow() noexcept {
-  unsigned spins = 0;
-  for (;;) {
-    while (word_.load(std::memory_order_relaxed) != 0U) {
-      // Critical sections are a few probes: spin a little, then let a preempted
-      // holder run.
-      if (spins < 64) {
-        ++spins;
-        cpu_relax();
-      } else {
-        sched_yield();
-      }
-    }
-    if (word_.exchange(1U, std::memory_order_acquire) == 0U) return;
-  }
-}
 
 allocation_registry::~allocation_registry() {
   static_assert(sizeof(shard) == 448, "the header states the fixed size");
@@ -517,8 +490,8 @@ void allocation_registry::reset_after_fork() noexcept {
   for (auto& s : shards_) {
     // A lock held at fork time belongs to a thread that does not exist here; its
     // table may be half rebuilt, so it is abandoned rather than freed.
-    bool const was_held = s.lock.held();
-    s.lock.reset();
+    bool const was_held = !s.lock.try_lock();
+    new (&s.lock) detail::spin_mutex{};
     if (!was_held) free_table(s);
     clear_shard(s);
   }

@@ -5,7 +5,8 @@
 // one was recorded.
 //
 // Layout. 256 shards, chosen by a hash of the address. Each shard holds a spin lock
-// (one atomic exchange to take it, one store to release it), an open-addressing
+// (detail::spin_mutex: one atomic exchange to take it, one store to release it;
+// critical sections are a few probes), an open-addressing
 // table of its entries (linear probing, backward-shift deletion, load at most 3/4,
 // power-of-two capacity from 16 slots, doubled under the shard's lock when full),
 // the FIFO of its recent frees, and a short journal of keys changed since the
@@ -80,6 +81,8 @@
 // it), so they never stop the hot path for more than one shard's copy.
 // Fork: reset_after_fork() in the child re-creates every lock, whoever held it at
 // fork time, and leaves an empty registry.
+
+#include <gpumem/detail/spin_mutex.hpp>
 
 #include <cuda.h>
 
@@ -189,23 +192,6 @@ class allocation_registry {
  private:
   friend struct registry_test_access;
 
-  /// Taken with one atomic exchange, released with a store; waiters spin briefly,
-  /// then yield (a holder may be preempted; critical sections are a few probes).
-  class spin_lock {
-   public:
-    void lock() noexcept {
-      if (word_.exchange(1U, std::memory_order_acquire) == 0U) return;
-      lock_slow();
-    }
-    void unlock() noexcept { word_.store(0U, std::memory_order_release); }
-    [[nodiscard]] bool held() const noexcept { return word_.load(std::memory_order_relaxed) != 0U; }
-    void reset() noexcept { word_.store(0U, std::memory_order_relaxed); }
-
-   private:
-    void lock_slow() noexcept;
-    std::atomic<std::uint32_t> word_{0};
-  };
-
   enum slot_state : std::uint8_t { empty = 0, live = 1, freed = 2 };
   struct key_slot {
     std::uintptr_t key = 0;
@@ -229,7 +215,7 @@ class allocation_registry {
 
   struct alignas(64) shard {
     // First cache line: everything the hot path touches besides the table.
-    spin_lock lock;
+    detail::spin_mutex lock;
     std::uint32_t mask = 0;  ///< capacity - 1 (keys != nullptr)
     std::uint32_t used = 0;  ///< live + freed slots
     std::uint32_t live_count = 0;

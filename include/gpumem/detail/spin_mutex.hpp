@@ -11,10 +11,28 @@
 // may make a driver call under the lock (an event record; a release giving slabs
 // back), and waiters must not burn a core meanwhile. Not fair, not recursive.
 // Meets Lockable (std::lock_guard, std::unique_lock, std::scoped_lock).
+//
+// Header-only (the contended path is out of line and cold all the same), so the
+// shim's pointer registry, a library of its own, takes the same lock.
 
+#include <gpumem/detail/assert.hpp>
+
+#include <sched.h>
+#include <time.h>
+
+#include <algorithm>
 #include <atomic>
 
 namespace gpumem::detail {
+
+/// One round of a spin-wait: lets the core know (and a sibling hyperthread run).
+inline void cpu_relax() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield" ::: "memory");
+#endif
+}
 
 class spin_mutex {
  public:
@@ -36,5 +54,25 @@ class spin_mutex {
 
   std::atomic<bool> locked_{false};
 };
+
+GPUMEM_COLD inline void spin_mutex::lock_contended() noexcept {
+  // Spin on a load (no cache-line ping-pong), exchange only when it looks free.
+  constexpr int spins = 128;
+  constexpr int yields = 16;
+  constexpr long max_pause_ns = 50'000;
+  long pause_ns = 1'000;
+  for (int round = 0;; ++round) {
+    if (!locked_.load(std::memory_order_relaxed) && !locked_.exchange(true, std::memory_order_acquire)) return;
+    if (round < spins) {
+      cpu_relax();
+    } else if (round < spins + yields) {
+      sched_yield();
+    } else {
+      timespec const t{0, pause_ns};
+      nanosleep(&t, nullptr);
+      pause_ns = std::min(pause_ns * 2, max_pause_ns);
+    }
+  }
+}
 
 }  // namespace gpumem::detail
