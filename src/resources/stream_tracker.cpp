@@ -8,6 +8,7 @@
 #include <atomic>
 #include <mutex>
 #include <new>
+#include <optional>
 #include <vector>
 
 namespace gpumem {
@@ -126,6 +127,10 @@ void stream_tracker::stream_destroying(CUstream stream) noexcept {
   auto const it = std::find_if(v.begin(), v.end(), [&](state::tracked const& t) { return t.stream == stream; });
   if (it == v.end()) return;
   CUevent last = nullptr;
+  // The event must belong to the stream's context: the caller may have another
+  // device current (a program destroying device 1's stream from device 0).
+  std::optional<detail::scoped_context> ctx;
+  if (s->primary_known) ctx.emplace(s->primary);
   // Work queued on a destroyed stream still runs: remember its end for the next
   // barrier. A capturing stream has no work of its own in flight to remember, and
   // one the driver cannot vouch for is never recorded on (it could be capturing).
