@@ -116,18 +116,22 @@ void row_time(benchmark::State& state) {
 }
 BENCHMARK(row_time);
 
+/// One row as the shim makes it: the start and end ticks, the thread id, the local
+/// offset, then write().
+void write_event_row(gpumem::log_row& row) {
+  auto const start = gpumem::detail::log_ticks();
+  auto const when = gpumem::detail::log_row_time(start);
+  row.thread_id = gpumem::detail::os_thread_id();
+  row.time_ns = when.start_ns;
+  row.utc_offset_s = gpumem::detail::local_utc_offset(when.start_ns);
+  row.duration_ns = when.duration_ns;
+  shared_writer->write(row);
+}
+
 void event_row(benchmark::State& state) {
   if (state.thread_index() == 0) shared_writer = std::make_unique<gpumem::csv_log_writer>(log_path());
   auto row = sample_row(static_cast<std::uint64_t>(state.thread_index()));
-  for (auto _ : state) {
-    auto const start = gpumem::detail::log_ticks();
-    auto const when = gpumem::detail::log_row_time(start);
-    row.thread_id = gpumem::detail::os_thread_id();
-    row.time_ns = when.start_ns;
-    row.utc_offset_s = gpumem::detail::local_utc_offset(when.start_ns);
-    row.duration_ns = when.duration_ns;
-    shared_writer->write(row);
-  }
+  for (auto _ : state) write_event_row(row);
   state.SetItemsProcessed(state.iterations());
   if (state.thread_index() == 0) {
     shared_writer.reset();
@@ -143,15 +147,7 @@ void event_row_pages_ready(benchmark::State& state) {
   shared_writer = std::make_unique<gpumem::csv_log_writer>(log_path());
   auto row = sample_row(0);
   usleep(100000);
-  for (auto _ : state) {
-    auto const start = gpumem::detail::log_ticks();
-    auto const when = gpumem::detail::log_row_time(start);
-    row.thread_id = gpumem::detail::os_thread_id();
-    row.time_ns = when.start_ns;
-    row.utc_offset_s = gpumem::detail::local_utc_offset(when.start_ns);
-    row.duration_ns = when.duration_ns;
-    shared_writer->write(row);
-  }
+  for (auto _ : state) write_event_row(row);
   state.SetItemsProcessed(state.iterations());
   shared_writer.reset();
   std::remove(log_path().c_str());

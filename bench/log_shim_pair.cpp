@@ -24,15 +24,23 @@
 
 namespace {
 
-void cuda_malloc_free(benchmark::State& state) {
-  auto const bytes = static_cast<std::size_t>(state.range(0));
+double min_of(std::vector<double> const& v) { return *std::min_element(v.begin(), v.end()); }
+
+/// Ten untimed pairs (the pool has its slab, the log its first pages); false, and the
+/// benchmark skipped, if CUDA refuses them.
+bool warm(benchmark::State& state, std::size_t bytes) {
   void* p = nullptr;
-  for (int i = 0; i < 10; ++i) {  // warm: the pool has its slab, the log its first pages
+  for (int i = 0; i < 10; ++i) {
     if (cudaMalloc(&p, bytes) != cudaSuccess || cudaFree(p) != cudaSuccess) {
       state.SkipWithError("cudaMalloc/cudaFree failed");
-      return;
+      return false;
     }
   }
+  return true;
+}
+
+void timed_pairs(benchmark::State& state, std::size_t bytes) {
+  void* p = nullptr;
   for (auto _ : state) {
     (void)cudaMalloc(&p, bytes);
     benchmark::DoNotOptimize(p);
@@ -40,15 +48,18 @@ void cuda_malloc_free(benchmark::State& state) {
   }
   state.SetItemsProcessed(state.iterations());
 }
+
+void cuda_malloc_free(benchmark::State& state) {
+  auto const bytes = static_cast<std::size_t>(state.range(0));
+  if (warm(state, bytes)) timed_pairs(state, bytes);
+}
 BENCHMARK(cuda_malloc_free)
     ->Arg(256)
     ->Arg(1 << 20)
     ->Threads(1)
     ->Threads(8)
     ->UseRealTime()
-    ->ComputeStatistics("min", [](std::vector<double> const& v) { return *std::min_element(v.begin(), v.end()); });
-
-}  // namespace
+    ->ComputeStatistics("min", min_of);
 
 // The same pairs with the log's pages ready: 100 ms before the timed loop (off
 // the clock) for the log's helper thread to prepare the next 4 MiB of the file,
@@ -57,25 +68,13 @@ BENCHMARK(cuda_malloc_free)
 // the plain benchmark also times page faults the helper had no CPU to take first.
 void cuda_malloc_free_pages_ready(benchmark::State& state) {
   auto const bytes = static_cast<std::size_t>(state.range(0));
-  void* p = nullptr;
-  for (int i = 0; i < 10; ++i) {
-    if (cudaMalloc(&p, bytes) != cudaSuccess || cudaFree(p) != cudaSuccess) {
-      state.SkipWithError("cudaMalloc/cudaFree failed");
-      return;
-    }
-  }
+  if (!warm(state, bytes)) return;
   usleep(100000);
-  for (auto _ : state) {
-    (void)cudaMalloc(&p, bytes);
-    benchmark::DoNotOptimize(p);
-    (void)cudaFree(p);
-  }
-  state.SetItemsProcessed(state.iterations());
+  timed_pairs(state, bytes);
 }
-BENCHMARK(cuda_malloc_free_pages_ready)
-    ->Arg(256)
-    ->Iterations(15000)
-    ->ComputeStatistics("min", [](std::vector<double> const& v) { return *std::min_element(v.begin(), v.end()); });
+BENCHMARK(cuda_malloc_free_pages_ready)->Arg(256)->Iterations(15000)->ComputeStatistics("min", min_of);
+
+}  // namespace
 
 int main(int argc, char** argv) {
   std::thread{[] { pause(); }}.detach();           // see the file comment

@@ -60,30 +60,29 @@ std::uintptr_t thread_base(benchmark::State const& state) {
   return std::uintptr_t{0x100000000000} + static_cast<std::uintptr_t>(state.thread_index()) * (std::uintptr_t{1} << 36);
 }
 
-void pair_same(benchmark::State& state) {
+/// insert + take of address(i), an allocation of `bytes`, for the i-th pair.
+template <typename Address>
+void pairs(benchmark::State& state, std::size_t bytes, Address address) {
   auto& r = shared_registry();
-  std::uintptr_t const p = thread_base(state);
-  allocation const a = block(1 << 20);
+  allocation const a = block(bytes);
   allocation out;
+  std::uintptr_t i = 0;
   for (auto _ : state) {
+    std::uintptr_t const p = address(i++);
     r.insert(p, a);
     benchmark::DoNotOptimize(r.take(p, out));
   }
   state.SetItemsProcessed(state.iterations());
 }
 
+void pair_same(benchmark::State& state) {
+  std::uintptr_t const p = thread_base(state);
+  pairs(state, 1 << 20, [p](std::uintptr_t) { return p; });
+}
+
 void pair_rotating(benchmark::State& state) {
-  auto& r = shared_registry();
   std::uintptr_t const base = thread_base(state);
-  allocation const a = block(4096);
-  allocation out;
-  std::uintptr_t i = 0;
-  for (auto _ : state) {
-    std::uintptr_t const p = base + (i++ % 4096) * 4096;
-    r.insert(p, a);
-    benchmark::DoNotOptimize(r.take(p, out));
-  }
-  state.SetItemsProcessed(state.iterations());
+  pairs(state, 4096, [base](std::uintptr_t i) { return base + (i % 4096) * 4096; });
 }
 
 void pair_window(benchmark::State& state) {
@@ -119,28 +118,10 @@ struct population {
   }
 };
 
-void find_base(benchmark::State& state) {
-  auto const owner = std::make_unique<allocation_registry>();
-  auto& r = *owner;
-  population const pop{r};
-  std::size_t i = 0;
-  for (auto _ : state) { benchmark::DoNotOptimize(r.find_containing(pop.bases[i++ % pop.bases.size()])); }
-  state.SetItemsProcessed(state.iterations());
-}
-
-void find_interior(benchmark::State& state) {
-  auto const owner = std::make_unique<allocation_registry>();
-  auto& r = *owner;
-  population const pop{r};
-  std::size_t i = 0;
-  for (auto _ : state) {
-    std::size_t const k = (i++ * 7919) % pop.bases.size();
-    benchmark::DoNotOptimize(r.find_containing(pop.bases[k] + pop.sizes[k] / 2 + 256));
-  }
-  state.SetItemsProcessed(state.iterations());
-}
-
-void find_interior_churn(benchmark::State& state) {
+/// find_containing(probe(pop, i)) for the i-th lookup, among the population; with
+/// `churn`, an insert+take pair of another address before each lookup.
+template <typename Probe>
+void lookups(benchmark::State& state, Probe probe, bool churn = false) {
   auto const owner = std::make_unique<allocation_registry>();
   auto& r = *owner;
   population const pop{r};
@@ -148,26 +129,35 @@ void find_interior_churn(benchmark::State& state) {
   allocation out;
   std::size_t i = 0;
   for (auto _ : state) {
-    std::uintptr_t const p = std::uintptr_t{0x100000000000} + (i % 4096) * 4096;
-    r.insert(p, a);
-    benchmark::DoNotOptimize(r.take(p, out));
-    std::size_t const k = (i++ * 7919) % pop.bases.size();
-    benchmark::DoNotOptimize(r.find_containing(pop.bases[k] + pop.sizes[k] / 2 + 256));
+    if (churn) {
+      std::uintptr_t const p = std::uintptr_t{0x100000000000} + (i % 4096) * 4096;
+      r.insert(p, a);
+      benchmark::DoNotOptimize(r.take(p, out));
+    }
+    benchmark::DoNotOptimize(r.find_containing(probe(pop, i++)));
   }
   state.SetItemsProcessed(state.iterations());
 }
 
+/// The k-th allocation, spread over the population (not in address order).
+std::size_t spread(population const& pop, std::size_t i) { return (i * 7919) % pop.bases.size(); }
+
+std::uintptr_t interior(population const& pop, std::size_t i) {
+  std::size_t const k = spread(pop, i);
+  return pop.bases[k] + pop.sizes[k] / 2 + 256;
+}
+
+void find_base(benchmark::State& state) {
+  lookups(state, [](population const& pop, std::size_t i) { return pop.bases[i % pop.bases.size()]; });
+}
+
+void find_interior(benchmark::State& state) { lookups(state, interior); }
+
+void find_interior_churn(benchmark::State& state) { lookups(state, interior, true); }
+
 void find_unknown(benchmark::State& state) {
-  auto const owner = std::make_unique<allocation_registry>();
-  auto& r = *owner;
-  population const pop{r};
-  std::size_t i = 0;
-  for (auto _ : state) {
-    // Between allocations: past each one's end, before the next base.
-    std::size_t const k = (i++ * 7919) % pop.bases.size();
-    benchmark::DoNotOptimize(r.find_containing(pop.bases[k] + (6 << 20)));
-  }
-  state.SetItemsProcessed(state.iterations());
+  // Between allocations: past each one's end, before the next base.
+  lookups(state, [](population const& pop, std::size_t i) { return pop.bases[spread(pop, i)] + (6 << 20); });
 }
 
 }  // namespace

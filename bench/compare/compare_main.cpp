@@ -2,7 +2,7 @@
 // in one process, interleaved, on the real device (or the simulated one).
 //
 //   gpumem_compare [--out FILE] [--rep N] [--quick] [--only LIST] [--plugin LIB]...
-//                  [--replay NAME=LOG]... [--contenders LIST] [--list]
+//                  [--replay NAME=LOG]... [--contenders LIST] [--list]     (--help: all)
 //
 // One call is one round: every measurement once, each point run by every contender in
 // turn (A B C ...; the order rotates with --rep). scripts/bench-compare calls it once
@@ -10,15 +10,14 @@
 // the JSON lines into tables.
 #include "builtin_contenders.hpp"
 #include "measurements.hpp"
+#include "options.hpp"
 #include "plugins.hpp"
+
+#include "command_line.hpp"
 
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <exception>
-#include <set>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -32,152 +31,56 @@ std::unique_ptr<contender> run_context::make(contender_kind const& kind, char co
   return c;
 }
 
-std::string size_label(std::uint64_t bytes) {
-  static constexpr char const* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (u < 4 && bytes >= 1024 && bytes % 1024 == 0) {
-    bytes /= 1024;
-    ++u;
-  }
-  return std::to_string(bytes) + " " + units[u];
-}
-
 }  // namespace gpumem_compare
 
 namespace {
 
 using namespace gpumem_compare;
 
-constexpr char const* usage_text =
-    "usage: gpumem_compare [options]\n"
-    "  --out FILE           append JSON lines here (default: stdout)\n"
-    "  --rep N              round number, recorded with each sample; rotates the contender order\n"
-    "  --quick              fewer sizes, shorter samples\n"
-    "  --time-scale X       multiply every sample's target time (e.g. 0.01 for a smoke test)\n"
-    "  --only LIST          measurements, comma-separated: latency,scaling,random,multistream,replay\n"
-    "  --plugin LIB         load contenders from a plugin (RMM, PyTorch); repeatable\n"
-    "  --replay NAME=LOG    replay this allocation log (CSV) in the replay measurement; repeatable\n"
-    "  --contenders LIST    only these contenders (names as --list prints, comma-separated)\n"
-    "  --latency-sizes LIST bytes, comma-separated (K/M/G suffixes: powers of 1024)\n"
-    "  --scaling-sizes LIST\n"
-    "  --threads LIST       thread counts of the scaling measurement (default 1,4,16)\n"
-    "  --list               print the contenders and exit\n";
+struct options {
+  common_options common;
+  std::vector<std::string> plugins, contenders;
+  bool list = false;
+};
 
-[[noreturn]] void usage_error(std::string const& msg) {
-  std::fprintf(stderr, "gpumem_compare: %s\n%s", msg.c_str(), usage_text);
-  std::exit(2);
-}
-
-std::vector<std::string> split(std::string const& s) {
-  std::vector<std::string> out;
-  std::stringstream in{s};
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    if (!item.empty()) out.push_back(item);
-  }
-  return out;
-}
-
-std::uint64_t parse_size(std::string const& s) {
-  char* end = nullptr;
-  unsigned long long v = std::strtoull(s.c_str(), &end, 10);
-  if (end == s.c_str()) usage_error("not a size: '" + s + "'");
-  std::string const unit{end};
-  if (unit == "K" || unit == "KiB")
-    v <<= 10U;
-  else if (unit == "M" || unit == "MiB")
-    v <<= 20U;
-  else if (unit == "G" || unit == "GiB")
-    v <<= 30U;
-  else if (!unit.empty() && unit != "B")
-    usage_error("not a size: '" + s + "'");
-  if (v == 0) usage_error("size 0 in '" + s + "'");
-  return v;
-}
-
-std::vector<std::uint64_t> parse_sizes(std::string const& s) {
-  std::vector<std::uint64_t> out;
-  for (auto const& item : split(s)) out.push_back(parse_size(item));
-  if (out.empty()) usage_error("empty size list");
-  return out;
+options parse_args(int argc, char** argv) {
+  options o;
+  CLI::App app{
+      "gpumem side by side with the allocators users would pick instead: one round of every measurement, "
+      "each point run by every contender in turn (the order rotates with --rep), samples as JSON lines.",
+      "gpumem_compare"};
+  add_common_options(app, o.common, {"latency", "scaling", "random", "multistream", "replay"});
+  app.add_option("--plugin", o.plugins, "load contenders from a plugin (RMM, PyTorch); repeatable")
+      ->type_name("LIB")
+      ->allow_extra_args(false);
+  app.add_option("--contenders", o.contenders, "only these contenders (names as --list prints, comma-separated)")
+      ->type_name("LIST")
+      ->delimiter(',');
+  app.add_flag("--list", o.list, "print the contenders and exit");
+  gpumem::tools::parse_command_line(app, argc, argv);
+  return o;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) try {
+  options const args = parse_args(argc, argv);
+  common_options const& common = args.common;
+  int const rep = common.rep;
   run_options opt;
-  std::string out_path;
-  int rep = 0;
-  std::set<std::string> only;
-  std::vector<std::string> plugin_paths, contender_filter;
-  std::vector<std::pair<std::string, std::string>> replays;
-  std::string latency_sizes, scaling_sizes, threads = "1,4,16";
-  bool list = false;
-  static std::set<std::string> const known{"latency", "scaling", "random", "multistream", "replay"};
-  for (int i = 1; i < argc; ++i) {
-    std::string const a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) usage_error(a + " needs a value");
-      return argv[++i];
-    };
-    if (a == "--out")
-      out_path = value();
-    else if (a == "--rep")
-      rep = std::atoi(value().c_str());
-    else if (a == "--quick")
-      opt.quick = true;
-    else if (a == "--time-scale") {
-      opt.time_scale = std::atof(value().c_str());
-      if (!(opt.time_scale > 0)) usage_error("--time-scale needs a positive number");
-    } else if (a == "--only") {
-      for (auto const& m : split(value())) {
-        if (!known.contains(m)) usage_error("unknown measurement '" + m + "'");
-        only.insert(m);
-      }
-    } else if (a == "--plugin")
-      plugin_paths.push_back(value());
-    else if (a == "--replay") {
-      std::string const v = value();
-      auto const eq = v.find('=');
-      if (eq == std::string::npos || eq == 0 || eq + 1 == v.size())
-        usage_error("--replay needs NAME=LOG, got '" + v + "'");
-      replays.emplace_back(v.substr(0, eq), v.substr(eq + 1));
-    } else if (a == "--contenders")
-      contender_filter = split(value());
-    else if (a == "--latency-sizes")
-      latency_sizes = value();
-    else if (a == "--scaling-sizes")
-      scaling_sizes = value();
-    else if (a == "--threads")
-      threads = value();
-    else if (a == "--list")
-      list = true;
-    else if (a == "--help" || a == "-h") {
-      std::fputs(usage_text, stdout);
-      return 0;
-    } else
-      usage_error("unknown option '" + a + "'");
-  }
-  auto const wants = [&](char const* m) { return only.empty() || only.contains(m); };
-
+  opt.quick = common.quick;
+  opt.time_scale = common.time_scale;
   constexpr std::uint64_t KiB = 1024, MiB = KiB << 10U, GiB = MiB << 10U;
-  opt.latency_sizes = !latency_sizes.empty() ? parse_sizes(latency_sizes)
-                      : opt.quick            ? std::vector<std::uint64_t>{256, 4 * KiB, 64 * KiB, MiB, 64 * MiB, GiB}
-                                  : std::vector<std::uint64_t>{256, KiB,     4 * KiB,  16 * KiB, 64 * KiB,  256 * KiB,
-                                                               MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB, GiB};
-  opt.scaling_sizes = !scaling_sizes.empty() ? parse_sizes(scaling_sizes)
-                      : opt.quick            ? std::vector<std::uint64_t>{256, MiB, GiB}
-                                             : std::vector<std::uint64_t>{256, 64 * KiB, MiB, 64 * MiB, GiB};
-  for (auto const& t : split(threads)) {
-    int const n = std::atoi(t.c_str());
-    if (n < 1 || n > 256) usage_error("thread count out of range: '" + t + "'");
-    opt.scaling_threads.push_back(n);
-  }
+  opt.latency_sizes = sizes_or(
+      common.latency_sizes, opt.quick, {256, 4 * KiB, 64 * KiB, MiB, 64 * MiB, GiB},
+      {256, KiB, 4 * KiB, 16 * KiB, 64 * KiB, 256 * KiB, MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB, GiB});
+  opt.scaling_sizes = sizes_or(common.scaling_sizes, opt.quick, {256, MiB, GiB}, {256, 64 * KiB, MiB, 64 * MiB, GiB});
+  opt.scaling_threads = common.threads;
 
   // Contenders: built in, then each plugin's, filtered, rotated by the round number.
   std::vector<contender_kind> kinds = builtin_contender_kinds();
   std::vector<std::string> plugin_notes;
-  for (auto const& path : plugin_paths) {
+  for (auto const& path : args.plugins) {
     plugin_load const p = load_plugin(path);
     if (!p.error.empty()) {
       std::fprintf(stderr, "gpumem_compare: plugin %s not loaded: %s\n", path.c_str(), p.error.c_str());
@@ -186,26 +89,27 @@ int main(int argc, char** argv) try {
     }
     kinds.insert(kinds.end(), p.kinds.begin(), p.kinds.end());
   }
-  if (!contender_filter.empty()) {
-    for (auto const& name : contender_filter) {
+  if (!args.contenders.empty()) {
+    for (auto const& name : args.contenders) {
       if (std::none_of(kinds.begin(), kinds.end(), [&](auto const& k) { return name == k.name; })) {
-        usage_error("no contender named '" + name + "' (see --list)");
+        std::fprintf(stderr, "gpumem_compare: --contenders: no contender named '%s' (see --list)\n", name.c_str());
+        return gpumem::tools::exit_usage;
       }
     }
     std::erase_if(kinds, [&](auto const& k) {
-      return std::find(contender_filter.begin(), contender_filter.end(), k.name) == contender_filter.end();
+      return std::find(args.contenders.begin(), args.contenders.end(), k.name) == args.contenders.end();
     });
   }
-  if (list) {
+  if (args.list) {
     for (auto const& k : kinds) std::printf("%-22s %-7s %s\n", k.name, k.family, k.description);
     return 0;
   }
   if (!kinds.empty()) std::rotate(kinds.begin(), kinds.begin() + (rep % static_cast<int>(kinds.size())), kinds.end());
 
-  for (auto const& [name, path] : replays) opt.replays.push_back(plan_replay(path, name));
+  for (auto const& [name, path] : common.replays()) opt.replays.push_back(plan_replay(path, name));
 
   device_info const dev = open_device();
-  sample_writer out{out_path};
+  sample_writer out{common.out_path};
   out.set_rep(rep);
   spin_launcher const spin{dev};
   int const most_threads = *std::max_element(opt.scaling_threads.begin(), opt.scaling_threads.end());
@@ -235,11 +139,11 @@ int main(int argc, char** argv) try {
   out.meta(meta);
 
   run_context const ctx{opt, dev, out, kinds, streams, spin};
-  if (wants("latency")) measure_latency(ctx);
-  if (wants("scaling")) measure_scaling(ctx);
-  if (wants("random")) measure_random_allocations(ctx);
-  if (wants("multistream")) measure_multi_stream(ctx);
-  if (wants("replay") && !opt.replays.empty()) measure_replay(ctx);
+  if (common.wants("latency")) measure_latency(ctx);
+  if (common.wants("scaling")) measure_scaling(ctx);
+  if (common.wants("random")) measure_random_allocations(ctx);
+  if (common.wants("multistream")) measure_multi_stream(ctx);
+  if (common.wants("replay") && !opt.replays.empty()) measure_replay(ctx);
   return 0;
 } catch (std::exception const& e) {
   std::fprintf(stderr, "gpumem_compare: %s\n", e.what());

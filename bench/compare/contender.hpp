@@ -18,6 +18,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <exception>
+#include <string>
 
 struct CUstream_st;
 
@@ -65,6 +67,36 @@ struct contender_kind {
 
 /// Bumped whenever contender or contender_kind change layout or meaning.
 inline constexpr int plugin_abi_version = 1;
+
+// For plugins (C++17: the PyTorch plugin is built with torch's own settings).
+
+/// Keeps `text` for the calling thread and points *why (if given) at it; returns 1,
+/// the entry point's "failed".
+inline int plugin_failure(char const** why, std::string text) {
+  thread_local std::string message;
+  message = std::move(text);
+  if (why != nullptr) *why = message.c_str();
+  return 1;
+}
+
+/// The entry point's first check: whether the harness speaks this header's ABI.
+inline bool plugin_abi_matches(int abi_version, char const** why) {
+  if (abi_version == plugin_abi_version) return true;
+  plugin_failure(why, "built for another gpumem_compare plugin ABI");
+  return false;
+}
+
+/// contender_kind::make for a contender whose constructor may throw: nullptr and the
+/// exception's message in *why instead.
+template <class Make>
+contender* make_or_explain(Make&& make, char const** why) {
+  try {
+    return make();
+  } catch (std::exception const& e) { plugin_failure(why, e.what()); } catch (...) {
+    plugin_failure(why, "unknown exception");
+  }
+  return nullptr;
+}
 
 }  // namespace gpumem_compare
 

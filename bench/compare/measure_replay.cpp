@@ -9,6 +9,8 @@
 #include "timing.hpp"
 
 #include <algorithm>
+#include <string>
+#include <string_view>
 
 namespace gpumem_compare {
 namespace {
@@ -83,6 +85,12 @@ replay_tally run_plan(replay_plan const& plan, contender& c, std::vector<stream_
   return t;
 }
 
+/// A contender known to end the process on this log (std::terminate inside it), so
+/// it cannot be measured there without losing the rest of the round.
+bool aborts_on(contender_kind const& kind, replay_plan const& plan) {
+  return std::string_view{kind.name} == "rmm arena" && plan.name == "varlen";
+}
+
 }  // namespace
 
 void measure_replay(run_context const& ctx) {
@@ -95,6 +103,13 @@ void measure_replay(run_context const& ctx) {
     json_object params;
     params.add("log", plan.name).add("events", static_cast<std::uint64_t>(plan.ops.size()));
     for (auto const& kind : ctx.kinds) {
+      if (aborts_on(kind, plan)) {
+        ctx.out.note("replay", kind.name,
+                     "left out of the " + plan.name +
+                         " replay: RMM 26.10's arena throws 'allocation not found' from a free of this log inside a "
+                         "noexcept function, which ends the process (and the round for every contender after it)");
+        continue;
+      }
       cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
       std::uint64_t const used_before = query_device_memory().used();
       auto c = ctx.make(kind, "replay");

@@ -51,7 +51,4 @@ void measure_replay(run_context const& ctx);
 /// The scaling measurement's control row (no allocator; size 0 in its samples).
 inline constexpr char const* cpu_control_name = "(CPU loop, no allocator)";
 
-/// "256 B", "64 KiB", "1 GiB"
-[[nodiscard]] std::string size_label(std::uint64_t bytes);
-
 }  // namespace gpumem_compare

@@ -2,11 +2,12 @@
 // An allocation log (gpumem's or RMM's CSV) turned into a list of operations any
 // allocator can replay on a real device: the memory-efficiency measurement.
 //
-// Order: each log thread's events in file order, threads merged by time (the order
-// gpumem-replay uses); everything is issued from one host thread. Streams: the log's
-// null and legacy streams are the legacy stream (index 0); every other stream handle,
-// and the per-thread default stream of each log thread, becomes a stream of its own
-// (index 1...), which the executor creates. Pointers become dense slot numbers.
+// Order and streams as gpumem-replay has them (gpumem/tools/replay_sequencer.hpp,
+// call_semantics.hpp): each log thread's events in file order, threads merged by time;
+// everything is issued from one host thread. The log's null and legacy streams are
+// the legacy stream (index 0); every other replay_stream (the per-thread default
+// stream is one per log thread) becomes a stream of its own (index 1...), which the
+// executor creates. Pointers become dense slot numbers.
 //
 // A free of a pointer the replay does not hold is skipped and counted; an allocation
 // of a pointer still live (the log lost its free) frees the older block first; a

@@ -223,11 +223,34 @@ def rounds_note(summary, samples, measurement):
     return f"median of {lo} rounds" if lo == hi else f"median of {lo}–{hi} rounds"
 
 
-def latency_section(summary, samples, meta):
-    m = "latency"
-    names = contenders_in(samples, m, meta)
-    if not names:
-        return None
+def section(measurement, keep=lambda name: True):
+    """A table section of one measurement: the builder gets the contenders with samples
+    of it (those keep() accepts) and returns the section's lines; it is not called
+    when there are none."""
+    def wrap(build):
+        def run(summary, samples, meta, *more):
+            names = [n for n in contenders_in(samples, measurement, meta) if keep(n)]
+            return "\n".join(build(summary, samples, meta, measurement, names, *more)) if names else None
+        return run
+    return wrap
+
+
+def contender_rows(names, configs, cells):
+    """One table row per contender: its name, then cells(name, p) for each parameter set p."""
+    return [[name] + [c for p in configs for c in cells(name, p)] for name in names]
+
+
+def configs_of(samples, measurement, has=None):
+    """The distinct parameter sets of a measurement's samples (those with key `has`)."""
+    configs = OrderedDict()
+    for s in samples:
+        if s["measurement"] == measurement and (has is None or has in s["params"]):
+            configs[params_key(s["params"])] = s["params"]
+    return list(configs.values())
+
+
+@section("latency")
+def latency_section(summary, samples, meta, m, names):
     one_stream = [s for s in samples if s["measurement"] == m and "streams" not in s["params"]]
     sizes = values_of(one_stream, m, "size")
     rows, ratio_rows = [], []
@@ -269,14 +292,11 @@ def latency_section(summary, samples, meta):
         text += ["", "One thread alternating its pairs between two streams (a compute and a copy stream, say); "
                  "in parentheses, against the same pairs on one stream:", "",
                  table(["contender"] + [fmt_size(s) for s in two_sizes], two_rows)]
-    return "\n".join(text)
+    return text
 
 
-def scaling_section(summary, samples, meta):
-    m = "scaling"
-    names = contenders_in(samples, m, meta)
-    if not names:
-        return None
+@section("scaling")
+def scaling_section(summary, samples, meta, m, names):
     sizes = values_of(samples, m, "size")
     threads = values_of(samples, m, "threads")
     rows = []
@@ -309,7 +329,7 @@ def scaling_section(summary, samples, meta):
             diag.append([fmt_size(size), name, fmt_rate(user), fmt_rate(gb),
                          fmt_ratio(gb / user) if gb and user else "—",
                          fmt_ratio(spread) if spread else "—", fmt_rate(cold)])
-    text = [
+    return [
         "## 2. Scaling over threads",
         "",
         "Each thread on its own non-blocking stream, one shared allocator, `allocate` + `free` pairs of one "
@@ -332,35 +352,25 @@ def scaling_section(summary, samples, meta):
         table(["size", "contender", "pairs/s (makespan)", "mean-thread rate", "mean-thread / makespan",
                "slowest / fastest thread", "cold start"], diag),
     ]
-    return "\n".join(text)
 
 
-def random_section(summary, samples, meta):
-    m = "random"
-    names = contenders_in(samples, m, meta)
-    if not names:
-        return None
-    configs = OrderedDict()
-    for s in samples:
-        if s["measurement"] == m:
-            configs[params_key(s["params"])] = s["params"]
-    configs = sorted(configs.values(), key=lambda p: (p.get("max_size", 0), p.get("allocations", 0)))
+@section("random")
+def random_section(summary, samples, meta, m, names):
+    configs = sorted(configs_of(samples, m), key=lambda p: (p.get("max_size", 0), p.get("allocations", 0)))
     header = ["contender"]
     for p in configs:
         label = f"{p.get('allocations')} allocations ≤ {fmt_size(p.get('max_size', 0))}, {p.get('streams')} streams"
         header += [f"{label}: µs/call", "peak reserved / live", "failed"]
-    rows = []
-    for name in names:
-        row = [name]
-        for p in configs:
-            t = summary.median(m, name, p, "us_per_call")
-            reserved = summary.median(m, name, p, "peak_reserved")
-            live = summary.median(m, name, p, "peak_live")
-            failed = summary.median(m, name, p, "failed")
-            row += [fmt_us(t), fmt_ratio(reserved / live) if reserved and live else "—",
-                    "—" if failed is None else f"{failed:.0f}"]
-        rows.append(row)
-    text = [
+
+    def cells(name, p):
+        t = summary.median(m, name, p, "us_per_call")
+        reserved = summary.median(m, name, p, "peak_reserved")
+        live = summary.median(m, name, p, "peak_live")
+        failed = summary.median(m, name, p, "failed")
+        return [fmt_us(t), fmt_ratio(reserved / live) if reserved and live else "—",
+                "—" if failed is None else f"{failed:.0f}"]
+    rows = contender_rows(names, configs, cells)
+    return [
         "## 3a. Random allocations (RMM's shape, several streams)",
         "",
         "A fixed-seed sequence: allocate with probability 73% (size uniform in 1 B..max, on one of the "
@@ -370,36 +380,26 @@ def random_section(summary, samples, meta):
         "",
         table(header, rows),
     ]
-    return "\n".join(text)
 
 
-def multistream_section(summary, samples, meta):
-    m = "multistream"
-    names = [n for n in contenders_in(samples, m, meta) if not n.startswith("(")]
-    if not names:
-        return None
-    configs = OrderedDict()
-    for s in samples:
-        if s["measurement"] == m and "streams" in s["params"]:
-            configs[params_key(s["params"])] = s["params"]
-    configs = sorted(configs.values(), key=lambda p: (p["streams"], p["prewarm"]))
+@section("multistream", keep=lambda name: not name.startswith("("))
+def multistream_section(summary, samples, meta, m, names):
+    configs = sorted(configs_of(samples, m, has="streams"), key=lambda p: (p["streams"], p["prewarm"]))
     kernel = None
     for (mm, c, _, metric), st in summary.stats.items():
         if mm == m and metric == "kernel_us":
             kernel = st["median"]
     header = ["contender"] + [f"{p['streams']} stream{'s' if p['streams'] > 1 else ''}"
                               f"{', prewarmed' if p['prewarm'] else ''}" for p in configs]
-    rows = []
-    for name in names:
-        row = [name]
-        for p in configs:
-            steady = summary.median(m, name, p, "us_per_iteration")
-            over = summary.median(m, name, p, "over_ideal")
-            first = summary.median(m, name, p, "first_iteration_us")
-            row.append("—" if steady is None else f"{fmt_us(steady)} ({fmt_ratio(over, 1)}); first {fmt_us(first)}")
-        rows.append(row)
+
+    def cells(name, p):
+        steady = summary.median(m, name, p, "us_per_iteration")
+        over = summary.median(m, name, p, "over_ideal")
+        first = summary.median(m, name, p, "first_iteration_us")
+        return ["—" if steady is None else f"{fmt_us(steady)} ({fmt_ratio(over, 1)}); first {fmt_us(first)}"]
+    rows = contender_rows(names, configs, cells)
     kernels = configs[0].get("kernels", 16) if configs else 16
-    text = [
+    return [
         "## 3b. Multi-stream allocations (RMM's shape)",
         "",
         f"{kernels} kernels round-robin over S streams; before each launch an 8-byte buffer is allocated on "
@@ -411,14 +411,10 @@ def multistream_section(summary, samples, meta):
         "",
         table(header, rows),
     ]
-    return "\n".join(text)
 
 
-def replay_section(summary, samples, meta, log_meta):
-    m = "replay"
-    names = contenders_in(samples, m, meta)
-    if not names:
-        return None
+@section("replay")
+def replay_section(summary, samples, meta, m, names, log_meta):
     logs = values_of(samples, m, "log")
     rows = []
     for log in logs:
@@ -457,7 +453,9 @@ def replay_section(summary, samples, meta, log_meta):
         "allocator holds from the device at its peak, as it reports it; *device used* is cudaMemGetInfo's "
         "used memory above the level before the allocator was made (a cross-check; under the shim it "
         "shows pooled memory as free, so the shim's own count is used). The `plain`/`shim` rows replay "
-        f"through the log's own entry points (cudaMalloc/cudaFree ...) ({rounds_note(summary, samples, m)}).",
+        "through the log's own entry points (cudaMalloc/cudaFree ...), each log in a process of its own, so "
+        "the shim's pool starts empty as every contender does "
+        f"({rounds_note(summary, samples, m)}).",
         "",
         *logs_text,
         "",
@@ -466,7 +464,7 @@ def replay_section(summary, samples, meta, log_meta):
         "",
         "¹ the allocator cannot tell; device used shown instead.",
     ]
-    return "\n".join(text)
+    return text
 
 
 def workload_section(summary, samples):

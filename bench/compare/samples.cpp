@@ -1,46 +1,32 @@
 #include "samples.hpp"
 
+#include <gpumem/tools/text_escape.hpp>
+
 #include <cmath>
 #include <ctime>
 #include <stdexcept>
 
 namespace gpumem_compare {
 
-std::string json_escape(std::string_view s) {
-  std::string out;
-  out.reserve(s.size() + 2);
-  for (char const c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(static_cast<unsigned char>(c)));
-          out += buf;
-        } else {
-          out += c;
-        }
-    }
+std::string size_label(std::uint64_t bytes) {
+  static constexpr char const* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (u < 4 && bytes >= 1024 && bytes % 1024 == 0) {
+    bytes /= 1024;
+    ++u;
   }
-  return out;
+  return std::to_string(bytes) + " " + units[u];
 }
 
 void json_object::key(std::string_view k) {
   if (!body_.empty()) body_ += ',';
-  body_ += '"';
-  body_ += json_escape(k);
-  body_ += "\":";
+  body_ += gpumem::tools::json_string(k);
+  body_ += ':';
 }
 
 json_object& json_object::add(std::string_view k, std::string_view value) {
   key(k);
-  body_ += '"';
-  body_ += json_escape(value);
-  body_ += '"';
+  body_ += gpumem::tools::json_string(value);
   return *this;
 }
 

@@ -17,6 +17,9 @@
 
 namespace gpumem_compare {
 
+/// "256 B", "64 KiB", "1 GiB": a size as the notes name it.
+[[nodiscard]] std::string size_label(std::uint64_t bytes);
+
 /// A JSON object built field by field (keys and strings escaped).
 class json_object {
  public:
@@ -35,8 +38,6 @@ class json_object {
   void key(std::string_view k);
   std::string body_;
 };
-
-[[nodiscard]] std::string json_escape(std::string_view s);
 
 class sample_writer {
  public:

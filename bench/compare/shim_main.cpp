@@ -5,84 +5,35 @@
 // (safe and stream mode), interleaved with gpumem_compare's rounds.
 //
 //   gpumem_compare_shim --label NAME [--expect-shim|--expect-no-shim] [--out FILE]
-//                       [--rep N] [--quick] [--only LIST] [--replay NAME=LOG]...
+//                       [--rep N] [--quick] [--only LIST] [--replay NAME=LOG]...   (--help: all)
 //
 // Row names are "<label>: cudaMalloc" and "<label>: cudaMallocAsync" (the pair each
-// stands for); the replay row is "<label>".
+// stands for); the replay row is "<label>". Each log is replayed in a process of its
+// own (replay_each_log_alone), so the shim's pool starts empty for it.
 #include "device.hpp"
+#include "options.hpp"
 #include "replay_plan.hpp"
 #include "samples.hpp"
 #include "timing.hpp"
 
+#include "command_line.hpp"
 #include "gpumem_shim.h"
 
 #include <dlfcn.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <set>
-#include <sstream>
+#include <cstring>
 #include <string>
 #include <vector>
 
 namespace {
 
 using namespace gpumem_compare;
-
-constexpr char const* usage_text =
-    "usage: gpumem_compare_shim --label NAME [options]\n"
-    "  --label NAME         row prefix: plain, shim safe, shim stream ...\n"
-    "  --expect-shim        fail unless libgpumem_shim.so is loaded and active\n"
-    "  --expect-no-shim     fail if it is loaded\n"
-    "  --out FILE           append JSON lines here (default: stdout)\n"
-    "  --rep N              round number recorded with each sample\n"
-    "  --quick              fewer sizes, shorter samples\n"
-    "  --time-scale X       multiply every sample's target time\n"
-    "  --only LIST          latency,scaling,replay\n"
-    "  --replay NAME=LOG    replay this allocation log; repeatable\n"
-    "  --latency-sizes LIST, --scaling-sizes LIST, --threads LIST\n";
-
-[[noreturn]] void usage_error(std::string const& msg) {
-  std::fprintf(stderr, "gpumem_compare_shim: %s\n%s", msg.c_str(), usage_text);
-  std::exit(2);
-}
-
-std::vector<std::string> split(std::string const& s) {
-  std::vector<std::string> out;
-  std::stringstream in{s};
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    if (!item.empty()) out.push_back(item);
-  }
-  return out;
-}
-
-std::uint64_t parse_size(std::string const& s) {
-  char* end = nullptr;
-  unsigned long long v = std::strtoull(s.c_str(), &end, 10);
-  std::string const unit{end};
-  if (end == s.c_str() || v == 0) usage_error("not a size: '" + s + "'");
-  if (unit == "K" || unit == "KiB")
-    v <<= 10U;
-  else if (unit == "M" || unit == "MiB")
-    v <<= 20U;
-  else if (unit == "G" || unit == "GiB")
-    v <<= 30U;
-  else if (!unit.empty() && unit != "B")
-    usage_error("not a size: '" + s + "'");
-  return v;
-}
-
-std::string size_label(std::uint64_t bytes) {
-  static constexpr char const* units[] = {"B", "KiB", "MiB", "GiB"};
-  int u = 0;
-  while (u < 3 && bytes >= 1024 && bytes % 1024 == 0) {
-    bytes /= 1024;
-    ++u;
-  }
-  return std::to_string(bytes) + " " + units[u];
-}
 
 using stats_fn = int (*)(gpumem_shim_stats*);
 using describe_fn = int (*)(int, char*, unsigned long);
@@ -131,6 +82,73 @@ struct settings {
   [[nodiscard]] double target(double full, double quick_s) const { return (quick ? quick_s : full) * time_scale; }
   [[nodiscard]] std::string row(family f) const { return label + ": " + f.name; }
 };
+
+struct options {
+  common_options common;
+  std::string label;
+  bool expect_shim = false, expect_no_shim = false;
+};
+
+options parse_args(int argc, char** argv) {
+  options o;
+  CLI::App app{
+      "A plain CUDA program (nothing of gpumem linked) timing cudaMalloc+cudaFree and cudaMallocAsync+"
+      "cudaFreeAsync pairs, their scaling over threads, and replays of allocation logs through the entry points "
+      "they name; run with and without LD_PRELOAD=libgpumem_shim.so.",
+      "gpumem_compare_shim"};
+  app.add_option("--label", o.label, "row prefix: plain, shim safe, shim stream ...")->type_name("NAME")->required();
+  auto* shim = app.add_flag("--expect-shim", o.expect_shim, "fail unless libgpumem_shim.so is loaded and active");
+  app.add_flag("--expect-no-shim", o.expect_no_shim, "fail if it is loaded")->excludes(shim);
+  add_common_options(app, o.common, {"latency", "scaling", "replay"});
+  gpumem::tools::parse_command_line(app, argc, argv);
+  return o;
+}
+
+/// Whether this process replays one log and does nothing else (see replay_each_log_alone).
+bool replays_one_log_only(common_options const& c) {
+  return c.replay_specs.size() == 1 && c.only == std::vector<std::string>{"replay"};
+}
+
+/// Replays each log in a process of its own: this program again, told to replay that
+/// log only. The shim's pool keeps all it ever grew to, so in one process a replay's
+/// peak reserved would count what the pair measurements or an earlier log left in
+/// it; in gpumem_compare each contender starts empty for each log, and so must the
+/// shim. Called before this process makes any CUDA call, so that it holds no device
+/// memory meanwhile. Returns what went wrong, per log.
+std::vector<std::string> replay_each_log_alone(options const& o) {
+  std::vector<std::string> failed;
+  char scale[32];
+  std::snprintf(scale, sizeof scale, "%.17g", o.common.time_scale);
+  for (auto const& spec : o.common.replay_specs) {
+    std::vector<std::string> args{"gpumem_compare_shim",
+                                  "--label",
+                                  o.label,
+                                  "--rep",
+                                  std::to_string(o.common.rep),
+                                  "--time-scale",
+                                  scale,
+                                  "--only",
+                                  "replay",
+                                  "--replay",
+                                  spec};
+    if (o.common.quick) args.emplace_back("--quick");
+    if (o.expect_shim) args.emplace_back("--expect-shim");
+    if (o.expect_no_shim) args.emplace_back("--expect-no-shim");
+    if (!o.common.out_path.empty()) args.insert(args.end(), {"--out", o.common.out_path});
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    std::fflush(nullptr);  // the child appends to the same output
+    pid_t pid = 0;
+    int status = 0;
+    if (int const err = posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv.data(), environ); err != 0) {
+      failed.push_back("replay " + spec + ": cannot start a process for it: " + std::strerror(err));
+    } else if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      failed.push_back("replay " + spec + ": its process failed (wait status " + std::to_string(status) + ")");
+    }
+  }
+  return failed;
+}
 
 void latency(settings const& st, sample_writer& out, stream_set const& streams) {
   for (std::uint64_t const size : st.latency_sizes) {
@@ -253,6 +271,11 @@ void replay(settings const& st, sample_writer& out, shim_probe const& shim) {
       out.sample("replay", st.label, params, "peak_device_used", static_cast<double>(t.peak_device_used));
     }
     out.sample("replay", st.label, params, "failed", static_cast<double>(t.failed));
+    // What the shim's pool already held (the first allocation's slab, in a process of
+    // its own): counted in peak_reserved, as it would be in the program logged.
+    if (shim.loaded()) {
+      out.sample("replay", st.label, params, "reserved_at_start", static_cast<double>(before.reserved_bytes));
+    }
     out.sample(
         "replay", st.label, params, "ns_per_call",
         t.calls > 0 ? std::chrono::duration<double, std::nano>(in_calls).count() / static_cast<double>(t.calls) : 0);
@@ -268,77 +291,28 @@ void replay(settings const& st, sample_writer& out, shim_probe const& shim) {
 }  // namespace
 
 int main(int argc, char** argv) try {
+  options const o = parse_args(argc, argv);
+  common_options const& c = o.common;
   settings st;
-  std::string out_path;
-  int rep = 0, expect = 0;  // 1: shim, -1: no shim
-  std::set<std::string> only;
-  std::string latency_sizes, scaling_sizes, threads = "1,4,16";
-  std::vector<std::pair<std::string, std::string>> replays;
-  for (int i = 1; i < argc; ++i) {
-    std::string const a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) usage_error(a + " needs a value");
-      return argv[++i];
-    };
-    if (a == "--label")
-      st.label = value();
-    else if (a == "--expect-shim")
-      expect = 1;
-    else if (a == "--expect-no-shim")
-      expect = -1;
-    else if (a == "--out")
-      out_path = value();
-    else if (a == "--rep")
-      rep = std::atoi(value().c_str());
-    else if (a == "--quick")
-      st.quick = true;
-    else if (a == "--time-scale") {
-      st.time_scale = std::atof(value().c_str());
-      if (!(st.time_scale > 0)) usage_error("--time-scale needs a positive number");
-    } else if (a == "--only") {
-      for (auto const& m : split(value())) {
-        if (m != "latency" && m != "scaling" && m != "replay") usage_error("unknown measurement '" + m + "'");
-        only.insert(m);
-      }
-    } else if (a == "--replay") {
-      std::string const v = value();
-      auto const eq = v.find('=');
-      if (eq == std::string::npos || eq == 0 || eq + 1 == v.size())
-        usage_error("--replay needs NAME=LOG, got '" + v + "'");
-      replays.emplace_back(v.substr(0, eq), v.substr(eq + 1));
-    } else if (a == "--latency-sizes")
-      latency_sizes = value();
-    else if (a == "--scaling-sizes")
-      scaling_sizes = value();
-    else if (a == "--threads")
-      threads = value();
-    else if (a == "--help" || a == "-h") {
-      std::fputs(usage_text, stdout);
-      return 0;
-    } else
-      usage_error("unknown option '" + a + "'");
-  }
-  if (st.label.empty()) usage_error("--label is required");
+  st.label = o.label;
+  st.quick = c.quick;
+  st.time_scale = c.time_scale;
   constexpr std::uint64_t KiB = 1024, MiB = KiB << 10U, GiB = MiB << 10U;
-  auto sizes = [&](std::string const& given, std::vector<std::uint64_t> dflt) {
-    if (given.empty()) return dflt;
-    std::vector<std::uint64_t> v;
-    for (auto const& s : split(given)) v.push_back(parse_size(s));
-    if (v.empty()) usage_error("empty size list");
-    return v;
-  };
-  st.latency_sizes = sizes(latency_sizes, st.quick ? std::vector<std::uint64_t>{256, MiB, 64 * MiB, GiB}
-                                                   : std::vector<std::uint64_t>{256, 4 * KiB, 64 * KiB, MiB, 16 * MiB,
-                                                                                64 * MiB, 256 * MiB, GiB});
-  st.scaling_sizes = sizes(
-      scaling_sizes, st.quick ? std::vector<std::uint64_t>{256, MiB} : std::vector<std::uint64_t>{256, MiB, 64 * MiB});
-  for (auto const& t : split(threads)) {
-    int const n = std::atoi(t.c_str());
-    if (n < 1 || n > 256) usage_error("thread count out of range: '" + t + "'");
-    st.threads.push_back(n);
+  st.latency_sizes = sizes_or(c.latency_sizes, st.quick, {256, MiB, 64 * MiB, GiB},
+                              {256, 4 * KiB, 64 * KiB, MiB, 16 * MiB, 64 * MiB, 256 * MiB, GiB});
+  st.scaling_sizes = sizes_or(c.scaling_sizes, st.quick, {256, MiB}, {256, MiB, 64 * MiB});
+  st.threads = c.threads;
+  bool const replay_here = replays_one_log_only(c);
+  std::vector<std::string> replay_failures;
+  if (replay_here) {
+    for (auto const& [name, path] : c.replays()) st.replays.push_back(plan_replay(path, name));
+  } else if (c.wants("replay")) {
+    replay_failures = replay_each_log_alone(o);
+    if (c.only == std::vector<std::string>{"replay"}) {  // nothing else to measure here
+      for (auto const& f : replay_failures) std::fprintf(stderr, "gpumem_compare_shim: %s\n", f.c_str());
+      return replay_failures.empty() ? 0 : 1;
+    }
   }
-  for (auto const& [name, path] : replays) st.replays.push_back(plan_replay(path, name));
-  auto const wants = [&](char const* m) { return only.empty() || only.contains(m); };
 
   device_info const dev = open_device();
   {
@@ -350,22 +324,22 @@ int main(int argc, char** argv) try {
   }
   shim_probe const shim;
   gpumem_shim_stats const s0 = shim.read();
-  if (expect == 1 && (!shim.loaded() || s0.mode != GPUMEM_SHIM_MODE_ACTIVE)) {
+  if (o.expect_shim && (!shim.loaded() || s0.mode != GPUMEM_SHIM_MODE_ACTIVE)) {
     std::fprintf(
         stderr, "gpumem_compare_shim: --expect-shim, but %s\n",
         shim.loaded() ? "the shim is not active (disabled or misconfigured)" : "libgpumem_shim.so is not loaded");
     return 1;
   }
-  if (expect == -1 && shim.loaded()) {
+  if (o.expect_no_shim && shim.loaded()) {
     std::fprintf(stderr, "gpumem_compare_shim: --expect-no-shim, but libgpumem_shim.so is loaded\n");
     return 1;
   }
-  sample_writer out{out_path};
-  out.set_rep(rep);
+  sample_writer out{c.out_path};
+  out.set_rep(c.rep);
   int const most = *std::max_element(st.threads.begin(), st.threads.end());
   stream_set const streams(static_cast<std::size_t>(std::max(16, most)));
   json_object meta;
-  meta.add("program", "gpumem_compare_shim").add("label", st.label).add("rep", rep).add("quick", st.quick);
+  meta.add("program", "gpumem_compare_shim").add("label", st.label).add("rep", c.rep).add("quick", st.quick);
   meta.add("device", dev.name).add("driver_version", dev.driver_version).add("runtime_version", dev.runtime_version);
   meta.add("simulated", dev.simulated).add("shim_loaded", shim.loaded());
   if (shim.loaded()) {
@@ -375,10 +349,14 @@ int main(int argc, char** argv) try {
   }
   out.meta(meta);
 
-  if (wants("latency")) latency(st, out, streams);
-  if (wants("scaling")) scaling(st, out, streams);
-  if (wants("replay")) replay(st, out, shim);
-  return 0;
+  if (c.wants("latency")) latency(st, out, streams);
+  if (c.wants("scaling")) scaling(st, out, streams);
+  if (replay_here) replay(st, out, shim);
+  for (auto const& f : replay_failures) {
+    std::fprintf(stderr, "gpumem_compare_shim: %s\n", f.c_str());
+    out.note("replay", st.label, f);
+  }
+  return replay_failures.empty() ? 0 : 1;
 } catch (std::exception const& e) {
   std::fprintf(stderr, "gpumem_compare_shim: %s\n", e.what());
   return 1;

@@ -10,11 +10,15 @@
 // Stream semantics are the pool's (pool_memory_resource.hpp): a free stack per
 // stream, reuse on the same stream without events, and a stream taking blocks
 // freed on another stream waits on that stream's event, recorded lazily at the
-// moment of the take. Capturing streams are never recorded on or made to wait.
+// moment of the take. Unlike the pool, a stream takes only another's spare blocks
+// (all but the one it freed last, which it will most likely reuse) and grows
+// before it takes a stream's last free block, which it does only when the upstream
+// refuses. Capturing streams are never recorded on or made to wait.
 //
 // Thread safety: every member is thread-safe; threads on different streams share
-// no lock in allocate/deallocate except shared (reader) locks. Each block's
-// in-use bit catches double frees and foreign pointers, which are ignored.
+// no lock in allocate/deallocate. Each block's in-use flag catches double frees and
+// foreign pointers, which are ignored; neighbouring blocks' flags lie on different
+// cache lines, so threads reusing their own blocks do not slow each other down.
 
 #include <gpumem/device_memory_resource.hpp>
 

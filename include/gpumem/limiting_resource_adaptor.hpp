@@ -9,19 +9,18 @@
 // Thread safety: lock-free (one CAS loop per allocate, one fetch_sub per free).
 // Streams: passed through unchanged.
 
-#include <gpumem/device_memory_resource.hpp>
+#include <gpumem/forwarding_resource_adaptor.hpp>
 
 #include <atomic>
 #include <cstddef>
 
 namespace gpumem {
 
-class limiting_resource_adaptor final : public device_memory_resource {
+class limiting_resource_adaptor final : public forwarding_resource_adaptor {
  public:
   /// `upstream` must outlive the adaptor. Throws logic_error on null.
   limiting_resource_adaptor(device_memory_resource* upstream, std::size_t limit);
 
-  [[nodiscard]] device_memory_resource* get_upstream() const noexcept { return upstream_; }
   [[nodiscard]] std::size_t limit() const noexcept { return limit_; }
   /// Bytes charged now (requests rounded to 256).
   [[nodiscard]] std::size_t used_bytes() const noexcept { return used_.load(std::memory_order_relaxed); }
@@ -39,12 +38,7 @@ class limiting_resource_adaptor final : public device_memory_resource {
  private:
   void* do_allocate(std::size_t bytes, stream_ref stream) override;
   void do_deallocate(void* p, std::size_t bytes, stream_ref stream) noexcept override;
-  std::size_t do_release() override { return upstream_->release(); }
-  [[nodiscard]] resource_info do_info() const override { return upstream_->info(); }
-  void do_stream_destroyed(stream_ref s) noexcept override { upstream_->stream_destroyed(s); }
-  [[nodiscard]] bool do_owns(void const* p) const noexcept override { return upstream_->owns(p); }
 
-  device_memory_resource* upstream_;
   std::size_t limit_;
   alignas(64) std::atomic<std::size_t> used_{0};
 };

@@ -14,7 +14,7 @@
 // fast path. Streams: passed through unchanged and logged.
 
 #include <gpumem/csv_log_writer.hpp>
-#include <gpumem/device_memory_resource.hpp>
+#include <gpumem/forwarding_resource_adaptor.hpp>
 
 #include <cstdint>
 #include <memory>
@@ -22,7 +22,7 @@
 
 namespace gpumem {
 
-class logging_resource_adaptor final : public device_memory_resource {
+class logging_resource_adaptor final : public forwarding_resource_adaptor {
  public:
   /// Logs to `sink` (may be shared by several adaptors). Throws logic_error on
   /// null upstream or sink.
@@ -31,23 +31,17 @@ class logging_resource_adaptor final : public device_memory_resource {
   /// be opened).
   logging_resource_adaptor(device_memory_resource* upstream, std::string const& filename);
 
-  [[nodiscard]] device_memory_resource* get_upstream() const noexcept { return upstream_; }
   [[nodiscard]] csv_log_writer& writer() const noexcept { return *sink_; }
   [[nodiscard]] std::shared_ptr<csv_log_writer> const& sink() const noexcept { return sink_; }
 
  private:
   void* do_allocate(std::size_t bytes, stream_ref stream) override;
   void do_deallocate(void* p, std::size_t bytes, stream_ref stream) noexcept override;
-  std::size_t do_release() override { return upstream_->release(); }
-  [[nodiscard]] resource_info do_info() const override { return upstream_->info(); }
-  void do_stream_destroyed(stream_ref s) noexcept override { upstream_->stream_destroyed(s); }
-  [[nodiscard]] bool do_owns(void const* p) const noexcept override { return upstream_->owns(p); }
 
   /// Writes one row; the event runs from `start_ticks` (detail::log_ticks()) to now.
   void log(log_action action, void const* p, std::size_t bytes, stream_ref stream, std::uint64_t start_ticks,
            const char* result) const noexcept;
 
-  device_memory_resource* upstream_;
   std::shared_ptr<csv_log_writer> sink_;
 };
 

@@ -4,12 +4,16 @@
 //
 // Bytes are the *requested* sizes (as RMM counts them). allocate(0) and
 // deallocate(nullptr) are forwarded but not counted (they move no memory).
-// Thread safety: lock-free. Each call costs a few relaxed atomic operations (peak
-// via a CAS loop that only loops while the peak is actually rising). A reader
-// gets each counter exactly, but bytes() and allocations() are not one snapshot.
+// Thread safety: lock-free. An allocation costs two relaxed atomic additions (bytes
+// and allocations now outstanding, from which the peaks follow; a CAS only while a
+// peak is actually rising) and a free two subtractions; the totals and the
+// deallocation count are kept per thread (detail::thread_counters) and summed when
+// read. A reader gets each counter exactly as of the calls that returned before
+// it, but bytes() and allocations() are not one snapshot.
 // Streams: passed through unchanged.
 
-#include <gpumem/device_memory_resource.hpp>
+#include <gpumem/detail/thread_counters.hpp>
+#include <gpumem/forwarding_resource_adaptor.hpp>
 
 #include <atomic>
 #include <cstddef>
@@ -17,7 +21,7 @@
 
 namespace gpumem {
 
-class statistics_resource_adaptor final : public device_memory_resource {
+class statistics_resource_adaptor final : public forwarding_resource_adaptor {
  public:
   /// Like RMM's statistics_resource_adaptor::counter.
   struct counters {
@@ -29,40 +33,39 @@ class statistics_resource_adaptor final : public device_memory_resource {
   /// `upstream` must outlive the adaptor. Throws logic_error on null.
   explicit statistics_resource_adaptor(device_memory_resource* upstream);
 
-  [[nodiscard]] device_memory_resource* get_upstream() const noexcept { return upstream_; }
-
-  [[nodiscard]] counters bytes() const noexcept { return bytes_.read(); }
-  [[nodiscard]] counters allocations() const noexcept { return allocations_.read(); }
-  [[nodiscard]] std::int64_t deallocations() const noexcept { return deallocations_.load(std::memory_order_relaxed); }
+  [[nodiscard]] counters bytes() const noexcept { return bytes_.read(totals_.get(total_bytes)); }
+  /// bytes().current alone: no sum over threads (cheap enough for every log row).
+  [[nodiscard]] std::int64_t current_bytes() const noexcept { return bytes_.current.load(std::memory_order_relaxed); }
+  [[nodiscard]] counters allocations() const noexcept { return allocations_.read(totals_.get(total_allocations)); }
+  [[nodiscard]] std::int64_t deallocations() const noexcept {
+    return static_cast<std::int64_t>(totals_.get(total_deallocations));
+  }
   /// Allocations the upstream refused (out_of_memory or any other exception).
   [[nodiscard]] std::int64_t failed_allocations() const noexcept { return failures_.load(std::memory_order_relaxed); }
 
  private:
+  /// What is outstanding and its peak; the total lives in totals_.
   struct atomic_counter {
     std::atomic<std::int64_t> current{0};
     std::atomic<std::int64_t> peak{0};
-    std::atomic<std::int64_t> total{0};
     void add(std::int64_t v) noexcept;
     void sub(std::int64_t v) noexcept { current.fetch_sub(v, std::memory_order_relaxed); }
-    [[nodiscard]] counters read() const noexcept {
+    [[nodiscard]] counters read(std::uint64_t total) const noexcept {
       return {current.load(std::memory_order_relaxed), peak.load(std::memory_order_relaxed),
-              total.load(std::memory_order_relaxed)};
+              static_cast<std::int64_t>(total)};
     }
   };
+  /// totals_' counters.
+  enum total : std::size_t { total_bytes, total_allocations, total_deallocations, total_count };
 
   void* do_allocate(std::size_t bytes, stream_ref stream) override;
   void do_deallocate(void* p, std::size_t bytes, stream_ref stream) noexcept override;
-  std::size_t do_release() override { return upstream_->release(); }
-  [[nodiscard]] resource_info do_info() const override { return upstream_->info(); }
-  void do_stream_destroyed(stream_ref s) noexcept override { upstream_->stream_destroyed(s); }
-  [[nodiscard]] bool do_owns(void const* p) const noexcept override { return upstream_->owns(p); }
 
-  device_memory_resource* upstream_;
   // Bytes and counts on separate cache lines: they are written by every call.
   alignas(64) atomic_counter bytes_;
   alignas(64) atomic_counter allocations_;
-  alignas(64) std::atomic<std::int64_t> deallocations_{0};
-  std::atomic<std::int64_t> failures_{0};
+  alignas(64) std::atomic<std::int64_t> failures_{0};
+  detail::thread_counters totals_{total_count};
 };
 
 }  // namespace gpumem

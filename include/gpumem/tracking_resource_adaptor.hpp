@@ -11,7 +11,7 @@
 // (diagnostics.hpp), and still forwarded: the upstream decides what it means.
 // Thread safety: fully thread-safe. Streams: passed through unchanged.
 
-#include <gpumem/device_memory_resource.hpp>
+#include <gpumem/forwarding_resource_adaptor.hpp>
 
 #include <array>
 #include <atomic>
@@ -39,7 +39,7 @@ struct allocation_record {
   std::vector<void*> stack;  ///< return addresses, when capture_stacks
 };
 
-class tracking_resource_adaptor final : public device_memory_resource {
+class tracking_resource_adaptor final : public forwarding_resource_adaptor {
  public:
   static constexpr std::size_t shard_count = 64;
   static constexpr int max_stack_depth = 32;
@@ -48,7 +48,6 @@ class tracking_resource_adaptor final : public device_memory_resource {
   /// each allocation (costly: microseconds per call; for leak hunting only).
   explicit tracking_resource_adaptor(device_memory_resource* upstream, bool capture_stacks = false);
 
-  [[nodiscard]] device_memory_resource* get_upstream() const noexcept { return upstream_; }
 
   [[nodiscard]] std::size_t outstanding_count() const;
   [[nodiscard]] std::size_t outstanding_bytes() const;
@@ -74,12 +73,7 @@ class tracking_resource_adaptor final : public device_memory_resource {
 
   void* do_allocate(std::size_t bytes, stream_ref stream) override;
   void do_deallocate(void* p, std::size_t bytes, stream_ref stream) noexcept override;
-  std::size_t do_release() override { return upstream_->release(); }
-  [[nodiscard]] resource_info do_info() const override { return upstream_->info(); }
-  void do_stream_destroyed(stream_ref s) noexcept override { upstream_->stream_destroyed(s); }
-  [[nodiscard]] bool do_owns(void const* p) const noexcept override { return upstream_->owns(p); }
 
-  device_memory_resource* upstream_;
   bool capture_stacks_;
   mutable std::array<shard, shard_count> shards_;
   std::atomic<std::size_t> unknown_frees_{0};

@@ -1,6 +1,7 @@
 // load(): the configuration file (or the embedded default) plus GPUMEM_* overrides.
 
 #include <gpumem/config.hpp>
+#include <gpumem/detail/file_kind.hpp>
 
 #include "chain_rules.hpp"
 #include "diagnostics.hpp"
@@ -153,13 +154,6 @@ class overrides {
 constexpr int stream_wait_ms = 2000;
 constexpr std::size_t max_config_bytes = std::size_t{1} << 20U;
 
-std::string_view kind_of(mode_t m) {
-  if (S_ISFIFO(m)) { return "a FIFO (pipe)"; }
-  if (S_ISCHR(m)) { return "a character device"; }
-  if (S_ISSOCK(m)) { return "a socket"; }
-  return "a block device";
-}
-
 std::string read_file(overrides const& o, std::string const& path) {
   // POSIX calls rather than a stream: a stream "opens" a directory and then reads
   // nothing, which would silently mean an empty file.
@@ -191,11 +185,11 @@ std::string read_file(overrides const& o, std::string const& path) {
       if (r < 0 && errno == EINTR) { continue; }
       if (r == 0) {
         ::close(fd);
-        fail(
-            fmt::format("it is {} and {} within {} s (a named pipe needs a writer that closes it; or use a "
-                        "regular file)",
-                        kind_of(st.st_mode), text.empty() ? "nothing was written to it" : "it did not reach its end",
-                        stream_wait_ms / 1000));
+        fail(fmt::format(
+            "it is {} and {} within {} s (a named pipe needs a writer that closes it; or use a "
+            "regular file)",
+            gpumem::detail::file_kind(st.st_mode),
+            text.empty() ? "nothing was written to it" : "it did not reach its end", stream_wait_ms / 1000));
       }
     }
     ssize_t const n = ::read(fd, buf.data(), buf.size());
@@ -209,7 +203,7 @@ std::string read_file(overrides const& o, std::string const& path) {
     text.append(buf.data(), static_cast<std::size_t>(n));
     if (stream && text.size() > max_config_bytes) {
       ::close(fd);
-      fail(fmt::format("it is {} and delivered more than {} without an end", kind_of(st.st_mode),
+      fail(fmt::format("it is {} and delivered more than {} without an end", gpumem::detail::file_kind(st.st_mode),
                        format_bytes(max_config_bytes)));
     }
   }

@@ -58,4 +58,20 @@ int current_device() noexcept {
   return driver().cuCtxGetDevice(&dev) == CUDA_SUCCESS ? static_cast<int>(dev) : -1;
 }
 
+scoped_context::scoped_context(CUcontext target) noexcept {
+  auto const& d = driver();
+  if (d.init_result != CUDA_SUCCESS || d.cuCtxGetCurrent(&saved_) != CUDA_SUCCESS) {
+    ok_ = false;
+    return;
+  }
+  if (target != nullptr && saved_ != target) {
+    ok_ = d.cuCtxSetCurrent(target) == CUDA_SUCCESS;
+    switched_ = ok_;
+  }
+}
+
+scoped_context::~scoped_context() {
+  if (switched_) static_cast<void>(driver().cuCtxSetCurrent(saved_));
+}
+
 }  // namespace gpumem::detail

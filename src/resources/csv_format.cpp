@@ -132,19 +132,24 @@ constexpr auto hex_pairs = [] {
   return t;
 }();
 
-// "0x" and v in hex without leading zeros (as %p writes it), without a loop or
-// a branch: all 16 digits (8 independent lookups) into a scratch buffer, then a
-// fixed-size copy of the significant tail.
-char* put_hex(char* o, std::uint64_t v) noexcept {
+// v in hex without leading zeros, without a loop or a branch: all 16 digits (8
+// independent lookups) into a scratch buffer, then a fixed-size copy of the
+// significant tail.
+char* put_hex_digits(char* o, std::uint64_t v) noexcept {
   int const digits = v == 0 ? 1 : (64 - __builtin_clzll(v) + 3) / 4;
   char scratch[32];
   std::memset(scratch + 16, 0, 16);                // read by the tail copy, then overwritten in the row
   std::size_t const bytes = v >> 48 == 0 ? 6 : 8;  // user-space and device addresses fit 48 bits
   for (std::size_t i = 0; i < bytes; ++i) std::memcpy(scratch + 14 - 2 * i, &hex_pairs[((v >> (8 * i)) & 0xff) * 2], 2);
-  *o++ = '0';
-  *o++ = 'x';
   std::memcpy(o, scratch + 16 - digits, 16);  // bytes past `digits` are overwritten by what follows
   return o + digits;
+}
+
+// "0x" and v in hex without leading zeros, as %p writes it.
+char* put_hex(char* o, std::uint64_t v) noexcept {
+  *o++ = '0';
+  *o++ = 'x';
+  return put_hex_digits(o, v);
 }
 
 // The 9 digits of a nanosecond fraction (v < 10^9), zero-padded: two short
@@ -353,11 +358,7 @@ std::size_t format_row(char* out, log_row const& row) noexcept {
     o = put_remembered(o, static_cast<std::uint64_t>(row.reserved), m.reserved, m.reserved_len, m.reserved_text);
   }
   *o++ = ',';
-  if (row.stack != 0) {
-    // Hex without "0x" and without a scratch copy: 1 to 16 digits.
-    int const digits = (64 - __builtin_clzll(row.stack) + 3) / 4;
-    for (int i = digits - 1; i >= 0; --i) *o++ = "0123456789abcdef"[(row.stack >> (4 * i)) & 0xf];
-  }
+  if (row.stack != 0) o = put_hex_digits(o, row.stack);  // without "0x"
   *o++ = '\n';
   return static_cast<std::size_t>(o - out);
 }

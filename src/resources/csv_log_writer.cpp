@@ -14,6 +14,7 @@
 // worth of bytes below `capacity`, so the markers always find room.
 
 #include <gpumem/csv_log_writer.hpp>
+#include <gpumem/detail/file_kind.hpp>
 #include <gpumem/diagnostics.hpp>
 #include <gpumem/error.hpp>
 
@@ -96,15 +97,6 @@ thread_local bool tl_recovering = false;
 
 [[noreturn]] void throw_log_error(std::string const& path, std::string const& what) {
   throw logic_error{"gpumem: cannot write the allocation log '" + path + "': " + what};
-}
-
-const char* file_kind(mode_t m) noexcept {
-  if (S_ISDIR(m)) return "a directory";
-  if (S_ISCHR(m)) return "a character device";
-  if (S_ISBLK(m)) return "a block device";
-  if (S_ISFIFO(m)) return "a FIFO";
-  if (S_ISSOCK(m)) return "a socket";
-  return "not a regular file";
 }
 
 void futex_wake(std::atomic<std::uint32_t>* word) noexcept {
@@ -310,7 +302,7 @@ void csv_log_writer::open_file() {
     struct stat st {};
     if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
       ::close(fd);
-      throw_log_error(p, std::string{"it is "} + file_kind(st.st_mode) + ", not a regular file");
+      throw_log_error(p, detail::not_a_regular_file(st.st_mode));
     }
     if (::flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
       ::close(fd);

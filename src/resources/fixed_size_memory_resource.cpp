@@ -6,10 +6,12 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <cstdint>
 #include <limits>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <optional>
 #include <string>
 #include <vector>
@@ -17,38 +19,95 @@
 namespace gpumem {
 namespace {
 
-/// One upstream allocation cut into equal blocks. free_bits has one bit per
-/// block, set while the block is not handed out: it turns double frees and
-/// stray pointers into no-ops instead of handing one block out twice.
+constexpr std::size_t cache_line = 64;
+
+/// One upstream allocation cut into equal blocks, with one atomic in-use flag per
+/// block: it turns double frees and stray pointers into no-ops instead of handing
+/// one block out twice. Every allocate and deallocate writes its block's flag, and
+/// threads on different streams usually hold neighbouring blocks (a fresh chunk
+/// hands out ascending addresses), so neighbours' flags lie on different cache
+/// lines: block i's flag is on line i % lines (up to 64 lines, 4 KiB of host memory
+/// per chunk). A packed bitmap (64 blocks a word) put the flags of 16 threads'
+/// blocks in one cache line, which every pair of every thread wrote.
 struct chunk {
   chunk(char* b, std::size_t n, std::size_t bsize)
-      : base{b},
-        blocks{n},
-        block_size{bsize},
-        free_bits{std::make_unique<std::atomic<std::uint64_t>[]>((n + 63) / 64)} {
-    for (std::size_t w = 0; w < (n + 63) / 64; ++w) free_bits[w].store(~std::uint64_t{0}, std::memory_order_relaxed);
+      : base{b}, blocks{n}, block_size{bsize}, block_shift{shift_of(bsize)}, line_shift{line_shift_of(n)} {
+    std::size_t const lines = std::size_t{1} << line_shift;
+    stride = align_up((n + lines - 1) >> line_shift, cache_line);
+    flags = std::make_unique<flag_line[]>(lines * stride / cache_line);
+    for (std::size_t i = 0; i < n; ++i) flag(i).store(free_flag, std::memory_order_relaxed);
   }
   [[nodiscard]] std::size_t bytes() const noexcept { return blocks * block_size; }
-  /// Marks block i handed out; false if it already was.
-  bool mark_used(std::size_t i) noexcept {
-    auto const bit = std::uint64_t{1} << (i % 64);
-    return (free_bits[i / 64].fetch_and(~bit, std::memory_order_acq_rel) & bit) != 0;
+  /// The block holding the byte at `offset` into the chunk.
+  [[nodiscard]] std::size_t index_of(std::size_t offset) const noexcept {
+    return block_shift != 0 ? offset >> block_shift : offset / block_size;
   }
-  /// Marks block i free; false if it already was (a double free).
-  bool mark_free(std::size_t i) noexcept {
-    auto const bit = std::uint64_t{1} << (i % 64);
-    return (free_bits[i / 64].fetch_or(bit, std::memory_order_acq_rel) & bit) == 0;
+  [[nodiscard]] bool at_block_start(std::size_t offset) const noexcept {
+    return block_shift != 0 ? (offset & (block_size - 1)) == 0 : offset % block_size == 0;
   }
+  /// Marks block i handed out. Only the thread that took it out of a free list
+  /// (under that list's lock) does this, so a plain store suffices.
+  void mark_used(std::size_t i) noexcept {
+    GPUMEM_ASSERT(flag(i).load(std::memory_order_relaxed) == free_flag, "fixed_size: a free-listed block was in use");
+    flag(i).store(used_flag, std::memory_order_release);
+  }
+  /// Marks block i free; false if it already was (a double free). Frees of one block
+  /// may race (a program's double free on two threads): the exchange lets one win.
+  bool mark_free(std::size_t i) noexcept { return flag(i).exchange(free_flag, std::memory_order_acq_rel) == used_flag; }
 
   char* const base;
   std::size_t const blocks;
   std::size_t const block_size;
-  std::unique_ptr<std::atomic<std::uint64_t>[]> free_bits;
+
+ private:
+  static constexpr std::uint8_t used_flag = 0;
+  static constexpr std::uint8_t free_flag = 1;
+  static constexpr unsigned max_line_shift = 6;  ///< at most 64 lines per chunk
+  struct alignas(cache_line) flag_line {
+    std::atomic<std::uint8_t> flag[cache_line];
+  };
+  static_assert(sizeof(flag_line) == cache_line && std::atomic<std::uint8_t>::is_always_lock_free);
+
+  /// log2 of a power-of-two block size (divisions become shifts); 0 otherwise.
+  static unsigned shift_of(std::size_t bsize) noexcept {
+    return std::has_single_bit(bsize) ? static_cast<unsigned>(std::countr_zero(bsize)) : 0;
+  }
+  /// log2 of the number of flag lines: one per block for up to 64 blocks.
+  static unsigned line_shift_of(std::size_t n) noexcept {
+    return std::min(static_cast<unsigned>(std::bit_width(n - 1)), max_line_shift);
+  }
+  std::atomic<std::uint8_t>& flag(std::size_t i) noexcept {
+    std::size_t const at = (i & ((std::size_t{1} << line_shift) - 1)) * stride + (i >> line_shift);
+    return flags[at / cache_line].flag[at % cache_line];
+  }
+
+  unsigned const block_shift;
+  unsigned const line_shift;
+  std::size_t stride{};  ///< bytes of flags per line (a multiple of the cache line)
+  std::unique_ptr<flag_line[]> flags;
 };
 
 struct block_ref {
   char* ptr;
   chunk* owner;
+};
+
+/// Gives each free stack's storage whole cache lines: every allocate and
+/// deallocate writes its stream's stack, and stacks of different streams (threads)
+/// must not share a line.
+template <class T>
+struct cache_line_allocator {
+  using value_type = T;
+  cache_line_allocator() = default;
+  template <class U>
+  explicit cache_line_allocator(cache_line_allocator<U> const& /*other*/) noexcept {}
+  static std::size_t bytes_for(std::size_t n) noexcept { return align_up(n * sizeof(T), cache_line); }
+  T* allocate(std::size_t n) {
+    if (n > std::numeric_limits<std::size_t>::max() / sizeof(T) - cache_line) throw std::bad_array_new_length{};
+    return static_cast<T*>(::operator new (bytes_for(n), std::align_val_t{cache_line}));
+  }
+  void deallocate(T* p, std::size_t n) noexcept { ::operator delete (p, bytes_for(n), std::align_val_t{cache_line}); }
+  friend bool operator==(cache_line_allocator const&, cache_line_allocator const&) noexcept { return true; }
 };
 
 /// One stream's free blocks: a LIFO stack (the most recently freed block is the
@@ -66,6 +125,16 @@ class block_stack {
     auto const b = blocks_.back();
     blocks_.pop_back();
     return b;
+  }
+  /// More than the block freed last: what another stream may take without leaving
+  /// this one empty (stream_free_lists::gather_spares_into).
+  [[nodiscard]] bool has_spare() const noexcept { return blocks_.size() > 1; }
+  /// Moves every block but the one freed last to `out`; on failure (host memory)
+  /// nothing moves.
+  void move_spares_to(block_stack& out) {
+    if (!has_spare()) return;
+    out.blocks_.insert(out.blocks_.end(), blocks_.begin(), blocks_.end() - 1);
+    blocks_.erase(blocks_.begin(), blocks_.end() - 1);
   }
   void merge_from(block_stack&& other) {
     if (other.blocks_.size() > blocks_.size()) std::swap(blocks_, other.blocks_);
@@ -93,7 +162,7 @@ class block_stack {
   }
 
  private:
-  std::vector<block_ref> blocks_;
+  std::vector<block_ref, cache_line_allocator<block_ref>> blocks_;
 };
 
 }  // namespace
@@ -141,14 +210,18 @@ struct fixed_size_memory_resource::impl : detail::stream_ordered_memory_resource
     if (char* p = take(lists().clean())) return p;
     if (sync) return miss(nullptr);
     auto const e = lists().get(s);  // owned from here: growing calls the upstream
-    if (lists().gather_into(*e, block_size, gather_mode::first_fit)) {
+    if (lists().gather_spares_into(*e, block_size)) {
       if (char* p = take(*e)) return p;
     }
     return miss(e.get());
   }
 
-  /// The miss path: every block another stream freed (ordered by events), memory
-  /// waiting for reclamation, and only then a new chunk — never out of memory while
+  /// The miss path: spare blocks of other streams (ordered by events), memory
+  /// waiting for reclamation, a new chunk, and only when the upstream refuses, the
+  /// last free block of every other stream. A stream's last free block is the one
+  /// its thread will most likely ask for next: taking it sends that thread to take
+  /// a third stream's, and so on, each take an event record and a wait, and a
+  /// thread finding every list empty meanwhile grows. Never out of memory while
   /// some stream holds a free block that can be ordered or reclaimed. `e`: the
   /// stream's entry, nullptr for a synchronous request (clean blocks only).
   GPUMEM_COLD char* miss(entry* e) {
@@ -160,11 +233,10 @@ struct fixed_size_memory_resource::impl : detail::stream_ordered_memory_resource
       return take(lists().clean());
     };
     if (char* p = retry()) return p;  // another thread grew or reclaimed meanwhile
-    if (e != nullptr && lists().gather_into(*e, block_size, gather_mode::everything)) {
+    if (e != nullptr && lists().gather_spares_into(*e, block_size)) {
       if (char* p = retry()) return p;
     }
-    std::size_t const waiting = waiting_bytes(e == nullptr);
-    if (waiting >= block_size && waiting >= reserved_bytes() / reclaim_divisor && reclaim()) {
+    if (waiting_bytes(e == nullptr) >= reclaim_threshold() && reclaim()) {
       if (char* p = retry()) return p;
     }
     // A whole chunk, else a single block. Threads on the same stream take from the
@@ -175,8 +247,8 @@ struct fixed_size_memory_resource::impl : detail::stream_ordered_memory_resource
       if (!add_chunk(blocks_per_chunk) && !(blocks_per_chunk > 1 && add_chunk(1))) break;
       if (char* p = retry()) return p;
     }
-    // The upstream refuses: every block other streams hold, then a reclamation
-    // whose first block goes to this request.
+    // The upstream refuses: every block other streams hold, their last ones
+    // included, then a reclamation whose first block goes to this request.
     char* const p = last_looks([&]() -> char* {
       if (e != nullptr && lists().gather_into(*e, block_size, gather_mode::everything)) {
         if (char* q = retry()) return q;
@@ -198,8 +270,8 @@ struct fixed_size_memory_resource::impl : detail::stream_ordered_memory_resource
     if (!found) return;  // not ours
     chunk* const c = found.payload;
     auto const offset = reinterpret_cast<std::uintptr_t>(p) - reinterpret_cast<std::uintptr_t>(c->base);
-    if (offset >= c->bytes() || offset % block_size != 0) return;  // not a block of ours
-    if (!c->mark_free(offset / block_size)) return;                // double free: ignored
+    if (offset >= c->bytes() || !c->at_block_start(offset)) return;  // not a block of ours
+    if (!c->mark_free(c->index_of(offset))) return;                  // double free: ignored
     if (current_call().synchronous) {
       // Any stream's queued work may still use it: reusable only after a barrier.
       static_cast<void>(lists().add_pending({p, c}, block_size));
@@ -226,7 +298,7 @@ struct fixed_size_memory_resource::impl : detail::stream_ordered_memory_resource
 
   /// A block leaving the free lists for the program: marked used in its chunk.
   static char* hand_out(block_ref const& b) noexcept {
-    b.owner->mark_used(static_cast<std::size_t>(b.ptr - b.owner->base) / b.owner->block_size);
+    b.owner->mark_used(b.owner->index_of(static_cast<std::size_t>(b.ptr - b.owner->base)));
     return b.ptr;
   }
 
@@ -253,9 +325,22 @@ struct fixed_size_memory_resource::impl : detail::stream_ordered_memory_resource
   std::size_t const block_size;
   std::size_t const blocks_per_chunk;
 
-  /// A miss reclaims once waiting memory reaches 1/32 of what the resource holds
-  /// (as pool_memory_resource does).
+  /// Memory waiting for reclamation worth a barrier on a miss (else the miss grows):
+  /// the pool's rule (pool_memory_resource.cpp) — at least the request, and 1/32 of
+  /// what the resource holds within a floor and 32 MiB, so that tight loops batch
+  /// many frees per barrier (5-20 us of host time on an H100) and waiting memory
+  /// never makes the resource grow by more than that — with another floor. The
+  /// pool's is 8 MiB; here it is one chunk if that is less: growing a chunk is
+  /// what the miss does instead, and the waiting blocks serve only this block
+  /// size, so with the pool's floor every bin of a binning resource could hold
+  /// 8 MiB waiting. A barrier still reclaims at least a chunk's worth (or 8 MiB).
+  [[nodiscard]] std::size_t reclaim_threshold() const noexcept {
+    std::size_t const least = std::min(blocks_per_chunk * block_size, reclaim_floor);
+    return std::max(block_size, std::clamp(reserved_bytes() / reclaim_divisor, least, reclaim_cap));
+  }
   static constexpr std::size_t reclaim_divisor = 32;
+  static constexpr std::size_t reclaim_floor = std::size_t{8} << 20;
+  static constexpr std::size_t reclaim_cap = std::size_t{32} << 20;
 };
 
 fixed_size_memory_resource::fixed_size_memory_resource(device_memory_resource* upstream, std::size_t block_size,

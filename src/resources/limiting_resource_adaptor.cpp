@@ -6,12 +6,10 @@
 namespace gpumem {
 
 limiting_resource_adaptor::limiting_resource_adaptor(device_memory_resource* upstream, std::size_t limit)
-    : upstream_{upstream}, limit_{limit} {
-  if (upstream == nullptr) throw logic_error{"gpumem: limiting_resource_adaptor needs an upstream resource"};
-}
+    : forwarding_resource_adaptor{upstream, "limiting_resource_adaptor"}, limit_{limit} {}
 
 void* limiting_resource_adaptor::do_allocate(std::size_t bytes, stream_ref stream) {
-  if (bytes == 0) return upstream_->allocate(0, stream);
+  if (bytes == 0) return get_upstream()->allocate(0, stream);
   // Saturate instead of wrapping for sizes near SIZE_MAX.
   std::size_t const need = bytes > SIZE_MAX - (allocation_alignment - 1) ? SIZE_MAX : charge(bytes);
   auto used = used_.load(std::memory_order_relaxed);
@@ -22,7 +20,7 @@ void* limiting_resource_adaptor::do_allocate(std::size_t bytes, stream_ref strea
     }
   } while (!used_.compare_exchange_weak(used, used + need, std::memory_order_relaxed));
   try {
-    return upstream_->allocate(bytes, stream);
+    return get_upstream()->allocate(bytes, stream);
   } catch (...) {
     used_.fetch_sub(need, std::memory_order_relaxed);  // the reservation never became memory
     throw;
@@ -30,7 +28,7 @@ void* limiting_resource_adaptor::do_allocate(std::size_t bytes, stream_ref strea
 }
 
 void limiting_resource_adaptor::do_deallocate(void* p, std::size_t bytes, stream_ref stream) noexcept {
-  upstream_->deallocate(p, bytes, stream);
+  get_upstream()->deallocate(p, bytes, stream);
   if (p != nullptr) used_.fetch_sub(charge(bytes), std::memory_order_relaxed);
 }
 

@@ -176,8 +176,10 @@ struct anchor {
 }
 
 [[gnu::noinline]] void reanchor(anchor& a) noexcept {
+  // Refined first: its clock reads (when it refines) must not fall between the two
+  // tick reads that bracket the wall-clock read, or the anchor's tick would be early.
+  refine_rate(log_ticks());
   std::uint64_t const t0 = log_ticks();
-  refine_rate(t0);
   std::int64_t const real = clock_ns(CLOCK_REALTIME);
   std::uint64_t const t1 = log_ticks();
   a.ticks = t0 + (t1 - t0) / 2;

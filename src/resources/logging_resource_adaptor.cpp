@@ -8,8 +8,7 @@ namespace gpumem {
 
 logging_resource_adaptor::logging_resource_adaptor(device_memory_resource* upstream,
                                                    std::shared_ptr<csv_log_writer> sink)
-    : upstream_{upstream}, sink_{std::move(sink)} {
-  if (upstream_ == nullptr) throw logic_error{"gpumem: logging_resource_adaptor needs an upstream resource"};
+    : forwarding_resource_adaptor{upstream, "logging_resource_adaptor"}, sink_{std::move(sink)} {
   if (sink_ == nullptr) throw logic_error{"gpumem: logging_resource_adaptor needs a csv_log_writer"};
 }
 
@@ -38,7 +37,7 @@ void* logging_resource_adaptor::do_allocate(std::size_t bytes, stream_ref stream
   auto const start = detail::log_ticks();
   void* p = nullptr;
   try {
-    p = upstream_->allocate(bytes, stream);
+    p = get_upstream()->allocate(bytes, stream);
   } catch (bad_alloc const& e) {
     log(log_action::allocate_failure, nullptr, bytes, stream, start, result_name(e.code()));
     throw;
@@ -58,7 +57,7 @@ void* logging_resource_adaptor::do_allocate(std::size_t bytes, stream_ref stream
 
 void logging_resource_adaptor::do_deallocate(void* p, std::size_t bytes, stream_ref stream) noexcept {
   auto const start = detail::log_ticks();
-  upstream_->deallocate(p, bytes, stream);
+  get_upstream()->deallocate(p, bytes, stream);
   log(log_action::free, p, bytes, stream, start, nullptr);
 }
 

@@ -1,20 +1,13 @@
-#include "synchronous_driver_calls.hpp"
-
+#include <gpumem/detail/driver_api.hpp>
 #include <gpumem/managed_memory_resource.hpp>
 
 namespace gpumem {
 
 void* managed_memory_resource::do_allocate(std::size_t bytes, stream_ref /*stream: synchronous*/) {
-  return detail::synchronous_allocate(
-      [bytes](CUdeviceptr* p) { return detail::driver().cuMemAllocManaged(p, bytes, CU_MEM_ATTACH_GLOBAL); },
-      "cuMemAllocManaged", bytes, used_);
+  return allocate_with(
+      [](CUdeviceptr* p, std::size_t n) { return detail::driver().cuMemAllocManaged(p, n, CU_MEM_ATTACH_GLOBAL); },
+      "cuMemAllocManaged", bytes);
 }
-
-void managed_memory_resource::do_deallocate(void* p, std::size_t bytes, stream_ref /*stream*/) noexcept {
-  detail::synchronous_free(p, bytes, used_, failed_frees_);
-}
-
-resource_info managed_memory_resource::do_info() const { return detail::synchronous_info(used_); }
 
 bool managed_memory_resource::do_is_equal(device_memory_resource const& other) const noexcept {
   return dynamic_cast<managed_memory_resource const*>(&other) != nullptr;

@@ -4,20 +4,18 @@ namespace gpumem {
 
 void statistics_resource_adaptor::atomic_counter::add(std::int64_t v) noexcept {
   auto const now = current.fetch_add(v, std::memory_order_relaxed) + v;
-  total.fetch_add(v, std::memory_order_relaxed);
   // Raise the peak to `now` unless another thread already raised it further.
   auto seen = peak.load(std::memory_order_relaxed);
   while (now > seen && !peak.compare_exchange_weak(seen, now, std::memory_order_relaxed)) {}
 }
 
-statistics_resource_adaptor::statistics_resource_adaptor(device_memory_resource* upstream) : upstream_{upstream} {
-  if (upstream == nullptr) throw logic_error{"gpumem: statistics_resource_adaptor needs an upstream resource"};
-}
+statistics_resource_adaptor::statistics_resource_adaptor(device_memory_resource* upstream)
+    : forwarding_resource_adaptor{upstream, "statistics_resource_adaptor"} {}
 
 void* statistics_resource_adaptor::do_allocate(std::size_t bytes, stream_ref stream) {
   void* p = nullptr;
   try {
-    p = upstream_->allocate(bytes, stream);
+    p = get_upstream()->allocate(bytes, stream);
   } catch (...) {
     failures_.fetch_add(1, std::memory_order_relaxed);
     throw;
@@ -25,16 +23,18 @@ void* statistics_resource_adaptor::do_allocate(std::size_t bytes, stream_ref str
   if (p != nullptr) {
     bytes_.add(static_cast<std::int64_t>(bytes));
     allocations_.add(1);
+    totals_.add(total_bytes, bytes);
+    totals_.add(total_allocations);
   }
   return p;
 }
 
 void statistics_resource_adaptor::do_deallocate(void* p, std::size_t bytes, stream_ref stream) noexcept {
-  upstream_->deallocate(p, bytes, stream);
+  get_upstream()->deallocate(p, bytes, stream);
   if (p == nullptr) return;
   bytes_.sub(static_cast<std::int64_t>(bytes));
   allocations_.sub(1);
-  deallocations_.fetch_add(1, std::memory_order_relaxed);
+  totals_.add(total_deallocations);
 }
 
 }  // namespace gpumem

@@ -11,11 +11,6 @@ std::uint64_t this_thread_tag() noexcept {
   return tag;
 }
 
-std::uint64_t next_instance_id() noexcept {
-  static std::atomic<std::uint64_t> next{1};
-  return next.fetch_add(1, std::memory_order_relaxed);
-}
-
 bool stream_identity::usable_from_this_thread() const noexcept {
   return owner_thread == 0 || owner_thread == this_thread_tag();
 }

@@ -1,12 +1,14 @@
 #include <gpumem/stream_tracker.hpp>
 
 #include <gpumem/detail/driver_api.hpp>
+#include <gpumem/detail/stream_ordering.hpp>
 
 #include <algorithm>
 #include <array>
 #include <atomic>
 #include <mutex>
 #include <new>
+#include <optional>
 #include <vector>
 
 namespace gpumem {
@@ -39,53 +41,6 @@ std::mutex& tracker_mutex() noexcept {
 std::atomic<long>& capture_counter() noexcept {
   static std::atomic<long> n{0};
   return n;
-}
-
-/// Makes `target` current for a scope, restoring the caller's context.
-class scoped_context {
- public:
-  explicit scoped_context(CUcontext target) noexcept {
-    auto const& d = detail::driver();
-    if (d.cuCtxGetCurrent(&saved_) != CUDA_SUCCESS) {
-      ok_ = false;
-      return;
-    }
-    if (saved_ != target) {
-      ok_ = d.cuCtxSetCurrent(target) == CUDA_SUCCESS;
-      switched_ = ok_;
-    }
-  }
-  ~scoped_context() {
-    if (switched_) static_cast<void>(detail::driver().cuCtxSetCurrent(saved_));
-  }
-  scoped_context(scoped_context const&) = delete;
-  scoped_context& operator=(scoped_context const&) = delete;
-  [[nodiscard]] bool ok() const noexcept { return ok_; }
-
- private:
-  CUcontext saved_{};
-  bool switched_ = false;
-  bool ok_ = true;
-};
-
-CUresult ensure_event(CUevent& ev) noexcept {
-  if (ev != nullptr) return CUDA_SUCCESS;
-  CUresult const r = detail::driver().cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING);
-  if (r != CUDA_SUCCESS) ev = nullptr;
-  return r;
-}
-
-void destroy(CUevent& ev) noexcept {
-  // Destroying an event other streams still wait on is allowed: the waits keep it.
-  if (ev != nullptr) static_cast<void>(detail::driver().cuEventDestroy(ev));
-  ev = nullptr;
-}
-
-bool capturing(CUstream s) noexcept {
-  auto const& d = detail::driver();
-  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-  if (d.cuStreamIsCapturing == nullptr) return true;
-  return d.cuStreamIsCapturing(s, &status) != CUDA_SUCCESS || status != CU_STREAM_CAPTURE_STATUS_NONE;
 }
 
 }  // namespace
@@ -160,7 +115,7 @@ void stream_tracker::stream_created(CUstream stream, unsigned flags) noexcept {
   // Blocks reused after the last barrier may still be touched by work older than
   // it; a new non-blocking stream must not overtake that work either.
   if (non_blocking && s->legacy_event != nullptr) {
-    if (detail::driver().cuStreamWaitEvent(stream, s->legacy_event, 0) != CUDA_SUCCESS) s->broken = true;
+    if (detail::wait_event(stream, s->legacy_event) != CUDA_SUCCESS) s->broken = true;
   }
 }
 
@@ -173,24 +128,27 @@ void stream_tracker::stream_destroying(CUstream stream) noexcept {
   auto const it = std::find_if(v.begin(), v.end(), [&](state::tracked const& t) { return t.stream == stream; });
   if (it == v.end()) return;
   CUevent last = nullptr;
-  auto const& d = detail::driver();
+  // The event must belong to the stream's context: the caller may have another
+  // device current (a program destroying device 1's stream from device 0).
+  std::optional<detail::scoped_context> ctx;
+  if (s->primary_known) ctx.emplace(s->primary);
   // Work queued on a destroyed stream still runs: remember its end for the next
-  // barrier. A capturing stream has no work of its own in flight to remember.
-  if (!capturing(stream)) {
-    if (ensure_event(last) != CUDA_SUCCESS || d.cuEventRecord(last, stream) != CUDA_SUCCESS) {
-      destroy(last);
-      s->broken = true;
-    }
+  // barrier. A capturing stream has no work of its own in flight to remember, and
+  // one the driver cannot vouch for is never recorded on (it could be capturing).
+  if (!detail::may_be_capturing(stream) && detail::record_event(last, stream) != CUDA_SUCCESS) {
+    detail::destroy_event(last);
+    s->broken = true;
   }
   if (last != nullptr) {
     try {
       s->retired.push_back(last);
     } catch (...) {
-      destroy(last);
+      detail::destroy_event(last);
       s->broken = true;
     }
   }
-  destroy(it->event);
+  // Destroying an event other streams still wait on is allowed: the waits keep it.
+  detail::destroy_event(it->event);
   v.erase(it);
   s->stream_count.store(v.size(), std::memory_order_relaxed);
 }
@@ -215,35 +173,29 @@ bool stream_tracker::barrier(std::span<CUevent const> also_after) noexcept {
   if (capture_counter().load(std::memory_order_acquire) > 0) return false;
   state* const st = ensure_state();
   if (st == nullptr || st->broken || !st->primary_known) return false;
-  scoped_context ctx{st->primary};
+  detail::scoped_context ctx{st->primary};
   if (!ctx.ok()) return false;
   CUstream const legacy = CU_STREAM_LEGACY;
 
   // 1. The legacy stream waits for every non-blocking stream, destroyed streams'
   //    last work and the caller's events.
   for (auto& t : st->streams) {
-    if (!t.non_blocking) continue;
-    if (ensure_event(t.event) != CUDA_SUCCESS || d.cuEventRecord(t.event, t.stream) != CUDA_SUCCESS ||
-        d.cuStreamWaitEvent(legacy, t.event, 0) != CUDA_SUCCESS) {
-      return false;
-    }
+    if (t.non_blocking && detail::order_after(t.event, t.stream, legacy) != CUDA_SUCCESS) return false;
   }
   for (CUevent ev : st->retired) {
-    if (d.cuStreamWaitEvent(legacy, ev, 0) != CUDA_SUCCESS) return false;
+    if (detail::wait_event(legacy, ev) != CUDA_SUCCESS) return false;
   }
   for (CUevent ev : also_after) {
-    if (ev != nullptr && d.cuStreamWaitEvent(legacy, ev, 0) != CUDA_SUCCESS) return false;
+    if (ev != nullptr && detail::wait_event(legacy, ev) != CUDA_SUCCESS) return false;
   }
   // 2. E_L follows everything submitted so far.
-  if (ensure_event(st->legacy_event) != CUDA_SUCCESS || d.cuEventRecord(st->legacy_event, legacy) != CUDA_SUCCESS) {
-    return false;
-  }
+  if (detail::record_event(st->legacy_event, legacy) != CUDA_SUCCESS) return false;
   // 3. Every non-blocking stream's later work follows E_L (blocking streams follow
   //    the legacy stream by themselves).
   for (auto& t : st->streams) {
-    if (t.non_blocking && d.cuStreamWaitEvent(t.stream, st->legacy_event, 0) != CUDA_SUCCESS) return false;
+    if (t.non_blocking && detail::wait_event(t.stream, st->legacy_event) != CUDA_SUCCESS) return false;
   }
-  for (CUevent& ev : st->retired) destroy(ev);
+  for (CUevent& ev : st->retired) detail::destroy_event(ev);
   st->retired.clear();
   st->barriers.fetch_add(1, std::memory_order_relaxed);
   return true;

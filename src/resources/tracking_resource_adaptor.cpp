@@ -30,9 +30,7 @@ void append_size(std::string& out, std::size_t bytes) {
 }  // namespace
 
 tracking_resource_adaptor::tracking_resource_adaptor(device_memory_resource* upstream, bool capture_stacks)
-    : upstream_{upstream}, capture_stacks_{capture_stacks} {
-  if (upstream == nullptr) throw logic_error{"gpumem: tracking_resource_adaptor needs an upstream resource"};
-}
+    : forwarding_resource_adaptor{upstream, "tracking_resource_adaptor"}, capture_stacks_{capture_stacks} {}
 
 tracking_resource_adaptor::shard& tracking_resource_adaptor::shard_for(void const* p) const noexcept {
   // Pointers are 256-aligned: drop the low bits, then Fibonacci-hash into 64 shards.
@@ -41,7 +39,7 @@ tracking_resource_adaptor::shard& tracking_resource_adaptor::shard_for(void cons
 }
 
 void* tracking_resource_adaptor::do_allocate(std::size_t bytes, stream_ref stream) {
-  void* p = upstream_->allocate(bytes, stream);
+  void* p = get_upstream()->allocate(bytes, stream);
   if (p == nullptr) return p;
   auto const& ctx = current_call();
   allocation_record rec{.ptr = p,
@@ -70,7 +68,7 @@ void* tracking_resource_adaptor::do_allocate(std::size_t bytes, stream_ref strea
   } catch (...) {
     // Out of host memory for the record: give the allocation back rather than
     // hand out memory the tracker cannot account for.
-    upstream_->deallocate(p, bytes, stream);
+    get_upstream()->deallocate(p, bytes, stream);
     throw;
   }
   return p;
@@ -104,7 +102,7 @@ void tracking_resource_adaptor::do_deallocate(void* p, std::size_t bytes, stream
                   recorded);
     }
   }
-  upstream_->deallocate(p, bytes, stream);
+  get_upstream()->deallocate(p, bytes, stream);
 }
 
 std::size_t tracking_resource_adaptor::outstanding_count() const {

@@ -1,7 +1,5 @@
 #include "allocation_registry.hpp"
 
-#include <sched.h>
-
 #include <algorithm>
 #include <bit>
 #include <mutex>
@@ -39,32 +37,7 @@ constexpr std::uint32_t fifo_cap = allocation_registry::recent_frees_per_shard;
 /// A zero-byte allocation still owns its base address.
 constexpr std::size_t extent(std::size_t bytes) noexcept { return bytes == 0 ? 1 : bytes; }
 
-inline void cpu_relax() noexcept {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield" ::: "memory");
-#endif
-}
-
 }  // namespace
-
-void allocation_registry::spin_lock::lock_slow() noexcept {
-  unsigned spins = 0;
-  for (;;) {
-    while (word_.load(std::memory_order_relaxed) != 0U) {
-      // Critical sections are a few probes: spin a little, then let a preempted
-      // holder run.
-      if (spins < 64) {
-        ++spins;
-        cpu_relax();
-      } else {
-        sched_yield();
-      }
-    }
-    if (word_.exchange(1U, std::memory_order_acquire) == 0U) return;
-  }
-}
 
 allocation_registry::~allocation_registry() {
   static_assert(sizeof(shard) == 448, "the header states the fixed size");
@@ -91,14 +64,14 @@ bool allocation_registry::grow(shard& s) noexcept {
   std::size_t const cap = old_cap == 0 ? min_capacity : old_cap * 2;
   if (cap > (std::size_t{1} << 31U)) return false;
   auto* keys = new (std::nothrow) key_slot[cap]{};
-  auto* vals = new (std::nothrow) allocation[cap];
+  auto* vals = new (std::nothrow) value[cap];
   if (keys == nullptr || vals == nullptr) {
     delete[] keys;
     delete[] vals;
     return false;
   }
   key_slot* const old_keys = s.keys;
-  allocation* const old_vals = s.vals;
+  value* const old_vals = s.vals;
   s.keys = keys;
   s.vals = vals;
   s.mask = static_cast<std::uint32_t>(cap - 1);
@@ -134,7 +107,8 @@ GPUMEM_HOT_INLINE void allocation_registry::set_live(shard& s, std::size_t i, al
     s.fifo_valid &= ~(1U << k.fifo_pos);  // the tombstone ends; its FIFO place goes stale
   }
   k.state = live;
-  s.vals[i] = a;
+  k.stack = a.stack;
+  s.vals[i] = {a.bytes, a.stream, a.chain, a.device, a.kind, a.entry};
   ++s.live_count;
   s.live_bytes += a.bytes;
 }
@@ -201,6 +175,10 @@ GPUMEM_HOT_INLINE void allocation_registry::note_change(shard& s, std::size_t sh
   }
 }
 
+void allocation_registry::tell_observer(std::uint32_t stack, std::size_t bytes, bool now_live) const noexcept {
+  if (auto const fn = observer_.load(std::memory_order_acquire)) fn(stack, bytes, now_live);
+}
+
 void allocation_registry::free_table(shard& s) noexcept {
   delete[] s.keys;
   delete[] s.vals;
@@ -230,15 +208,24 @@ bool allocation_registry::insert_impl(std::uintptr_t p, allocation const& a, boo
   std::uint64_t const h = hash(p);
   std::size_t const si = static_cast<std::size_t>(h >> 56U);
   shard& s = shards_[si];
-  std::lock_guard g{s.lock};
-  std::size_t i = find(s, p, h);
-  if (i == npos) {
-    i = claim(s, p, h);
-  } else if (s.keys[i].state == live && !replace_live) {
-    return false;
+  std::uint32_t replaced_stack = no_stack;
+  std::size_t replaced_bytes = 0;
+  {
+    std::lock_guard g{s.lock};
+    std::size_t i = find(s, p, h);
+    if (i == npos) {
+      i = claim(s, p, h);
+    } else if (s.keys[i].state == live) {
+      if (!replace_live) return false;
+      replaced_stack = s.keys[i].stack;
+      replaced_bytes = s.vals[i].bytes;
+    }
+    set_live(s, i, a);
+    note_change(s, si, p);
   }
-  set_live(s, i, a);
-  note_change(s, si, p);
+  // Only a restored entry comes with a stack; a replaced one leaves with its own.
+  if (replaced_stack != no_stack) tell_observer(replaced_stack, replaced_bytes, false);
+  if (a.stack != no_stack) tell_observer(a.stack, a.bytes, true);
   return true;
 }
 
@@ -256,21 +243,41 @@ take_result allocation_registry::take(std::uintptr_t p, allocation& out) noexcep
   std::uint64_t const h = hash(p);
   std::size_t const si = static_cast<std::size_t>(h >> 56U);
   shard& s = shards_[si];
-  std::lock_guard g{s.lock};
-  std::size_t const i = find(s, p, h);
-  if (i == npos) return take_result::unknown;
-  if (s.keys[i].state != live) return take_result::already_freed;
-  allocation const& a = s.vals[i];
-  out = a;
-  if (from_chain(a.kind)) {
-    --s.live_count;
-    s.live_bytes -= a.bytes;
-    make_tombstone(s, i);
-  } else {
-    erase_at(s, i);  // CUDA itself recognises a second free of its own memory
+  {
+    std::lock_guard g{s.lock};
+    std::size_t const i = find(s, p, h);
+    if (i == npos) return take_result::unknown;
+    if (s.keys[i].state != live) return take_result::already_freed;
+    out = entry_at(s, i);
+    if (from_chain(out.kind)) {
+      --s.live_count;
+      s.live_bytes -= out.bytes;
+      make_tombstone(s, i);
+    } else {
+      erase_at(s, i);  // CUDA itself recognises a second free of its own memory
+    }
+    note_change(s, si, p);
   }
-  note_change(s, si, p);
+  if (out.stack != no_stack) tell_observer(out.stack, out.bytes, false);
   return take_result::taken;
+}
+
+bool allocation_registry::attach_stack(std::uintptr_t p, std::uint32_t stack) noexcept {
+  std::uint64_t const h = hash(p);
+  shard& s = shards_[h >> 56U];
+  std::uint32_t previous = no_stack;
+  std::size_t bytes = 0;
+  {
+    std::lock_guard g{s.lock};
+    std::size_t const i = find(s, p, h);
+    if (i == npos || s.keys[i].state != live) return false;
+    previous = s.keys[i].stack;
+    s.keys[i].stack = stack;
+    bytes = s.vals[i].bytes;
+  }
+  if (previous != no_stack) tell_observer(previous, bytes, false);
+  if (stack != no_stack) tell_observer(stack, bytes, true);
+  return true;
 }
 
 lookup_result allocation_registry::lookup(std::uintptr_t p, allocation& out) const noexcept {
@@ -280,7 +287,7 @@ lookup_result allocation_registry::lookup(std::uintptr_t p, allocation& out) con
   std::size_t const i = find(s, p, h);
   if (i == npos) return lookup_result::unknown;
   if (s.keys[i].state != live) return lookup_result::already_freed;
-  out = s.vals[i];
+  out = entry_at(s, i);
   return lookup_result::live;
 }
 
@@ -374,7 +381,7 @@ std::optional<std::pair<std::uintptr_t, allocation>> allocation_registry::confir
   std::lock_guard g{s.lock};
   std::size_t const i = find(s, base, h);
   if (i == npos || s.keys[i].state != live || p - base >= extent(s.vals[i].bytes)) return std::nullopt;
-  return std::pair{base, s.vals[i]};
+  return std::pair{base, entry_at(s, i)};
 }
 
 std::optional<std::pair<std::uintptr_t, allocation>> allocation_registry::scan_containing(
@@ -383,7 +390,7 @@ std::optional<std::pair<std::uintptr_t, allocation>> allocation_registry::scan_c
     std::lock_guard g{s.lock};
     for (std::size_t i = 0; s.keys != nullptr && i <= s.mask; ++i) {
       std::uintptr_t const k = s.keys[i].key;
-      if (s.keys[i].state == live && p >= k && p - k < extent(s.vals[i].bytes)) return std::pair{k, s.vals[i]};
+      if (s.keys[i].state == live && p >= k && p - k < extent(s.vals[i].bytes)) return std::pair{k, entry_at(s, i)};
     }
   }
   return std::nullopt;
@@ -397,7 +404,7 @@ std::optional<std::pair<std::uintptr_t, allocation>> allocation_registry::find_c
     shard& s = shards_[h >> 56U];
     std::lock_guard g{s.lock};
     std::size_t const i = find(s, p, h);
-    if (i != npos && s.keys[i].state == live) return std::pair{p, s.vals[i]};
+    if (i != npos && s.keys[i].state == live) return std::pair{p, entry_at(s, i)};
   }
   std::uintptr_t base = 0;
   try {
@@ -429,6 +436,9 @@ void allocation_registry::drop_device(int device) noexcept {
     // already visited around the wrap), so re-examining i after an erase visits all.
     for (std::size_t i = 0; s.keys != nullptr && i <= s.mask;) {
       if (s.keys[i].state != empty && s.vals[i].device == device) {
+        if (s.keys[i].state == live && s.keys[i].stack != no_stack) {
+          tell_observer(s.keys[i].stack, s.vals[i].bytes, false);
+        }
         erase_at(s, i);
         dropped = true;
       } else {
@@ -454,7 +464,7 @@ void allocation_registry::for_each_live(std::function<void(std::uintptr_t, alloc
         std::lock_guard g{s.lock};
         if (copy.capacity() >= s.live_count) {
           for (std::size_t i = 0; s.keys != nullptr && i <= s.mask; ++i) {
-            if (s.keys[i].state == live) copy.emplace_back(s.keys[i].key, s.vals[i]);
+            if (s.keys[i].state == live) copy.emplace_back(s.keys[i].key, entry_at(s, i));
           }
           break;
         }
@@ -480,8 +490,8 @@ void allocation_registry::reset_after_fork() noexcept {
   for (auto& s : shards_) {
     // A lock held at fork time belongs to a thread that does not exist here; its
     // table may be half rebuilt, so it is abandoned rather than freed.
-    bool const was_held = s.lock.held();
-    s.lock.reset();
+    bool const was_held = !s.lock.try_lock();
+    new (&s.lock) detail::spin_mutex{};
     if (!was_held) free_table(s);
     clear_shard(s);
   }

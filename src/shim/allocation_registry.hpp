@@ -1,10 +1,12 @@
 #pragma once
 // allocation_registry: every pointer the shim handed out (and every allocation CUDA
 // made that the shim saw), with what is needed to free it correctly whatever entry
-// point and device the free comes through.
+// point and device the free comes through, and the call stack it was made from when
+// one was recorded.
 //
 // Layout. 256 shards, chosen by a hash of the address. Each shard holds a spin lock
-// (one atomic exchange to take it, one store to release it), an open-addressing
+// (detail::spin_mutex: one atomic exchange to take it, one store to release it;
+// critical sections are a few probes), an open-addressing
 // table of its entries (linear probing, backward-shift deletion, load at most 3/4,
 // power-of-two capacity from 16 slots, doubled under the shard's lock when full),
 // the FIFO of its recent frees, and a short journal of keys changed since the
@@ -60,17 +62,27 @@
 //   Taking after CUDA succeeded would race with CUDA handing the address to another
 //   thread, whose insert_if_absent would still find the old entry live.
 //
-// Memory bound. Tables: 16 + 40 bytes a slot, capacity at most 8/3 of the shard's
-// peak entry count (live + its <= 32 tombstones), at least 16 slots once the shard
-// was used. Index: one std::map node per allocation live at the last interior
-// lookup (none until the first one), and its scratch: 64 KiB of journaled changes
-// and a copy of the largest shard's live keys. Fixed: 256 shards of 448 bytes.
+// Call stacks. An entry may carry a stack (attach_stack; an index into the shim's
+// stack table, opaque here). The registry tells its stack observer whenever an
+// entry that carries one becomes live or stops being live (attached, taken,
+// restored, replaced, dropped), so the live bytes per stack follow the entries
+// without a second pointer table. The observer runs without a shard lock held,
+// except from drop_device; it must not call back into the registry.
+//
+// Memory bound. Tables: 16 + 40 bytes a slot (an entry's stack sits in its key's
+// padding), capacity at most 8/3 of the shard's peak entry count (live + its <= 32
+// tombstones), at least 16 slots once the shard was used. Index: one std::map node
+// per allocation live at the last interior lookup (none until the first one), and
+// its scratch: 64 KiB of journaled changes and a copy of the largest shard's live
+// keys. Fixed: 256 shards of 448 bytes.
 //
 // Thread safety: all members are thread-safe. for_each_live and live_totals visit
 // the shards one at a time (each copied under its lock, the callback run without
 // it), so they never stop the hot path for more than one shard's copy.
 // Fork: reset_after_fork() in the child re-creates every lock, whoever held it at
 // fork time, and leaves an empty registry.
+
+#include <gpumem/detail/spin_mutex.hpp>
 
 #include <cuda.h>
 
@@ -104,14 +116,21 @@ enum class alloc_kind : std::uint8_t {
 }
 [[nodiscard]] const char* to_string(alloc_kind k) noexcept;
 
+/// allocation::stack when no call stack was attached.
+inline constexpr std::uint32_t no_stack = ~std::uint32_t{0};
+
 struct allocation {
   std::size_t bytes = 0;          ///< requested (pitch: pitch * height)
   CUstream stream = nullptr;      ///< allocating stream (handles as the resources see them)
   device_chain* chain = nullptr;  ///< owning chain; nullptr for pass-through kinds
   int device = -1;
   alloc_kind kind = alloc_kind::sync;
-  const char* entry = nullptr;  ///< entry point that allocated (leak reports)
+  const char* entry = nullptr;     ///< entry point that allocated (leak reports)
+  std::uint32_t stack = no_stack;  ///< the call stack it came from (attach_stack)
 };
+
+/// Told that `bytes` of `stack` became live (`live`) or stopped being live.
+using stack_observer = void (*)(std::uint32_t stack, std::size_t bytes, bool live) noexcept;
 
 enum class take_result { taken, already_freed, unknown };
 enum class lookup_result { live, already_freed, unknown };
@@ -132,6 +151,12 @@ class allocation_registry {
   /// Records a live allocation at `p` (replacing a tombstone or a live entry).
   /// Throws std::bad_alloc when the shard must grow and host memory is out.
   void insert(std::uintptr_t p, allocation const& a);
+  /// The live entry at exactly `p` now carries `stack` (any previous one is
+  /// dropped). Returns false, changing nothing, if `p` is not live.
+  bool attach_stack(std::uintptr_t p, std::uint32_t stack) noexcept;
+  /// Where the registry reports entries carrying a stack coming and going (see the
+  /// file comment); nullptr: nowhere. Set it before the first attach_stack.
+  void observe_stacks(stack_observer fn) noexcept { observer_.store(fn, std::memory_order_release); }
   /// Records `a` unless `p` is already live (a pass-through seen at both levels).
   /// Returns whether it was recorded now. Throws std::bad_alloc like insert.
   bool insert_if_absent(std::uintptr_t p, allocation const& a);
@@ -167,41 +192,36 @@ class allocation_registry {
  private:
   friend struct registry_test_access;
 
-  /// Taken with one atomic exchange, released with a store; waiters spin briefly,
-  /// then yield (a holder may be preempted; critical sections are a few probes).
-  class spin_lock {
-   public:
-    void lock() noexcept {
-      if (word_.exchange(1U, std::memory_order_acquire) == 0U) return;
-      lock_slow();
-    }
-    void unlock() noexcept { word_.store(0U, std::memory_order_release); }
-    [[nodiscard]] bool held() const noexcept { return word_.load(std::memory_order_relaxed) != 0U; }
-    void reset() noexcept { word_.store(0U, std::memory_order_relaxed); }
-
-   private:
-    void lock_slow() noexcept;
-    std::atomic<std::uint32_t> word_{0};
-  };
-
   enum slot_state : std::uint8_t { empty = 0, live = 1, freed = 2 };
   struct key_slot {
     std::uintptr_t key = 0;
     slot_state state = empty;
-    std::uint8_t fifo_pos = 0;  ///< freed: its place in the shard's FIFO of recent frees
+    std::uint8_t fifo_pos = 0;       ///< freed: its place in the shard's FIFO of recent frees
+    std::uint32_t stack = no_stack;  ///< the entry's allocation::stack
   };
+  static_assert(sizeof(key_slot) == 16, "the stack fits in the key's padding");
+  /// A slot's value: the allocation but its stack (kept in the key slot).
+  struct value {
+    std::size_t bytes;
+    CUstream stream;
+    device_chain* chain;
+    int device;
+    alloc_kind kind;
+    const char* entry;
+  };
+  static_assert(sizeof(value) == 40, "the header states a slot's size");
   static_assert(recent_frees_per_shard <= 32, "the FIFO's valid bits are one 32-bit word");
   static_assert(journal_capacity <= 255, "journal_size is one byte");
 
   struct alignas(64) shard {
     // First cache line: everything the hot path touches besides the table.
-    spin_lock lock;
+    detail::spin_mutex lock;
     std::uint32_t mask = 0;  ///< capacity - 1 (keys != nullptr)
     std::uint32_t used = 0;  ///< live + freed slots
     std::uint32_t live_count = 0;
     std::uint64_t live_bytes = 0;
     key_slot* keys = nullptr;
-    allocation* vals = nullptr;
+    value* vals = nullptr;
     std::uint32_t fifo_valid = 0;  ///< bit i: fifo[i] is a current tombstone
     std::uint8_t shift = 0;        ///< 64 - log2(capacity): a key's home slot is (hash << 8) >> shift
     std::uint8_t fifo_head = 0;
@@ -227,9 +247,15 @@ class allocation_registry {
   [[nodiscard]] static bool grow(shard& s) noexcept;
   static void erase_at(shard& s, std::size_t i) noexcept;
   static void set_live(shard& s, std::size_t i, allocation const& a) noexcept;
+  /// The allocation in slot i: its value and its key's stack.
+  [[nodiscard]] static allocation entry_at(shard const& s, std::size_t i) noexcept {
+    value const& v = s.vals[i];
+    return {v.bytes, v.stream, v.chain, v.device, v.kind, v.entry, s.keys[i].stack};
+  }
   static void make_tombstone(shard& s, std::size_t i) noexcept;
   static std::size_t forget_oldest_free(shard& s, std::size_t i) noexcept;  // returns i's new slot
   void note_change(shard& s, std::size_t shard_index, std::uintptr_t p) const noexcept;
+  void tell_observer(std::uint32_t stack, std::size_t bytes, bool now_live) const noexcept;
   bool insert_impl(std::uintptr_t p, allocation const& a, bool replace_live);
   static void free_table(shard& s) noexcept;
   static void clear_shard(shard& s) noexcept;
@@ -240,6 +266,7 @@ class allocation_registry {
   std::optional<std::pair<std::uintptr_t, allocation>> confirm(std::uintptr_t base, std::uintptr_t p) const noexcept;
 
   mutable std::array<shard, shard_count> shards_{};
+  std::atomic<stack_observer> observer_{nullptr};
   alignas(64) mutable std::array<std::atomic<std::uint64_t>, shard_count / 64> dirty_{};
   alignas(64) mutable std::mutex index_mtx_;
   mutable std::map<std::uintptr_t, std::size_t> index_;  ///< base -> extent, live at the last sync

@@ -1,6 +1,6 @@
 #include "call_sites.hpp"
 
-#include "allocation_stacks.hpp"
+#include "allocation_registry.hpp"
 #include "shim_state.hpp"
 #include "stack_capture.hpp"
 
@@ -11,15 +11,23 @@
 namespace gpumem::shim {
 namespace {
 
+static_assert(max_stacks - 1 < no_stack, "no stack slot is the registry's no_stack");
+
 struct stack_policy {
   bool on = false;
   std::uint32_t sample = 1;
   std::size_t min_size = 0;
 };
 
-void after_fork_in_child() noexcept {
-  reset_allocation_stacks_after_fork();
-  reset_live_after_fork();
+void after_fork_in_child() noexcept { reset_live_after_fork(); }
+
+// The registry says when an allocation carrying a stack comes and goes.
+void count_live(std::uint32_t stack, std::size_t bytes, bool live) noexcept {
+  if (live) {
+    add_live(stack, bytes);
+  } else {
+    remove_live(stack, bytes);
+  }
 }
 
 stack_policy const& policy() noexcept {
@@ -29,7 +37,10 @@ stack_policy const& policy() noexcept {
     out.on = st.mode == shim_mode::active && st.settings.stacks > 0 && stack_depth() > 0;
     out.sample = st.settings.stack_sample == 0 ? 1 : st.settings.stack_sample;
     out.min_size = st.settings.stack_min_size;
-    if (out.on) pthread_atfork(nullptr, nullptr, &after_fork_in_child);
+    if (out.on) {
+      registry().observe_stacks(&count_live);
+      pthread_atfork(nullptr, nullptr, &after_fork_in_child);
+    }
     return out;
   }();
   return p;
@@ -62,13 +73,12 @@ stack_ref note_call_site(event const& e) noexcept {
       }
       if (!take) return {};
       stack_ref const s = capture_and_intern();
-      if (s) attribute_allocation(reinterpret_cast<std::uintptr_t>(e.pointer), e.size, s.slot);
+      // Its bytes count on the stack while the registry holds it live.
+      if (s) static_cast<void>(registry().attach_stack(reinterpret_cast<std::uintptr_t>(e.pointer), s.slot));
       return s;
     }
     case log_action::allocate_failure: return capture_and_intern();
-    case log_action::free:
-      if (e.result == CUDA_SUCCESS) release_allocation(reinterpret_cast<std::uintptr_t>(e.pointer));
-      return {};
+    case log_action::free: return {};  // the registry's take() counted it off its stack
   }
   return {};
 }

@@ -5,7 +5,8 @@
 //   allocation     every stack_sample-th of the calling thread, and every one of at
 //                  least stack_min_size bytes
 //   failure        always (they are few, and what a user asks about)
-//   free           none; a free takes its allocation's bytes off that stack
+//   free           none; a free takes its allocation's bytes off that stack (the
+//                  allocation registry carries each allocation's stack)
 //
 // Thread safety: any thread; the sampling counter is per thread.
 

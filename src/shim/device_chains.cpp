@@ -175,16 +175,4 @@ int current_device(CUcontext& ctx) noexcept {
   return primaries()[static_cast<std::size_t>(cached_dev)].load(std::memory_order_acquire) == ctx ? cached_dev : -1;
 }
 
-scoped_chain_context::scoped_chain_context(device_chain const& chain) noexcept {
-  auto const& d = detail::driver();
-  if (d.cuCtxGetCurrent(&saved_) != CUDA_SUCCESS) saved_ = nullptr;
-  if (saved_ != chain.primary && chain.primary != nullptr) {
-    switched_ = d.cuCtxSetCurrent(chain.primary) == CUDA_SUCCESS;
-  }
-}
-
-scoped_chain_context::~scoped_chain_context() {
-  if (switched_) (void)detail::driver().cuCtxSetCurrent(saved_);
-}
-
 }  // namespace gpumem::shim

@@ -11,6 +11,7 @@
 // Thread safety: lookups are one acquire load; building takes a per-device mutex.
 
 #include <gpumem/config/resource_chain.hpp>
+#include <gpumem/detail/driver_api.hpp>
 
 #include <cuda.h>
 
@@ -51,16 +52,9 @@ void reset_chains_after_fork() noexcept;
 
 /// Makes `chain`'s primary context current for a scope when another one is
 /// (a pointer of device 1 freed while device 0 is current).
-class scoped_chain_context {
+class scoped_chain_context : detail::scoped_context {
  public:
-  explicit scoped_chain_context(device_chain const& chain) noexcept;
-  ~scoped_chain_context();
-  scoped_chain_context(scoped_chain_context const&) = delete;
-  scoped_chain_context& operator=(scoped_chain_context const&) = delete;
-
- private:
-  CUcontext saved_ = nullptr;
-  bool switched_ = false;
+  explicit scoped_chain_context(device_chain const& chain) noexcept : scoped_context{chain.primary} {}
 };
 
 }  // namespace gpumem::shim

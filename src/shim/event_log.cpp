@@ -6,6 +6,7 @@
 #include "stack_file.hpp"
 
 #include <gpumem/config.hpp>
+#include <gpumem/detail/file_kind.hpp>
 #include <gpumem/detail/log_clock.hpp>
 #include <gpumem/detail/os_thread.hpp>
 #include <gpumem/error.hpp>
@@ -101,16 +102,7 @@ log_sink* sink_for(int device) noexcept {
 std::int64_t reserved_bytes(int device) noexcept {
   device_chain* c = built_chain(device);
   if (c == nullptr || c->chain == nullptr) return -1;
-  return c->chain->device_stats().bytes().current;
-}
-
-std::string describe_mode(mode_t m) {
-  if (S_ISDIR(m)) return "it is a directory";
-  if (S_ISCHR(m)) return "it is a character device, not a regular file";
-  if (S_ISBLK(m)) return "it is a block device, not a regular file";
-  if (S_ISFIFO(m)) return "it is a FIFO, not a regular file";
-  if (S_ISSOCK(m)) return "it is a socket, not a regular file";
-  return "it is not a regular file";
+  return c->chain->device_stats().current_bytes();
 }
 
 // Why `path` cannot be the log; "" if it can (or may: it does not exist yet and
@@ -120,7 +112,7 @@ std::string log_path_problem(std::string const& path) {
   if (path.size() >= PATH_MAX) return std::strerror(ENAMETOOLONG);
   struct stat st {};
   if (::stat(path.c_str(), &st) == 0) {
-    if (!S_ISREG(st.st_mode)) return describe_mode(st.st_mode);
+    if (!S_ISREG(st.st_mode)) return detail::not_a_regular_file(st.st_mode);
     if (::access(path.c_str(), W_OK) != 0) return std::strerror(errno);
     return {};
   }
@@ -166,6 +158,16 @@ bool log_paths(int device, std::string& log, std::string& stacks) noexcept {
     stacks = w->stacks != nullptr && w->stacks->usable() ? w->stacks->path() : std::string{};
     return true;
   } catch (...) { return false; }
+}
+
+std::uint64_t stack_lines_lost() noexcept {
+  auto& s = sinks();
+  std::lock_guard lock{s.mtx};
+  std::uint64_t n = 0;
+  for (auto const& sink : s.sinks) {
+    if (sink->stacks != nullptr) n += sink->stacks->lost_lines();
+  }
+  return n;
 }
 
 void log_event(event const& e) noexcept {

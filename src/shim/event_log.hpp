@@ -53,6 +53,10 @@ void log_event(event const& e) noexcept;
 /// or it could not be opened); false when there is no log.
 bool log_paths(int device, std::string& log, std::string& stacks) noexcept;
 
+/// Lines that could not be written to the logs' stack tables (stack_file), all logs
+/// together.
+[[nodiscard]] std::uint64_t stack_lines_lost() noexcept;
+
 /// Throws config_error (key log_file, or GPUMEM_LOG_FILE when that set it) when
 /// the log cannot be written at the path its template gives for device 0: a
 /// directory, not a regular file (/dev/full), a name past NAME_MAX or PATH_MAX, a

@@ -16,25 +16,31 @@
 namespace gpumem::shim {
 
 // Driver entry points (exported by libcuda.so.1).
-#define GPUMEM_DRIVER_HOOKS(X)                                                                                         \
-  X(cuGetProcAddress)                                                                                                  \
-  X(cuGetProcAddress_v2) X(cuMemAlloc_v2) X(cuMemFree_v2) X(cuMemAllocAsync) X(cuMemAllocAsync_ptsz) X(cuMemFreeAsync) \
-      X(cuMemFreeAsync_ptsz) X(cuMemAllocManaged) X(cuMemAllocPitch_v2) X(cuMemAllocFromPoolAsync)                     \
-          X(cuMemAllocFromPoolAsync_ptsz) X(cuMemGetInfo_v2) X(cuMemGetAddressRange_v2) X(cuPointerGetAttribute)       \
-              X(cuPointerGetAttributes) X(cuIpcGetMemHandle) X(cuStreamCreate) X(cuStreamCreateWithPriority)           \
-                  X(cuStreamDestroy) X(cuStreamDestroy_v2) X(cuStreamBeginCapture) X(cuStreamBeginCapture_ptsz)        \
-                      X(cuStreamBeginCapture_v2) X(cuStreamBeginCapture_v2_ptsz) X(cuStreamBeginCaptureToGraph)        \
-                          X(cuStreamBeginCaptureToGraph_ptsz) X(cuStreamEndCapture) X(cuStreamEndCapture_ptsz)         \
-                              X(cuDevicePrimaryCtxReset) X(cuDevicePrimaryCtxReset_v2)
+// A hand-laid list: clang-format 14 reflows X-macro lists differently on every run.
+// clang-format off
+#define GPUMEM_DRIVER_HOOKS(X)                                                                \
+  X(cuGetProcAddress) X(cuGetProcAddress_v2) X(cuMemAlloc_v2) X(cuMemFree_v2)                 \
+  X(cuMemAllocAsync) X(cuMemAllocAsync_ptsz) X(cuMemFreeAsync) X(cuMemFreeAsync_ptsz)         \
+  X(cuMemAllocManaged) X(cuMemAllocPitch_v2) X(cuMemAllocFromPoolAsync)                       \
+  X(cuMemAllocFromPoolAsync_ptsz) X(cuMemGetInfo_v2) X(cuMemGetAddressRange_v2)               \
+  X(cuPointerGetAttribute) X(cuPointerGetAttributes) X(cuIpcGetMemHandle) X(cuStreamCreate)   \
+  X(cuStreamCreateWithPriority) X(cuStreamDestroy)                                            \
+  X(cuStreamDestroy_v2) X(cuStreamBeginCapture) X(cuStreamBeginCapture_ptsz)                  \
+  X(cuStreamBeginCapture_v2) X(cuStreamBeginCapture_v2_ptsz) X(cuStreamBeginCaptureToGraph)   \
+  X(cuStreamBeginCaptureToGraph_ptsz) X(cuStreamEndCapture) X(cuStreamEndCapture_ptsz)        \
+  X(cuDevicePrimaryCtxReset) X(cuDevicePrimaryCtxReset_v2)
+// clang-format on
 
 // Runtime entry points (exported by a shared libcudart).
-#define GPUMEM_RUNTIME_HOOKS(X)                                                                                      \
-  X(cudaMalloc)                                                                                                      \
-  X(cudaFree) X(cudaMallocAsync) X(cudaMallocAsync_ptsz) X(cudaFreeAsync) X(cudaFreeAsync_ptsz) X(cudaMallocManaged) \
-      X(cudaMallocPitch) X(cudaMallocFromPoolAsync) X(cudaMallocFromPoolAsync_ptsz) X(cudaMemGetInfo)                \
-          X(cudaPointerGetAttributes) X(cudaStreamDestroy) X(cudaDeviceReset) X(cudaIpcGetMemHandle)                 \
-              X(cudaGetDriverEntryPoint) X(cudaGetDriverEntryPoint_ptsz) X(cudaGetDriverEntryPointByVersion)         \
-                  X(cudaGetDriverEntryPointByVersion_ptsz)
+// clang-format off
+#define GPUMEM_RUNTIME_HOOKS(X)                                                               \
+  X(cudaMalloc) X(cudaFree) X(cudaMallocAsync) X(cudaMallocAsync_ptsz) X(cudaFreeAsync)       \
+  X(cudaFreeAsync_ptsz) X(cudaMallocManaged) X(cudaMallocPitch) X(cudaMallocFromPoolAsync)    \
+  X(cudaMallocFromPoolAsync_ptsz) X(cudaMemGetInfo) X(cudaPointerGetAttributes)               \
+  X(cudaStreamDestroy) X(cudaDeviceReset) X(cudaIpcGetMemHandle) X(cudaGetDriverEntryPoint)   \
+  X(cudaGetDriverEntryPoint_ptsz) X(cudaGetDriverEntryPointByVersion)                         \
+  X(cudaGetDriverEntryPointByVersion_ptsz)
+// clang-format on
 
 // Every hook, in table order. The shim's version script is generated from this list
 // at build time (export_names.hpp): a hook added to a group above is exported with no

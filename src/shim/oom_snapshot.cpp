@@ -5,6 +5,7 @@
 #include "event_log.hpp"
 #include "shim_state.hpp"
 #include "stack_table.hpp"
+#include "whole_file.hpp"
 
 #include <gpumem/config.hpp>
 #include <gpumem/detail/driver_api.hpp>
@@ -12,12 +13,10 @@
 #include <gpumem/limiting_resource_adaptor.hpp>
 #include <gpumem/statistics_resource_adaptor.hpp>
 
-#include <fcntl.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <atomic>
-#include <cerrno>
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
@@ -217,20 +216,6 @@ void snapshot_json(text& t, facts const& f) noexcept {
   t.add("]}\n");
 }
 
-bool write_file(std::string const& path, text const& t) noexcept {
-  int const fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return false;
-  std::size_t done = 0;
-  while (done < t.size()) {
-    ssize_t const n = ::write(fd, t.data() + done, t.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    done += static_cast<std::size_t>(n);
-  }
-  ::close(fd);
-  return done == t.size();
-}
-
 // Where the snapshot goes: beside the log, else beside the report file.
 std::string snapshot_path(facts& f, int number) noexcept {
   try {
@@ -324,8 +309,12 @@ void explain_out_of_memory(device_chain& c, std::size_t bytes, CUstream stream, 
       static char buffer[256 * 1024];
       text t{buffer, sizeof buffer};
       snapshot_json(t, f);
-      written = write_file(f.snapshot, t);
-      if (!written) message(level::warn, "cannot write the out-of-memory snapshot '%s'", f.snapshot.c_str());
+      int const err = write_whole_file(f.snapshot.c_str(), t.data(), t.size());
+      written = err == 0;
+      if (!written) {
+        message(level::warn, "cannot write the out-of-memory snapshot '%s': %s", f.snapshot.c_str(),
+                std::strerror(err));
+      }
     }
     writing.store(false, std::memory_order_release);
   }

@@ -1,19 +1,21 @@
 #include "report.hpp"
 
 #include "allocation_registry.hpp"
+#include "call_sites.hpp"
 #include "device_chains.hpp"
+#include "event_log.hpp"
 #include "shim_state.hpp"
+#include "stack_table.hpp"
+#include "whole_file.hpp"
 
 #include <gpumem/config.hpp>
 #include <gpumem/statistics_resource_adaptor.hpp>
 #include <gpumem/stream_tracker.hpp>
 
-#include <fcntl.h>
 #include <fmt/format.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <vector>
@@ -55,6 +57,12 @@ std::string build_report() {
       st.stats.passthrough_allocations.get(), st.stats.captured_passthroughs.get(), st.stats.passthrough_frees.get(),
       st.stats.double_frees.get(), st.stats.ipc_refused.get());
   out += fmt::format("device synchronizations made by gpumem: {}\n", st.stats.device_syncs.get());
+  if (stacks_enabled()) {
+    out += fmt::format(
+        "call stacks: {} recorded, {} not recorded (the stack table was full), {} lines not written to the stack "
+        "files\n",
+        stacks_recorded(), stacks_dropped(), stack_lines_lost());
+  }
 
   struct leak {
     std::uintptr_t p;
@@ -91,26 +99,6 @@ bool reached_gpumem() {
          st.failed_allocations.get() != 0 || st.double_frees.get() != 0 || st.ipc_refused.get() != 0;
 }
 
-// Writes all of `text` to `path`; "" on success, else why not. Every step is
-// checked: a full disk shows only at write() or close().
-std::string write_report_file(std::string const& path, std::string const& text) {
-  int const fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return std::strerror(errno);
-  std::size_t done = 0;
-  while (done < text.size()) {
-    ssize_t const n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      int const err = n < 0 ? errno : EIO;
-      ::close(fd);
-      return std::strerror(err);
-    }
-    done += static_cast<std::size_t>(n);
-  }
-  if (::close(fd) != 0) return std::strerror(errno);
-  return {};
-}
-
 }  // namespace
 
 void print_report_at_exit() noexcept {
@@ -122,11 +110,11 @@ void print_report_at_exit() noexcept {
     std::string const text = build_report();
     if (!file.empty()) {
       auto const path = config::expand_template(file, 0);
-      std::string const problem = write_report_file(path, text);
-      if (problem.empty()) return;
+      int const err = write_whole_file(path.c_str(), text.data(), text.size());
+      if (err == 0) return;
       // Never lost silently: say why, and show it here instead.
       message(level::error, "cannot write the report to '%s': %s; printing it here instead", path.c_str(),
-              problem.c_str());
+              std::strerror(err));
     }
     std::fwrite(text.data(), 1, text.size(), stderr);
     std::fflush(stderr);

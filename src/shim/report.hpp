@@ -1,7 +1,8 @@
 #pragma once
 // The one-screen summary printed at exit (settings.report): per device peak live and
-// reserved bytes, allocation and free counts, pool state and fragmentation, and the
-// allocations still outstanding (leaks), largest first.
+// reserved bytes, allocation and free counts, pool state and fragmentation, the
+// call stacks recorded and those lost (when stacks are on), and the allocations
+// still outstanding (leaks), largest first.
 //
 // Runs from an atexit handler: reads counters and host-side bookkeeping only, never
 // calls CUDA (the driver may already be torn down) and never destroys a chain.

@@ -133,8 +133,10 @@ free_outcome free_registered(void* p, CUstream stream, bool stream_ordered, cons
   allocation a{};
   auto const start = event_clock();
   auto const key = reinterpret_cast<std::uintptr_t>(p);
-  switch (registry().lookup(key, a)) {
-    case lookup_result::unknown:
+  // One probe: the record is consumed at once (of two racing frees one is refused);
+  // the rare free that fails after this puts it back.
+  switch (registry().take(key, a)) {
+    case take_result::unknown:
       // Not a pointer we handed out, or one freed so long ago that its record is gone:
       // inside a chain's memory it can only be a second free (CUDA would free the
       // whole slab if it got it); anything else is CUDA's to answer.
@@ -147,25 +149,21 @@ free_outcome free_registered(void* p, CUstream stream, bool stream_ordered, cons
         return {true, CUDA_ERROR_INVALID_VALUE, false};
       }
       return {};
-    case lookup_result::already_freed: return refuse_double_free(p, stream, entry, start);
-    case lookup_result::live: break;
+    case take_result::already_freed: return refuse_double_free(p, stream, entry, start);
+    case take_result::taken: break;
   }
-  if (!from_chain(a.kind)) {
-    // CUDA's own memory: taken now, before CUDA can hand the address to someone else;
-    // the caller restores it if CUDA refuses the free.
-    if (registry().take(key, a) != take_result::taken) return refuse_double_free(p, stream, entry, start);
-    return {false, CUDA_SUCCESS, true, a};
-  }
+  // CUDA's own memory: taken before CUDA can hand the address to someone else; the
+  // caller restores it if CUDA refuses the free.
+  if (!from_chain(a.kind)) return {false, CUDA_SUCCESS, true, a};
   // A destroyed or made-up stream: CUDA's error, and nothing consumed (a later, valid
   // free must still find the pointer).
   if (stream_ordered) {
     if (CUresult const bad = check_stream(stream); bad != CUDA_SUCCESS) {
+      restore_registration(p, a);
       log_event(event{log_action::free, p, a.bytes, stream, a.device, entry, start, bad});
       return {true, bad, false};
     }
   }
-  // Consumed only now; take() checks again, so of two racing frees one is refused.
-  if (registry().take(key, a) != take_result::taken) return refuse_double_free(p, stream, entry, start);
   device_chain& c = *a.chain;
   {
     scoped_chain_context ctx{c};
@@ -256,7 +254,7 @@ CUresult pool_mem_info(std::size_t* free_bytes, std::size_t* total_bytes) noexce
         // In use = what the program holds (the limiter may sit below a pool and
         // count the pool's reservation too).
         t = lim->limit();
-        auto const live = c->chain->live_stats().bytes().current;
+        auto const live = c->chain->live_stats().current_bytes();
         std::size_t const used = live > 0 ? static_cast<std::size_t>(live) : 0;
         f = std::min(t > used ? t - used : 0, available);
       } else {

@@ -58,14 +58,6 @@ thread_local bool tl_loading = false;
 
 }  // namespace
 
-void counters::reset() noexcept {
-  for (counter* c :
-       {&chain_allocations, &runtime_allocations, &chain_frees, &passthrough_allocations, &passthrough_frees,
-        &double_frees, &failed_allocations, &captured_passthroughs, &ipc_refused, &device_syncs}) {
-    c->reset();
-  }
-}
-
 shim_state& state() noexcept {
   static shim_state* const s = [] {
     tl_loading = true;

@@ -7,9 +7,11 @@
 // everything here is read-only or atomic.
 
 #include <gpumem/config/settings.hpp>
+#include <gpumem/detail/thread_counters.hpp>
 #include <gpumem/diagnostics.hpp>
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -21,17 +23,25 @@ enum class shim_mode : int { active = 1, disabled = 2, config_error = 3 };
 /// Message levels: gpumem's (diagnostics.hpp), as settings::log_level holds them.
 using level = gpumem::log_level;
 
-/// Relaxed counters; each on its own cache line so threads do not bounce one line.
+/// The shim's event counters: bumped on every allocation and free, read only by
+/// the report and the query API, so each thread counts in its own slots
+/// (detail::thread_counters) instead of sharing an atomic per counter.
 struct counters {
-  struct alignas(64) counter {
-    std::atomic<std::uint64_t> v{0};
-    void add(std::uint64_t n = 1) noexcept { v.fetch_add(n, std::memory_order_relaxed); }
-    [[nodiscard]] std::uint64_t get() const noexcept { return v.load(std::memory_order_relaxed); }
-    void reset() noexcept { v.store(0, std::memory_order_relaxed); }
+  class counter {
+   public:
+    constexpr counter(detail::thread_counters& set, std::size_t index) noexcept : set_{&set}, index_{index} {}
+    void add(std::uint64_t n = 1) const noexcept { set_->add(index_, n); }
+    [[nodiscard]] std::uint64_t get() const noexcept { return set_->get(index_); }
+
+   private:
+    detail::thread_counters* set_;
+    std::size_t index_;
   };
-  counter chain_allocations, runtime_allocations, chain_frees, passthrough_allocations, passthrough_frees, double_frees,
-      failed_allocations, captured_passthroughs, ipc_refused, device_syncs;
-  void reset() noexcept;
+  detail::thread_counters values{10};
+  counter chain_allocations{values, 0}, runtime_allocations{values, 1}, chain_frees{values, 2},
+      passthrough_allocations{values, 3}, passthrough_frees{values, 4}, double_frees{values, 5},
+      failed_allocations{values, 6}, captured_passthroughs{values, 7}, ipc_refused{values, 8}, device_syncs{values, 9};
+  void reset() noexcept { values.reset(); }
 };
 
 struct shim_state {

@@ -415,6 +415,11 @@ std::size_t stack_frames(std::uint32_t slot, frame_info* out, std::size_t max) n
   return n;
 }
 
+std::uint32_t stacks_recorded() noexcept {
+  table const* t = the_table();
+  return t == nullptr ? 0 : t->count.load(std::memory_order_relaxed);
+}
+
 std::uint64_t stacks_dropped() noexcept {
   table const* t = the_table();
   return t == nullptr ? 0 : t->dropped.load(std::memory_order_relaxed);

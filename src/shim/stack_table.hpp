@@ -88,7 +88,9 @@ std::size_t top_live_sites(live_site* out, std::size_t k) noexcept;
 /// Frames of a recorded stack: up to `max` into `out`; returns how many.
 std::size_t stack_frames(std::uint32_t slot, frame_info* out, std::size_t max) noexcept;
 
-/// Stacks not recorded because the table was full.
+/// Distinct stacks recorded so far.
+[[nodiscard]] std::uint32_t stacks_recorded() noexcept;
+/// Stacks not recorded because the table was full (each event that got none).
 [[nodiscard]] std::uint64_t stacks_dropped() noexcept;
 
 }  // namespace gpumem::shim

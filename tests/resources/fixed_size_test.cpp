@@ -174,6 +174,38 @@ TEST(FixedSize, DoubleMisalignedAndForeignFreesAreIgnored) {
   EXPECT_EQ(fs.info().used_bytes, 0U);
 }
 
+TEST(FixedSize, EveryBlockHasItsOwnInUseFlag) {
+  // Flags are spread over cache lines (block i on line i % 64): chunks of one
+  // block, of a power-of-two count, of more blocks than lines, of more than a line
+  // holds per line, and a block size that is not a power of two.
+  struct shape {
+    std::size_t block;
+    std::size_t blocks;
+  };
+  for (auto const [block, n] : {shape{4 * KiB, 1}, shape{4 * KiB, 64}, shape{768, 200}, shape{256, 5000}}) {
+    SCOPED_TRACE(std::to_string(n) + " blocks of " + std::to_string(block) + " bytes");
+    test::arena_test_resource arena{block * n};
+    fixed_size_memory_resource fs{&arena, block, n};
+    char* const base = arena.base();
+    std::vector<char*> ps;
+    for (std::size_t i = 0; i < n; ++i) ps.push_back(as_char(fs.allocate(block)));
+    std::vector<char*> sorted = ps;
+    std::sort(sorted.begin(), sorted.end());
+    for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(sorted[i], base + i * block);
+    for (char* p : ps) fs.deallocate(p, block);
+    for (char* p : ps) fs.deallocate(p, block);  // double frees: ignored
+    fs.deallocate(base + block / 2, block);      // inside a block: ignored
+    EXPECT_EQ(fs.info().used_bytes, 0U);
+    std::vector<char*> again;  // every block once more, nothing grows
+    for (std::size_t i = 0; i < n; ++i) again.push_back(as_char(fs.allocate(block)));
+    std::sort(again.begin(), again.end());
+    EXPECT_EQ(again, sorted);
+    EXPECT_EQ(arena.allocations().size(), 1U);
+    EXPECT_THROW(static_cast<void>(fs.allocate(block)), out_of_memory);
+    for (char* p : again) fs.deallocate(p, block);
+  }
+}
+
 TEST(FixedSize, DestructorReturnsEveryChunk) {
   test::arena_test_resource arena{1024 * KiB};
   {
@@ -254,40 +286,194 @@ TEST(FixedSize, EightThreadsNeverShareABlock) {
   EXPECT_EQ(i.free_bytes, i.reserved_bytes);
 }
 
-TEST(FixedSizeOnSim, StreamsReuseWithoutEventsAndTakeWithOne) {
-  auto& sim = test::sim_control::get();
-  if (!sim.present() || !detail::driver_available()) { GTEST_SKIP() << "needs the simulated device"; }
-  ASSERT_EQ(detail::ensure_context(), CUDA_SUCCESS);
-  auto const& d = detail::driver();
+/// Two non-blocking streams on the simulated device, destroyed at the end of the scope.
+class two_streams {
+ public:
+  two_streams() {
+    auto const& d = detail::driver();
+    if (d.cuStreamCreate(&a, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS ||
+        d.cuStreamCreate(&b, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) {
+      ADD_FAILURE() << "cuStreamCreate failed";
+    }
+  }
+  ~two_streams() {
+    auto const& d = detail::driver();
+    EXPECT_EQ(d.cuStreamDestroy(a), CUDA_SUCCESS);
+    EXPECT_EQ(d.cuStreamDestroy(b), CUDA_SUCCESS);
+    test::sim_control::get().run_all();
+  }
+  two_streams(two_streams const&) = delete;
+  two_streams& operator=(two_streams const&) = delete;
   CUstream a = nullptr;
   CUstream b = nullptr;
-  ASSERT_EQ(d.cuStreamCreate(&a, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
-  ASSERT_EQ(d.cuStreamCreate(&b, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+};
+
+/// Event records and waits since construction.
+struct event_counts {
+  test::sim_control& sim = test::sim_control::get();
+  long const rec0 = sim.call_count("cuEventRecord");
+  long const wait0 = sim.call_count("cuStreamWaitEvent");
+  [[nodiscard]] long records() const { return sim.call_count("cuEventRecord") - rec0; }
+  [[nodiscard]] long waits() const { return sim.call_count("cuStreamWaitEvent") - wait0; }
+};
+
+bool on_sim() { return test::sim_control::get().present() && detail::driver_available(); }
+
+TEST(FixedSizeOnSim, StreamsReuseWithoutEventsAndTakeSparesWithOne) {
+  if (!on_sim()) { GTEST_SKIP() << "needs the simulated device"; }
+  ASSERT_EQ(detail::ensure_context(), CUDA_SUCCESS);
   test::arena_test_resource arena{1024 * KiB};
   {
-    fixed_size_memory_resource fs{&arena, 4 * KiB, 1};  // the chunk is clean: no stream touched it
-    long const rec0 = sim.call_count("cuEventRecord");
-    long const wait0 = sim.call_count("cuStreamWaitEvent");
-    void* p = fs.allocate(4 * KiB, stream_ref{a});  // a clean block needs no ordering
-    EXPECT_EQ(sim.call_count("cuEventRecord") - rec0, 0);
-    EXPECT_EQ(sim.call_count("cuStreamWaitEvent") - wait0, 0);
+    two_streams st;
+    stream_ref const a{st.a};
+    stream_ref const b{st.b};
+    fixed_size_memory_resource fs{&arena, 4 * KiB, 2};  // the chunk is clean: no stream touched it
+    event_counts const ev;
+    void* p = fs.allocate(4 * KiB, a);  // clean blocks need no ordering
+    void* q = fs.allocate(4 * KiB, a);
     for (int i = 0; i < 50; ++i) {
-      fs.deallocate(p, 4 * KiB, stream_ref{a});
-      ASSERT_EQ(fs.allocate(4 * KiB, stream_ref{a}), p);
+      fs.deallocate(p, 4 * KiB, a);
+      ASSERT_EQ(fs.allocate(4 * KiB, a), p);
     }
-    EXPECT_EQ(sim.call_count("cuEventRecord") - rec0, 0);  // same-stream reuse: no event
-    fs.deallocate(p, 4 * KiB, stream_ref{a});
-    EXPECT_EQ(fs.allocate(4 * KiB, stream_ref{b}), p);  // B waits on A
-    EXPECT_EQ(sim.call_count("cuEventRecord") - rec0, 1);
-    EXPECT_EQ(sim.call_count("cuStreamWaitEvent") - wait0, 1);
+    EXPECT_EQ(ev.records(), 0);  // same-stream reuse: no event
+    EXPECT_EQ(ev.waits(), 0);
+    fs.deallocate(q, 4 * KiB, a);
+    fs.deallocate(p, 4 * KiB, a);           // A's latest free
+    EXPECT_EQ(fs.allocate(4 * KiB, b), q);  // B takes A's spare and waits on A
+    EXPECT_EQ(fs.allocate(4 * KiB, a), p);  // A keeps its latest
+    EXPECT_EQ(ev.records(), 1);
+    EXPECT_EQ(ev.waits(), 1);
     EXPECT_EQ(arena.allocations().size(), 1U);
-    fs.deallocate(p, 4 * KiB, stream_ref{b});
-    fs.stream_destroyed(stream_ref{a});
-    fs.stream_destroyed(stream_ref{b});
+    fs.deallocate(q, 4 * KiB, b);
+    fs.deallocate(p, 4 * KiB, a);
+    fs.stream_destroyed(a);
+    fs.stream_destroyed(b);
   }
-  EXPECT_EQ(d.cuStreamDestroy(a), CUDA_SUCCESS);
-  EXPECT_EQ(d.cuStreamDestroy(b), CUDA_SUCCESS);
-  sim.run_all();
+  EXPECT_EQ(arena.live_bytes(), 0U);
+}
+
+TEST(FixedSizeOnSim, AStreamsLastFreeBlockIsTakenOnlyWhenTheUpstreamRefuses) {
+  if (!on_sim()) { GTEST_SKIP() << "needs the simulated device"; }
+  ASSERT_EQ(detail::ensure_context(), CUDA_SUCCESS);
+  for (bool const room : {true, false}) {
+    SCOPED_TRACE(room ? "the upstream has room" : "the upstream is full");
+    test::arena_test_resource arena{room ? 1024 * KiB : 4 * KiB};
+    {
+      two_streams st;
+      stream_ref const a{st.a};
+      stream_ref const b{st.b};
+      fixed_size_memory_resource fs{&arena, 4 * KiB, 1};
+      void* p = fs.allocate(4 * KiB, a);
+      fs.deallocate(p, 4 * KiB, a);  // A's only free block: A will most likely reuse it
+      event_counts const ev;
+      void* q = fs.allocate(4 * KiB, b);
+      if (room) {
+        EXPECT_NE(q, p);  // B grows
+        EXPECT_EQ(arena.allocations().size(), 2U);
+        EXPECT_EQ(ev.records(), 0);
+        EXPECT_EQ(fs.allocate(4 * KiB, a), p);
+        fs.deallocate(p, 4 * KiB, a);
+      } else {
+        EXPECT_EQ(q, p);  // B takes it after waiting on A rather than running out of memory
+        EXPECT_EQ(arena.allocations().size(), 1U);
+        EXPECT_EQ(ev.records(), 1);
+        EXPECT_EQ(ev.waits(), 1);
+      }
+      fs.deallocate(q, 4 * KiB, b);
+      fs.stream_destroyed(a);
+      fs.stream_destroyed(b);
+    }
+    EXPECT_EQ(arena.live_bytes(), 0U);
+  }
+}
+
+TEST(FixedSizeOnSim, AThreadWithoutAContextTakesAnotherStreamsBlock) {
+  // A program's own worker thread, on which no context was ever made current, must
+  // still order its stream after another's (an event record and a wait need a
+  // context) rather than run out of memory.
+  if (!on_sim()) { GTEST_SKIP() << "needs the simulated device"; }
+  ASSERT_EQ(detail::ensure_context(), CUDA_SUCCESS);
+  test::arena_test_resource arena{4 * KiB};  // one block: no room to grow
+  {
+    two_streams st;
+    fixed_size_memory_resource fs{&arena, 4 * KiB, 1};
+    void* p = fs.allocate(4 * KiB, stream_ref{st.a});
+    fs.deallocate(p, 4 * KiB, stream_ref{st.a});
+    event_counts const ev;
+    void* q = nullptr;
+    std::thread worker{[&] {
+      CUcontext current = nullptr;
+      EXPECT_EQ(detail::driver().cuCtxGetCurrent(&current), CUDA_SUCCESS);
+      EXPECT_EQ(current, nullptr);
+      try {
+        q = fs.allocate(4 * KiB, stream_ref{st.b});
+      } catch (std::exception const& e) { ADD_FAILURE() << e.what(); }
+    }};
+    worker.join();
+    EXPECT_EQ(q, p);
+    EXPECT_EQ(ev.records(), 1);
+    EXPECT_EQ(ev.waits(), 1);
+    fs.deallocate(q, 4 * KiB, stream_ref{st.b});
+    fs.stream_destroyed(stream_ref{st.a});
+    fs.stream_destroyed(stream_ref{st.b});
+  }
+  EXPECT_EQ(arena.live_bytes(), 0U);
+}
+
+TEST(FixedSizeOnSim, SixteenThreadsOnTheirOwnStreamsShareOneChunk) {
+  // Google Benchmark's 16-thread shape with 1 GiB blocks, on an upstream with room
+  // for one chunk of 16 blocks only: stream 0 is warmed first, holding two blocks
+  // at once, so one of the other 15 threads finds the clean list empty and must
+  // take stream 0's spare block, ordered by an event. Benchmark threads never make
+  // a context current; their event records failed, so that thread grew instead
+  // (16 GiB a chunk) or, with no room left, ran out of memory in every round.
+  if (!on_sim()) { GTEST_SKIP() << "needs the simulated device"; }
+  ASSERT_EQ(detail::ensure_context(), CUDA_SUCCESS);
+  auto const& d = detail::driver();
+  constexpr int threads = 16;
+  constexpr std::size_t GiB = std::size_t{1} << 30;
+  std::vector<CUstream> streams(threads);
+  for (auto& s : streams) ASSERT_EQ(d.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  test::arena_test_resource arena{threads * GiB};  // exactly one chunk: no room to grow
+  {
+    fixed_size_memory_resource fs{&arena, GiB, threads};
+    stream_ref const first{streams[0]};
+    for (int i = 0; i < 100; ++i) fs.deallocate(fs.allocate(GiB, first), GiB, first);
+    {
+      void* a = fs.allocate(GiB, first);
+      void* b = fs.allocate(GiB, first);
+      fs.deallocate(a, GiB, first);
+      fs.deallocate(b, GiB, first);
+    }
+    std::atomic<int> failures{0};
+    for (int round = 0; round < 3; ++round) {
+      std::atomic<int> ready{0};
+      std::vector<std::thread> workers;
+      for (int t = 0; t < threads; ++t) {
+        workers.emplace_back([&, t] {
+          stream_ref const s{streams[static_cast<std::size_t>(t)]};
+          try {
+            fs.deallocate(fs.allocate(GiB, s), GiB, s);
+            ready.fetch_add(1);
+            while (ready.load() < threads) std::this_thread::yield();
+            for (int i = 0; i < 2000; ++i) fs.deallocate(fs.allocate(GiB, s), GiB, s);
+          } catch (std::exception const&) {
+            failures.fetch_add(1);
+            ready.fetch_add(1);
+          }
+        });
+      }
+      for (auto& w : workers) w.join();
+    }
+    EXPECT_EQ(failures.load(), 0);
+    EXPECT_EQ(arena.allocations().size(), 1U);
+    auto const i = fs.info();
+    EXPECT_EQ(i.reserved_bytes, threads * GiB);
+    EXPECT_EQ(i.used_bytes, 0U);
+    for (auto s : streams) fs.stream_destroyed(stream_ref{s});
+  }
+  for (auto s : streams) EXPECT_EQ(d.cuStreamDestroy(s), CUDA_SUCCESS);
+  test::sim_control::get().run_all();
   EXPECT_EQ(arena.live_bytes(), 0U);
 }
 

@@ -289,6 +289,26 @@ TEST_F(Reclamation, FixedSizeKeepsTheSamePromises) {
   sync_free(fs, r, 64 * KiB);
 }
 
+// fixed_size batches barriers too: a program holding all but one block of a chunk
+// and cycling the last with cudaMalloc/cudaFree makes one barrier per chunk's worth
+// of frees (it grows by a chunk meanwhile), not one per pair.
+TEST_F(Reclamation, FixedSizeBarriersOncePerChunkOfFrees) {
+  constexpr std::size_t block = 4 * KiB;
+  constexpr std::size_t per_chunk = 8;
+  fixed_size_memory_resource fs{&cuda_, block, per_chunk};
+  std::vector<void*> held;
+  for (std::size_t i = 0; i + 1 < per_chunk; ++i) held.push_back(sync_alloc(fs, block));
+  auto const before = barriers();
+  constexpr int pairs = 400;
+  for (int i = 0; i < pairs; ++i) sync_free(fs, sync_alloc(fs, block), block);
+  auto const made = barriers() - before;
+  EXPECT_GE(made, 1U);
+  EXPECT_LE(made, static_cast<std::uint64_t>(pairs / per_chunk));
+  // What the program holds, a chunk's worth waiting, and one chunk grown meanwhile.
+  EXPECT_LE(fs.info().reserved_bytes, (per_chunk - 1) * block + 2 * per_chunk * block);
+  for (void* p : held) sync_free(fs, p, block);
+}
+
 // The stress test of safe mode on the simulated device: 8 threads, each with its own
 // non-blocking stream, mixing both allocation families, using synchronously
 // allocated blocks on other threads' streams, freeing blocks whose work is still

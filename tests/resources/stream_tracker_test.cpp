@@ -206,5 +206,31 @@ TEST(StreamTrackerBounds, OutOfRangeDevicesRefuseEveryBarrier) {
   EXPECT_FALSE(stream_tracker::of(-1).is_primary(nullptr));
 }
 
+TEST(StreamTrackerDevices, DestroyingAStreamOfAnotherDeviceKeepsItsBarriers) {
+  // A program destroying device 1's stream while device 0 is current: the end of the
+  // stream's work is recorded in device 1's context, and device 1 keeps its barriers.
+  auto& sim = test::sim_control::get();
+  if (!sim.present() || !detail::driver_available()) GTEST_SKIP() << "needs the simulated device";
+  auto const& d = detail::driver();
+  int count = 0;
+  ASSERT_EQ(d.cuDeviceGetCount(&count), CUDA_SUCCESS);
+  if (count < 2) GTEST_SKIP() << "needs two simulated devices";
+  CUcontext c0 = nullptr;
+  CUcontext c1 = nullptr;
+  ASSERT_EQ(d.cuDevicePrimaryCtxRetain(&c0, 0), CUDA_SUCCESS);
+  ASSERT_EQ(d.cuDevicePrimaryCtxRetain(&c1, 1), CUDA_SUCCESS);
+  ASSERT_EQ(d.cuCtxSetCurrent(c1), CUDA_SUCCESS);
+  auto& t1 = stream_tracker::of(1);
+  ASSERT_TRUE(t1.barrier());
+  CUstream s = nullptr;
+  ASSERT_EQ(d.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  t1.stream_created(s, CU_STREAM_NON_BLOCKING);
+  ASSERT_EQ(d.cuCtxSetCurrent(c0), CUDA_SUCCESS);
+  t1.stream_destroying(s);
+  ASSERT_EQ(d.cuStreamDestroy(s), CUDA_SUCCESS);
+  EXPECT_TRUE(t1.barrier());
+  sim.run_all();
+}
+
 }  // namespace
 }  // namespace gpumem

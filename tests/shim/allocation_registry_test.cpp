@@ -1,5 +1,5 @@
 // allocation_registry on its own: exact insert/take/lookup, double-free tombstones
-// and their bound, interior lookups of every size, device drops, concurrent use
+// and their bound, the stacks entries carry, interior lookups of every size, device drops, concurrent use
 // against per-thread oracles, growth under load, and a forked child's reset.
 #include "allocation_registry.hpp"
 
@@ -123,6 +123,66 @@ TEST(AllocationRegistry, LookupDoesNotConsumeAndRestoreUndoesATake) {
   ASSERT_EQ(r.take(q, a), take_result::taken);
   EXPECT_TRUE(r.restore(q, a));
   EXPECT_EQ(r.lookup(q, a), lookup_result::live);
+}
+
+// What the stack observer was told: live bytes and allocations per stack.
+std::map<std::uint32_t, std::pair<std::int64_t, std::int64_t>> stack_tally;
+void tally(std::uint32_t stack, std::size_t bytes, bool live) noexcept {
+  auto& [b, n] = stack_tally[stack];
+  b += live ? static_cast<std::int64_t>(bytes) : -static_cast<std::int64_t>(bytes);
+  n += live ? 1 : -1;
+}
+std::pair<std::int64_t, std::int64_t> tallied(std::uint32_t stack) { return stack_tally[stack]; }
+
+TEST(AllocationRegistry, AnAttachedStackCountsWhileItsEntryIsLive) {
+  using counts = std::pair<std::int64_t, std::int64_t>;
+  stack_tally.clear();
+  reg r;
+  r.observe_stacks(&tally);
+  std::uintptr_t const p = 0x7f0000000000;
+  std::uintptr_t const q = 0x7f0000200000;
+  r.insert(p, chain(1000));
+  allocation a;
+  ASSERT_EQ(r.lookup(p, a), lookup_result::live);
+  EXPECT_EQ(a.stack, no_stack);
+  EXPECT_FALSE(r.attach_stack(q, 7)) << "no live entry at q";
+  ASSERT_TRUE(r.attach_stack(p, 7));
+  EXPECT_EQ(tallied(7), (counts{1000, 1}));
+  ASSERT_EQ(r.lookup(p, a), lookup_result::live);
+  EXPECT_EQ(a.stack, 7U);
+
+  // A free takes it off its stack; a restore after a failed free puts it back.
+  ASSERT_EQ(r.take(p, a), take_result::taken);
+  EXPECT_EQ(a.stack, 7U);
+  EXPECT_EQ(tallied(7), (counts{0, 0}));
+  EXPECT_FALSE(r.attach_stack(p, 7)) << "a tombstone is not live";
+  ASSERT_TRUE(r.restore(p, a));
+  EXPECT_EQ(tallied(7), (counts{1000, 1}));
+
+  // The address handed out again before its free was seen: the old entry leaves
+  // its stack, the new one has none yet.
+  r.insert(p, chain(200));
+  EXPECT_EQ(tallied(7), (counts{0, 0}));
+  ASSERT_EQ(r.lookup(p, a), lookup_result::live);
+  EXPECT_EQ(a.stack, no_stack);
+
+  // Attaching again moves the entry to the new stack.
+  ASSERT_TRUE(r.attach_stack(p, 8));
+  ASSERT_TRUE(r.attach_stack(p, 9));
+  EXPECT_EQ(tallied(8), (counts{0, 0}));
+  EXPECT_EQ(tallied(9), (counts{200, 1}));
+
+  // A device reset drops its entries, pass-through ones included, and their stacks
+  // let go; the tombstone a chain free leaves counts nowhere.
+  r.insert(q, passthrough(64, 1));
+  ASSERT_TRUE(r.attach_stack(q, 10));
+  EXPECT_EQ(tallied(10), (counts{64, 1}));
+  r.drop_device(1);
+  EXPECT_EQ(tallied(10), (counts{0, 0}));
+  ASSERT_EQ(r.take(p, a), take_result::taken);
+  r.drop_device(0);
+  EXPECT_EQ(tallied(9), (counts{0, 0}));
+  r.observe_stacks(nullptr);
 }
 
 TEST(AllocationRegistry, InsertIfAbsentAtBothLevels) {

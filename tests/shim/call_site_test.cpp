@@ -10,6 +10,8 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <csignal>
 #include <cstdio>
 #include <fstream>
@@ -184,6 +186,50 @@ TEST(CallSites, ReportNamesTheFunctionBehindLeaksPeakAndFailures) {
   EXPECT_NE(text.output.find("never freed, by bytes (1 call site)"), std::string::npos) << text.output;
 }
 
+/// The numbers of the report's "call stacks:" line: recorded, not recorded, lines
+/// not written ({} when the line is missing).
+std::vector<std::uint64_t> stack_counts(std::string const& output) {
+  auto const at = output.find("call stacks: ");
+  if (at == std::string::npos) return {};
+  unsigned long long recorded = 0, dropped = 0, lost = 0;
+  if (std::sscanf(output.c_str() + at,
+                  "call stacks: %llu recorded, %llu not recorded (the stack table was full), %llu lines not "
+                  "written to the stack files",
+                  &recorded, &dropped, &lost) != 3) {
+    return {};
+  }
+  return {recorded, dropped, lost};
+}
+
+// The report at exit says how many stacks the table could not hold and how many
+// lines its stack file could not take.
+TEST(CallSites, TheReportCountsStacksNotRecordedAndLinesNotWritten) {
+  // Every allocation from its own stack, more than the table holds (three quarters
+  // of its 65536 slots): each one is either recorded or counted.
+  auto const full = run_app({"distinct", "50000"}, {{"GPUMEM_STACKS", "40"}, {"GPUMEM_REPORT", "1"}});
+  ASSERT_EQ(full.exit_code, 0) << full.output.substr(0, 2000);
+  ASSERT_NE(full.output.find("DISTINCT 50000"), std::string::npos) << full.output.substr(0, 2000);
+  auto const counts = stack_counts(full.output);
+  ASSERT_EQ(counts.size(), 3U) << full.output.substr(0, 2000);
+  EXPECT_LE(counts[0], 65536U / 4 * 3);
+  EXPECT_GT(counts[1], 0U);
+  EXPECT_EQ(counts[0] + counts[1], 50000U);
+  EXPECT_EQ(counts[2], 0U);  // no log, no stack file
+
+  // A stack file that takes nothing (/dev/full): its version line and every
+  // stack's line are counted.
+  run_paths const p{"lines-lost"};
+  ASSERT_EQ(::symlink("/dev/full", p.stacks.c_str()), 0);
+  auto const r = run_app({"sites"}, {{"GPUMEM_LOG_FILE", p.log}, {"GPUMEM_STACKS", "16"}, {"GPUMEM_REPORT", "1"}});
+  std::remove(p.stacks.c_str());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto const lost = stack_counts(r.output);
+  ASSERT_EQ(lost.size(), 3U) << r.output;
+  EXPECT_GE(lost[0], 4U);  // the four layer_* functions
+  EXPECT_EQ(lost[1], 0U);
+  EXPECT_GE(lost[2], lost[0] + 1);
+}
+
 TEST(CallSites, OffByDefault) {
   run_paths const p{"off"};
   auto const r = run_app({"sites"}, {{"GPUMEM_LOG_FILE", p.log}});
@@ -347,6 +393,21 @@ TEST(OutOfMemory, OneMessageAndOneSnapshotPerBurst) {
   ASSERT_EQ(doc["snapshots"].items.size(), 1U);
   EXPECT_EQ(doc["snapshots"][0]["top_site_frames"][0][0]["function"].text, "layer_beta_leak");
   EXPECT_EQ(doc["snapshots"][0]["request_frames"][0]["function"].text, "layer_beta_leak");
+}
+
+// Each allocation's stack rides on its registry entry: frees take the bytes off
+// it, for chain memory and for managed memory (whose free the runtime hook takes
+// and CUDA makes), so the snapshot's call sites hold only what is still live.
+TEST(OutOfMemory, CallSitesHoldOnlyWhatIsStillLive) {
+  run_paths const p{"oom-after-frees"};
+  auto const r = run_app({"oom_after_frees", "1"},
+                         {{"GPUMEM_LOG_FILE", p.log}, {"GPUMEM_STACKS", "16"}, {"GPUMEM_LIMIT", "32MiB"}});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ASSERT_NE(r.output.find("HELD 10"), std::string::npos) << r.output;
+  auto const snap = parse_json(slurp(p.log + ".oom-1.json"));
+  ASSERT_EQ(snap["top_sites"].items.size(), 1U) << slurp(p.log + ".oom-1.json");
+  EXPECT_EQ(num(snap["top_sites"][0]["live_bytes"]), 30 * MiB);
+  EXPECT_EQ(num(snap["top_sites"][0]["live_count"]), 10U);
 }
 
 TEST(OutOfMemory, MessageWithoutALogAndNoFile) {

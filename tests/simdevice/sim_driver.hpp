@@ -12,31 +12,28 @@
 
 namespace gpumem::test {
 
-#define SIMTEST_DRIVER_FUNCTIONS(X)                                                                                    \
-  X(cuInit)                                                                                                            \
-  X(cuDeviceGet) X(cuDeviceGetCount) X(cuDeviceGetAttribute) X(cuDeviceTotalMem) X(cuDevicePrimaryCtxRetain)           \
-      X(cuDevicePrimaryCtxRelease) X(cuDevicePrimaryCtxReset) X(cuCtxGetCurrent) X(cuCtxSetCurrent) X(cuCtxGetDevice)  \
-          X(cuCtxSynchronize) X(cuCtxPushCurrent) X(cuCtxPopCurrent) X(cuMemAlloc) X(cuMemFree) X(cuMemAllocManaged)   \
-              X(cuMemAllocPitch) X(cuMemAllocAsync) X(cuMemFreeAsync) X(cuMemAllocFromPoolAsync) X(cuMemGetInfo)       \
-                  X(cuMemGetAddressRange) X(cuPointerGetAttribute) X(cuPointerGetAttributes) X(cuMemPoolCreate)        \
-                      X(cuMemPoolDestroy) X(cuMemPoolGetAttribute) X(cuMemPoolSetAttribute) X(cuMemPoolTrimTo)         \
-                          X(cuDeviceGetDefaultMemPool) X(cuDeviceGetMemPool) X(cuMemsetD8) X(cuMemsetD32)              \
-                              X(cuMemsetD8Async) X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuMemcpyDtoD) X(cuMemcpyHtoDAsync)  \
-                                  X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize) X(cuStreamQuery)         \
-                                      X(cuStreamWaitEvent) X(cuStreamGetFlags) X(cuStreamGetCtx) X(cuEventCreate)      \
-                                          X(cuEventRecord) X(cuEventQuery) X(cuEventSynchronize) X(cuEventDestroy)     \
-                                              X(cuEventElapsedTime) X(cuLaunchHostFunc) X(cuStreamAddCallback)         \
-                                                  X(cuStreamBeginCapture) X(cuStreamEndCapture) X(cuStreamIsCapturing) \
-                                                      X(cuStreamGetCaptureInfo) X(cuThreadExchangeStreamCaptureMode)   \
-                                                          X(cuGraphDestroy) X(cuGraphGetNodes) X(cuIpcGetMemHandle)    \
-                                                              X(cuIpcOpenMemHandle) X(cuIpcCloseMemHandle)             \
-                                                                  X(cuGetProcAddress) X(cuDriverGetVersion)            \
-                                                                      X(cuDevicePrimaryCtxGetState) X(cuCtxCreate)     \
-                                                                          X(cuCtxDestroy) X(cuDeviceCanAccessPeer)     \
-                                                                              X(cuCtxEnablePeerAccess)                 \
-                                                                                  X(cuCtxDisablePeerAccess)            \
-                                                                                      X(cuMemcpyPeer)                  \
-                                                                                          X(cuMemcpyPeerAsync)
+// A hand-laid list: clang-format 14 reflows X-macro lists differently on every run.
+// clang-format off
+#define SIMTEST_DRIVER_FUNCTIONS(X)                                                              \
+  X(cuInit) X(cuDeviceGet) X(cuDeviceGetCount) X(cuDeviceGetAttribute) X(cuDeviceTotalMem)      \
+  X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease) X(cuDevicePrimaryCtxReset)           \
+  X(cuCtxGetCurrent) X(cuCtxSetCurrent) X(cuCtxGetDevice) X(cuCtxSynchronize)                   \
+  X(cuCtxPushCurrent) X(cuCtxPopCurrent) X(cuMemAlloc) X(cuMemFree) X(cuMemAllocManaged)        \
+  X(cuMemAllocPitch) X(cuMemAllocAsync) X(cuMemFreeAsync) X(cuMemAllocFromPoolAsync)            \
+  X(cuMemGetInfo) X(cuMemGetAddressRange) X(cuPointerGetAttribute) X(cuPointerGetAttributes)    \
+  X(cuMemPoolCreate) X(cuMemPoolDestroy) X(cuMemPoolGetAttribute) X(cuMemPoolSetAttribute)      \
+  X(cuMemPoolTrimTo) X(cuDeviceGetDefaultMemPool) X(cuDeviceGetMemPool) X(cuMemsetD8)           \
+  X(cuMemsetD32) X(cuMemsetD8Async) X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuMemcpyDtoD)             \
+  X(cuMemcpyHtoDAsync) X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize)              \
+  X(cuStreamQuery) X(cuStreamWaitEvent) X(cuStreamGetFlags) X(cuStreamGetCtx) X(cuEventCreate)  \
+  X(cuEventRecord) X(cuEventQuery) X(cuEventSynchronize) X(cuEventDestroy) X(cuEventElapsedTime) \
+  X(cuLaunchHostFunc) X(cuStreamAddCallback) X(cuStreamBeginCapture) X(cuStreamEndCapture)      \
+  X(cuStreamIsCapturing) X(cuStreamGetCaptureInfo) X(cuThreadExchangeStreamCaptureMode)         \
+  X(cuGraphDestroy) X(cuGraphGetNodes) X(cuIpcGetMemHandle) X(cuIpcOpenMemHandle)               \
+  X(cuIpcCloseMemHandle) X(cuGetProcAddress) X(cuDriverGetVersion) X(cuDevicePrimaryCtxGetState)  \
+  X(cuCtxCreate) X(cuCtxDestroy) X(cuDeviceCanAccessPeer) X(cuCtxEnablePeerAccess)               \
+  X(cuCtxDisablePeerAccess) X(cuMemcpyPeer) X(cuMemcpyPeerAsync)
+// clang-format on
 
 #define SIMTEST_STR2(x) #x
 #define SIMTEST_STR(x) SIMTEST_STR2(x)

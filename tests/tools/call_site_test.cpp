@@ -1,7 +1,8 @@
 // Call sites in the tools: the analyzer's sums per stack (at the peak, at the end,
-// failures), the reader's Stack column, the stack table beside a log, and the
+// failures), the reader's Stack column, the stack table beside a log, the
 // symbolizer (this test binary's own functions; a perf map's Python frames; a
-// rebuilt file never gets a wrong name).
+// rebuilt file never gets a wrong name), and what the renderings share to show
+// call sites and out-of-memory snapshots.
 #include "report.hpp"
 
 #include <gpumem/tools/log_analysis.hpp>
@@ -18,6 +19,7 @@
 #include <cstdio>
 #include <fstream>
 #include <string>
+#include <vector>
 
 namespace gpumem::tools {
 namespace {
@@ -196,6 +198,96 @@ TEST(Symbolizer, NamesPythonFramesFromThePerfMap) {
   EXPECT_EQ(unknown.text(), "0x7f0000009000");
   EXPECT_TRUE(sym.used_perf_map());
   std::remove(map.c_str());
+}
+
+symbol frame(std::uint64_t address, symbol::kind what = symbol::kind::unknown) {
+  symbol f;
+  f.what = what;
+  f.address = address;
+  if (what == symbol::kind::python) f.function = "step_" + std::to_string(address);
+  return f;
+}
+
+TEST(CallSiteRendering, ListsTheInnermostFramesThenTheInnermostPythonOnes) {
+  std::vector<symbol> frames;
+  for (std::uint64_t k = 0; k < 20; ++k) frames.push_back(frame(0x1000 + k));
+  frames[3] = frame(3, symbol::kind::python);  // among the first 12: listed as any other
+  for (std::size_t k : {13, 15, 17, 19}) frames[k] = frame(k, symbol::kind::python);
+  std::string const text = frame_lines(frames, "  ");
+  EXPECT_NE(text.find("  #0  0x1000\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("  #11 0x100b\n"), std::string::npos) << text;
+  EXPECT_EQ(text.find("#12 "), std::string::npos) << text;
+  // The three innermost Python frames past the first 12, with their depth.
+  EXPECT_NE(text.find("  #13 step_13 (python)\n  #15 step_15 (python)\n  #17 step_17 (python)\n"), std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("#19"), std::string::npos) << text;
+  EXPECT_NE(text.find("  ... 5 more frames (--json has them all)\n"), std::string::npos) << text;
+  EXPECT_EQ(frame_lines({frame(0x10), frame(0x20)}, ""), "#0  0x10\n#1  0x20\n");
+}
+
+TEST(CallSiteRendering, TheThreeListsInEveryRenderingsOrder) {
+  log_summary s;
+  s.allocations = 10;
+  call_site_report c;
+  c.leaks = {named_site{call_site_stats{.stack = 0xa, .live_at_end_bytes = 100, .live_at_end_count = 2}, false, {}}};
+  c.leak_sites = 1;
+  c.failures = {named_site{call_site_stats{.stack = 0xb, .failures = 3, .failed_bytes = 30}, false, {}}};
+  c.failure_sites = 4;
+  auto const lists = site_lists(s, c);
+  ASSERT_EQ(lists.size(), 3u);
+  EXPECT_EQ(lists[0].key, "leaks");
+  EXPECT_EQ(lists[0].title, "never freed");
+  EXPECT_EQ(lists[0].bytes(c.leaks[0].stats), 100u);
+  EXPECT_EQ(lists[0].count(c.leaks[0].stats), 2u);
+  EXPECT_EQ(lists[1].key, "peak");
+  EXPECT_TRUE(lists[1].sites->empty());
+  EXPECT_EQ(lists[2].key, "failures");
+  EXPECT_EQ(lists[2].total, 4u);
+  EXPECT_EQ(lists[2].bytes(c.failures[0].stats), 30u);
+  EXPECT_EQ(lists[2].count(c.failures[0].stats), 3u);
+  EXPECT_EQ(lists[2].counted, "failures");
+  // An incomplete log's live allocations are not called leaks.
+  s.incomplete = incomplete_marker{};
+  EXPECT_EQ(site_lists(s, c)[0].title, "still live at the end");
+
+  EXPECT_EQ(unattributed_note(s, c), "");
+  c.unattributed = call_site_stats{.allocations = 3, .live_at_end_bytes = 0, .live_at_peak_bytes = 1024};
+  EXPECT_EQ(unattributed_note(s, c),
+            "without a recorded stack (sampled out): 1.00 KiB at the peak, 0 B at the end, 3 of 10 allocations");
+  c.table_path = "run.csv.stacks";
+  EXPECT_EQ(stack_table_note(c), "no stack table (run.csv.stacks is missing): stack ids only");
+  c.table_present = true;
+  c.stacks_in_table = 12;
+  EXPECT_EQ(stack_table_note(c), "12 stacks recorded in run.csv.stacks");
+}
+
+TEST(SnapshotRendering, TheTextIsMadeOnceWhenReadAndShownByTextAndHtml) {
+  std::string frames;
+  for (int k = 0; k < 14; ++k)
+    frames += std::string{k ? "," : ""} + "{\"address\":\"0x" + std::to_string(1000 + k) +
+              "\",\"module\":null,\"offset\":null}";
+  std::string const path = ::testing::TempDir() + "/gpumem_render_" + std::to_string(getpid()) + ".oom-1.json";
+  {
+    std::ofstream out{path};
+    out << R"({"gpumem_oom_snapshot":1,"pid":1,"device":0,"request":{"bytes":3145728,"entry":"cudaMalloc",)"
+        << R"("stream":"0x0","thread":7,"frames":[)" << frames << R"(]},"live":{"bytes":1024,"count":1},)"
+        << R"("pool":null,"limit_bytes":null,"device_memory":null,"chain":"pool -> cuda","log":null,)"
+        << R"("stacks_recorded":true,"top_sites":[{"stack":"2a","live_bytes":1024,"live_count":1,"frames":[)" << frames
+        << "]}]}";
+  }
+  symbolizer sym;
+  oom_snapshot const snap = read_snapshot(path, sym);
+  std::remove(path.c_str());
+  EXPECT_NE(snap.text.find("  request        cudaMalloc(3.00 MiB) on device 0, stream 0x0, thread 7\n"),
+            std::string::npos)
+      << snap.text;
+  // The request's frames and each site's, by the rule of every call-site list.
+  EXPECT_NE(snap.text.find("\n    #11 0x1011\n    ... 2 more frames"), std::string::npos) << snap.text;
+  EXPECT_NE(snap.text.find("\n      #11 0x1011\n      ... 2 more frames"), std::string::npos) << snap.text;
+  report_data r;
+  r.snapshots.push_back(snap);
+  EXPECT_NE(text_report(r).find(snap.text), std::string::npos);
+  EXPECT_NE(html_report(r).find("<pre>== out of memory: "), std::string::npos);
 }
 
 }  // namespace

@@ -216,7 +216,7 @@ TEST(LogAnalysis, CombinedPeakIsOnTheMergedTimeline) {
   EXPECT_EQ(c.events, 5u);
   EXPECT_EQ(c.allocations, 3u);
   EXPECT_EQ(c.peak_live_bytes, 300u);
-  EXPECT_EQ(c.peak_time_ns, 20);
+  EXPECT_EQ(c.peak_at.time_ns, 20);
   EXPECT_EQ(c.peak_log, 1u);
   EXPECT_EQ(c.peak_at.line, 2u);
   EXPECT_EQ(c.live_at_end_bytes, 5u);

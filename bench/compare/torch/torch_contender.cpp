@@ -63,19 +63,8 @@ class torch_caching final : public contender {
   }
 };
 
-std::string& last_error() {
-  thread_local std::string msg;
-  return msg;
-}
-
 contender* make_torch(char const** why) {
-  try {
-    return new torch_caching{};
-  } catch (std::exception const& e) { last_error() = e.what(); } catch (...) {
-    last_error() = "unknown exception";
-  }
-  if (why != nullptr) *why = last_error().c_str();
-  return nullptr;
+  return gpumem_compare::make_or_explain([] { return new torch_caching{}; }, why);
 }
 
 contender_kind const kinds[] = {
@@ -88,26 +77,15 @@ contender_kind const kinds[] = {
 extern "C" __attribute__((visibility("default"))) int gpumem_compare_plugin_v1(int abi_version,
                                                                                contender_kind const** out, int* count,
                                                                                char const** why) {
-  if (abi_version != gpumem_compare::plugin_abi_version) {
-    if (why != nullptr) *why = "built for another gpumem_compare plugin ABI";
-    return 1;
-  }
+  using gpumem_compare::plugin_failure;
+  if (!gpumem_compare::plugin_abi_matches(abi_version, why)) return 1;
   try {
-    if (alloc::get() == nullptr) {
-      if (why != nullptr) *why = "c10's CUDA allocator is not set up";
-      return 1;
-    }
+    if (alloc::get() == nullptr) return plugin_failure(why, "c10's CUDA allocator is not set up");
     std::string const name = alloc::name();
     if (name != "native") {  // PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync would measure the driver pool
-      last_error() = "PyTorch's allocator backend is '" + name + "', not the caching allocator ('native')";
-      if (why != nullptr) *why = last_error().c_str();
-      return 1;
+      return plugin_failure(why, "PyTorch's allocator backend is '" + name + "', not the caching allocator ('native')");
     }
-  } catch (std::exception const& e) {
-    last_error() = e.what();
-    if (why != nullptr) *why = last_error().c_str();
-    return 1;
-  }
+  } catch (std::exception const& e) { return plugin_failure(why, e.what()); }
   *out = kinds;
   *count = 1;
   return 0;

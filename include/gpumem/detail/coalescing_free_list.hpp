@@ -102,26 +102,7 @@ class coalescing_tree {
 
   /// Removes the smallest block of at least `size` bytes (lowest address among
   /// equals), returns its first `size` bytes and keeps the rest free.
-  std::optional<free_block> take_best_fit(std::size_t size) {
-    auto it = by_size_.lower_bound({size, nullptr});
-    if (it == by_size_.end()) return std::nullopt;
-    auto const [block_size, ptr] = *it;
-    auto const a = by_end_.find(ptr + block_size);
-    free_block const b{ptr, size, a->second.slab};
-    total_ -= size;
-    if (block_size == size) {
-      drop(a, it);  // keeps the nodes for the free that will likely follow
-      check_invariants();
-      return b;
-    }
-    // The rest keeps the block's end (and so its address-map node); in by_size_ it moves down.
-    a->second.ptr = ptr + size;
-    auto node = extract_node(by_size_, it);
-    node.value() = {block_size - size, ptr + size};
-    by_size_.insert(std::move(node));
-    check_invariants();
-    return b;
-  }
+  std::optional<free_block> take_best_fit(std::size_t size) { return take_fit(size, true); }
 
   /// Removes a block of exactly `size` bytes (the lowest address), if there is one.
   std::optional<free_block> take_exact(std::size_t size) {
@@ -132,17 +113,7 @@ class coalescing_tree {
 
   /// Removes the smallest block of at least `size` bytes (lowest address among
   /// equals) whole, without splitting it.
-  std::optional<free_block> take_whole_best_fit(std::size_t size) {
-    auto it = by_size_.lower_bound({size, nullptr});
-    if (it == by_size_.end()) return std::nullopt;
-    auto const [block_size, ptr] = *it;
-    auto const a = by_end_.find(ptr + block_size);
-    free_block const b{ptr, block_size, a->second.slab};
-    total_ -= block_size;
-    drop(a, it);
-    check_invariants();
-    return b;
-  }
+  std::optional<free_block> take_whole_best_fit(std::size_t size) { return take_fit(size, false); }
 
   /// Removes exactly the free block starting at `ptr`; false if there is none.
   bool remove(char* ptr) {
@@ -214,6 +185,29 @@ class coalescing_tree {
   }
 
  private:
+  /// take_best_fit (`split`: the block's first `size` bytes) or take_whole_best_fit.
+  std::optional<free_block> take_fit(std::size_t size, bool split) {
+    auto it = by_size_.lower_bound({size, nullptr});
+    if (it == by_size_.end()) return std::nullopt;
+    auto const [block_size, ptr] = *it;
+    auto const a = by_end_.find(ptr + block_size);
+    std::size_t const taken = split ? size : block_size;
+    free_block const b{ptr, taken, a->second.slab};
+    total_ -= taken;
+    if (taken == block_size) {
+      drop(a, it);  // keeps the nodes for the free that will likely follow
+      check_invariants();
+      return b;
+    }
+    // The rest keeps the block's end (and so its address-map node); in by_size_ it moves down.
+    a->second.ptr = ptr + size;
+    auto node = extract_node(by_size_, it);
+    node.value() = {block_size - size, ptr + size};
+    by_size_.insert(std::move(node));
+    check_invariants();
+    return b;
+  }
+
   struct record {
     char* ptr;  ///< the block's start
     char* slab;

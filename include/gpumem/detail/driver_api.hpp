@@ -13,20 +13,25 @@ namespace gpumem::detail {
 
 // X(name): `name` is the cuda.h spelling; the macro layer turns it into the
 // versioned export (cuMemAlloc -> cuMemAlloc_v2) for the type and the lookup.
-#define GPUMEM_DRIVER_FUNCTIONS(X)                                                                                   \
-  X(cuInit)                                                                                                          \
-  X(cuDriverGetVersion) X(cuGetErrorName) X(cuGetErrorString) X(cuDeviceGet) X(cuDeviceGetCount)                     \
-      X(cuDeviceGetAttribute) X(cuDeviceTotalMem) X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease)           \
-          X(cuDevicePrimaryCtxGetState) X(cuCtxGetCurrent) X(cuCtxSetCurrent) X(cuCtxGetDevice) X(cuCtxSynchronize)  \
-              X(cuMemAlloc) X(cuMemFree) X(cuMemAllocManaged) X(cuMemAllocPitch) X(cuMemGetInfo)                     \
-                  X(cuMemGetAddressRange) X(cuPointerGetAttribute) X(cuMemAllocAsync) X(cuMemFreeAsync)              \
-                      X(cuMemAllocFromPoolAsync) X(cuMemPoolCreate) X(cuMemPoolDestroy) X(cuMemPoolSetAttribute)     \
-                          X(cuMemPoolGetAttribute) X(cuMemPoolTrimTo) X(cuDeviceGetDefaultMemPool) X(cuStreamCreate) \
-                              X(cuStreamGetFlags) X(cuStreamDestroy) X(cuStreamSynchronize) X(cuStreamQuery)         \
-                                  X(cuStreamWaitEvent) X(cuStreamIsCapturing) X(cuThreadExchangeStreamCaptureMode)   \
-                                      X(cuEventCreate) X(cuEventRecord) X(cuEventQuery) X(cuEventSynchronize)        \
-                                          X(cuEventDestroy) X(cuLaunchHostFunc) X(cuMemsetD8) X(cuMemcpyHtoD)        \
-                                              X(cuMemcpyDtoH)
+// A hand-laid list: clang-format 14 reflows X-macro lists differently on every run.
+// clang-format off
+#define GPUMEM_DRIVER_FUNCTIONS(X)                                                  \
+  X(cuInit) X(cuDriverGetVersion) X(cuGetErrorName) X(cuGetErrorString)            \
+  X(cuDeviceGet) X(cuDeviceGetCount) X(cuDeviceGetAttribute) X(cuDeviceTotalMem)   \
+  X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease)                         \
+  X(cuDevicePrimaryCtxGetState)                                                    \
+  X(cuCtxGetCurrent) X(cuCtxSetCurrent) X(cuCtxGetDevice) X(cuCtxSynchronize)      \
+  X(cuMemAlloc) X(cuMemFree) X(cuMemAllocManaged) X(cuMemAllocPitch)               \
+  X(cuMemGetInfo) X(cuMemGetAddressRange) X(cuPointerGetAttribute)                 \
+  X(cuMemAllocAsync) X(cuMemFreeAsync) X(cuMemAllocFromPoolAsync)                  \
+  X(cuMemPoolCreate) X(cuMemPoolDestroy) X(cuMemPoolSetAttribute)                  \
+  X(cuMemPoolGetAttribute) X(cuMemPoolTrimTo) X(cuDeviceGetDefaultMemPool)         \
+  X(cuStreamCreate) X(cuStreamGetFlags) X(cuStreamDestroy) X(cuStreamSynchronize) X(cuStreamQuery)     \
+  X(cuStreamWaitEvent) X(cuStreamIsCapturing) X(cuThreadExchangeStreamCaptureMode) \
+  X(cuEventCreate) X(cuEventRecord) X(cuEventQuery) X(cuEventSynchronize)          \
+  X(cuEventDestroy) X(cuLaunchHostFunc) X(cuMemsetD8) X(cuMemcpyHtoD)              \
+  X(cuMemcpyDtoH)
+// clang-format on
 
 // The names above are macros in cuda.h for some entries (cuMemAlloc ->
 // cuMemAlloc_v2, cuStreamWaitEvent -> ..._ptsz under per-thread builds); never
@@ -60,5 +65,24 @@ CUresult ensure_context() noexcept;
 
 /// The device of the current context (after ensure_context()), or -1 on failure.
 [[nodiscard]] int current_device() noexcept;
+
+/// Makes `target` the calling thread's current context for a scope and restores
+/// the caller's at its end. A null target, or one already current, changes
+/// nothing. ok() is false when no driver is loaded, the current context could not
+/// be read or `target` could not be made current: the scope then runs in the
+/// caller's context.
+class scoped_context {
+ public:
+  explicit scoped_context(CUcontext target) noexcept;
+  ~scoped_context();
+  scoped_context(scoped_context const&) = delete;
+  scoped_context& operator=(scoped_context const&) = delete;
+  [[nodiscard]] bool ok() const noexcept { return ok_; }
+
+ private:
+  CUcontext saved_{};
+  bool switched_ = false;
+  bool ok_ = true;
+};
 
 }  // namespace gpumem::detail

@@ -161,7 +161,7 @@ class region_table {
 #endif
   }
 
-  std::uint64_t const instance_ = next_instance_id();
+  std::uint64_t const instance_ = next_instance_id<region_table>();
   std::atomic<std::uint64_t> generation_{0};  ///< bumped whenever a region leaves
   std::atomic<std::size_t> reserved_{0};      ///< changed under mutex_; read without it
   mutable std::shared_mutex mutex_;

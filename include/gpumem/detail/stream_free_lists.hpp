@@ -39,7 +39,8 @@
 // add/drop a stream) -> entry mutexes (several only in with_all_locked(), in
 // ascending key order; the clean entry has key 0, so it comes first) ->
 // foreign_mutex_ -> pending shard mutexes. allocate/deallocate hold at most one
-// entry or shard mutex at a time.
+// entry or shard mutex at a time. Entry and shard locks are spin_mutex: taken on
+// every allocate and free, almost never contended.
 //
 // Invariants, checked in debug builds (GPUMEM_ASSERT): pending_bytes() is the sum
 // of the pending shards' bytes whenever no reclaim() is under way (checked as each
@@ -48,6 +49,7 @@
 
 #include <gpumem/detail/assert.hpp>
 #include <gpumem/detail/driver_api.hpp>
+#include <gpumem/detail/spin_mutex.hpp>
 #include <gpumem/detail/stream_ordering.hpp>
 #include <gpumem/stream_tracker.hpp>
 
@@ -150,7 +152,7 @@ class stream_free_lists {
     explicit entry(stream_identity i, bool is_clean = false) : id{i}, clean{is_clean} {}
     stream_identity const id;
     bool const clean;  ///< the clean list: never recorded on, never waits
-    std::mutex mutex;
+    spin_mutex mutex;
     List list;        ///< guarded by mutex
     CUevent event{};  ///< guarded by mutex
   };
@@ -312,13 +314,13 @@ class stream_free_lists {
   }
 
   /// Stamps of the moves of free memory from one list to another made without the
-  /// owner's growth mutex (gather_into, a stream adopting a clean block, a destroyed
-  /// stream's list): while such a move is under way its blocks are in no list, so
-  /// the thread about to answer "out of memory" (it holds the growth mutex) may have
-  /// missed them. It takes moves() before its last look and again after: if any
-  /// move was under way or happened in between, it looks again (wait_for_moves()
-  /// first). Its own moves, under the growth mutex, are not counted: it cannot miss
-  /// them.
+  /// owner's growth mutex (gather_into, gather_spares_into, a stream adopting a
+  /// clean block, a destroyed stream's list): while such a move is under way its
+  /// blocks are in no list, so the thread about to answer "out of memory" (it holds
+  /// the growth mutex) may have missed them. It takes moves() before its last look
+  /// and again after: if any move was under way or happened in between, it looks
+  /// again (wait_for_moves() first). Its own moves, under the growth mutex, are not
+  /// counted: it cannot miss them.
   struct move_stamp {
     std::uint64_t started = 0;
     std::uint64_t finished = 0;
@@ -357,12 +359,49 @@ class stream_free_lists {
   /// any entry mutex.
   bool gather_into(entry& taker, std::size_t bytes, gather_mode mode) {
     GPUMEM_ASSERT(!taker.clean, "the clean list never gathers: it holds only memory no stream can touch");
-    if (!taker.id.usable_from_this_thread() || may_be_capturing(taker.id.handle)) return false;
+    if (!can_order(taker)) return false;
     std::optional<move_scope> moving;
     if (mode != gather_mode::everything) moving.emplace(*this);
     List gathered;
     bool any = take_foreign(taker, bytes, mode, gathered);
     if (!any || mode == gather_mode::everything) any = take_from_streams(taker, bytes, mode, gathered) || any;
+    if (any) {
+      std::lock_guard lock{taker.mutex};
+      taker.list.merge_from(std::move(gathered));
+    }
+    return any;
+  }
+
+  /// For a resource whose streams reuse their own latest free block (fixed_size):
+  /// moves into taker.list a destroyed stream's batch, else the SPARE blocks of the
+  /// first other stream that has some (its whole list but the block it freed last,
+  /// which it will most likely ask for next), ordering the taker after that stream
+  /// first. Unlike gather_into it never leaves a stream without a free block: a
+  /// stream whose last block was taken takes a third stream's at its next
+  /// allocation, and so on, each take an event record and a wait (and a growth
+  /// whenever a thread finds every list empty meanwhile). List must offer
+  /// has_spare() and move_spares_to(List&). Returns whether anything moved. Call
+  /// without holding any entry mutex.
+  bool gather_spares_into(entry& taker, std::size_t bytes) {
+    GPUMEM_ASSERT(!taker.clean, "the clean list never gathers: it holds only memory no stream can touch");
+    if (!can_order(taker)) return false;
+    move_scope const moving{*this};
+    List gathered;
+    bool any = take_foreign(taker, bytes, gather_mode::first_fit, gathered);
+    if (!any) {
+      std::shared_lock lock{table_mutex_};
+      for (auto const& [key, victim] : table_) {
+        if (victim.get() == &taker) continue;
+        std::lock_guard vlock{victim->mutex};
+        if (!victim->list.has_spare()) continue;
+        CUstream const from = victim->id.record_handle();
+        if (may_be_capturing(from)) continue;
+        if (order_after(victim->event, from, taker.id.handle) != CUDA_SUCCESS) continue;
+        victim->list.move_spares_to(gathered);
+        any = true;
+        break;
+      }
+    }
     if (any) {
       std::lock_guard lock{taker.mutex};
       taker.list.merge_from(std::move(gathered));
@@ -505,7 +544,7 @@ class stream_free_lists {
     }
     std::sort(keep.begin() + 1, keep.end(),
               [](entry_ptr const& a, entry_ptr const& b) { return a->id.key < b->id.key; });
-    std::vector<std::unique_lock<std::mutex>> locks;
+    std::vector<std::unique_lock<spin_mutex>> locks;
     locks.reserve(keep.size());
     locked_view view{{}, foreign_, quarantine_};
     view.entries.reserve(keep.size());
@@ -540,6 +579,17 @@ class stream_free_lists {
     entry_ptr e = find_or_add(id);
     hint = {instance_, generation, id.key, std::move(e)};
     return hint;
+  }
+
+  /// Whether this thread may order `taker` after other streams. A thread on which
+  /// the program never made a context current (a worker of its own) would fail
+  /// every event record and wait, and so grow where it should take: it gets device
+  /// 0's primary context first, as its first runtime call would, and as the
+  /// upstream's allocation does when the resource grows.
+  static bool can_order(entry const& taker) noexcept {
+    if (!taker.id.usable_from_this_thread()) return false;
+    static_cast<void>(ensure_context());  // failing, the record or wait fails and says so
+    return !may_be_capturing(taker.id.handle);
   }
 
   entry_ptr find_or_add(stream_identity const& id) {
@@ -652,7 +702,7 @@ class stream_free_lists {
   /// pending_bytes_ equals the shards' sum: add_pending changes both under a
   /// shard's lock, and only reclaim() (not under way here) takes bytes out.
   void check_pending_locked_all() noexcept {
-    std::array<std::unique_lock<std::mutex>, pending_shard_count> locks;
+    std::array<std::unique_lock<spin_mutex>, pending_shard_count> locks;
     std::size_t sum = 0;
     for (std::size_t i = 0; i < pending_shard_count; ++i) {
       locks[i] = std::unique_lock{pending_shards_[i].mutex};
@@ -669,7 +719,7 @@ class stream_free_lists {
   }
 
   struct alignas(64) pending_shard {
-    std::mutex mutex;
+    spin_mutex mutex;
     std::vector<block_type> blocks;
     std::size_t bytes = 0;
   };
@@ -677,7 +727,7 @@ class stream_free_lists {
   /// Key 0 is no stream's (stream_key never returns 0), so the clean entry sorts first.
   static constexpr std::uintptr_t clean_key = 0;
 
-  std::uint64_t const instance_ = next_instance_id();
+  std::uint64_t const instance_ = next_instance_id<stream_free_lists>();
   std::atomic<std::uint64_t> generation_{0};  ///< bumped whenever an entry leaves the table
   std::shared_mutex table_mutex_;
   std::unordered_map<std::uintptr_t, entry_ptr> table_;

@@ -6,6 +6,7 @@
 
 #include <cuda.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 
@@ -36,11 +37,20 @@ struct stream_identity {
 /// Nonzero, unique per thread for the life of the process.
 [[nodiscard]] std::uint64_t this_thread_tag() noexcept;
 
-/// Nonzero, unique per call: names a resource instance in thread-local caches
-/// (an address could be reused by a later instance).
-[[nodiscard]] std::uint64_t next_instance_id() noexcept;
+/// Nonzero, unique per call for each Owner: names an instance of Owner in the
+/// thread-local caches Owner keeps for all its instances (an address could be
+/// reused by a later instance). Consecutive per Owner, so that instances made one
+/// after another (a binning resource's bins) take different cache slots.
+template <class Owner>
+[[nodiscard]] std::uint64_t next_instance_id() noexcept {
+  static std::atomic<std::uint64_t> next{1};
+  return next.fetch_add(1, std::memory_order_relaxed);
+}
 
-/// Thread-local hints must not all collide: a few slots, picked by instance id.
+/// Thread-local hints, one slot per instance id modulo this: a thread using up to 4
+/// instances in turn (a binning resource's bins) keeps a hint for each. More slots
+/// cost static TLS, of which the preloaded shim (initial-exec TLS) has little: at 16,
+/// dlopen could no longer load it ("cannot allocate memory in static TLS block").
 inline constexpr std::size_t thread_cache_slots = 4;
 
 [[nodiscard]] stream_identity identify(stream_ref s) noexcept;

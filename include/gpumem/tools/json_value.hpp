@@ -84,54 +84,44 @@ class json_parser {
     pos_ += w.size();
   }
 
+  /// The comma-separated elements of an object or array, each read by element(),
+  /// from the opening bracket (at pos_) to `close`.
+  template <typename Element>
+  void elements(char close, Element&& element) {
+    ++pos_;
+    space();
+    if (peek() == close) {
+      ++pos_;
+      return;
+    }
+    for (;;) {
+      space();
+      element();
+      space();
+      if (peek() != ',') break;
+      ++pos_;
+    }
+    expect(close);
+  }
+
   json_value value(int depth) {
     if (depth > 256) fail("nested too deep");
     json_value v;
     switch (peek()) {
-      case '{': {
+      case '{':
         v.k = json_value::kind::object;
-        ++pos_;
-        space();
-        if (peek() == '}') {
-          ++pos_;
-          return v;
-        }
-        for (;;) {
-          space();
+        elements('}', [&] {
           std::string key = string();
           space();
           expect(':');
           space();
           v.members.push_back({std::move(key), value(depth + 1)});
-          space();
-          if (peek() == ',') {
-            ++pos_;
-            continue;
-          }
-          expect('}');
-          return v;
-        }
-      }
-      case '[': {
+        });
+        return v;
+      case '[':
         v.k = json_value::kind::array;
-        ++pos_;
-        space();
-        if (peek() == ']') {
-          ++pos_;
-          return v;
-        }
-        for (;;) {
-          space();
-          v.items.push_back(value(depth + 1));
-          space();
-          if (peek() == ',') {
-            ++pos_;
-            continue;
-          }
-          expect(']');
-          return v;
-        }
-      }
+        elements(']', [&] { v.items.push_back(value(depth + 1)); });
+        return v;
       case '"':
         v.k = json_value::kind::string;
         v.text = string();

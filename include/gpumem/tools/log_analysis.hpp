@@ -160,22 +160,9 @@ class timeline_builder {
 /// Keeps at most `max_points` points of a timeline for plotting (see timeline_builder).
 [[nodiscard]] std::vector<timeline_point> downsample(std::vector<timeline_point> const& tl, std::size_t max_points);
 
-struct log_summary {
-  // The log itself.
-  std::string path;
-  std::string dialect;
-  log_columns columns;
-  std::size_t lines{};
-  std::vector<std::string> strings{""};  ///< Entry/Result texts the records index
-  std::vector<log_diagnostic> warnings;  ///< the first ones (log_reader::max_kept_warnings)
-  std::size_t warning_count{};
-  std::optional<incomplete_marker> incomplete;
-  bool ended_abruptly{};  ///< NUL padding or a torn last row at the end
-  /// No rows are known to be missing: allocations live at the end are leaks.
-  [[nodiscard]] bool complete() const noexcept { return !incomplete; }
-  [[nodiscard]] std::string_view string(std::uint16_t id) const noexcept { return strings[id]; }
-
-  // What it says.
+/// A log (the file: log_file_info; complete() means allocations live at the end are
+/// leaks) and what its events say.
+struct log_summary : log_file_info {
   std::size_t top_n{};  ///< bound of the lists below
   std::uint64_t events{}, allocations{}, frees{}, failures{};
   std::uint64_t bytes_allocated{}, bytes_freed{};

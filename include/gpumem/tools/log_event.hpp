@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace gpumem::tools {
 
@@ -58,6 +59,26 @@ struct incomplete_marker {
   std::optional<std::uint64_t> dropped_rows;  ///< empty when the marker does not say
   std::string reason;                         ///< "" when the marker does not say
   std::size_t line{};
+};
+
+/// What reading a log found out about the file, apart from its events: the same
+/// for a log streamed (log_reader::info), read whole (parsed_log) or analysed
+/// (log_summary).
+struct log_file_info {
+  std::string path;
+  log_columns columns;
+  std::size_t lines{};
+  std::vector<std::string> strings{""};  ///< Entry/Result texts the events index; [0] is ""
+  std::vector<log_diagnostic> warnings;  ///< the first ones (log_reader::max_kept_warnings)
+  std::size_t warning_count{};
+  std::optional<incomplete_marker> incomplete;
+  bool ended_abruptly{};  ///< NUL padding or a torn last row at the end
+
+  /// "gpumem" when the log has the gpumem columns (TimeNs), else "rmm".
+  [[nodiscard]] std::string_view dialect() const noexcept { return columns.time_ns ? "gpumem" : "rmm"; }
+  [[nodiscard]] std::string_view string(std::uint16_t id) const noexcept { return strings[id]; }
+  /// No rows are known to be missing.
+  [[nodiscard]] bool complete() const noexcept { return !incomplete; }
 };
 
 /// Parses "HH:MM:SS[.fraction]" into nanoseconds since midnight.

@@ -38,9 +38,8 @@ struct combined_summary {
   std::uint64_t events{}, allocations{}, frees{}, failures{};
   std::uint64_t bytes_allocated{};
   std::uint64_t peak_live_bytes{};
-  std::int64_t peak_time_ns{};
   std::size_t peak_log{};                            ///< which log's event reached the peak
-  log_position peak_at;                              ///< that event, in its own log
+  log_position peak_at;                              ///< that event, in its own log (its time: the peak's)
   std::optional<std::uint64_t> peak_reserved_bytes;  ///< sum of the logs' latest Reserved, if any has it
   std::uint64_t live_at_end_bytes{};
   std::uint64_t live_at_end_count{};

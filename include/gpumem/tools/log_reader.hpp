@@ -71,6 +71,8 @@ class log_reader {
   [[nodiscard]] log_columns const& columns() const noexcept { return columns_; }
   /// "gpumem" when the log has the gpumem columns (TimeNs), else "rmm".
   [[nodiscard]] std::string_view dialect() const noexcept { return columns_.time_ns ? "gpumem" : "rmm"; }
+  /// What was learned about the file so far (all of it once next() returned false).
+  [[nodiscard]] log_file_info info() const;
 
   /// The next event in file order; false at the end of the log.
   bool next(log_event& ev);
@@ -178,21 +180,10 @@ class log_reader {
 };
 
 /// A whole log read into memory: for tests and small logs only (the tools stream).
-struct parsed_log {
-  std::string path;
+struct parsed_log : log_file_info {
   bool readable{};
   std::optional<log_diagnostic> fatal;
-  log_columns columns;
   std::vector<log_event> events;
-  std::vector<std::string> strings{""};
-  std::vector<log_diagnostic> warnings;
-  std::size_t warning_count{};
-  std::size_t lines{};
-  std::optional<incomplete_marker> incomplete;
-  bool ended_abruptly{};
-
-  [[nodiscard]] std::string_view dialect() const noexcept { return columns.time_ns ? "gpumem" : "rmm"; }
-  [[nodiscard]] std::string_view string(std::uint16_t id) const noexcept { return strings[id]; }
 };
 
 /// Reads every event of a log held in memory.

@@ -263,15 +263,7 @@ void log_analyzer::add(log_event const& ev) {
 
 log_summary log_analyzer::finish(log_reader const& reader) {
   log_summary s = std::move(s_);
-  s.path = reader.path();
-  s.dialect = std::string{reader.dialect()};
-  s.columns = reader.columns();
-  s.lines = reader.lines();
-  s.strings = reader.strings();
-  s.warnings = reader.warnings();
-  s.warning_count = reader.warning_count();
-  s.incomplete = reader.incomplete();
-  s.ended_abruptly = reader.ended_abruptly();
+  static_cast<log_file_info&>(s) = reader.info();
 
   s.live_at_end_bytes = live_bytes();
   s.live_at_end_count = live_.size();

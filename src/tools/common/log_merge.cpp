@@ -37,37 +37,35 @@ merged_analysis analyse_merged(std::vector<log_reader*> const& readers, std::siz
   combined_summary c;
   c.logs = n;
   timeline_builder timeline{timeline_buckets};
+  // The sums over the logs of each analyzer's live bytes and latest Reserved value,
+  // kept up to date by the change each event makes to its own log's.
   wide_bytes live = 0;
   std::int64_t reserved = 0;
-  bool any_reserved = false;
-  std::vector<std::int64_t> last_reserved(n, 0);
   while (!heads.empty()) {
     std::size_t const l = heads.top().second;
     heads.pop();
     log_event const& ev = next[l];
-    std::uint64_t const before = analyzers[l].live_bytes();
+    std::uint64_t const live_before = analyzers[l].live_bytes();
+    std::int64_t const reserved_before = std::max<std::int64_t>(analyzers[l].reserved_bytes(), 0);
     analyzers[l].add(ev);
     if (observer != nullptr) observer->event(l, ev);
     if (n > 1) {
-      live = live - before + analyzers[l].live_bytes();
+      live = live - live_before + analyzers[l].live_bytes();
       std::uint64_t const live_now = live > std::numeric_limits<std::uint64_t>::max()
                                          ? std::numeric_limits<std::uint64_t>::max()
                                          : static_cast<std::uint64_t>(live);
       if (ev.reserved >= 0) {
-        reserved += ev.reserved - last_reserved[l];
-        last_reserved[l] = ev.reserved;
-        any_reserved = true;
+        reserved += ev.reserved - reserved_before;
         if (!c.peak_reserved_bytes || static_cast<std::uint64_t>(reserved) > *c.peak_reserved_bytes) {
           c.peak_reserved_bytes = static_cast<std::uint64_t>(reserved);
         }
       }
       if (live_now > c.peak_live_bytes) {
         c.peak_live_bytes = live_now;
-        c.peak_time_ns = ev.time_ns;
         c.peak_log = l;
         c.peak_at = log_position{ev.index, ev.line, ev.time_ns, ev.clock_us};
       }
-      timeline.add({ev.time_ns, live_now, any_reserved ? reserved : -1, 0});
+      timeline.add({ev.time_ns, live_now, c.peak_reserved_bytes ? reserved : -1, 0});
     }
     if (readers[l]->next(next[l])) heads.emplace(next[l].time_ns, l);
   }

@@ -514,21 +514,18 @@ bool log_reader::read_row(std::string_view line, std::size_t line_no, log_event&
   return true;
 }
 
+log_file_info log_reader::info() const {
+  return log_file_info{path_, columns_, lines_, strings(), warnings_, warning_count_, incomplete_, ended_abruptly_};
+}
+
 parsed_log parse_log(std::string_view text, std::string name) {
   log_reader r{text, std::move(name)};
   parsed_log log;
-  log.path = r.path();
   log.readable = r.readable();
   log.fatal = r.fatal();
-  log.columns = r.columns();
   log_event ev;
   while (r.next(ev)) log.events.push_back(ev);
-  log.strings = r.strings();
-  log.warnings = r.warnings();
-  log.warning_count = r.warning_count();
-  log.lines = r.lines();
-  log.incomplete = r.incomplete();
-  log.ended_abruptly = r.ended_abruptly();
+  static_cast<log_file_info&>(log) = r.info();
   return log;
 }
 

@@ -1,3 +1,4 @@
+#include <gpumem/tools/log_messages.hpp>
 #include <gpumem/tools/symbolizer.hpp>
 
 #include <elfutils/libdwfl.h>
@@ -17,17 +18,14 @@
 namespace gpumem::tools {
 
 std::string symbol::text() const {
-  auto base = [](std::string const& p) {
-    auto const slash = p.rfind('/');
-    return slash == std::string::npos ? p : p.substr(slash + 1);
-  };
-  std::string where = module.empty() ? fmt::format("{:#x}", address) : fmt::format("{}+{:#x}", base(module), offset);
+  std::string where = module.empty() ? fmt::format("{:#x}", address)
+                                     : fmt::format("{}+{:#x}", base_name(module), offset);
   if (what == kind::python) {
     return file.empty() ? fmt::format("{} (python)", function) : fmt::format("{} (python, {})", function, file);
   }
   if (function.empty()) return where;
   if (file.empty()) return fmt::format("{} ({})", function, where);
-  return fmt::format("{} at {}:{} ({})", function, base(file), line, where);
+  return fmt::format("{} at {}:{} ({})", function, base_name(file), line, where);
 }
 
 namespace {

@@ -2,55 +2,49 @@
 
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <sstream>
+#include <string_view>
 
 namespace gpumem::tools {
 
 namespace {
 
 // Canonical chains, small on purpose: growth sizes that keep peak reserved
-// comparable to the log's own peak.
-constexpr std::string_view pool_toml = R"(
-[gpumem]
-sync_mode = "stream"
-[[chain]]
-type = "pool"
-initial_size = 0
-min_growth = "2MiB"
-[[chain]]
-type = "cuda"
-)";
-
-constexpr std::string_view binning_toml = R"(
-[gpumem]
-sync_mode = "stream"
+// comparable to the log's own peak. Stream mode: RMM's semantics.
+constexpr std::string_view stream_mode = "[gpumem]\nsync_mode = \"stream\"\n";
+constexpr std::string_view binning = R"(
 [[chain]]
 type = "binning"
 min_size = "256B"
 max_size = "1MiB"
+)";
+constexpr std::string_view pool = R"(
 [[chain]]
 type = "pool"
 initial_size = 0
 min_growth = "2MiB"
+)";
+constexpr std::string_view cuda = R"(
 [[chain]]
 type = "cuda"
 )";
 
-constexpr std::string_view cuda_toml = R"(
-[gpumem]
-sync_mode = "stream"
-[[chain]]
-type = "cuda"
-)";
+/// A stream-mode configuration of the given chain entries, outermost first.
+config::settings stream_chain(std::initializer_list<std::string_view> entries, std::string_view name) {
+  std::string toml{stream_mode};
+  for (std::string_view e : entries) toml += e;
+  return config::parse_toml(toml, name);
+}
 
 }  // namespace
 
 std::vector<named_config> builtin_configs() {
   std::vector<named_config> v;
   v.push_back({"default", config::parse_toml(config::default_toml(), "embedded default")});
-  v.push_back({"pool", config::parse_toml(pool_toml, "built-in pool")});
-  v.push_back({"binning", config::parse_toml(binning_toml, "built-in binning")});
-  v.push_back({"cuda", config::parse_toml(cuda_toml, "built-in cuda")});
+  v.push_back({"pool", stream_chain({pool, cuda}, "built-in pool")});
+  v.push_back({"binning", stream_chain({binning, pool, cuda}, "built-in binning")});
+  v.push_back({"cuda", stream_chain({cuda}, "built-in cuda")});
   return v;
 }
 

@@ -17,6 +17,7 @@
 #include <gpumem/detail/driver_api.hpp>
 #include <gpumem/error.hpp>
 #include <gpumem/tools/log_analysis.hpp>
+#include <gpumem/tools/log_messages.hpp>
 #include <gpumem/tools/log_reader.hpp>
 #include <gpumem/tools/text_escape.hpp>
 
@@ -32,7 +33,6 @@
 #include <optional>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 namespace {
@@ -41,7 +41,6 @@ using namespace gpumem::tools;
 
 constexpr int exit_ok = 0;
 constexpr int exit_some_failed = 1;
-constexpr std::size_t warnings_shown = 20;
 constexpr std::uint64_t gib = std::uint64_t{1} << 30;
 // Largest device the replay sizes by itself (larger than any GPU, and a mapping
 // every 64-bit Linux host can make several times over).
@@ -149,27 +148,10 @@ std::optional<std::uint64_t> peak_live_of(std::string const& path) {
     fmt::print(stderr, "error: {}\n", escape_text(reader.fatal()->text()));
     return std::nullopt;
   }
-  std::unordered_map<std::uint64_t, std::uint64_t> live;
-  wide_bytes live_bytes = 0, peak = 0;
+  log_analyzer analysis{reader.columns(), 0};
   log_event ev;
-  while (reader.next(ev)) {
-    if (ev.pointer == 0) continue;
-    if (ev.kind == event_kind::allocate) {
-      auto const [it, inserted] = live.try_emplace(ev.pointer, ev.size);
-      if (!inserted) {
-        live_bytes -= it->second;
-        it->second = ev.size;
-      }
-      live_bytes += ev.size;
-      peak = std::max(peak, live_bytes);
-    } else if (ev.kind == event_kind::free) {
-      if (auto it = live.find(ev.pointer); it != live.end()) {
-        live_bytes -= it->second;
-        live.erase(it);
-      }
-    }
-  }
-  return peak > ~std::uint64_t{0} ? ~std::uint64_t{0} : static_cast<std::uint64_t>(peak);
+  while (reader.next(ev)) analysis.add(ev);
+  return analysis.finish(reader).peak_live_bytes;
 }
 
 /// max(1.5 x peak, 1 GiB), at most max_default_device.
@@ -179,23 +161,13 @@ std::uint64_t default_device_size(std::uint64_t peak) {
   return std::max(static_cast<std::uint64_t>(wanted), gib);
 }
 
-void print_warnings(log_reader const& log) {
-  for (std::size_t i = 0; i < std::min(log.warnings().size(), warnings_shown); ++i) {
-    fmt::print(stderr, "warning: {}\n", escape_text(log.warnings()[i].text()));
-  }
-  if (log.warning_count() > warnings_shown) {
-    fmt::print(stderr, "warning: {}: {} more warnings not shown\n", escape_text(log.path()),
-               log.warning_count() - warnings_shown);
-  }
-}
-
-std::optional<std::string> incomplete_note(log_reader const& log) {
-  auto const& m = log.incomplete();
-  if (!m) return std::nullopt;
-  std::string what = m->dropped_rows ? fmt::format("{} rows were dropped", *m->dropped_rows) : "rows were dropped";
-  if (!m->reason.empty()) what += fmt::format(" ({})", escape_text(m->reason));
-  return fmt::format("{} is incomplete: {}; the replay misses them, so its numbers may be low", escape_text(log.path()),
-                     what);
+/// The log's warnings on stderr, and the sentence (if any) on why it is incomplete.
+std::optional<std::string> warn_about(log_reader const& reader) {
+  log_file_info const log = reader.info();
+  print_warnings(log);
+  if (log.complete()) return std::nullopt;
+  return fmt::format("{} is incomplete: {}; the replay misses them, so its numbers may be low", escape_text(log.path),
+                     escape_text(incomplete_reason(*log.incomplete)));
 }
 
 /// In the re-executed child: checks the simulated devices are what was asked for.
@@ -319,8 +291,7 @@ int main(int argc, char** argv) try {
       auto one = replay_log(*reader, {configs[i]}, {0}, true);
       if (i == 0) {
         pass = std::move(one);
-        print_warnings(*reader);
-        note = incomplete_note(*reader);
+        note = warn_about(*reader);
       } else {
         pass.results.push_back(std::move(one.results.front()));
       }
@@ -329,8 +300,7 @@ int main(int argc, char** argv) try {
     std::vector<int> devices(configs.size());
     for (std::size_t i = 0; i < devices.size(); ++i) devices[i] = static_cast<int>(i);
     pass = replay_log(*first, configs, devices, false);
-    print_warnings(*first);
-    note = incomplete_note(*first);
+    note = warn_about(*first);
   }
   if (note) fmt::print(stderr, "warning: {}\n", *note);
 

@@ -7,6 +7,7 @@
 #include <gpumem/error.hpp>
 #include <gpumem/statistics_resource_adaptor.hpp>
 #include <gpumem/stream.hpp>
+#include <gpumem/tools/call_semantics.hpp>
 #include <gpumem/tools/log_reader.hpp>
 
 #include <fmt/format.h>
@@ -24,54 +25,6 @@
 #include <utility>
 
 namespace gpumem::tools {
-
-// ---- order -------------------------------------------------------------------------
-
-replay_sequencer::replay_sequencer(std::size_t window) : window_{std::max<std::size_t>(window, 1)} {}
-
-void replay_sequencer::push(log_event const& ev) {
-  std::uint32_t i = 0;
-  if (!free_nodes_.empty()) {
-    i = free_nodes_.back();
-    free_nodes_.pop_back();
-    nodes_[i] = node{ev, none};
-  } else {
-    i = static_cast<std::uint32_t>(nodes_.size());
-    nodes_.push_back(node{ev, none});
-  }
-  queue& q = threads_[ev.thread];
-  if (q.head == none) {
-    q.head = q.tail = i;
-    heads_.push_back({ev.time_ns, ev.index, ev.thread});
-    std::push_heap(heads_.begin(), heads_.end(), std::greater<>{});
-  } else {
-    nodes_[q.tail].next = i;
-    q.tail = i;
-  }
-  ++held_;
-}
-
-bool replay_sequencer::pop(log_event& out, bool draining) {
-  if (held_ == 0 || (!draining && held_ <= window_)) return false;
-  std::pop_heap(heads_.begin(), heads_.end(), std::greater<>{});
-  std::uint64_t const thread = heads_.back().thread;
-  heads_.pop_back();
-  auto it = threads_.find(thread);
-  if (it == threads_.end()) return false;  // cannot happen: every head has its queue
-  std::uint32_t const i = it->second.head;
-  out = nodes_[i].ev;
-  it->second.head = nodes_[i].next;
-  free_nodes_.push_back(i);
-  --held_;
-  if (it->second.head == none) {
-    threads_.erase(it);
-  } else {
-    log_event const& next = nodes_[it->second.head].ev;
-    heads_.push_back({next.time_ns, next.index, thread});
-    std::push_heap(heads_.begin(), heads_.end(), std::greater<>{});
-  }
-  return true;
-}
 
 // ---- one chain ---------------------------------------------------------------------
 
@@ -95,12 +48,8 @@ class stream_table {
 
   /// The replay stream of a log stream (created if need be, in the current
   /// context). Throws cuda_error if a stream cannot be created.
-  stream_ref get(std::uint64_t log_stream, std::uint64_t thread) {
-    if (log_stream == 0) return stream_ref{};
-    if (log_stream == legacy_stream_handle) return stream_ref{reinterpret_cast<CUstream>(legacy_stream_handle)};
-    // The per-thread default stream is one stream per thread.
-    auto const key = log_stream == per_thread_stream_handle ? std::pair{log_stream, thread}
-                                                            : std::pair{log_stream, std::uint64_t{0}};
+  stream_ref get(replay_stream const& key) {
+    if (key.legacy()) return stream_ref{reinterpret_cast<CUstream>(key.handle)};
     std::lock_guard lock{mutex_};
     auto it = created_.find(key);
     if (it == created_.end()) {
@@ -113,18 +62,8 @@ class stream_table {
 
  private:
   std::mutex mutex_;
-  std::map<std::pair<std::uint64_t, std::uint64_t>, CUstream> created_;
+  std::map<replay_stream, CUstream> created_;
 };
-
-bool is_synchronous_free(std::string_view entry) noexcept {
-  return entry == "cudaFree" || entry == "cuMemFree" || entry == "cuMemFree_v2";
-}
-
-/// The cudaMalloc family: memory usable on any stream at once (as the shim marks it).
-bool is_synchronous_allocation(std::string_view entry) noexcept {
-  return entry == "cudaMalloc" || entry == "cudaMallocPitch" || entry == "cuMemAlloc" || entry == "cuMemAlloc_v2" ||
-         entry == "cuMemAllocPitch" || entry == "cuMemAllocPitch_v2";
-}
 
 struct live_block {
   void* p;
@@ -151,7 +90,7 @@ struct chain_replayer::impl {
   std::uint64_t live_bytes = 0, peak_seen = 0;
   std::chrono::nanoseconds alloc_time{}, free_time{};
 
-  std::uint64_t last_stream = 0, last_thread = 0;
+  replay_stream last_stream{};
   stream_ref last_ref{};
   bool have_last = false;
 
@@ -160,16 +99,16 @@ struct chain_replayer::impl {
   /// The replay stream of an event; the last one is remembered (consecutive events
   /// mostly share a stream), so the table's lock is taken only on a change.
   stream_ref stream_of(log_event const& ev) {
-    if (!have_last || ev.stream != last_stream || (ev.stream == per_thread_stream_handle && ev.thread != last_thread)) {
-      last_ref = streams->get(ev.stream, ev.thread);
-      last_stream = ev.stream;
-      last_thread = ev.thread;
+    replay_stream const key = replay_stream_of(ev);
+    if (!have_last || key != last_stream) {
+      last_ref = streams->get(key);
+      last_stream = key;
       have_last = true;
     }
     return last_ref;
   }
 
-  /// `synchronous`: is_synchronous_allocation(entry), worked out once by apply().
+  /// `synchronous`: synchronous_entry(entry), worked out once by apply().
   void* allocate(log_event const& ev, std::string_view entry, bool synchronous) {
     stream_ref const st = stream_of(ev);
     scoped_call_context const call{entry.empty() ? nullptr : entry.data(), device, safe && synchronous};
@@ -191,7 +130,7 @@ struct chain_replayer::impl {
     stream_ref const st = stream_of(ev);
     // As the shim: stream order only when both the allocation and the free were.
     scoped_call_context const call{entry.empty() ? nullptr : entry.data(), device,
-                                   safe && (is_synchronous_free(entry) || b.synchronous)};
+                                   safe && (synchronous_entry(entry) || b.synchronous)};
     auto const t0 = timed ? replay_clock::now() : replay_clock::time_point{};
     chain->top().deallocate(b.p, b.size, st);
     if (timed) free_time += replay_clock::now() - t0;
@@ -203,7 +142,7 @@ struct chain_replayer::impl {
     switch (ev.kind) {
       case event_kind::allocate: {
         if (ev.size == 0) break;
-        bool const synchronous = is_synchronous_allocation(entry);
+        bool const synchronous = synchronous_entry(entry);
         void* p = allocate(ev, entry, synchronous);
         if (p == nullptr) break;
         live_block const block{p, ev.size, synchronous};
@@ -221,7 +160,7 @@ struct chain_replayer::impl {
       }
       case event_kind::allocate_failure: {
         if (ev.size == 0) break;
-        bool const synchronous = is_synchronous_allocation(entry);
+        bool const synchronous = synchronous_entry(entry);
         if (void* p = allocate(ev, entry, synchronous)) {
           live_bytes += ev.size;
           deallocate(live_block{p, ev.size, synchronous}, ev, entry);
@@ -285,7 +224,7 @@ void chain_replayer::add_stream(log_event const& ev) {
   if (!m.usable()) return;
   activate();
   try {
-    static_cast<void>(m.streams->get(ev.stream, ev.thread));
+    static_cast<void>(m.streams->get(replay_stream_of(ev)));
   } catch (std::exception const& e) { m.r.error = fmt::format("line {}: {}", ev.line, e.what()); }
 }
 
@@ -428,10 +367,9 @@ replay_pass replay_log(log_reader& reader, std::vector<named_config> const& conf
     }
     filling = nullptr;
   };
-  std::set<std::pair<std::uint64_t, std::uint64_t>> streams_made;
+  std::set<replay_stream> streams_made;
   auto take = [&](log_event const& ev) {
-    auto const key = std::pair{ev.stream, ev.stream == per_thread_stream_handle ? ev.thread : 0};
-    if (streams_made.insert(key).second) {
+    if (streams_made.insert(replay_stream_of(ev)).second) {
       for (auto& r : replayers) r->add_stream(ev);
     }
     if (filling == nullptr) {

@@ -3,16 +3,12 @@
 // is read once, and memory is bounded by the allocations live in the replay (per
 // chain) plus a fixed reordering window, never by the length of the log.
 //
-// Order: each log thread's events keep their file order (the order that thread
-// made its calls); across threads, events are merged by time (TimeNs, else Time).
-// The merge looks ahead at most `window` events: a thread whose row was written
-// more than that many rows after rows of other threads with later times is replayed
-// after them (no log written by gpumem or RMM comes close).
-// Each chain's calls are issued from ONE host thread — the simple approach: what matters
-// for a memory resource is which stream an allocation is ordered on, and that is
-// preserved: every log stream other than the legacy ones gets its own CUstream, and
-// the per-thread default stream (0x2) of each log thread gets a CUstream of its own
-// (it is a different stream on every thread). 0 and 0x1 stay the legacy stream.
+// Order: replay_sequencer's (each log thread's events in file order, threads merged
+// by time, a bounded look-ahead). Each chain's calls are issued from ONE host
+// thread — the simple approach: what matters for a memory resource is which stream
+// an allocation is ordered on, and that is preserved: every replay_stream of the log
+// (call_semantics.hpp: the per-thread default stream is one per log thread) gets a
+// CUstream of its own, and the legacy ones (0 and 0x1) stay the legacy stream.
 //
 // Several chains replay side by side in one pass, each on a device of its own
 // (the simulated device offers as many as asked), so none competes with another
@@ -31,6 +27,7 @@
 
 #include <gpumem/config.hpp>
 #include <gpumem/tools/log_event.hpp>
+#include <gpumem/tools/replay_sequencer.hpp>
 
 #include <cuda.h>
 
@@ -38,7 +35,6 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 namespace gpumem::tools {
@@ -59,42 +55,6 @@ struct replay_result {
   std::uint64_t allocations{};                ///< successful allocate calls (logged failures that now succeed too)
   std::uint64_t frees{};                      ///< deallocate calls replayed
   double mean_allocate_ns{}, mean_free_ns{};  ///< host time per call (timed replays only)
-};
-
-/// Puts a log's events in replay order (see the file comment), holding at most
-/// `window` of them.
-class replay_sequencer {
- public:
-  explicit replay_sequencer(std::size_t window = std::size_t{1} << 16);
-  /// The next event in file order.
-  void push(log_event const& ev);
-  /// The next event in replay order, if it is decided: when more than `window`
-  /// events are held, or always once `draining` (the log has ended).
-  bool pop(log_event& out, bool draining);
-  [[nodiscard]] std::size_t held() const noexcept { return held_; }
-
- private:
-  static constexpr std::uint32_t none = ~std::uint32_t{0};
-  struct node {
-    log_event ev;
-    std::uint32_t next = none;
-  };
-  struct queue {
-    std::uint32_t head = none, tail = none;
-  };
-  struct head_entry {
-    std::int64_t time;
-    std::uint64_t index;
-    std::uint64_t thread;
-    bool operator>(head_entry const& o) const noexcept { return time != o.time ? time > o.time : index > o.index; }
-  };
-
-  std::size_t window_;
-  std::size_t held_ = 0;
-  std::vector<node> nodes_;
-  std::vector<std::uint32_t> free_nodes_;
-  std::unordered_map<std::uint64_t, queue> threads_;  ///< only threads with events held
-  std::vector<head_entry> heads_;                     ///< min-heap: one entry per held thread
 };
 
 /// One configuration's chain on one device, fed events in replay order.

@@ -71,18 +71,47 @@ std::string describe_when(log_position const& at, std::int64_t start_ns) {
   return fmt::format("{} ({})", format_time_of_day(at.clock_us), rel);
 }
 
-std::string_view live_at_end_title(log_summary const& s) {
-  return s.complete() ? "never freed" : "still live when the log ends (possibly freed in the lost rows)";
+std::vector<comparison_row> comparison_rows(report_data const& r) {
+  auto const& c = *r.combined;
+  std::vector<comparison_row> rows;
+  auto row = [&](std::string label, auto&& value_of, std::string combined) {
+    comparison_row out{std::move(label), {}, std::move(combined)};
+    for (auto const& s : r.logs) out.per_log.push_back(value_of(s));
+    rows.push_back(std::move(out));
+  };
+  auto num = [](std::uint64_t v) { return fmt::format("{}", v); };
+  auto yes_no = [](bool b) { return std::string{b ? "yes" : "NO"}; };
+  row(
+      "complete", [&](log_summary const& s) { return yes_no(s.complete()); }, yes_no(c.complete));
+  row(
+      "events", [&](log_summary const& s) { return num(s.events); }, num(c.events));
+  row(
+      "allocations", [&](log_summary const& s) { return num(s.allocations); }, num(c.allocations));
+  row(
+      "frees", [&](log_summary const& s) { return num(s.frees); }, num(c.frees));
+  row(
+      "failures", [&](log_summary const& s) { return num(s.failures); }, num(c.failures));
+  row(
+      "allocated", [](log_summary const& s) { return human_bytes(s.bytes_allocated); }, human_bytes(c.bytes_allocated));
+  row(
+      "peak live", [](log_summary const& s) { return human_bytes(s.peak_live_bytes); }, human_bytes(c.peak_live_bytes));
+  row(
+      "peak reserved",
+      [](log_summary const& s) { return s.peak_reserved_bytes ? human_bytes(*s.peak_reserved_bytes) : "not in log"; },
+      c.peak_reserved_bytes ? human_bytes(*c.peak_reserved_bytes) : "");
+  row(
+      "live at end", [](log_summary const& s) { return human_bytes(s.live_at_end_bytes); },
+      human_bytes(c.live_at_end_bytes));
+  row(
+      c.complete ? "never freed" : "live at end (n)", [&](log_summary const& s) { return num(s.live_at_end_count); },
+      num(c.live_at_end_count));
+  row(
+      "unknown frees", [&](log_summary const& s) { return num(s.unknown_free_count); }, "");
+  return rows;
 }
 
-std::string incomplete_reason(log_summary const& s) {
-  if (s.complete()) return {};
-  auto const& m = *s.incomplete;
-  std::string what = m.dropped_rows
-                         ? fmt::format("{} row{} dropped", *m.dropped_rows, *m.dropped_rows == 1 ? " was" : "s were")
-                         : std::string{"rows were dropped"};
-  if (!m.reason.empty()) what += fmt::format(" ({})", m.reason);
-  return what;
+std::string_view live_at_end_title(log_summary const& s) {
+  return s.complete() ? "never freed" : "still live when the log ends (possibly freed in the lost rows)";
 }
 
 }  // namespace gpumem::tools

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <initializer_list>
 #include <iterator>
 
 namespace gpumem::tools {
@@ -26,6 +27,13 @@ std::string css(rgb c) { return fmt::format("rgb({},{},{})", c.r, c.g, c.b); }
 
 std::string plural(std::uint64_t n, std::string_view one, std::string_view many) {
   return fmt::format("{} {}", n, n == 1 ? one : many);
+}
+
+/// A sentence's start: "never freed" -> "Never freed".
+std::string capitalized(std::string_view s) {
+  std::string out{s};
+  if (!out.empty() && out[0] >= 'a' && out[0] <= 'z') out[0] = static_cast<char>(out[0] - 'a' + 'A');
+  return out;
 }
 
 void timeline_svg(out_it out, std::vector<log_summary const*> const& logs, combined_summary const* combined) {
@@ -122,29 +130,38 @@ void more(out_it out, std::uint64_t total, std::size_t shown) {
   if (total > shown) fmt::format_to(out, "<p>… {} more not shown (--top).</p>\n", total - shown);
 }
 
+/// "<table><tr><th>size</th>...</tr>": the column names are the report's own (not escaped).
+void table_head(out_it out, std::initializer_list<std::string_view> columns, std::string_view css_class = {}) {
+  fmt::format_to(out, "<table{}{}{}><tr>", css_class.empty() ? "" : " class=\"", css_class,
+                 css_class.empty() ? "" : "\"");
+  for (auto const c : columns) fmt::format_to(out, "<th>{}</th>", c);
+  fmt::format_to(out, "</tr>\n");
+}
+
+/// One row: each cell as fmt prints it (escape text from the log first).
+template <typename... Cells>
+void table_row(out_it out, Cells const&... cells) {
+  fmt::format_to(out, "<tr>");
+  (fmt::format_to(out, "<td>{}</td>", cells), ...);
+  fmt::format_to(out, "</tr>\n");
+}
+
 void allocation_rows(out_it out, log_summary const& s, std::vector<allocation_record> const& rows,
                      std::uint64_t total) {
-  fmt::format_to(out,
-                 "<table><tr><th>size</th><th>bytes</th><th>time</th><th>thread</th><th>stream</th>"
-                 "<th>entry</th><th>pointer</th><th>line</th></tr>\n");
+  table_head(out, {"size", "bytes", "time", "thread", "stream", "entry", "pointer", "line"});
   for (auto const& r : rows) {
-    fmt::format_to(
-        out, "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
-        human_bytes(r.size), r.size, escape_html(describe_when(r.at, s.first_time_ns)), r.thread, hex(r.stream),
-        escape_html(s.string(r.entry)), hex(r.pointer), r.at.line);
+    table_row(out, human_bytes(r.size), r.size, escape_html(describe_when(r.at, s.first_time_ns)), r.thread,
+              hex(r.stream), escape_html(s.string(r.entry)), hex(r.pointer), r.at.line);
   }
   fmt::format_to(out, "</table>\n");
   more(out, total, rows.size());
 }
 
-void keyed(out_it out, char const* title, key_table const& t, bool hex_key, char const* key_name) {
-  fmt::format_to(out,
-                 "<h3>{}</h3>\n<table><tr><th>{}</th><th>allocations</th><th>frees</th><th>failures</th>"
-                 "<th>allocated</th></tr>\n",
-                 title, key_name);
+void keyed(out_it out, char const* title, key_table const& t, bool hex_key, std::string_view key_name) {
+  fmt::format_to(out, "<h3>{}</h3>\n", title);
+  table_head(out, {key_name, "allocations", "frees", "failures", "allocated"});
   auto row = [&](std::string const& key, key_counts const& k) {
-    fmt::format_to(out, "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n", key, k.allocations,
-                   k.frees, k.failures, human_bytes(k.bytes_allocated));
+    table_row(out, key, k.allocations, k.frees, k.failures, human_bytes(k.bytes_allocated));
   };
   for (auto const& k : t.rows) row(hex_key ? hex(k.key) : fmt::format("{}", k.key), k);
   if (t.truncated) row("(others)", t.others);
@@ -163,44 +180,24 @@ void frames_cell(out_it out, named_site const& site) {
   fmt::format_to(out, "</ol>");
 }
 
-void site_table(out_it out, std::string_view title, std::vector<named_site> const& sites, std::uint64_t total,
-                std::uint64_t (*bytes)(call_site_stats const&), std::uint64_t (*count)(call_site_stats const&),
-                char const* count_name) {
-  if (sites.empty()) return;
-  fmt::format_to(out,
-                 "<h4>{} ({} call site{})</h4>\n<table class=\"sites\"><tr><th>bytes</th><th>{}</th>"
-                 "<th>stack</th><th>frames (innermost first)</th></tr>\n",
-                 escape_html(title), total, total == 1 ? "" : "s", count_name);
-  for (auto const& site : sites) {
-    fmt::format_to(out, "<tr><td>{}</td><td>{}</td><td>{:x}</td><td class=\"frames\">", human_bytes(bytes(site.stats)),
-                   count(site.stats), site.stats.stack);
-    frames_cell(out, site);
-    fmt::format_to(out, "</td></tr>\n");
-  }
-  fmt::format_to(out, "</table>\n");
-  more(out, total, sites.size());
-}
-
 void call_sites(out_it out, log_summary const& s, call_site_report const& c) {
-  fmt::format_to(
-      out, "<h3>Call sites</h3>\n<p>{}</p>\n",
-      escape_html(c.table_present ? fmt::format("{} stacks recorded in {}", c.stacks_in_table, c.table_path)
-                                  : fmt::format("No stack table ({} is missing): stack ids only.", c.table_path)));
-  site_table(
-      out, s.complete() ? "Never freed" : "Still live at the end", c.leaks, c.leak_sites,
-      [](call_site_stats const& x) { return x.live_at_end_bytes; },
-      [](call_site_stats const& x) { return x.live_at_end_count; }, "allocations");
-  site_table(
-      out, "Live at the peak", c.peak, c.peak_sites, [](call_site_stats const& x) { return x.live_at_peak_bytes; },
-      [](call_site_stats const& x) { return x.live_at_peak_count; }, "allocations");
-  site_table(
-      out, "Failed allocations", c.failures, c.failure_sites, [](call_site_stats const& x) { return x.failed_bytes; },
-      [](call_site_stats const& x) { return x.failures; }, "failures");
-  auto const& u = c.unattributed;
-  if (u.allocations > 0 || u.failures > 0) {
-    fmt::format_to(
-        out, "<p>Without a recorded stack (sampled out): {} at the peak, {} at the end, {} of {} allocations.</p>\n",
-        human_bytes(u.live_at_peak_bytes), human_bytes(u.live_at_end_bytes), u.allocations, s.allocations);
+  fmt::format_to(out, "<h3>Call sites</h3>\n<p>{}.</p>\n", escape_html(capitalized(stack_table_note(c))));
+  for (site_list const& list : site_lists(s, c)) {
+    if (list.sites->empty()) continue;
+    fmt::format_to(out, "<h4>{} ({} call site{})</h4>\n", escape_html(capitalized(list.title)), list.total,
+                   list.total == 1 ? "" : "s");
+    table_head(out, {"bytes", list.counted, "stack", "frames (innermost first)"}, "sites");
+    for (auto const& site : *list.sites) {
+      fmt::format_to(out, "<tr><td>{}</td><td>{}</td><td>{:x}</td><td class=\"frames\">",
+                     human_bytes(list.bytes(site.stats)), list.count(site.stats), site.stats.stack);
+      frames_cell(out, site);
+      fmt::format_to(out, "</td></tr>\n");
+    }
+    fmt::format_to(out, "</table>\n");
+    more(out, list.total, list.sites->size());
+  }
+  if (auto const note = unattributed_note(s, c); !note.empty()) {
+    fmt::format_to(out, "<p>{}.</p>\n", escape_html(capitalized(note)));
   }
 }
 
@@ -210,13 +207,13 @@ void one_log(out_it out, log_summary const& s, call_site_report const* sites) {
     fmt::format_to(out,
                    "<p class=\"incomplete\"><b>Incomplete log:</b> {} (marker at line {}). Allocations still live "
                    "at its end may have been freed in the lost rows: none is called a leak.</p>\n",
-                   escape_html(incomplete_reason(s)), s.incomplete->line);
+                   escape_html(incomplete_reason(*s.incomplete)), s.incomplete->line);
   }
   fmt::format_to(out, "<table class=\"summary\">\n");
   auto row = [&](std::string_view k, std::string const& v) {
     fmt::format_to(out, "<tr><th>{}</th><td>{}</td></tr>\n", k, escape_html(v));
   };
-  row("format", fmt::format("{} log, {} columns, {} lines", s.dialect, s.columns.count, s.lines));
+  row("format", fmt::format("{} log, {} columns, {} lines", s.dialect(), s.columns.count, s.lines));
   row("events", fmt::format("{}: {}, {}, {}", s.events, plural(s.allocations, "allocation", "allocations"),
                             plural(s.frees, "free", "frees"), plural(s.failures, "failure", "failures")));
   row("span", human_duration(s.last_time_ns - s.first_time_ns));
@@ -240,33 +237,25 @@ void one_log(out_it out, log_summary const& s, call_site_report const* sites) {
   }
   fmt::format_to(out, "</table>\n");
 
-  std::string title{live_at_end_title(s)};
-  title[0] = static_cast<char>(title[0] - 'a' + 'A');
-  fmt::format_to(out, "<h3>{} ({})</h3>\n", escape_html(title), s.live_at_end_count);
+  fmt::format_to(out, "<h3>{} ({})</h3>\n", escape_html(capitalized(live_at_end_title(s))), s.live_at_end_count);
   if (!s.live_at_end.empty()) allocation_rows(out, s, s.live_at_end, s.live_at_end_count);
   if (!s.failed.empty()) {
-    fmt::format_to(out,
-                   "<h3>Failed allocations ({})</h3>\n<table><tr><th>size</th><th>bytes</th><th>time</th>"
-                   "<th>thread</th><th>stream</th><th>entry</th><th>result</th><th>line</th></tr>\n",
-                   s.failures);
+    fmt::format_to(out, "<h3>Failed allocations ({})</h3>\n", s.failures);
+    table_head(out, {"size", "bytes", "time", "thread", "stream", "entry", "result", "line"});
     for (auto const& f : s.failed) {
-      fmt::format_to(
-          out, "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
-          human_bytes(f.size), f.size, escape_html(describe_when(f.at, s.first_time_ns)), f.thread, hex(f.stream),
-          escape_html(s.string(f.entry)), f.result ? escape_html(s.string(f.result)) : "(not in log)", f.at.line);
+      table_row(out, human_bytes(f.size), f.size, escape_html(describe_when(f.at, s.first_time_ns)), f.thread,
+                hex(f.stream), escape_html(s.string(f.entry)),
+                f.result ? escape_html(s.string(f.result)) : "(not in log)", f.at.line);
     }
     fmt::format_to(out, "</table>\n");
     more(out, s.failures, s.failed.size());
   }
   if (!s.unknown_frees.empty()) {
-    fmt::format_to(out,
-                   "<h3>Frees of unknown pointers ({})</h3>\n<table><tr><th>pointer</th><th>size</th>"
-                   "<th>time</th><th>thread</th><th>stream</th><th>line</th></tr>\n",
-                   s.unknown_free_count);
+    fmt::format_to(out, "<h3>Frees of unknown pointers ({})</h3>\n", s.unknown_free_count);
+    table_head(out, {"pointer", "size", "time", "thread", "stream", "line"});
     for (auto const& u : s.unknown_frees) {
-      fmt::format_to(out, "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
-                     hex(u.pointer), human_bytes(u.size), escape_html(describe_when(u.at, s.first_time_ns)), u.thread,
-                     hex(u.stream), u.at.line);
+      table_row(out, hex(u.pointer), human_bytes(u.size), escape_html(describe_when(u.at, s.first_time_ns)), u.thread,
+                hex(u.stream), u.at.line);
     }
     fmt::format_to(out, "</table>\n");
     more(out, s.unknown_free_count, s.unknown_frees.size());
@@ -276,10 +265,9 @@ void one_log(out_it out, log_summary const& s, call_site_report const* sites) {
   allocation_rows(out, s, s.largest, s.largest.size());
   fmt::format_to(out, "<h3>Size histogram</h3>\n");
   histogram_svg(out, s);
-  fmt::format_to(out, "<table><tr><th>sizes</th><th>count</th><th>bytes</th></tr>\n");
+  table_head(out, {"sizes", "count", "bytes"});
   for (auto const& b : s.histogram) {
-    fmt::format_to(out, "<tr><td>{}</td><td>{}</td><td>{}</td></tr>\n",
-                   escape_html(size_range_label(b.lo, b.hi, " – ")), b.count, human_bytes(b.bytes));
+    table_row(out, escape_html(size_range_label(b.lo, b.hi, " – ")), b.count, human_bytes(b.bytes));
   }
   fmt::format_to(out, "</table>\n");
   keyed(out, "Per thread", s.threads, false, "thread");
@@ -316,7 +304,7 @@ std::string html_report(report_data const& r) {
       fmt::format_to(out,
                      "<p class=\"incomplete\"><b>{} is incomplete:</b> {}. No allocation in it is called a "
                      "leak.</p>\n",
-                     escape_html(s.path), escape_html(incomplete_reason(s)));
+                     escape_html(s.path), escape_html(incomplete_reason(*s.incomplete)));
     }
   }
   std::vector<log_summary const*> logs;
@@ -324,36 +312,14 @@ std::string html_report(report_data const& r) {
   fmt::format_to(out, "<h2>Device memory over time</h2>\n");
   timeline_svg(out, logs, r.combined ? &*r.combined : nullptr);
   if (r.combined) {
-    auto const& c = *r.combined;
     fmt::format_to(out, "<h2>All {} logs</h2>\n<table class=\"summary\"><tr><th></th>", r.logs.size());
     for (auto const& s : r.logs) fmt::format_to(out, "<th>{}</th>", escape_html(s.path));
     fmt::format_to(out, "<th>combined</th></tr>\n");
-    auto row = [&](std::string_view k, auto&& f, std::string const& total) {
-      fmt::format_to(out, "<tr><th>{}</th>", k);
-      for (auto const& s : r.logs) fmt::format_to(out, "<td>{}</td>", escape_html(f(s)));
-      fmt::format_to(out, "<td>{}</td></tr>\n", escape_html(total));
-    };
-    auto num = [](std::uint64_t v) { return fmt::format("{}", v); };
-    row(
-        "complete", [](log_summary const& s) { return std::string{s.complete() ? "yes" : "NO"}; },
-        c.complete ? "yes" : "NO");
-    row(
-        "events", [&](log_summary const& s) { return num(s.events); }, num(c.events));
-    row(
-        "failures", [&](log_summary const& s) { return num(s.failures); }, num(c.failures));
-    row(
-        "peak live", [](log_summary const& s) { return human_bytes(s.peak_live_bytes); },
-        human_bytes(c.peak_live_bytes));
-    row(
-        "peak reserved",
-        [](log_summary const& s) { return s.peak_reserved_bytes ? human_bytes(*s.peak_reserved_bytes) : "not in log"; },
-        c.peak_reserved_bytes ? human_bytes(*c.peak_reserved_bytes) : "");
-    row(
-        "live at end", [](log_summary const& s) { return human_bytes(s.live_at_end_bytes); },
-        human_bytes(c.live_at_end_bytes));
-    row(
-        c.complete ? "never freed" : "still live at end",
-        [&](log_summary const& s) { return num(s.live_at_end_count); }, num(c.live_at_end_count));
+    for (auto const& row : comparison_rows(r)) {
+      fmt::format_to(out, "<tr><th>{}</th>", escape_html(row.label));
+      for (auto const& v : row.per_log) fmt::format_to(out, "<td>{}</td>", escape_html(v));
+      fmt::format_to(out, "<td>{}</td></tr>\n", escape_html(row.combined));
+    }
     fmt::format_to(out, "</table>\n");
   }
   for (std::size_t i = 0; i < r.logs.size(); ++i) {
@@ -361,7 +327,7 @@ std::string html_report(report_data const& r) {
   }
   for (auto const& snap : r.snapshots) {
     fmt::format_to(out, "<section><h2>Out of memory: {}</h2>\n<pre>{}</pre></section>\n", escape_html(snap.path),
-                   escape_html(snapshot_text(snap)));
+                   escape_html(snap.text));
   }
   if (!r.unreadable.empty()) {
     fmt::format_to(out, "<h2>Not read</h2>\n<ul class=\"warnings\">\n");

@@ -67,7 +67,7 @@ std::string site_json(named_site const& site) {
                      c.live_at_peak_bytes, c.live_at_peak_count, c.failures, c.failed_bytes, frames);
 }
 
-void call_sites(out_it out, call_site_report const* c) {
+void call_sites(out_it out, log_summary const& s, call_site_report const* c) {
   fmt::format_to(out, R"(,"call_sites":)");
   if (c == nullptr) {
     fmt::format_to(out, "null");
@@ -75,13 +75,12 @@ void call_sites(out_it out, call_site_report const* c) {
   }
   fmt::format_to(out, R"({{"stack_table":{},"table_present":{},"stacks_in_table":{},"perf_map_used":{},)",
                  json_string(c->table_path), c->table_present, c->stacks_in_table, c->perf_map_used);
-  fmt::format_to(out, R"("leak_sites":{},"peak_sites":{},"failure_sites":{},"leaks":)", c->leak_sites, c->peak_sites,
+  fmt::format_to(out, R"("leak_sites":{},"peak_sites":{},"failure_sites":{})", c->leak_sites, c->peak_sites,
                  c->failure_sites);
-  array(out, c->leaks, site_json);
-  fmt::format_to(out, R"(,"peak":)");
-  array(out, c->peak, site_json);
-  fmt::format_to(out, R"(,"failures":)");
-  array(out, c->failures, site_json);
+  for (site_list const& list : site_lists(s, *c)) {
+    fmt::format_to(out, R"(,"{}":)", list.key);
+    array(out, *list.sites, site_json);
+  }
   auto const& u = c->unattributed;
   fmt::format_to(out,
                  R"(,"unattributed":{{"allocations":{},"live_at_end_bytes":{},"live_at_peak_bytes":{},"failures":{}}})",
@@ -92,7 +91,7 @@ void call_sites(out_it out, call_site_report const* c) {
 }
 
 void one_log(out_it out, log_summary const& s, call_site_report const* sites) {
-  fmt::format_to(out, R"({{"path":{},"dialect":"{}","columns":{},"lines":{},)", json_string(s.path), s.dialect,
+  fmt::format_to(out, R"({{"path":{},"dialect":"{}","columns":{},"lines":{},)", json_string(s.path), s.dialect(),
                  s.columns.count, s.lines);
   fmt::format_to(out, R"("complete":{},"incomplete":)", s.complete());
   if (s.incomplete) {
@@ -153,7 +152,7 @@ void one_log(out_it out, log_summary const& s, call_site_report const* sites) {
     return p.reserved < 0 ? fmt::format("[{},{},null]", p.time_ns, p.live)
                           : fmt::format("[{},{},{}]", p.time_ns, p.live, p.reserved);
   });
-  call_sites(out, sites);
+  call_sites(out, s, sites);
   fmt::format_to(out, "}}");
 }
 
@@ -199,7 +198,7 @@ std::string json_report(report_data const& r) {
         R"("bytes_allocated":{},"peak_live_bytes":{},"peak_time_ns":{},"peak_log":{},"peak_line":{},)"
         R"("peak_reserved_bytes":{},"live_at_end_bytes":{},"live_at_end_count":{},"leaked_allocations":{}}})",
         c.logs, c.complete, c.events, c.allocations, c.frees, c.failures, c.bytes_allocated, c.peak_live_bytes,
-        c.peak_time_ns, c.peak_log, c.peak_at.line,
+        c.peak_at.time_ns, c.peak_log, c.peak_at.line,
         c.peak_reserved_bytes ? fmt::format("{}", *c.peak_reserved_bytes) : "null", c.live_at_end_bytes,
         c.live_at_end_count, c.complete ? fmt::format("{}", c.live_at_end_count) : "null");
   } else {

@@ -29,7 +29,6 @@ using namespace gpumem::tools;
 
 constexpr int exit_ok = 0;
 constexpr int exit_write_failed = 1;
-constexpr std::size_t warnings_shown_per_log = 20;
 
 struct options {
   std::vector<std::string> logs;
@@ -151,17 +150,10 @@ int main(int argc, char** argv) try {
   auto const report = analyse_logs(opts.logs, opts.top_n, tracer ? &*tracer : nullptr, opts.perf_map_dir);
 
   for (auto const& s : report.logs) {
-    auto const& w = s.warnings;
-    for (std::size_t i = 0; i < std::min(w.size(), warnings_shown_per_log); ++i) {
-      fmt::print(stderr, "warning: {}\n", escape_text(w[i].text()));
-    }
-    if (s.warning_count > warnings_shown_per_log) {
-      fmt::print(stderr, "warning: {}: {} more warnings not shown\n", escape_text(s.path),
-                 s.warning_count - warnings_shown_per_log);
-    }
+    print_warnings(s);
     if (!s.complete()) {
       fmt::print(stderr, "warning: {} is incomplete: {}; no allocation in it is called a leak\n", escape_text(s.path),
-                 escape_text(incomplete_reason(s)));
+                 escape_text(incomplete_reason(*s.incomplete)));
     }
   }
   for (std::size_t i = 0; i < report.sites.size(); ++i) {

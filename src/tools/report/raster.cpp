@@ -67,33 +67,39 @@ void canvas::line(double x0, double y0, double x1, double y1, rgb c, int thickne
   }
 }
 
-void canvas::text(int x, int y, std::string_view s, rgb c, int scale) noexcept {
+namespace {
+
+/// Calls pixel(along, col, row) for each set pixel of the glyphs of `s`, `along`
+/// being how far the glyph's start is from the text's start, in font pixels.
+template <typename Pixel>
+void for_each_glyph_pixel(std::string_view s, Pixel&& pixel) noexcept {
+  int along = 0;
   for (char ch : s) {
     auto const& g = glyph(ch);
     for (int r = 0; r < glyph_height; ++r) {
       for (int col = 0; col < glyph_width; ++col) {
-        if (g[static_cast<std::size_t>(r)] & (1u << (glyph_width - 1 - col))) {
-          fill_rect(x + col * scale, y + r * scale, x + col * scale + scale - 1, y + r * scale + scale - 1, c);
-        }
+        if (g[static_cast<std::size_t>(r)] & (1u << (glyph_width - 1 - col))) pixel(along, col, r);
       }
     }
-    x += glyph_advance * scale;
+    along += glyph_advance;
   }
+}
+
+}  // namespace
+
+void canvas::text(int x, int y, std::string_view s, rgb c, int scale) noexcept {
+  for_each_glyph_pixel(s, [&](int along, int col, int row) {
+    int const px = x + (along + col) * scale, py = y + row * scale;
+    fill_rect(px, py, px + scale - 1, py + scale - 1, c);
+  });
 }
 
 void canvas::text_up(int x, int y, std::string_view s, rgb c, int scale) noexcept {
   // Glyph pixel (col, row) lands at (x + row, y - col): rotated counter-clockwise.
-  for (char ch : s) {
-    auto const& g = glyph(ch);
-    for (int r = 0; r < glyph_height; ++r) {
-      for (int col = 0; col < glyph_width; ++col) {
-        if (g[static_cast<std::size_t>(r)] & (1u << (glyph_width - 1 - col))) {
-          fill_rect(x + r * scale, y - col * scale - scale + 1, x + r * scale + scale - 1, y - col * scale, c);
-        }
-      }
-    }
-    y -= glyph_advance * scale;
-  }
+  for_each_glyph_pixel(s, [&](int along, int col, int row) {
+    int const px = x + row * scale, py = y - (along + col) * scale;
+    fill_rect(px, py - scale + 1, px + scale - 1, py, c);
+  });
 }
 
 int canvas::text_width(std::string_view s, int scale) noexcept {

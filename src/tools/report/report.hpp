@@ -8,11 +8,15 @@
 #include <gpumem/tools/log_analysis.hpp>
 #include <gpumem/tools/log_event.hpp>
 #include <gpumem/tools/log_merge.hpp>
+#include <gpumem/tools/log_messages.hpp>
 #include <gpumem/tools/symbolizer.hpp>
 
+#include <array>
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace gpumem::tools {
@@ -46,6 +50,7 @@ struct oom_snapshot {
   json_value doc;
   std::vector<std::vector<symbol>> site_frames;  ///< top_sites[i]'s frames, named
   std::vector<symbol> request_frames;
+  std::string text;  ///< what gpumem-report prints for it (text, and the HTML page's <pre>)
 };
 
 struct report_data {
@@ -69,10 +74,36 @@ struct report_data {
 
 /// Names the call sites of `s` from the stack table at `table_path`.
 [[nodiscard]] call_site_report name_call_sites(log_summary const& s, std::string const& table_path, symbolizer& sym);
-/// Reads an out-of-memory snapshot; throws std::runtime_error when it is not one.
+
+/// One of a log's call-site lists, as every rendering shows it.
+struct site_list {
+  std::string_view key;        ///< JSON member: "leaks", "peak", "failures"
+  std::string_view title;      ///< "never freed", "live at the peak", "failed allocations"
+  std::string_view ranked_by;  ///< "by bytes", "by count"
+  std::vector<named_site> const* sites;
+  std::uint64_t total;  ///< call sites that have any (sites: the first top_n)
+  std::uint64_t (*bytes)(call_site_stats const&);
+  std::uint64_t (*count)(call_site_stats const&);
+  std::string_view counted;  ///< what count() counts, plural: "allocations", "failures"
+};
+/// The leaks (allocations still live at the end of an incomplete log), the peak and
+/// the failures, in that order.
+[[nodiscard]] std::array<site_list, 3> site_lists(log_summary const& s, call_site_report const& c);
+/// "12 stacks recorded in run.csv.stacks", or "no stack table (run.csv.stacks is
+/// missing): stack ids only" (paths as written: escape the sentence for the output).
+[[nodiscard]] std::string stack_table_note(call_site_report const& c);
+/// "without a recorded stack (sampled out): 1.00 MiB at the peak, 0 B at the end, 3
+/// of 10 allocations"; empty when every allocation and failure has a stack.
+[[nodiscard]] std::string unattributed_note(log_summary const& s, call_site_report const& c);
+/// A call site's frames as a text rendering lists them, one "#k  frame" line each
+/// after `indent`: the innermost frames_shown, then the innermost few Python frames
+/// below them (a program's own code often sits under a framework's native frames),
+/// then how many are left out.
+[[nodiscard]] std::string frame_lines(std::vector<symbol> const& frames, std::string_view indent);
+
+/// Reads an out-of-memory snapshot, its text made; throws std::runtime_error when it
+/// is not one.
 [[nodiscard]] oom_snapshot read_snapshot(std::string const& path, symbolizer& sym);
-/// The snapshot as text (what gpumem-report prints for it).
-[[nodiscard]] std::string snapshot_text(oom_snapshot const& snap);
 /// A named frame as JSON: {"address","kind","function","file","line","module","offset"}.
 [[nodiscard]] std::string frame_json(symbol const& f);
 
@@ -86,11 +117,19 @@ struct report_data {
 /// "14:02:08.000000 (+0.877 s)" from the Time column and the log's start, or "+0.877 s".
 [[nodiscard]] std::string describe_when(log_position const& at, std::int64_t start_ns);
 
+/// One row of the table that sets several logs side by side: what it shows, each
+/// log's value (report_data::logs order) and the combined one ("" where a sum
+/// means nothing).
+struct comparison_row {
+  std::string label;
+  std::vector<std::string> per_log;
+  std::string combined;
+};
+/// The rows of that table (r.combined must be set), numbers made readable.
+[[nodiscard]] std::vector<comparison_row> comparison_rows(report_data const& r);
+
 /// What allocations still live at the end of `s` are called: "never freed" in a
 /// complete log; in an incomplete one they may have been freed in the lost rows.
 [[nodiscard]] std::string_view live_at_end_title(log_summary const& s);
-
-/// One sentence on why `s` is incomplete ("1234 rows were dropped (disk full)").
-[[nodiscard]] std::string incomplete_reason(log_summary const& s);
 
 }  // namespace gpumem::tools

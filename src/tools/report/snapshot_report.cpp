@@ -46,32 +46,7 @@ std::vector<symbol> name_frames(json_value const& frames, std::uint32_t pid, sym
   return out;
 }
 
-}  // namespace
-
-oom_snapshot read_snapshot(std::string const& path, symbolizer& sym) {
-  std::ifstream in{path, std::ios::binary};
-  if (!in) throw std::runtime_error{"cannot read it"};
-  std::ostringstream buf;
-  buf << in.rdbuf();
-  oom_snapshot snap;
-  snap.path = path;
-  snap.raw = buf.str();
-  snap.doc = parse_json(snap.raw);
-  if (!has(snap.doc, "gpumem_oom_snapshot")) throw std::runtime_error{"not a gpumem out-of-memory snapshot"};
-  auto const pid = static_cast<std::uint32_t>(number(snap.doc, "pid"));
-  if (has(snap.doc, "request") && has(snap.doc["request"], "frames")) {
-    snap.request_frames = name_frames(snap.doc["request"]["frames"], pid, sym);
-  }
-  if (has(snap.doc, "top_sites") && snap.doc["top_sites"].is(json_value::kind::array)) {
-    for (auto const& site : snap.doc["top_sites"].items)
-      snap.site_frames.push_back(name_frames(site["frames"], pid, sym));
-  }
-  try {
-    (void)snapshot_text(snap);  // every field it shows is there
-  } catch (std::exception const& e) { throw std::runtime_error{std::string{"malformed snapshot: "} + e.what()}; }
-  return snap;
-}
-
+/// The snapshot as text; throws when a field it shows is missing or malformed.
 std::string snapshot_text(oom_snapshot const& snap) {
   std::string s;
   auto out = std::back_inserter(s);
@@ -109,10 +84,7 @@ std::string snapshot_text(oom_snapshot const& snap) {
   fmt::format_to(out, "  log            {}\n",
                  d["log"].is(json_value::kind::string) ? escape_text(d["log"].text) : "none");
   if (!snap.request_frames.empty()) {
-    fmt::format_to(out, "\n  the failed request came from:\n");
-    for (std::size_t i = 0; i < snap.request_frames.size(); ++i) {
-      fmt::format_to(out, "    #{:<2} {}\n", i, escape_text(snap.request_frames[i].text()));
-    }
+    fmt::format_to(out, "\n  the failed request came from:\n{}", frame_lines(snap.request_frames, "    "));
   }
   if (d["top_sites"].is(json_value::kind::array) && !d["top_sites"].items.empty()) {
     fmt::format_to(out, "\n  call sites holding the most memory:\n");
@@ -121,16 +93,39 @@ std::string snapshot_text(oom_snapshot const& snap) {
       std::uint64_t const n = number(sites[i], "live_count");
       fmt::format_to(out, "    {} in {} allocation{} (stack {})\n", human_bytes(number(sites[i], "live_bytes")), n,
                      n == 1 ? "" : "s", escape_text(sites[i]["stack"].text));
-      auto const& frames = snap.site_frames[i];
-      for (std::size_t k = 0; k < frames.size() && k < 12; ++k) {
-        fmt::format_to(out, "      #{:<2} {}\n", k, escape_text(frames[k].text()));
-      }
+      fmt::format_to(out, "{}", frame_lines(snap.site_frames[i], "      "));
     }
   } else if (d["stacks_recorded"].is(json_value::kind::boolean) && !d["stacks_recorded"].boolean) {
     fmt::format_to(out, "\n  (no call sites: run with --stacks N to record them)\n");
   }
   fmt::format_to(out, "\n");
   return s;
+}
+
+}  // namespace
+
+oom_snapshot read_snapshot(std::string const& path, symbolizer& sym) {
+  std::ifstream in{path, std::ios::binary};
+  if (!in) throw std::runtime_error{"cannot read it"};
+  std::ostringstream buf;
+  buf << in.rdbuf();
+  oom_snapshot snap;
+  snap.path = path;
+  snap.raw = buf.str();
+  snap.doc = parse_json(snap.raw);
+  if (!has(snap.doc, "gpumem_oom_snapshot")) throw std::runtime_error{"not a gpumem out-of-memory snapshot"};
+  auto const pid = static_cast<std::uint32_t>(number(snap.doc, "pid"));
+  if (has(snap.doc, "request") && has(snap.doc["request"], "frames")) {
+    snap.request_frames = name_frames(snap.doc["request"]["frames"], pid, sym);
+  }
+  if (has(snap.doc, "top_sites") && snap.doc["top_sites"].is(json_value::kind::array)) {
+    for (auto const& site : snap.doc["top_sites"].items)
+      snap.site_frames.push_back(name_frames(site["frames"], pid, sym));
+  }
+  try {
+    snap.text = snapshot_text(snap);  // every field it shows is there
+  } catch (std::exception const& e) { throw std::runtime_error{std::string{"malformed snapshot: "} + e.what()}; }
+  return snap;
 }
 
 }  // namespace gpumem::tools

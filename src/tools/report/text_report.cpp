@@ -17,9 +17,6 @@ namespace {
 
 using out_it = std::back_insert_iterator<std::string>;
 
-constexpr std::size_t frames_shown = 12;        // per call site in text
-constexpr std::size_t python_frames_shown = 3;  // beyond those, the innermost Python frames
-
 std::string plural(std::uint64_t n, std::string_view one, std::string_view many) {
   return fmt::format("{} {}", n, n == 1 ? one : many);
 }
@@ -60,12 +57,12 @@ void keyed(out_it out, char const* title, key_table const& t, bool hex_key, char
 void call_sites(out_it out, log_summary const& s, call_site_report const& c);
 
 void one_log(out_it out, log_summary const& s, call_site_report const* sites) {
-  fmt::format_to(out, "== {} ({} log, {} columns) ==\n", escape_text(s.path), s.dialect, s.columns.count);
+  fmt::format_to(out, "== {} ({} log, {} columns) ==\n", escape_text(s.path), s.dialect(), s.columns.count);
   if (!s.complete()) {
     fmt::format_to(out,
                    "  !! INCOMPLETE LOG: {} (marker at line {}).\n"
                    "  !! Allocations live at its end may have been freed in the lost rows: none is called a leak.\n",
-                   escape_text(incomplete_reason(s)), s.incomplete->line);
+                   escape_text(incomplete_reason(*s.incomplete)), s.incomplete->line);
   }
   fmt::format_to(out, "  events         {}: {}, {}, {}\n", s.events, plural(s.allocations, "allocation", "allocations"),
                  plural(s.frees, "free", "frees"), plural(s.failures, "failure", "failures"));
@@ -142,110 +139,38 @@ void one_log(out_it out, log_summary const& s, call_site_report const* sites) {
   fmt::format_to(out, "\n");
 }
 
-void site_list(out_it out, char const* title, std::vector<named_site> const& sites, std::uint64_t total,
-               std::uint64_t (*bytes)(call_site_stats const&), std::uint64_t (*count)(call_site_stats const&),
-               char const* what) {
-  if (sites.empty()) return;
-  fmt::format_to(out, "\n  {} ({} {}):\n", title, total, total == 1 ? "call site" : "call sites");
-  for (auto const& site : sites) {
-    std::uint64_t const n = count(site.stats);
-    std::string_view const noun{what};
-    fmt::format_to(out, "    {} in {} {} (stack {:x})\n", human_bytes(bytes(site.stats)), n,
-                   n == 1 ? noun.substr(0, noun.size() - 1) : noun, site.stats.stack);
-    if (!site.recorded) fmt::format_to(out, "      (not in the stack table)\n");
-    std::size_t shown = 0;
-    for (std::size_t k = 0; k < site.frames.size() && k < frames_shown; ++k, ++shown) {
-      fmt::format_to(out, "      #{:<2} {}\n", k, escape_text(site.frames[k].text()));
-    }
-    // The program's own code often sits below a framework's native frames: its
-    // innermost Python functions are shown too, with their depth.
-    std::size_t python = 0;
-    for (std::size_t k = frames_shown; k < site.frames.size() && python < python_frames_shown; ++k) {
-      if (site.frames[k].what != symbol::kind::python) continue;
-      fmt::format_to(out, "      #{:<2} {}\n", k, escape_text(site.frames[k].text()));
-      ++python;
-      ++shown;
-    }
-    if (site.frames.size() > shown) {
-      fmt::format_to(out, "      ... {} more frames (--json has them all)\n", site.frames.size() - shown);
-    }
-  }
-  more(out, total, sites.size());
-}
-
 void call_sites(out_it out, log_summary const& s, call_site_report const& c) {
-  fmt::format_to(out, "\n  call sites: {}\n",
-                 c.table_present
-                     ? fmt::format("{} stacks in {}", c.stacks_in_table, escape_text(c.table_path))
-                     : fmt::format("no stack table ({} is missing): stack ids only", escape_text(c.table_path)));
-  site_list(
-      out, s.complete() ? "never freed, by bytes" : "still live at the end, by bytes", c.leaks, c.leak_sites,
-      [](call_site_stats const& x) { return x.live_at_end_bytes; },
-      [](call_site_stats const& x) { return x.live_at_end_count; }, "allocations");
-  site_list(
-      out, "live at the peak, by bytes", c.peak, c.peak_sites,
-      [](call_site_stats const& x) { return x.live_at_peak_bytes; },
-      [](call_site_stats const& x) { return x.live_at_peak_count; }, "allocations");
-  site_list(
-      out, "failed allocations, by count", c.failures, c.failure_sites,
-      [](call_site_stats const& x) { return x.failed_bytes; }, [](call_site_stats const& x) { return x.failures; },
-      "failures");
-  auto const& u = c.unattributed;
-  if (u.allocations > 0 || u.failures > 0) {
-    fmt::format_to(out,
-                   "\n  without a recorded stack (sampled out): {} at the peak, {} at the end, {} of {} allocations\n",
-                   human_bytes(u.live_at_peak_bytes), human_bytes(u.live_at_end_bytes), u.allocations, s.allocations);
+  fmt::format_to(out, "\n  call sites: {}\n", escape_text(stack_table_note(c)));
+  for (site_list const& list : site_lists(s, c)) {
+    if (list.sites->empty()) continue;
+    fmt::format_to(out, "\n  {}, {} ({} {}):\n", list.title, list.ranked_by, list.total,
+                   list.total == 1 ? "call site" : "call sites");
+    for (auto const& site : *list.sites) {
+      std::uint64_t const n = list.count(site.stats);
+      fmt::format_to(out, "    {} in {} {} (stack {:x})\n", human_bytes(list.bytes(site.stats)), n,
+                     n == 1 ? list.counted.substr(0, list.counted.size() - 1) : list.counted, site.stats.stack);
+      if (!site.recorded) fmt::format_to(out, "      (not in the stack table)\n");
+      fmt::format_to(out, "{}", frame_lines(site.frames, "      "));
+    }
+    more(out, list.total, list.sites->size());
   }
+  if (auto const note = unattributed_note(s, c); !note.empty()) fmt::format_to(out, "\n  {}\n", note);
 }
 
 void side_by_side(out_it out, report_data const& r) {
   auto const& c = *r.combined;
   std::vector<std::string> names;
-  for (auto const& s : r.logs) {
-    std::string n = s.path;
-    if (auto slash = n.rfind('/'); slash != std::string::npos) n.erase(0, slash + 1);
-    names.push_back(escape_text(n));
-  }
+  for (auto const& s : r.logs) names.push_back(escape_text(base_name(s.path)));
   std::size_t w = 12;
   for (auto const& n : names) w = std::max(w, n.size());
-  auto row = [&](std::string_view label, auto&& value_of, std::string const& total) {
-    fmt::format_to(out, "  {:<16}", label);
-    for (auto const& s : r.logs) fmt::format_to(out, " {:>{}}", value_of(s), w);
-    fmt::format_to(out, " {:>{}}\n", total, w);
-  };
   fmt::format_to(out, "== {} logs side by side ==\n  {:<16}", r.logs.size(), "");
   for (auto const& n : names) fmt::format_to(out, " {:>{}}", n, w);
   fmt::format_to(out, " {:>{}}\n", "combined", w);
-  auto num = [](std::uint64_t v) { return fmt::format("{}", v); };
-  row(
-      "complete", [](log_summary const& s) { return std::string{s.complete() ? "yes" : "NO"}; },
-      c.complete ? "yes" : "NO");
-  row(
-      "events", [&](log_summary const& s) { return num(s.events); }, num(c.events));
-  row(
-      "allocations", [&](log_summary const& s) { return num(s.allocations); }, num(c.allocations));
-  row(
-      "frees", [&](log_summary const& s) { return num(s.frees); }, num(c.frees));
-  row(
-      "failures", [&](log_summary const& s) { return num(s.failures); }, num(c.failures));
-  row(
-      "allocated", [&](log_summary const& s) { return human_bytes(s.bytes_allocated); },
-      human_bytes(c.bytes_allocated));
-  row(
-      "peak live", [&](log_summary const& s) { return human_bytes(s.peak_live_bytes); },
-      human_bytes(c.peak_live_bytes));
-  row(
-      "peak reserved",
-      [&](log_summary const& s) { return s.peak_reserved_bytes ? human_bytes(*s.peak_reserved_bytes) : "not in log"; },
-      c.peak_reserved_bytes ? human_bytes(*c.peak_reserved_bytes) : "");
-  row(
-      "live at end", [&](log_summary const& s) { return human_bytes(s.live_at_end_bytes); },
-      human_bytes(c.live_at_end_bytes));
-  row(
-      c.complete ? "never freed" : "live at end (n)", [&](log_summary const& s) { return num(s.live_at_end_count); },
-      num(c.live_at_end_count));
-  row(
-      "unknown frees", [&](log_summary const& s) { return num(s.unknown_free_count); }, "");
+  for (auto const& row : comparison_rows(r)) {
+    fmt::format_to(out, "  {:<16}", row.label);
+    for (auto const& v : row.per_log) fmt::format_to(out, " {:>{}}", v, w);
+    fmt::format_to(out, " {:>{}}\n", row.combined, w);
+  }
 
   if (c.peak_live_bytes == 0) {
     fmt::format_to(out, "\n  combined peak live 0 B\n\n");
@@ -257,7 +182,7 @@ void side_by_side(out_it out, report_data const& r) {
     if (s.events > 0) start = std::min(start, s.first_time_ns);
   }
   fmt::format_to(out, "\n  combined peak live {} at +{} on the merged timeline (reached by {} line {})\n\n",
-                 bytes_exact(c.peak_live_bytes), human_duration(c.peak_time_ns - start), escape_text(peak_log.path),
+                 bytes_exact(c.peak_live_bytes), human_duration(c.peak_at.time_ns - start), escape_text(peak_log.path),
                  c.peak_at.line);
 }
 
@@ -269,7 +194,7 @@ std::string text_report(report_data const& r) {
   for (std::size_t i = 0; i < r.logs.size(); ++i) {
     one_log(out, r.logs[i], i < r.sites.size() && r.sites[i] ? &*r.sites[i] : nullptr);
   }
-  for (auto const& snap : r.snapshots) s += snapshot_text(snap);
+  for (auto const& snap : r.snapshots) s += snap.text;
   if (r.combined) side_by_side(out, r);
   for (auto const& u : r.unreadable) fmt::format_to(out, "not read: {}\n", escape_text(u.text()));
   return s;

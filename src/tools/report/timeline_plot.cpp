@@ -1,5 +1,7 @@
 #include "timeline_plot.hpp"
 
+#include <gpumem/tools/log_messages.hpp>
+
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -17,11 +19,6 @@ rgb lighter(rgb c) {
   return {mix(c.r), mix(c.g), mix(c.b)};
 }
 
-std::string base_name(std::string const& path) {
-  auto const slash = path.rfind('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
-}
-
 constexpr rgb ink{40, 40, 40};
 constexpr rgb grid{225, 225, 225};
 
@@ -35,7 +32,7 @@ std::vector<plot_series> timeline_series(std::vector<log_summary const*> const& 
   for (std::size_t i = 0; i < logs.size(); ++i) {
     auto const& s = *logs[i];
     rgb const color = palette[i % palette.size()];
-    std::string const name = several ? base_name(s.path) + " " : std::string{};
+    std::string const name = several ? std::string{base_name(s.path)} + " " : std::string{};
     if (s.peak_reserved_bytes) {
       out.push_back({name + "reserved", lighter(color), downsample(s.timeline, max_points), true});
     }

@@ -2,6 +2,7 @@
 
 #include "units.hpp"
 
+#include <gpumem/tools/log_messages.hpp>
 #include <gpumem/tools/log_reader.hpp>
 #include <gpumem/tools/text_escape.hpp>
 
@@ -15,11 +16,6 @@ namespace gpumem::tools {
 namespace {
 
 constexpr std::size_t flush_at = std::size_t{1} << 20;
-
-std::string base_name(std::string const& path) {
-  auto const slash = path.rfind('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
-}
 
 std::string counter_name(int device, char const* what) {
   return device < 0 ? std::string{what} : fmt::format("device {} {}", device, what);

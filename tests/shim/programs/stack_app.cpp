@@ -9,6 +9,14 @@
 //   shim_stack_app oom N        under GPUMEM_LIMIT: layer_beta_leak holds 3 MiB blocks
 //                               until the limit is reached, then N more failing attempts
 //                               in a loop (one burst: one message, one snapshot)
+//   shim_stack_app oom_after_frees N
+//                               first 3 x layer_alpha_transient and 2 x
+//                               layer_managed_transient (2 MiB of managed memory,
+//                               freed), then "oom N": the snapshot's call sites
+//                               must hold only what is still live
+//   shim_stack_app distinct N   N allocations (freed at once), each from its own
+//                               stack: a path of 16 levels through fan_left and
+//                               fan_right (N <= 65536)
 //   shim_stack_app threads N    N threads at once, 200 x layer_alpha_transient each
 //   shim_stack_app jit          layer_jit_callee: 5 MiB, never freed, called through
 //                               generated code that has no unwind information (a
@@ -67,6 +75,41 @@ STACK_APP_FN cudaError_t layer_gamma_fails() {
   cudaError_t const r = cudaMalloc(&p, std::size_t{1} << 40);
   asm volatile("" ::: "memory");
   return r;
+}
+
+STACK_APP_FN void* layer_managed_transient() {
+  void* p = nullptr;
+  APP_CHECK_EQ(cudaMallocManaged(&p, std::size_t{2} << 20), cudaSuccess);
+  asm volatile("" ::: "memory");
+  return p;
+}
+
+// fan(16, path): the allocation's stack holds one frame of fan_left or fan_right
+// per level, chosen by the bits of `path`. The side effects keep the two from
+// being folded into one function.
+static volatile int fan_side = 0;
+STACK_APP_FN void* fan(int level, unsigned path);
+STACK_APP_FN void* fan_left(int level, unsigned path) {
+  void* p = fan(level, path);
+  fan_side = 1;
+  return p;
+}
+STACK_APP_FN void* fan_right(int level, unsigned path) {
+  void* p = fan(level, path);
+  fan_side = 2;
+  return p;
+}
+STACK_APP_FN void* fan(int level, unsigned path) {
+  void* p = nullptr;
+  if (level == 0) {
+    APP_CHECK_EQ(cudaMalloc(&p, 256), cudaSuccess);
+  } else if ((path & 1U) != 0) {
+    p = fan_left(level - 1, path >> 1U);
+  } else {
+    p = fan_right(level - 1, path >> 1U);
+  }
+  asm volatile("" ::: "memory");
+  return p;
 }
 
 STACK_APP_FN void* layer_native_depth(int n) {
@@ -128,6 +171,22 @@ void sites() {
   fflush(stdout);
 }
 
+int oom(long attempts) {
+  for (int i = 0; i < 1000; ++i) {
+    void* p = layer_beta_leak();
+    if (p == nullptr) break;
+    kept.push_back(p);
+  }
+  (void)cudaGetLastError();
+  long failures = 1;  // the one that ended the loop above
+  for (long i = 0; i < attempts; ++i) {
+    if (layer_beta_leak() == nullptr) ++failures;
+    (void)cudaGetLastError();
+  }
+  printf("OOM %ld HELD %zu\n", failures, kept.size());
+  return 0;
+}
+
 int main(int argc, char** argv) {
   std::string const mode = argc > 1 ? argv[1] : "";
   // The device first: the first allocation then reaches the shim directly, not
@@ -157,22 +216,18 @@ int main(int argc, char** argv) {
     printf("THREADS DONE\n");
     return app_failures == 0 ? 0 : 1;
   }
-  if (mode == "oom" && argc > 2) {
-    long const attempts = std::atol(argv[2]);
-    for (int i = 0; i < 1000; ++i) {
-      void* p = layer_beta_leak();
-      if (p == nullptr) break;
-      kept.push_back(p);
-    }
-    (void)cudaGetLastError();
-    long failures = 1;  // the one that ended the loop above
-    for (long i = 0; i < attempts; ++i) {
-      if (layer_beta_leak() == nullptr) ++failures;
-      (void)cudaGetLastError();
-    }
-    printf("OOM %ld HELD %zu\n", failures, kept.size());
-    return 0;
+  if (mode == "oom" && argc > 2) return oom(std::atol(argv[2]));
+  if (mode == "oom_after_frees" && argc > 2) {
+    for (int i = 0; i < 3; ++i) APP_CHECK_EQ(cudaFree(layer_alpha_transient()), cudaSuccess);
+    for (int i = 0; i < 2; ++i) APP_CHECK_EQ(cudaFree(layer_managed_transient()), cudaSuccess);
+    return oom(std::atol(argv[2]));
   }
-  fprintf(stderr, "usage: shim_stack_app sites | kill | oom N\n");
+  if (mode == "distinct" && argc > 2) {
+    long const n = std::atol(argv[2]);
+    for (long i = 0; i < n; ++i) APP_CHECK_EQ(cudaFree(fan(16, static_cast<unsigned>(i))), cudaSuccess);
+    printf("DISTINCT %ld\n", n);
+    return app_failures == 0 ? 0 : 1;
+  }
+  fprintf(stderr, "usage: shim_stack_app sites | kill | oom N | oom_after_frees N | distinct N | threads N | jit\n");
   return 2;
 }

@@ -105,6 +105,8 @@ CUresult event_record(CUevent he, CUstream h, bool ptsz, char const* entry) {
   if (CUresult r = resolve_event(he, entry, &e); r != CUDA_SUCCESS) return r;
   stream* s = nullptr;
   if (CUresult r = resolve_stream(h, ptsz, entry, &s); r != CUDA_SUCCESS) return r;
+  // As CUDA: an event is recorded only on a stream of its own context.
+  if (e->ctx != s->ctx) return CUDA_ERROR_INVALID_HANDLE;
   std::uint64_t generation = 0;
   {
     std::lock_guard lock(e->mutex);

@@ -17,22 +17,24 @@ namespace gpumemsim::rt {
 
 // X(name): `name` as cuda.h spells it; looked up by that base name ("cuMemAlloc"),
 // typed as the ABI version cuda.h maps it to (cuMemAlloc_v2).
-#define SIMRT_DRIVER_FUNCTIONS(X)                                                                                      \
-  X(cuInit)                                                                                                            \
-  X(cuDriverGetVersion) X(cuDeviceGet) X(cuDeviceGetCount) X(cuDeviceGetName) X(cuDeviceGetAttribute)                  \
-      X(cuDeviceTotalMem) X(cuDeviceGetUuid) X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxReset) X(cuCtxGetCurrent) \
-          X(cuCtxSetCurrent) X(cuCtxGetDevice) X(cuCtxSynchronize) X(cuMemAlloc) X(cuMemFree) X(cuMemAllocManaged)     \
-              X(cuMemAllocPitch) X(cuMemAllocAsync) X(cuMemFreeAsync) X(cuMemAllocFromPoolAsync) X(cuMemGetInfo)       \
-                  X(cuPointerGetAttributes) X(cuMemPoolCreate) X(cuMemPoolDestroy) X(cuMemPoolSetAttribute)            \
-                      X(cuMemPoolGetAttribute) X(cuMemPoolTrimTo) X(cuDeviceGetDefaultMemPool) X(cuMemsetD8)           \
-                          X(cuMemsetD8Async) X(cuMemcpy) X(cuMemcpyAsync) X(cuStreamCreate) X(cuStreamDestroy)         \
-                              X(cuStreamSynchronize) X(cuStreamQuery) X(cuStreamWaitEvent) X(cuEventCreate)            \
-                                  X(cuEventRecord) X(cuEventQuery) X(cuEventSynchronize) X(cuEventDestroy)             \
-                                      X(cuEventElapsedTime) X(cuLaunchHostFunc) X(cuStreamBeginCapture)                \
-                                          X(cuStreamEndCapture) X(cuStreamIsCapturing) X(cuGraphDestroy)               \
-                                              X(cuIpcGetMemHandle) X(cuIpcOpenMemHandle) X(cuIpcCloseMemHandle)        \
-                                                  X(cuGetErrorName) X(cuDeviceCanAccessPeer) X(cuCtxEnablePeerAccess)  \
-                                                      X(cuCtxDisablePeerAccess) X(cuMemcpyPeer) X(cuMemcpyPeerAsync)
+// A hand-laid list: clang-format 14 reflows X-macro lists differently on every run.
+// clang-format off
+#define SIMRT_DRIVER_FUNCTIONS(X)                                                               \
+  X(cuInit) X(cuDriverGetVersion) X(cuDeviceGet) X(cuDeviceGetCount) X(cuDeviceGetName)         \
+  X(cuDeviceGetAttribute) X(cuDeviceTotalMem) X(cuDeviceGetUuid) X(cuDevicePrimaryCtxRetain)    \
+  X(cuDevicePrimaryCtxReset) X(cuCtxGetCurrent) X(cuCtxSetCurrent) X(cuCtxGetDevice)            \
+  X(cuCtxSynchronize) X(cuMemAlloc) X(cuMemFree) X(cuMemAllocManaged) X(cuMemAllocPitch)        \
+  X(cuMemAllocAsync) X(cuMemFreeAsync) X(cuMemAllocFromPoolAsync) X(cuMemGetInfo)               \
+  X(cuPointerGetAttributes) X(cuMemPoolCreate) X(cuMemPoolDestroy) X(cuMemPoolSetAttribute)     \
+  X(cuMemPoolGetAttribute) X(cuMemPoolTrimTo) X(cuDeviceGetDefaultMemPool) X(cuMemsetD8)        \
+  X(cuMemsetD8Async) X(cuMemcpy) X(cuMemcpyAsync) X(cuStreamCreate) X(cuStreamDestroy)          \
+  X(cuStreamSynchronize) X(cuStreamQuery) X(cuStreamWaitEvent) X(cuEventCreate)                 \
+  X(cuEventRecord) X(cuEventQuery) X(cuEventSynchronize) X(cuEventDestroy)                      \
+  X(cuEventElapsedTime) X(cuLaunchHostFunc) X(cuStreamBeginCapture) X(cuStreamEndCapture)       \
+  X(cuStreamIsCapturing) X(cuGraphDestroy) X(cuIpcGetMemHandle) X(cuIpcOpenMemHandle)           \
+  X(cuIpcCloseMemHandle) X(cuGetErrorName) X(cuDeviceCanAccessPeer) X(cuCtxEnablePeerAccess)       \
+  X(cuCtxDisablePeerAccess) X(cuMemcpyPeer) X(cuMemcpyPeerAsync)
+// clang-format on
 
 struct driver_table {
 #define SIMRT_MEMBER(name) decltype(&::name) name = nullptr;

@@ -1,0 +1,33 @@
+#pragma once
+// forwarding_resource_adaptor: the base of the adaptors (limiting, logging,
+// statistics, tracking). It holds the upstream resource and forwards to it what an
+// adaptor leaves as it is: release(), info(), owns() and stream_destroyed(). A
+// derived adaptor implements do_allocate and do_deallocate (passing the calls on
+// to get_upstream() itself) and may override the others.
+//
+// Thread safety and streams: the upstream's.
+
+#include <gpumem/device_memory_resource.hpp>
+
+#include <cstddef>
+
+namespace gpumem {
+
+class forwarding_resource_adaptor : public device_memory_resource {
+ public:
+  [[nodiscard]] device_memory_resource* get_upstream() const noexcept { return upstream_; }
+
+ protected:
+  /// `upstream` must outlive the adaptor. Throws logic_error naming `adaptor` on null.
+  forwarding_resource_adaptor(device_memory_resource* upstream, char const* adaptor);
+
+ private:
+  std::size_t do_release() override { return upstream_->release(); }
+  [[nodiscard]] resource_info do_info() const override { return upstream_->info(); }
+  void do_stream_destroyed(stream_ref s) noexcept override { upstream_->stream_destroyed(s); }
+  [[nodiscard]] bool do_owns(void const* p) const noexcept override { return upstream_->owns(p); }
+
+  device_memory_resource* upstream_;
+};
+
+}  // namespace gpumem

@@ -1,0 +1,49 @@
+#pragma once
+// What a log row says about its call's CUDA semantics, as a replay needs it: which
+// stream the call was ordered on, and whether it belongs to the synchronous
+// cudaMalloc/cudaFree family. gpumem-replay and the benchmarks' replay read rows
+// through these, so both replay a log the same way.
+//
+// Thread safety: pure functions.
+
+#include <gpumem/tools/log_event.hpp>
+
+#include <compare>
+#include <cstdint>
+#include <string_view>
+
+namespace gpumem::tools {
+
+/// The Stream column's handles of CUDA's default streams: 0 is the null stream,
+/// 0x1 cudaStreamLegacy (both the legacy default stream), 0x2 cudaStreamPerThread.
+inline constexpr std::uint64_t null_stream_log_handle = 0x0;
+inline constexpr std::uint64_t legacy_stream_log_handle = 0x1;
+inline constexpr std::uint64_t per_thread_stream_log_handle = 0x2;
+
+/// A stream of the logged program as a replay tells them apart: by handle, except
+/// the per-thread default stream, which is a different stream on every thread.
+struct replay_stream {
+  std::uint64_t handle{};
+  std::uint64_t thread{};  ///< the logging thread for the per-thread stream, else 0
+  /// The legacy default stream (null or cudaStreamLegacy): replayed on the legacy
+  /// stream, never created.
+  [[nodiscard]] constexpr bool legacy() const noexcept {
+    return handle == null_stream_log_handle || handle == legacy_stream_log_handle;
+  }
+  friend constexpr auto operator<=>(replay_stream const&, replay_stream const&) = default;
+};
+
+[[nodiscard]] constexpr replay_stream replay_stream_of(log_event const& ev) noexcept {
+  return {ev.stream, ev.stream == per_thread_stream_log_handle ? ev.thread : 0};
+}
+
+/// The cudaMalloc/cudaFree family (runtime and driver, pitch included): memory usable
+/// on any stream at once, freed by a free that waits for the device. Everything else
+/// (cudaMallocAsync, RMM's resources...) is stream-ordered.
+[[nodiscard]] constexpr bool synchronous_entry(std::string_view entry) noexcept {
+  return entry == "cudaMalloc" || entry == "cudaMallocPitch" || entry == "cudaFree" || entry == "cuMemAlloc" ||
+         entry.starts_with("cuMemAlloc_") || entry.starts_with("cuMemAllocPitch") || entry == "cuMemFree" ||
+         entry.starts_with("cuMemFree_");
+}
+
+}  // namespace gpumem::tools
