@@ -31,19 +31,19 @@ constexpr std::size_t cache_line = 64;
 /// blocks in one cache line, which every pair of every thread wrote.
 struct chunk {
   chunk(char* b, std::size_t n, std::size_t bsize)
-      : base{b}, blocks{n}, block_size{bsize}, block_shift{shift_of(bsize)}, line_shift{line_shift_of(n)} {
-    std::size_t const lines = std::size_t{1} << line_shift;
-    stride = align_up((n + lines - 1) >> line_shift, cache_line);
-    flags = std::make_unique<flag_line[]>(lines * stride / cache_line);
+      : base{b}, blocks{n}, block_size{bsize}, block_shift_{shift_of(bsize)}, line_shift_{line_shift_of(n)} {
+    std::size_t const lines = std::size_t{1} << line_shift_;
+    stride_ = align_up((n + lines - 1) >> line_shift_, cache_line);
+    flags_ = std::make_unique<flag_line[]>(lines * stride_ / cache_line);
     for (std::size_t i = 0; i < n; ++i) flag(i).store(free_flag, std::memory_order_relaxed);
   }
   [[nodiscard]] std::size_t bytes() const noexcept { return blocks * block_size; }
   /// The block holding the byte at `offset` into the chunk.
   [[nodiscard]] std::size_t index_of(std::size_t offset) const noexcept {
-    return block_shift != 0 ? offset >> block_shift : offset / block_size;
+    return block_shift_ != 0 ? offset >> block_shift_ : offset / block_size;
   }
   [[nodiscard]] bool at_block_start(std::size_t offset) const noexcept {
-    return block_shift != 0 ? (offset & (block_size - 1)) == 0 : offset % block_size == 0;
+    return block_shift_ != 0 ? (offset & (block_size - 1)) == 0 : offset % block_size == 0;
   }
   /// Marks block i handed out. Only the thread that took it out of a free list
   /// (under that list's lock) does this, so a plain store suffices.
@@ -77,14 +77,14 @@ struct chunk {
     return std::min(static_cast<unsigned>(std::bit_width(n - 1)), max_line_shift);
   }
   std::atomic<std::uint8_t>& flag(std::size_t i) noexcept {
-    std::size_t const at = (i & ((std::size_t{1} << line_shift) - 1)) * stride + (i >> line_shift);
-    return flags[at / cache_line].flag[at % cache_line];
+    std::size_t const at = (i & ((std::size_t{1} << line_shift_) - 1)) * stride_ + (i >> line_shift_);
+    return flags_[at / cache_line].flag[at % cache_line];
   }
 
-  unsigned const block_shift;
-  unsigned const line_shift;
-  std::size_t stride{};  ///< bytes of flags per line (a multiple of the cache line)
-  std::unique_ptr<flag_line[]> flags;
+  unsigned const block_shift_;
+  unsigned const line_shift_;
+  std::size_t stride_{};  ///< bytes of flags per line (a multiple of the cache line)
+  std::unique_ptr<flag_line[]> flags_;
 };
 
 struct block_ref {

@@ -30,6 +30,7 @@ struct replay_stream {
   [[nodiscard]] constexpr bool legacy() const noexcept {
     return handle == null_stream_log_handle || handle == legacy_stream_log_handle;
   }
+  // NOLINTNEXTLINE(modernize-use-nullptr): clang-tidy 14 misreads the defaulted <=> (its literal 0)
   friend constexpr auto operator<=>(replay_stream const&, replay_stream const&) = default;
 };
 
