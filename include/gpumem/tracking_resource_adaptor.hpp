@@ -48,7 +48,6 @@ class tracking_resource_adaptor final : public forwarding_resource_adaptor {
   /// each allocation (costly: microseconds per call; for leak hunting only).
   explicit tracking_resource_adaptor(device_memory_resource* upstream, bool capture_stacks = false);
 
-
   [[nodiscard]] std::size_t outstanding_count() const;
   [[nodiscard]] std::size_t outstanding_bytes() const;
   /// Every outstanding allocation, oldest first (ties broken by address).
