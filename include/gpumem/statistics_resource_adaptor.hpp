@@ -4,14 +4,19 @@
 //
 // Bytes are the *requested* sizes (as RMM counts them). allocate(0) and
 // deallocate(nullptr) are forwarded but not counted (they move no memory).
-// Thread safety: lock-free. An allocation costs two relaxed atomic additions (bytes
-// and allocations now outstanding, from which the peaks follow; a CAS only while a
-// peak is actually rising) and a free two subtractions; the totals and the
-// deallocation count are kept per thread (detail::thread_counters) and summed when
-// read. A reader gets each counter exactly as of the calls that returned before
-// it, but bytes() and allocations() are not one snapshot.
+// Thread safety: lock-free on every allocation and free, with no shared write
+// while a thread's outstanding bytes and allocations each stay within a step
+// (4 MiB, 64 allocations) of what it last shared: see detail::peak_gauge. The
+// totals and the deallocation count are kept per thread (detail::thread_counters).
+// Reading takes a process-wide lock and sums over threads:
+// - `current` and `total` are exact as of the calls that returned before the read
+//   (bytes() and allocations() are not one snapshot);
+// - `peak` is exact when one thread allocates; with several it is within
+//   (threads - 1) × the step of the true peak, either way, and never below
+//   `current`.
 // Streams: passed through unchanged.
 
+#include <gpumem/detail/peak_gauge.hpp>
 #include <gpumem/detail/thread_counters.hpp>
 #include <gpumem/forwarding_resource_adaptor.hpp>
 
@@ -33,10 +38,12 @@ class statistics_resource_adaptor final : public forwarding_resource_adaptor {
   /// `upstream` must outlive the adaptor. Throws logic_error on null.
   explicit statistics_resource_adaptor(device_memory_resource* upstream);
 
-  [[nodiscard]] counters bytes() const noexcept { return bytes_.read(totals_.get(total_bytes)); }
-  /// bytes().current alone: no sum over threads (cheap enough for every log row).
-  [[nodiscard]] std::int64_t current_bytes() const noexcept { return bytes_.current.load(std::memory_order_relaxed); }
-  [[nodiscard]] counters allocations() const noexcept { return allocations_.read(totals_.get(total_allocations)); }
+  [[nodiscard]] counters bytes() const noexcept { return read(bytes_, total_bytes); }
+  /// bytes().current as the calling thread sees it without a lock (cheap enough for
+  /// every log row): exact when one thread allocates, otherwise within
+  /// (threads - 1) × 4 MiB.
+  [[nodiscard]] std::int64_t current_bytes_estimate() const noexcept { return bytes_.estimate(); }
+  [[nodiscard]] counters allocations() const noexcept { return read(allocations_, total_allocations); }
   [[nodiscard]] std::int64_t deallocations() const noexcept {
     return static_cast<std::int64_t>(totals_.get(total_deallocations));
   }
@@ -44,26 +51,20 @@ class statistics_resource_adaptor final : public forwarding_resource_adaptor {
   [[nodiscard]] std::int64_t failed_allocations() const noexcept { return failures_.load(std::memory_order_relaxed); }
 
  private:
-  /// What is outstanding and its peak; the total lives in totals_.
-  struct atomic_counter {
-    std::atomic<std::int64_t> current{0};
-    std::atomic<std::int64_t> peak{0};
-    void add(std::int64_t v) noexcept;
-    void sub(std::int64_t v) noexcept { current.fetch_sub(v, std::memory_order_relaxed); }
-    [[nodiscard]] counters read(std::uint64_t total) const noexcept {
-      return {current.load(std::memory_order_relaxed), peak.load(std::memory_order_relaxed),
-              static_cast<std::int64_t>(total)};
-    }
-  };
   /// totals_' counters.
   enum total : std::size_t { total_bytes, total_allocations, total_deallocations, total_count };
 
   void* do_allocate(std::size_t bytes, stream_ref stream) override;
   void do_deallocate(void* p, std::size_t bytes, stream_ref stream) noexcept override;
+  [[nodiscard]] counters read(detail::peak_gauge const& g, total t) const noexcept {
+    return {g.current(), g.peak(), static_cast<std::int64_t>(totals_.get(t))};
+  }
 
-  // Bytes and counts on separate cache lines: they are written by every call.
-  alignas(64) atomic_counter bytes_;
-  alignas(64) atomic_counter allocations_;
+  // A thread shares its part once it moved this far (detail::peak_gauge): 4 MiB
+  // keeps a loop of 1 MiB allocations off the shared line, 64 allocations a loop
+  // of small ones that keeps a few dozen alive.
+  detail::peak_gauge bytes_{std::int64_t{4} << 20};
+  detail::peak_gauge allocations_{64};
   alignas(64) std::atomic<std::int64_t> failures_{0};
   detail::thread_counters totals_{total_count};
 };

@@ -2,13 +2,6 @@
 
 namespace gpumem {
 
-void statistics_resource_adaptor::atomic_counter::add(std::int64_t v) noexcept {
-  auto const now = current.fetch_add(v, std::memory_order_relaxed) + v;
-  // Raise the peak to `now` unless another thread already raised it further.
-  auto seen = peak.load(std::memory_order_relaxed);
-  while (now > seen && !peak.compare_exchange_weak(seen, now, std::memory_order_relaxed)) {}
-}
-
 statistics_resource_adaptor::statistics_resource_adaptor(device_memory_resource* upstream)
     : forwarding_resource_adaptor{upstream, "statistics_resource_adaptor"} {}
 
@@ -32,8 +25,8 @@ void* statistics_resource_adaptor::do_allocate(std::size_t bytes, stream_ref str
 void statistics_resource_adaptor::do_deallocate(void* p, std::size_t bytes, stream_ref stream) noexcept {
   get_upstream()->deallocate(p, bytes, stream);
   if (p == nullptr) return;
-  bytes_.sub(static_cast<std::int64_t>(bytes));
-  allocations_.sub(1);
+  bytes_.add(-static_cast<std::int64_t>(bytes));
+  allocations_.add(-1);
   totals_.add(total_deallocations);
 }
 

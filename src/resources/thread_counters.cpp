@@ -40,9 +40,11 @@ registry& reg() noexcept {
 }
 
 /// Moves a block's values into the retired totals and frees it. Caller holds mtx.
+/// Ascending order, release: a lock-free reader that sees slot i's new total sees
+/// every lower slot's (thread_counters::retired).
 void retire(block& b) noexcept {
   for (std::size_t i = 0; i < slots; ++i) {
-    reg().retired[i].fetch_add(b.v[i].load(std::memory_order_relaxed), std::memory_order_relaxed);
+    reg().retired[i].fetch_add(b.v[i].load(std::memory_order_relaxed), std::memory_order_release);
     b.v[i].store(0, std::memory_order_relaxed);
   }
   b.in_use = false;
@@ -123,6 +125,12 @@ void thread_counters::add_shared(std::size_t i, std::uint64_t v) noexcept {
   } else if (shared_ != nullptr) {
     shared_[i].fetch_add(v, std::memory_order_relaxed);
   }
+}
+
+std::uint64_t thread_counters::retired(std::size_t i) const noexcept {
+  GPUMEM_ASSERT(i < n_, "thread_counters: counter index out of range");
+  if (first_ == no_slots) return shared_ != nullptr ? shared_[i].load(std::memory_order_acquire) : 0;
+  return reg().retired[first_ + i].load(std::memory_order_acquire);
 }
 
 std::uint64_t thread_counters::get(std::size_t i) const noexcept {

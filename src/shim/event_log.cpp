@@ -102,7 +102,7 @@ log_sink* sink_for(int device) noexcept {
 std::int64_t reserved_bytes(int device) noexcept {
   device_chain* c = built_chain(device);
   if (c == nullptr || c->chain == nullptr) return -1;
-  return c->chain->device_stats().current_bytes();
+  return c->chain->device_stats().current_bytes_estimate();
 }
 
 // Why `path` cannot be the log; "" if it can (or may: it does not exist yet and

@@ -254,7 +254,7 @@ CUresult pool_mem_info(std::size_t* free_bytes, std::size_t* total_bytes) noexce
         // In use = what the program holds (the limiter may sit below a pool and
         // count the pool's reservation too).
         t = lim->limit();
-        auto const live = c->chain->live_stats().current_bytes();
+        auto const live = c->chain->live_stats().bytes().current;
         std::size_t const used = live > 0 ? static_cast<std::size_t>(live) : 0;
         f = std::min(t > used ? t - used : 0, available);
       } else {

@@ -32,7 +32,10 @@ inline thread_local std::atomic<std::uint64_t>* tl_counter_slots = nullptr;
 class thread_counters {
  public:
   /// Slots in each thread's block, shared by every thread_counters in the process.
-  static constexpr std::size_t slots_per_thread = 128;
+  /// A statistics adaptor takes 7 and the shim 10 plus two adaptors per device: room
+  /// for every device of a large node and the adaptors a configuration adds, at 4 KiB
+  /// per thread.
+  static constexpr std::size_t slots_per_thread = 512;
 
   /// Owns `n` counters (slot numbers); 0 if the process has no free run of `n` slots
   /// left, in which case every add is an atomic add on a shared total.
@@ -55,6 +58,20 @@ class thread_counters {
 
   /// Counter i: every thread's adds so far.
   [[nodiscard]] std::uint64_t get(std::size_t i) const noexcept;
+
+  /// The calling thread's own slot for counter i, or nullptr when its adds go to the
+  /// shared totals (no slots left in the process, no block, or the thread exiting).
+  /// Only the calling thread may write it; it keeps its value until the thread exits.
+  [[nodiscard]] std::atomic<std::uint64_t>* own_slot(std::size_t i) noexcept {
+    if (first_ == no_slots) return nullptr;
+    auto* s = thread_slots();
+    return s != nullptr ? s + first_ + i : nullptr;
+  }
+
+  /// Counter i's shared part: what exited threads left in it and the adds made
+  /// without a slot. One atomic load, no lock. Exiting threads move their values in
+  /// ascending counter order, each with release ordering.
+  [[nodiscard]] std::uint64_t retired(std::size_t i) const noexcept;
 
   /// Sets every counter to 0 (a forked child starting clean: it has one thread).
   void reset() noexcept;

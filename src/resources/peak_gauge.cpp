@@ -1,0 +1,59 @@
+#include <gpumem/detail/peak_gauge.hpp>
+
+#include <algorithm>
+
+namespace gpumem::detail {
+namespace {
+
+constexpr auto relaxed = std::memory_order_relaxed;
+
+std::int64_t as_signed(std::uint64_t v) noexcept { return static_cast<std::int64_t>(v); }
+std::uint64_t as_unsigned(std::int64_t v) noexcept { return static_cast<std::uint64_t>(v); }
+
+}  // namespace
+
+std::int64_t peak_gauge::estimate_with(std::int64_t mine, std::int64_t mine_published) const noexcept {
+  // `value` before `published` (see the slot enum): at worst an exiting thread's
+  // part is missed for a moment, never counted twice.
+  auto const exited = as_signed(slots_.retired(value));
+  auto const exited_published = as_signed(slots_.retired(published));
+  return published_.load(relaxed) - mine_published + mine + (exited - exited_published);
+}
+
+void peak_gauge::add(std::int64_t v) noexcept {
+  if (auto* own = slots_.own_slot(value)) {
+    auto* own_published = slots_.own_slot(published);
+    auto const mine = as_signed(own->load(relaxed)) + v;
+    own->store(as_unsigned(mine), relaxed);
+    auto mine_published = as_signed(own_published->load(relaxed));
+    if (mine - mine_published >= step_ || mine_published - mine >= step_) {
+      published_.fetch_add(mine - mine_published, relaxed);
+      own_published->store(as_unsigned(mine), relaxed);
+      mine_published = mine;
+    }
+    if (v > 0) raise_peak(estimate_with(mine, mine_published));
+    return;
+  }
+  // No slot of its own (an exiting thread, or none left in the process): a shared
+  // add, and this thread has no part outside the retired totals.
+  slots_.add(value, as_unsigned(v));
+  if (v > 0) raise_peak(estimate_with(0, 0));
+}
+
+void peak_gauge::raise_peak(std::int64_t to) noexcept {
+  // Unless another thread already raised it further.
+  auto seen = peak_.load(relaxed);
+  while (to > seen && !peak_.compare_exchange_weak(seen, to, relaxed)) {}
+}
+
+std::int64_t peak_gauge::current() const noexcept { return as_signed(slots_.get(value)); }
+
+std::int64_t peak_gauge::peak() const noexcept { return std::max(peak_.load(relaxed), current()); }
+
+std::int64_t peak_gauge::estimate() const noexcept {
+  auto* own = slots_.own_slot(value);
+  if (own == nullptr) return estimate_with(0, 0);
+  return estimate_with(as_signed(own->load(relaxed)), as_signed(slots_.own_slot(published)->load(relaxed)));
+}
+
+}  // namespace gpumem::detail
