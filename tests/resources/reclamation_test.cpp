@@ -249,6 +249,26 @@ TEST_F(Reclamation, TightSynchronousLoopsBarrierRarelyAndGrowByAtMostTheThreshol
 }
 
 // A non-blocking stream the tracker was never told about is not ordered by a barrier,
+
+// Small blocks reclaim by count as well as by bytes: 20000 frees of 256 B are 5 MiB,
+// below the 8 MiB threshold, yet they must not pile up as 20000 pending blocks (the
+// lists and the shim's pointer table would cycle through that many addresses).
+TEST_F(Reclamation, ManySmallSynchronousFreesReclaimByCount) {
+  pool_memory_resource pool{&cuda_, pool_options{0, {}, 2 * MiB}};
+  auto const before = barriers();
+  constexpr int pairs = 20000;
+  std::size_t most_waiting = 0;
+  for (int i = 0; i < pairs; ++i) {
+    void* p = sync_alloc(pool, 256);
+    sync_free(pool, p, 256);
+    most_waiting = std::max(most_waiting, pool.pending_bytes());
+  }
+  auto const made = barriers() - before;
+  EXPECT_GE(made, static_cast<std::uint64_t>(pairs / 4096));
+  EXPECT_LE(made, static_cast<std::uint64_t>(pairs / 4096) + 1);
+  EXPECT_LE(most_waiting, 4096 * 256);
+  EXPECT_LE(pool.pool_size(), 2 * MiB);  // one slab: everything cycles through it
+}
 // so memory it freed in stream order must not become "clean" through one.
 TEST_F(Reclamation, AnUnregisteredStreamsFreesAreNeverMadeCleanByABarrier) {
   CUstream unknown = make(/*track=*/false);

@@ -214,11 +214,14 @@ class stream_free_lists {
       sh.bytes += bytes;
       // Under the shard's lock, so the total never lags the shards (checked by reclaim()).
       pending_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+      pending_blocks_.fetch_add(1, std::memory_order_relaxed);  // same cache line, already held
     } catch (...) { return false; }
     return true;
   }
   /// Bytes freed with synchronous semantics and not yet reclaimed.
   [[nodiscard]] std::size_t pending_bytes() const noexcept { return pending_bytes_.load(std::memory_order_relaxed); }
+  /// How many blocks those are.
+  [[nodiscard]] std::size_t pending_blocks() const noexcept { return pending_blocks_.load(std::memory_order_relaxed); }
 
   /// Bytes free in stream lists and foreign batches: memory a stream-ordered
   /// allocation could reach with events, and a synchronous one only by reclaim().
@@ -310,6 +313,7 @@ class stream_free_lists {
     }
     for (auto& b : batches) destroy_event(b.event);
     pending_bytes_.fetch_sub(pending_taken, std::memory_order_relaxed);
+    pending_blocks_.fetch_sub(pending.size(), std::memory_order_relaxed);
     return true;
   }
 
@@ -656,6 +660,7 @@ class stream_free_lists {
     } catch (...) {
       // No host memory: those blocks are lost to reuse (never handed out early).
       pending_bytes_.fetch_sub(pending_bytes, std::memory_order_relaxed);
+      pending_blocks_.fetch_sub(pending.size(), std::memory_order_relaxed);
     }
     for (auto& [e, l] : lists) {
       std::lock_guard lock{e->mutex};
@@ -739,6 +744,7 @@ class stream_free_lists {
   List quarantine_;                            // guarded by foreign_mutex_
   std::array<pending_shard, pending_shard_count> pending_shards_{};
   std::atomic<std::size_t> pending_bytes_{0};     ///< changed under a shard's lock
+  std::atomic<std::size_t> pending_blocks_{0};    ///< likewise
   std::atomic<std::uint64_t> moves_started_{0};   ///< move_scope; see moves()
   std::atomic<std::uint64_t> moves_finished_{0};  ///< move_scope; see moves()
 #ifndef NDEBUG
