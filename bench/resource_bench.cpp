@@ -5,7 +5,8 @@
 // a warm resource: the first pair (outside the timed loop) grows a pool/bin, so
 // the loop measures the steady state a program sees after warm-up. cuda and
 // async are the baselines (cudaMalloc+cudaFree, and the driver's own
-// stream-ordered pool). items_per_second is the aggregate pair rate over all
+// stream-ordered pool). default_chain is the chain the shim builds from the default
+// configuration: statistics over a pool over statistics over cuda. items_per_second is the aggregate pair rate over all
 // threads, so 16-thread scaling = its value / the 1-thread value.
 //
 //   resource_bench [--benchmark_filter=pool] [--benchmark_min_time=0.2]
@@ -15,6 +16,7 @@
 #include <gpumem/detail/driver_api.hpp>
 #include <gpumem/fixed_size_memory_resource.hpp>
 #include <gpumem/pool_memory_resource.hpp>
+#include <gpumem/statistics_resource_adaptor.hpp>
 
 #include <benchmark/benchmark.h>
 
@@ -39,6 +41,10 @@ struct environment {
   std::unique_ptr<gpumem::pool_memory_resource> bin_pool;  // binning's upstream for > 1 MiB
   std::unique_ptr<gpumem::binning_memory_resource> binning;
   std::map<std::size_t, std::unique_ptr<gpumem::fixed_size_memory_resource>> fixed;  // by block size
+  // default_chain, innermost first
+  std::unique_ptr<gpumem::statistics_resource_adaptor> chain_device_stats;
+  std::unique_ptr<gpumem::pool_memory_resource> chain_pool;
+  std::unique_ptr<gpumem::statistics_resource_adaptor> chain_live_stats;
   std::mutex fixed_mutex;
 
   environment() {
@@ -49,6 +55,10 @@ struct environment {
     pool = std::make_unique<gpumem::pool_memory_resource>(&cuda, gpumem::pool_options{std::size_t{0}, {}});
     bin_pool = std::make_unique<gpumem::pool_memory_resource>(&cuda, gpumem::pool_options{std::size_t{0}, {}});
     binning = std::make_unique<gpumem::binning_memory_resource>(bin_pool.get(), std::int8_t{8}, std::int8_t{20});
+    chain_device_stats = std::make_unique<gpumem::statistics_resource_adaptor>(&cuda);
+    chain_pool = std::make_unique<gpumem::pool_memory_resource>(chain_device_stats.get(),
+                                                                gpumem::pool_options{std::size_t{0}, {}});
+    chain_live_stats = std::make_unique<gpumem::statistics_resource_adaptor>(chain_pool.get());
   }
 
   gpumem::fixed_size_memory_resource& fixed_for(std::size_t bytes) {
@@ -65,7 +75,7 @@ environment& env() {
   return e;
 }
 
-enum class kind { cuda, async, pool, binning, fixed_size };
+enum class kind { cuda, async, pool, binning, fixed_size, default_chain };
 
 gpumem::device_memory_resource& resource_for(kind k, std::size_t bytes) {
   auto& e = env();
@@ -75,6 +85,7 @@ gpumem::device_memory_resource& resource_for(kind k, std::size_t bytes) {
     case kind::pool: return *e.pool;
     case kind::binning: return *e.binning;
     case kind::fixed_size: return e.fixed_for(bytes);
+    case kind::default_chain: return *e.chain_live_stats;
   }
   return e.cuda;
 }
@@ -115,6 +126,7 @@ GPUMEM_PAIR_BENCH(async);
 GPUMEM_PAIR_BENCH(pool);
 GPUMEM_PAIR_BENCH(binning);
 GPUMEM_PAIR_BENCH(fixed_size);
+GPUMEM_PAIR_BENCH(default_chain);
 
 }  // namespace
 
