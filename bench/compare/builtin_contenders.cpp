@@ -68,8 +68,13 @@ class gpumem_default_chain final : public contender {
   void deallocate(void* p, std::size_t bytes, stream_t s) noexcept override {
     chain_->top().deallocate(p, bytes, ref(s));
   }
+  void* allocate_synchronous(std::size_t bytes, stream_t s) noexcept override {
+    // As the shim serves cudaMalloc in safe mode: from memory no queued work can touch.
+    gpumem::scoped_call_context const ctx{"cudaMalloc", 0, true};
+    return allocate(bytes, s);
+  }
   void deallocate_synchronous(void* p, std::size_t bytes, stream_t s) noexcept override {
-    // As the shim serves cudaFree: safe mode holds the block until a device synchronization.
+    // As the shim serves cudaFree in safe mode: the block waits for a barrier.
     gpumem::scoped_call_context const ctx{"cudaFree", 0, true};
     chain_->top().deallocate(p, bytes, ref(s));
   }

@@ -46,6 +46,10 @@ class contender {
   virtual void* allocate(std::size_t bytes, stream_t stream) noexcept = 0;
   /// Frees `p` (from allocate, with the same bytes) in `stream`'s order.
   virtual void deallocate(void* p, std::size_t bytes, stream_t stream) noexcept = 0;
+  /// An allocation the program expects to behave like cudaMalloc (usable at once on
+  /// any stream). Stream-ordered allocators serve it on `stream`; gpumem's safe mode
+  /// serves it from memory no queued work can touch.
+  virtual void* allocate_synchronous(std::size_t bytes, stream_t stream) noexcept { return allocate(bytes, stream); }
   /// A free the program expects to behave like cudaFree (the device finished every
   /// earlier use before the memory is reused). Stream-ordered allocators have no such
   /// notion and free in stream order; gpumem's safe mode defers it.

@@ -35,7 +35,7 @@ replay_tally run_plan(replay_plan const& plan, contender& c, std::vector<stream_
     switch (op.what) {
       case replay_op::kind::allocate: {
         auto const t0 = bench_clock::now();
-        void* p = c.allocate(op.bytes, s);
+        void* p = op.synchronous ? c.allocate_synchronous(op.bytes, s) : c.allocate(op.bytes, s);
         in_calls += bench_clock::now() - t0;
         ++t.calls;
         if (p == nullptr) {
@@ -47,7 +47,7 @@ replay_tally run_plan(replay_plan const& plan, contender& c, std::vector<stream_
         break;
       }
       case replay_op::kind::try_allocate: {
-        void* p = c.allocate(op.bytes, s);
+        void* p = op.synchronous ? c.allocate_synchronous(op.bytes, s) : c.allocate(op.bytes, s);
         ++t.calls;
         if (p != nullptr) {
           note_memory();
