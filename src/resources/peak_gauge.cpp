@@ -12,17 +12,9 @@ std::uint64_t as_unsigned(std::int64_t v) noexcept { return static_cast<std::uin
 
 }  // namespace
 
-std::int64_t peak_gauge::estimate_with(std::int64_t mine, std::int64_t mine_published) const noexcept {
-  // `value` before `published` (see the slot enum): at worst an exiting thread's
-  // part is missed for a moment, never counted twice.
-  auto const exited = as_signed(slots_.retired(value));
-  auto const exited_published = as_signed(slots_.retired(published));
-  return published_.load(relaxed) - mine_published + mine + (exited - exited_published);
-}
-
 void peak_gauge::add(std::int64_t v) noexcept {
-  if (auto* own = slots_.own_slot(value)) {
-    auto* own_published = slots_.own_slot(published);
+  if (auto* own_published = slots_.own_slot(published)) {
+    auto* own = own_published + (value - published);  // the same thread's block
     auto const mine = as_signed(own->load(relaxed)) + v;
     own->store(as_unsigned(mine), relaxed);
     auto mine_published = as_signed(own_published->load(relaxed));
@@ -51,9 +43,10 @@ std::int64_t peak_gauge::current() const noexcept { return as_signed(slots_.get(
 std::int64_t peak_gauge::peak() const noexcept { return std::max(peak_.load(relaxed), current()); }
 
 std::int64_t peak_gauge::estimate() const noexcept {
-  auto* own = slots_.own_slot(value);
-  if (own == nullptr) return estimate_with(0, 0);
-  return estimate_with(as_signed(own->load(relaxed)), as_signed(slots_.own_slot(published)->load(relaxed)));
+  auto* own_published = slots_.own_slot(published);
+  if (own_published == nullptr) return estimate_with(0, 0);
+  auto* own = own_published + (value - published);
+  return estimate_with(as_signed(own->load(relaxed)), as_signed(own_published->load(relaxed)));
 }
 
 }  // namespace gpumem::detail

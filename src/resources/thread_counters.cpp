@@ -127,10 +127,13 @@ void thread_counters::add_shared(std::size_t i, std::uint64_t v) noexcept {
   }
 }
 
-std::uint64_t thread_counters::retired(std::size_t i) const noexcept {
+std::atomic<std::uint64_t> const* thread_counters::retired(std::size_t i) const noexcept {
   GPUMEM_ASSERT(i < n_, "thread_counters: counter index out of range");
-  if (first_ == no_slots) return shared_ != nullptr ? shared_[i].load(std::memory_order_acquire) : 0;
-  return reg().retired[first_ + i].load(std::memory_order_acquire);
+  if (first_ == no_slots) {
+    static slot const zero{0};  // no slots and no host memory: nothing is ever counted
+    return shared_ != nullptr ? &shared_[i] : &zero;
+  }
+  return &reg().retired[first_ + i];
 }
 
 std::uint64_t thread_counters::get(std::size_t i) const noexcept {

@@ -31,7 +31,8 @@ namespace gpumem::detail {
 class peak_gauge {
  public:
   /// `step` > 0: how far a thread's part may move before it is shared.
-  explicit peak_gauge(std::int64_t step) noexcept : step_{step} {}
+  explicit peak_gauge(std::int64_t step) noexcept
+      : step_{step}, exited_{slots_.retired(value)}, exited_published_{slots_.retired(published)} {}
 
   /// Changes the quantity by v (negative to lower it).
   void add(std::int64_t v) noexcept;
@@ -52,13 +53,21 @@ class peak_gauge {
   enum slot : std::size_t { published, value, slot_count };
 
   /// The whole, given the calling thread's exact part and its published part.
-  [[nodiscard]] std::int64_t estimate_with(std::int64_t mine, std::int64_t mine_published) const noexcept;
+  [[nodiscard]] std::int64_t estimate_with(std::int64_t mine, std::int64_t mine_published) const noexcept {
+    // `value` before `published` (see the slot enum): at worst an exiting thread's
+    // part is missed for a moment, never counted twice.
+    auto const exited = static_cast<std::int64_t>(exited_->load(std::memory_order_acquire));
+    auto const exited_published = static_cast<std::int64_t>(exited_published_->load(std::memory_order_acquire));
+    return published_.load(std::memory_order_relaxed) - mine_published + mine + (exited - exited_published);
+  }
   void raise_peak(std::int64_t to) noexcept;
 
   std::int64_t const step_;
   // mutable: reading the calling thread's own slot attaches its block on first use.
   mutable thread_counters slots_{slot_count};
-  alignas(64) std::atomic<std::int64_t> published_{0};  ///< sum of every thread's published part
+  std::atomic<std::uint64_t> const* const exited_;            ///< slots_' retired `value`
+  std::atomic<std::uint64_t> const* const exited_published_;  ///< slots_' retired `published`
+  alignas(64) std::atomic<std::int64_t> published_{0};        ///< sum of every thread's published part
   alignas(64) std::atomic<std::int64_t> peak_{0};
 };
 

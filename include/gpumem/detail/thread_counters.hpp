@@ -69,9 +69,10 @@ class thread_counters {
   }
 
   /// Counter i's shared part: what exited threads left in it and the adds made
-  /// without a slot. One atomic load, no lock. Exiting threads move their values in
-  /// ascending counter order, each with release ordering.
-  [[nodiscard]] std::uint64_t retired(std::size_t i) const noexcept;
+  /// without a slot. Read it with one acquire load, no lock; the address is fixed for
+  /// the object's life. Exiting threads move their values in ascending counter order,
+  /// each with release ordering.
+  [[nodiscard]] std::atomic<std::uint64_t> const* retired(std::size_t i) const noexcept;
 
   /// Sets every counter to 0 (a forked child starting clean: it has one thread).
   void reset() noexcept;
