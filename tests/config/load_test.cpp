@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <ostream>
 #include <string>
 
 namespace gc = gpumem::config;
@@ -215,6 +216,9 @@ struct env_error_case {
   std::string value;
   std::string message;
 };
+
+// The case's name, not its bytes, in test listings and failure messages.
+void PrintTo(env_error_case const& c, std::ostream* os) { *os << c.name; }
 
 class LoadEnvError : public ::testing::TestWithParam<env_error_case> {};
 

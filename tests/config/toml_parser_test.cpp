@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <ostream>
 #include <sstream>
 #include <string>
 
@@ -178,6 +179,9 @@ struct error_case {
   std::string text;
   std::string message;
 };
+
+// The case's name, not its bytes, in test listings and failure messages.
+void PrintTo(error_case const& c, std::ostream* os) { *os << c.name; }
 
 class ParseTomlError : public ::testing::TestWithParam<error_case> {};
 
