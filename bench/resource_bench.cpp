@@ -55,7 +55,8 @@ struct environment {
     pool = std::make_unique<gpumem::pool_memory_resource>(&cuda, gpumem::pool_options{std::size_t{0}, {}});
     bin_pool = std::make_unique<gpumem::pool_memory_resource>(&cuda, gpumem::pool_options{std::size_t{0}, {}});
     binning = std::make_unique<gpumem::binning_memory_resource>(bin_pool.get(), std::int8_t{8}, std::int8_t{20});
-    chain_device_stats = std::make_unique<gpumem::statistics_resource_adaptor>(&cuda);
+    chain_device_stats = std::make_unique<gpumem::statistics_resource_adaptor>(
+        &cuda, gpumem::statistics_resource_adaptor::sharing::every_change);
     chain_pool = std::make_unique<gpumem::pool_memory_resource>(chain_device_stats.get(),
                                                                 gpumem::pool_options{std::size_t{0}, {}});
     chain_live_stats = std::make_unique<gpumem::statistics_resource_adaptor>(chain_pool.get());

@@ -42,9 +42,9 @@
 // the memory waiting for reclamation is at least the request and 1/32 of the pool
 // within 8..32 MiB (so a tight loop makes a barrier only every few dozen frees, and
 // pending memory never drives growth), or at least the request in 4096 or more
-// pending blocks (so small frees are reused within a few thousand); else it grows by max(request, min_growth,
-// min(1/64 of the pool, 32 MiB)) within maximum_size: sized to the request, so the
-// pool stays within a few percent of what is live. If
+// pending blocks (so small frees are reused within a few thousand); else it grows
+// by max(request, min_growth, min(1/64 of the pool, 32 MiB)) within maximum_size:
+// sized to the request, so the pool stays within a few percent of what is live. If
 // the upstream refuses, it reclaims whatever is waiting, takes every other
 // stream's free memory, returns fully free slabs upstream and retries the request
 // alone; only then it throws out_of_memory saying what it holds. That last look is

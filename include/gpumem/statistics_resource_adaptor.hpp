@@ -13,7 +13,9 @@
 //   (bytes() and allocations() are not one snapshot);
 // - `peak` is exact when one thread allocates; with several it is within
 //   (threads - 1) × the step of the true peak, either way, and never below
-//   `current`.
+//   `current`. With sharing::every_change every call shares (one atomic addition a
+//   counter) and the peak is exact: for an adaptor below a pool, which sees only
+//   its growth.
 // Streams: passed through unchanged.
 
 #include <gpumem/detail/peak_gauge.hpp>
@@ -35,13 +37,20 @@ class statistics_resource_adaptor final : public forwarding_resource_adaptor {
     std::int64_t total{};    ///< sum of all allocations ever made
   };
 
+  /// How a thread shares its outstanding bytes and allocations with the others.
+  enum class sharing {
+    in_steps,      ///< once they moved 4 MiB or 64 allocations: scales across threads
+    every_change,  ///< at every call: exact estimates and peaks, one shared write a
+                   ///< call (for an adaptor that sees few calls, below a pool)
+  };
+
   /// `upstream` must outlive the adaptor. Throws logic_error on null.
-  explicit statistics_resource_adaptor(device_memory_resource* upstream);
+  explicit statistics_resource_adaptor(device_memory_resource* upstream, sharing s = sharing::in_steps);
 
   [[nodiscard]] counters bytes() const noexcept { return read(bytes_, total_bytes); }
   /// bytes().current as the calling thread sees it without a lock (cheap enough for
-  /// every log row): exact when one thread allocates, otherwise within
-  /// (threads - 1) × 4 MiB.
+  /// every log row): exact when one thread allocates or with sharing::every_change,
+  /// otherwise within (threads - 1) × 4 MiB.
   [[nodiscard]] std::int64_t current_bytes_estimate() const noexcept { return bytes_.estimate(); }
   [[nodiscard]] counters allocations() const noexcept { return read(allocations_, total_allocations); }
   [[nodiscard]] std::int64_t deallocations() const noexcept {
@@ -60,11 +69,11 @@ class statistics_resource_adaptor final : public forwarding_resource_adaptor {
     return {g.current(), g.peak(), static_cast<std::int64_t>(totals_.get(t))};
   }
 
-  // A thread shares its part once it moved this far (detail::peak_gauge): 4 MiB
-  // keeps a loop of 1 MiB allocations off the shared line, 64 allocations a loop
-  // of small ones that keeps a few dozen alive.
-  detail::peak_gauge bytes_{std::int64_t{4} << 20};
-  detail::peak_gauge allocations_{64};
+  // A thread shares its part once it moved this far (detail::peak_gauge): in steps,
+  // 4 MiB keeps a loop of 1 MiB allocations off the shared line, 64 allocations a
+  // loop of small ones that keeps a few dozen alive.
+  detail::peak_gauge bytes_;
+  detail::peak_gauge allocations_;
   alignas(64) std::atomic<std::int64_t> failures_{0};
   detail::thread_counters totals_{total_count};
 };

@@ -233,7 +233,10 @@ std::unique_ptr<resource_chain> build_chain(settings const& s, int const device)
   // The device resource's description goes last in describe(); collect innermost first
   // and reverse at the end.
   device_memory_resource* top = b.entry(device_index, nullptr);
-  chain->device_stats_ = b.make<statistics_resource_adaptor>("statistics", {}, top);
+  // Below the pool it sees only growth and release: every change shared, so the
+  // reserved bytes and their peak are exact whichever thread grew the pool.
+  chain->device_stats_ = b.make<statistics_resource_adaptor>("statistics", {}, top,
+                                                             statistics_resource_adaptor::sharing::every_change);
   top = chain->device_stats_;
   for (std::size_t i = device_index; i-- > 0;) { top = b.entry(i, top); }
   chain->live_stats_ = b.make<statistics_resource_adaptor>("statistics", {}, top);

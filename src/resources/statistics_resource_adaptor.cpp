@@ -2,8 +2,17 @@
 
 namespace gpumem {
 
-statistics_resource_adaptor::statistics_resource_adaptor(device_memory_resource* upstream)
-    : forwarding_resource_adaptor{upstream, "statistics_resource_adaptor"} {}
+namespace {
+
+constexpr std::int64_t byte_step = std::int64_t{4} << 20;
+constexpr std::int64_t allocation_step = 64;
+
+}  // namespace
+
+statistics_resource_adaptor::statistics_resource_adaptor(device_memory_resource* upstream, sharing s)
+    : forwarding_resource_adaptor{upstream, "statistics_resource_adaptor"},
+      bytes_{s == sharing::in_steps ? byte_step : 1},
+      allocations_{s == sharing::in_steps ? allocation_step : 1} {}
 
 void* statistics_resource_adaptor::do_allocate(std::size_t bytes, stream_ref stream) {
   void* p = nullptr;

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <barrier>
 #include <thread>
 #include <vector>
 
@@ -110,6 +111,31 @@ TEST(StatisticsAdaptor, ConcurrentThreadsKeepExactTotals) {
   EXPECT_GE(a.peak, 1);
   EXPECT_LE(a.peak, threads);
   EXPECT_EQ(stats.deallocations(), threads * iterations);
+}
+
+// Below a pool the adaptor shares every change: the peak of allocations held by
+// many threads at once is then exact, not within a step per thread.
+TEST(StatisticsAdaptor, EveryChangeSharingGivesTheExactPeakAcrossThreads) {
+  test::host_test_resource up;
+  statistics_resource_adaptor stats{&up, statistics_resource_adaptor::sharing::every_change};
+  constexpr int threads = 8;
+  constexpr int holds = 9;               // odd: in steps of 4 MiB, each thread would keep 3 MiB unshared
+  constexpr std::size_t size = 3 << 20;  // below the 4 MiB step of sharing::in_steps
+  std::barrier all_held{threads};
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&] {
+      std::vector<void*> held;
+      for (int i = 0; i < holds; ++i) held.push_back(stats.allocate(size));
+      all_held.arrive_and_wait();
+      for (void* p : held) stats.deallocate(p, size);
+    });
+  }
+  for (auto& th : pool) th.join();
+  EXPECT_EQ(stats.bytes().peak, static_cast<std::int64_t>(threads * holds * size));
+  EXPECT_EQ(stats.allocations().peak, threads * holds);
+  EXPECT_EQ(stats.bytes().current, 0);
+  EXPECT_EQ(stats.current_bytes_estimate(), 0);
 }
 
 }  // namespace
