@@ -88,6 +88,8 @@ class stream_tracker {
   [[nodiscard]] std::uint64_t barrier_count() const noexcept;
   /// Streams registered now (blocking and non-blocking).
   [[nodiscard]] std::size_t stream_count() const noexcept;
+  /// The non-blocking ones among them: each costs a barrier 3 driver calls.
+  [[nodiscard]] std::size_t non_blocking_stream_count() const noexcept;
 
   // -- Stream capture, process-wide -------------------------------------------------
   /// Runs `begin` (a cuStreamBeginCapture* call returning CUresult) so that no

@@ -27,6 +27,14 @@ struct stream_tracker::state {
   std::vector<CUevent> retired;  ///< last events of streams destroyed since the last barrier
   std::atomic<std::uint64_t> barriers{0};
   std::atomic<std::size_t> stream_count{0};
+  std::atomic<std::size_t> non_blocking_count{0};
+
+  /// After `streams` changed (caller holds the process-wide mutex).
+  void recount() noexcept {
+    stream_count.store(streams.size(), std::memory_order_relaxed);
+    auto const n = std::count_if(streams.begin(), streams.end(), [](tracked const& t) { return t.non_blocking; });
+    non_blocking_count.store(static_cast<std::size_t>(n), std::memory_order_relaxed);
+  }
 };
 
 namespace {
@@ -111,7 +119,7 @@ void stream_tracker::stream_created(CUstream stream, unsigned flags) noexcept {
     s->broken = true;  // an unknown non-blocking stream would make barriers unsound
     return;
   }
-  s->stream_count.store(s->streams.size(), std::memory_order_relaxed);
+  s->recount();
   // Blocks reused after the last barrier may still be touched by work older than
   // it; a new non-blocking stream must not overtake that work either.
   if (non_blocking && s->legacy_event != nullptr) {
@@ -150,7 +158,7 @@ void stream_tracker::stream_destroying(CUstream stream) noexcept {
   // Destroying an event other streams still wait on is allowed: the waits keep it.
   detail::destroy_event(it->event);
   v.erase(it);
-  s->stream_count.store(v.size(), std::memory_order_relaxed);
+  s->recount();
 }
 
 void stream_tracker::context_reset() noexcept {
@@ -163,7 +171,7 @@ void stream_tracker::context_reset() noexcept {
   s->retired.clear();
   s->legacy_event = nullptr;
   s->broken = false;
-  s->stream_count.store(0, std::memory_order_relaxed);
+  s->recount();
 }
 
 bool stream_tracker::barrier(std::span<CUevent const> also_after) noexcept {
@@ -204,6 +212,11 @@ bool stream_tracker::barrier(std::span<CUevent const> also_after) noexcept {
 std::uint64_t stream_tracker::barrier_count() const noexcept {
   auto const* s = state_.load(std::memory_order_acquire);
   return s == nullptr ? 0 : s->barriers.load(std::memory_order_relaxed);
+}
+
+std::size_t stream_tracker::non_blocking_stream_count() const noexcept {
+  auto const* s = state_.load(std::memory_order_acquire);
+  return s == nullptr ? 0 : s->non_blocking_count.load(std::memory_order_relaxed);
 }
 
 std::size_t stream_tracker::stream_count() const noexcept {

@@ -47,8 +47,11 @@ std::string build_report() {
     out += fmt::format("  pool: cached free {}  largest free block {}  fragmentation {:.2f}\n", bytes(info.free_bytes),
                        bytes(info.largest_free_block), info.fragmentation());
     if (st.settings.sync == config::sync_mode::safe) {
-      out += fmt::format("  safe mode: {} reclamation barriers (GPU-side, no host wait), {} waiting for one\n",
-                         stream_tracker::of(c.device).barrier_count(), bytes(info.pending_bytes));
+      auto& tracker = stream_tracker::of(c.device);
+      out += fmt::format(
+          "  safe mode: {} reclamation barriers (GPU-side, no host wait; each joins the {} non-blocking "
+          "streams known now), {} waiting for one\n",
+          tracker.barrier_count(), tracker.non_blocking_stream_count(), bytes(info.pending_bytes));
     }
   });
   if (!any_chain) out += "no device chain was built (no allocation reached gpumem)\n";

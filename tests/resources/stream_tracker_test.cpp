@@ -176,6 +176,20 @@ TEST_F(StreamTracker, AFailedCaptureBeginIsNotCounted) {
   EXPECT_FALSE(stream_tracker::capture_active());
 }
 
+TEST_F(StreamTracker, CountsRegisteredStreamsAndTheNonBlockingOnes) {
+  auto const all = tracker().stream_count();
+  auto const non_blocking = tracker().non_blocking_stream_count();
+  CUstream a = make(CU_STREAM_NON_BLOCKING);
+  make(CU_STREAM_NON_BLOCKING);
+  make(0);
+  make(CU_STREAM_NON_BLOCKING, /*track=*/false);
+  EXPECT_EQ(tracker().stream_count(), all + 3);
+  EXPECT_EQ(tracker().non_blocking_stream_count(), non_blocking + 2);
+  tracker().stream_destroying(a);  // as the shim's destroy hook; TearDown destroys it
+  EXPECT_EQ(tracker().stream_count(), all + 2);
+  EXPECT_EQ(tracker().non_blocking_stream_count(), non_blocking + 1);
+}
+
 TEST_F(StreamTracker, CoversRegisteredBlockingAndDefaultStreamsOnly) {
   CUstream known = make(CU_STREAM_NON_BLOCKING);
   CUstream unknown = make(CU_STREAM_NON_BLOCKING, /*track=*/false);
