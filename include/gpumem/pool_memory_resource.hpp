@@ -40,7 +40,7 @@
 //
 // When memory runs short (see grow_and_take in the .cpp): a miss first reclaims if
 // the memory waiting for reclamation is at least the request and 1/32 of the pool
-// within 8..32 MiB (so a tight loop makes a barrier only every few dozen frees, and
+// within 8..512 MiB (so a tight loop makes a barrier only every few dozen frees, and
 // pending memory never drives growth), or at least the request in 4096 or more
 // pending blocks (so small frees are reused within a few thousand); else it grows
 // by max(request, min_growth, min(1/64 of the pool, 32 MiB)) within maximum_size:

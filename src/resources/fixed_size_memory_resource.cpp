@@ -327,7 +327,7 @@ struct fixed_size_memory_resource::impl : detail::stream_ordered_memory_resource
 
   /// Memory waiting for reclamation worth a barrier on a miss (else the miss grows):
   /// the pool's rule (pool_memory_resource.cpp) — at least the request, and 1/32 of
-  /// what the resource holds within a floor and 32 MiB, so that tight loops batch
+  /// what the resource holds within a floor and 512 MiB, so that tight loops batch
   /// many frees per barrier (5-20 us of host time on an H100) and waiting memory
   /// never makes the resource grow by more than that — with another floor. The
   /// pool's is 8 MiB; here it is one chunk if that is less: growing a chunk is
@@ -340,7 +340,7 @@ struct fixed_size_memory_resource::impl : detail::stream_ordered_memory_resource
   }
   static constexpr std::size_t reclaim_divisor = 32;
   static constexpr std::size_t reclaim_floor = std::size_t{8} << 20;
-  static constexpr std::size_t reclaim_cap = std::size_t{32} << 20;
+  static constexpr std::size_t reclaim_cap = std::size_t{512} << 20;
 };
 
 fixed_size_memory_resource::fixed_size_memory_resource(device_memory_resource* upstream, std::size_t block_size,
