@@ -18,8 +18,9 @@
 // - A thread whose net change stays within one step (allocate, free, allocate...)
 //   writes no shared cache line at all.
 //
-// Thread safety: add() and estimate() are lock-free; current() and peak() take
-// thread_counters' process-wide lock and see every add that returned before them.
+// Thread safety: add() and estimate() are lock-free (a thread's first call takes
+// thread_counters' lock once, to attach its block of slots); current() and peak()
+// take that process-wide lock and see every add that returned before them.
 
 #include <gpumem/detail/thread_counters.hpp>
 
