@@ -38,7 +38,8 @@
 // reclaim() callers) -> table_mutex_ (shared for lookups and gathers, exclusive to
 // add/drop a stream) -> entry mutexes (several only in with_all_locked(), in
 // ascending key order; the clean entry has key 0, so it comes first) ->
-// foreign_mutex_ -> pending shard mutexes. allocate/deallocate hold at most one
+// foreign_mutex_ -> pending shard mutexes; reclaim() asks the stream tracker (its
+// own mutex) while it holds one entry mutex. allocate/deallocate hold at most one
 // entry or shard mutex at a time. Entry and shard locks are spin_mutex: taken on
 // every allocate and free, almost never contended.
 //
@@ -278,11 +279,14 @@ class stream_free_lists {
     std::vector<std::pair<entry_ptr, List>> lists;
     lists.reserve(entries.size());
     for (auto const& e : entries) {
+      // covers() under the entry's lock: a thread destroying the stream takes this
+      // lock (stream_destroyed) before the driver destroys it, so the driver may be
+      // asked about the stream here only while it still exists.
+      std::lock_guard elock{e->mutex};
+      if (e->list.empty()) continue;
       // A non-blocking stream the tracker does not know is not ordered by the
       // barrier: its blocks stay in stream order.
       if (!tracker.covers(e->id.handle)) continue;
-      std::lock_guard elock{e->mutex};
-      if (e->list.empty()) continue;
       lists.emplace_back(e, std::move(e->list));
       e->list = List{};
     }
