@@ -236,7 +236,7 @@ struct fixed_size_memory_resource::impl : detail::stream_ordered_memory_resource
     if (e != nullptr && lists().gather_spares_into(*e, block_size)) {
       if (char* p = retry()) return p;
     }
-    if (waiting_bytes(e == nullptr) >= reclaim_threshold() && reclaim()) {
+    if (waiting_bytes(e == nullptr) >= miss_reclaim_threshold() && reclaim()) {
       if (char* p = retry()) return p;
     }
     // A whole chunk, else a single block. Threads on the same stream take from the
@@ -326,21 +326,15 @@ struct fixed_size_memory_resource::impl : detail::stream_ordered_memory_resource
   std::size_t const blocks_per_chunk;
 
   /// Memory waiting for reclamation worth a barrier on a miss (else the miss grows):
-  /// the pool's rule (pool_memory_resource.cpp) — at least the request, and 1/32 of
-  /// what the resource holds within a floor and 512 MiB, so that tight loops batch
-  /// many frees per barrier (5-20 us of host time on an H100) and waiting memory
-  /// never makes the resource grow by more than that — with another floor. The
-  /// pool's is 8 MiB; here it is one chunk if that is less: growing a chunk is
-  /// what the miss does instead, and the waiting blocks serve only this block
-  /// size, so with the pool's floor every bin of a binning resource could hold
-  /// 8 MiB waiting. A barrier still reclaims at least a chunk's worth (or 8 MiB).
-  [[nodiscard]] std::size_t reclaim_threshold() const noexcept {
-    std::size_t const least = std::min(blocks_per_chunk * block_size, reclaim_floor);
-    return std::max(block_size, std::clamp(reserved_bytes() / reclaim_divisor, least, reclaim_cap));
+  /// the shared rule (stream_ordered_memory_resource::reclaim_threshold) with
+  /// another floor. The pool's is 8 MiB; here it is one chunk if that is less:
+  /// growing a chunk is what the miss does instead, and the waiting blocks serve
+  /// only this block size, so with the pool's floor every bin of a binning resource
+  /// could hold 8 MiB waiting. A barrier still reclaims at least a chunk's worth (or
+  /// 8 MiB).
+  [[nodiscard]] std::size_t miss_reclaim_threshold() const noexcept {
+    return reclaim_threshold(block_size, std::min(blocks_per_chunk * block_size, reclaim_floor));
   }
-  static constexpr std::size_t reclaim_divisor = 32;
-  static constexpr std::size_t reclaim_floor = std::size_t{8} << 20;
-  static constexpr std::size_t reclaim_cap = std::size_t{512} << 20;
 };
 
 fixed_size_memory_resource::fixed_size_memory_resource(device_memory_resource* upstream, std::size_t block_size,

@@ -21,16 +21,6 @@ constexpr std::size_t align_down(std::size_t v, std::size_t a) noexcept { return
 /// Largest request any pool can accept: align_up of anything larger overflows.
 constexpr std::size_t largest_request = align_down(std::numeric_limits<std::size_t>::max(), allocation_alignment);
 
-/// A miss reclaims once the memory waiting for reclamation reaches the request and
-/// 1/32 of the pool clamped to 8..512 MiB: barriers stay rare (each costs the host 3
-/// driver calls per non-blocking stream, and PyTorch makes 32 of them: 30-50 us on
-/// an H100), and memory waiting for one never makes the pool grow by more than 1/32.
-/// Measured on an H100: against 2..8 MiB, 8..32 MiB took a PyTorch MLP from 1319
-/// barriers to 480; against 8..32 MiB, 8..512 MiB took a transformer with varying
-/// shapes from 7374 to 3090 with 0.3% more peak reserved memory (35.4 GiB).
-constexpr std::size_t reclaim_divisor = 32;
-constexpr std::size_t reclaim_floor = std::size_t{8} << 20;
-constexpr std::size_t reclaim_cap = std::size_t{512} << 20;
 /// A synchronous request also reclaims once this many blocks wait, whatever their
 /// size: a loop of small frees then cycles through a few thousand addresses, not
 /// the 32768 of 8 MiB in 256 B blocks, so the lists (and the shim's pointer table)
@@ -179,14 +169,9 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
     return adopt_clean(*e, size, /*counted_move=*/false);
   }
 
-  /// Waiting memory worth a barrier for a request of `size`: at least the request,
-  /// and 1/32 of the pool within 8..512 MiB, so tight loops batch many frees per barrier.
-  [[nodiscard]] std::size_t reclaim_threshold(std::size_t size) const noexcept {
-    return std::max(size, std::clamp(reserved_bytes() / reclaim_divisor, reclaim_floor, reclaim_cap));
-  }
-
   /// Whether `waiting` bytes (pending frees, and for a synchronous request the
-  /// streams' lists) are worth a barrier for a request of `size`.
+  /// streams' lists) are worth a barrier for a request of `size`: the shared
+  /// threshold, or many small blocks waiting.
   [[nodiscard]] bool worth_reclaiming(std::size_t waiting, std::size_t size) const noexcept {
     return waiting >= reclaim_threshold(size) || (waiting >= size && lists().pending_blocks() >= reclaim_block_count);
   }

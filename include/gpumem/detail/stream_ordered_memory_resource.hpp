@@ -3,7 +3,8 @@
 // resources (pool_memory_resource, fixed_size_memory_resource) share, as RMM's
 // class of the same name does for its pool and fixed-size resources. Each resource
 // keeps its own allocation policy (where a request looks first, when a miss
-// reclaims, how much it grows); this class holds the rest:
+// reclaims, how much it grows); this class holds the rest, and the rule for how
+// much waiting memory is worth a barrier (reclaim_threshold):
 //  - the upstream and the regions obtained from it (region_table): the lookup for
 //    deallocate and owns(), the bytes reserved;
 //  - the free memory (stream_free_lists<List>) and its reclamation, counted;
@@ -125,6 +126,24 @@ class stream_ordered_memory_resource {
   }
   bool reclaim() {
     return reclaim([](List&) {});
+  }
+
+  /// Below this much waiting memory a miss grows rather than reclaims (unless the
+  /// resource chooses a lower floor).
+  static constexpr std::size_t reclaim_floor = std::size_t{8} << 20;
+
+  /// Waiting memory worth a barrier for a request of `size`: at least the request,
+  /// and 1/32 of what the resource holds within `floor`..512 MiB. Barriers stay rare
+  /// (each costs the host 3 driver calls per non-blocking stream, and PyTorch makes
+  /// 32 of them: 30-50 us on an H100), and memory waiting for one never makes the
+  /// resource grow by more than 1/32. Measured on an H100 with the pool: against
+  /// 2..8 MiB, 8..32 MiB took a PyTorch MLP from 1319 barriers to 480; against
+  /// 8..32 MiB, 8..512 MiB took a transformer with varying shapes from 7374 to 3090
+  /// with 0.3% more peak reserved memory (35.4 GiB).
+  [[nodiscard]] std::size_t reclaim_threshold(std::size_t size, std::size_t floor = reclaim_floor) const noexcept {
+    constexpr std::size_t divisor = 32;
+    constexpr std::size_t cap = std::size_t{512} << 20;
+    return std::max(size, std::clamp(reserved_bytes() / divisor, floor, cap));
   }
 
   /// Memory a barrier would make usable: pending frees, and for a synchronous
