@@ -66,7 +66,8 @@ class statistics_resource_adaptor final : public forwarding_resource_adaptor {
   void* do_allocate(std::size_t bytes, stream_ref stream) override;
   void do_deallocate(void* p, std::size_t bytes, stream_ref stream) noexcept override;
   [[nodiscard]] counters read(detail::peak_gauge const& g, total t) const noexcept {
-    return {g.current(), g.peak(), static_cast<std::int64_t>(totals_.get(t))};
+    auto const [current, peak] = g.read();
+    return {current, peak, static_cast<std::int64_t>(totals_.get(t))};
   }
 
   // A thread shares its part once it moved this far (detail::peak_gauge): in steps,

@@ -40,7 +40,10 @@ void peak_gauge::raise_peak(std::int64_t to) noexcept {
 
 std::int64_t peak_gauge::current() const noexcept { return as_signed(slots_.get(value)); }
 
-std::int64_t peak_gauge::peak() const noexcept { return std::max(peak_.load(relaxed), current()); }
+peak_gauge::reading peak_gauge::read() const noexcept {
+  auto const now = current();
+  return {now, std::max(peak_.load(relaxed), now)};
+}
 
 std::int64_t peak_gauge::estimate() const noexcept {
   auto* own_published = slots_.own_slot(published);

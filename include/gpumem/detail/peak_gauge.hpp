@@ -42,7 +42,13 @@ class peak_gauge {
   [[nodiscard]] std::int64_t current() const noexcept;
   /// The highest value seen: within (threads - 1) × step of the true peak, and never
   /// below current().
-  [[nodiscard]] std::int64_t peak() const noexcept;
+  [[nodiscard]] std::int64_t peak() const noexcept { return read().peak; }
+  /// Both, from one sum over the threads.
+  struct reading {
+    std::int64_t current;
+    std::int64_t peak;
+  };
+  [[nodiscard]] reading read() const noexcept;
   /// The calling thread's estimate of the value, without a lock: exact when only
   /// one thread changes it, otherwise within (threads - 1) × step.
   [[nodiscard]] std::int64_t estimate() const noexcept;
