@@ -80,6 +80,21 @@ class device_memory_resource {
   /// handing it to CUDA, which could free a whole slab. Adaptors forward. Never throws.
   [[nodiscard]] bool owns(void const* p) const noexcept { return do_owns(p); }
 
+  /// Contiguous growth (vmm_memory_resource): a resource that maps each allocation
+  /// into one reserved range of virtual addresses, right after the previous one,
+  /// returns the size its allocations are rounded to (a pool over it grows in
+  /// multiples of it); every other resource 0. Adaptors forward. Never throws.
+  [[nodiscard]] std::size_t contiguous_granularity() const noexcept { return do_contiguous_granularity(); }
+
+  /// Whether the allocation at `next` continues, in one range of virtual addresses,
+  /// an earlier allocation of this resource that ends at `earlier_end`: then both
+  /// may be used as one buffer (one copy, one kernel argument, across the seam).
+  /// False for separate cuMemAlloc allocations, even when their addresses happen to
+  /// touch. Adaptors forward. Never throws.
+  [[nodiscard]] bool extends(void const* earlier_end, void const* next) const noexcept {
+    return do_extends(earlier_end, next);
+  }
+
   [[nodiscard]] bool is_equal(device_memory_resource const& other) const noexcept {
     return this == &other || do_is_equal(other);
   }
@@ -127,6 +142,8 @@ class device_memory_resource {
   [[nodiscard]] virtual resource_info do_info() const { return {}; }
   virtual void do_stream_destroyed(stream_ref) noexcept {}
   [[nodiscard]] virtual bool do_owns(void const*) const noexcept { return false; }
+  [[nodiscard]] virtual std::size_t do_contiguous_granularity() const noexcept { return 0; }
+  [[nodiscard]] virtual bool do_extends(void const*, void const*) const noexcept { return false; }
   [[nodiscard]] virtual bool do_is_equal(device_memory_resource const&) const noexcept { return false; }
 };
 

@@ -1,7 +1,8 @@
 #pragma once
 // forwarding_resource_adaptor: the base of the adaptors (limiting, logging,
 // statistics, tracking). It holds the upstream resource and forwards to it what an
-// adaptor leaves as it is: release(), info(), owns() and stream_destroyed(). A
+// adaptor leaves as it is: release(), info(), owns(), stream_destroyed(),
+// contiguous_granularity() and extends(). A
 // derived adaptor implements do_allocate and do_deallocate (passing the calls on
 // to get_upstream() itself) and may override the others.
 //
@@ -26,6 +27,12 @@ class forwarding_resource_adaptor : public device_memory_resource {
   [[nodiscard]] resource_info do_info() const override { return upstream_->info(); }
   void do_stream_destroyed(stream_ref s) noexcept override { upstream_->stream_destroyed(s); }
   [[nodiscard]] bool do_owns(void const* p) const noexcept override { return upstream_->owns(p); }
+  [[nodiscard]] std::size_t do_contiguous_granularity() const noexcept override {
+    return upstream_->contiguous_granularity();
+  }
+  [[nodiscard]] bool do_extends(void const* earlier_end, void const* next) const noexcept override {
+    return upstream_->extends(earlier_end, next);
+  }
 
   device_memory_resource* upstream_;
 };

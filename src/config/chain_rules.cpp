@@ -108,6 +108,7 @@ std::vector<resource_spec> canonical_resources(std::string_view const name) {
     return resource_spec{std::move(type), std::move(options), "GPUMEM_RESOURCE", 0, 0};
   };
   if (name == "pool") { return {entry("pool", pool_spec{}), entry("cuda", cuda_spec{})}; }
+  if (name == "vmm-pool") { return {entry("pool", pool_spec{}), entry("vmm", vmm_spec{})}; }
   if (name == "binning") {
     return {entry("binning", binning_spec{power_of_two_bins(8, 20)}), entry("pool", pool_spec{}),
             entry("cuda", cuda_spec{})};

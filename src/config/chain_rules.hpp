@@ -10,8 +10,8 @@
 namespace gpumem::config::detail {
 
 inline constexpr std::string_view resource_types =
-    "pool, binning, fixed_size, async, cuda, managed, limiting, statistics, tracking, logging";
-inline constexpr std::string_view device_types = "cuda | async | managed";
+    "pool, binning, fixed_size, async, cuda, vmm, managed, limiting, statistics, tracking, logging";
+inline constexpr std::string_view device_types = "cuda | vmm | async | managed";
 
 /// Throws config_error unless `chain` is non-empty, ends in exactly one device resource,
 /// and has nothing after it; no limit and no pool maximum is 0; pool sizes must satisfy

@@ -14,6 +14,7 @@
 #include <gpumem/pool_memory_resource.hpp>
 #include <gpumem/statistics_resource_adaptor.hpp>
 #include <gpumem/tracking_resource_adaptor.hpp>
+#include <gpumem/vmm_memory_resource.hpp>
 
 #include "chain_rules.hpp"
 #include "diagnostics.hpp"
@@ -160,6 +161,7 @@ class chain_builder {
               return make<async_memory_resource>("async", std::move(text), threshold, initial);
             },
             [&](cuda_spec const&) -> device_memory_resource* { return make<cuda_memory_resource>("cuda", "cuda"); },
+            [&](vmm_spec const&) -> device_memory_resource* { return make<vmm_memory_resource>("vmm", "vmm"); },
             [&](managed_spec const&) -> device_memory_resource* {
               return make<managed_memory_resource>("managed", "managed");
             },

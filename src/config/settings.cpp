@@ -17,7 +17,7 @@ bool holds_one_of(resource_options const& options) noexcept {
 }  // namespace
 
 resource_role role_of(resource_options const& options) noexcept {
-  if (holds_one_of<cuda_spec, async_spec, managed_spec>(options)) return resource_role::device;
+  if (holds_one_of<cuda_spec, vmm_spec, async_spec, managed_spec>(options)) return resource_role::device;
   if (holds_one_of<pool_spec, binning_spec, fixed_size_spec>(options)) return resource_role::caching;
   return resource_role::adaptor;
 }

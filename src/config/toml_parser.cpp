@@ -215,7 +215,7 @@ class parser {
     }
     std::string const type = get_choice(
         *type_node, prefix + ".type",
-        "pool|binning|fixed_size|async|cuda|managed|limiting|statistics|tracking|logging");
+        "pool|binning|fixed_size|async|cuda|vmm|managed|limiting|statistics|tracking|logging");
     resource_spec spec{type, cuda_spec{}, std::string{source_}, to_int(t.source().begin.line),
                        to_int(t.source().begin.column)};
     entry_reader const r{*this, t, prefix, type};
@@ -234,8 +234,9 @@ class parser {
     } else if (type == "logging") {
       spec.options = read_logging(r, t);
     } else {
-      r.none();  // cuda, managed, statistics
+      r.none();  // cuda, vmm, managed, statistics
       spec.options = type == "cuda"      ? resource_options{cuda_spec{}}
+                     : type == "vmm"     ? resource_options{vmm_spec{}}
                      : type == "managed" ? resource_options{managed_spec{}}
                                          : resource_options{statistics_spec{}};
     }

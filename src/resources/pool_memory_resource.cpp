@@ -67,14 +67,17 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
     if (initial == 0) return;
     if (initial > maximum) { throw logic_error{"gpumem: pool initial_size rounds up past maximum_size"}; }
     std::lock_guard growth{growth_mutex()};
-    char* slab = grow_slab(initial);
-    if (slab == nullptr) {
+    learn_granularity();
+    std::size_t const rounded = granularity == 0 ? initial : std::min(align_up(initial, granularity), maximum);
+    auto const g = grow_joined(rounded);
+    if (!g) {
       throw out_of_memory{"gpumem: pool_memory_resource could not reserve its initial " + mib(initial) +
                           " from upstream"};
     }
+    frontier = g.ptr + g.bytes;
     auto& clean = lists().clean();
     std::lock_guard lock{clean.mutex};
-    clean.list.insert({slab, initial, slab});
+    clean.list.add({g.ptr, g.bytes, g.region});
   }
 
   void* allocate(std::size_t bytes, stream_ref s) {
@@ -212,19 +215,24 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
   GPUMEM_COLD char* grow_and_take(entry* e, std::size_t size) {
     std::lock_guard growth{growth_mutex()};
     if (char* p = take_either(e, size)) return p;  // another thread grew or reclaimed meanwhile
+    learn_granularity();
 
     std::size_t const pool = reserved_bytes();
     if (worth_reclaiming(waiting_bytes(e == nullptr), size)) {
       if (char* p = reclaim_and_take(e, size)) return p;
     }
 
-    std::size_t const step = growth_step(size, std::max(min_growth, std::min(pool / growth_divisor, growth_cap)));
+    std::size_t const preferred = std::max(min_growth, std::min(pool / growth_divisor, growth_cap));
+    // Over an upstream that maps growths one after another (vmm_memory_resource), a
+    // free block at the end of the last growth joins the new memory: grow by the rest.
+    std::size_t const tail = frontier_bytes(e, size);
+    std::size_t const step = growth_step(size - tail, preferred);
     if (step != 0) {
-      if (char* slab = grow_slab(step)) return carve(e, slab, step, size);
+      if (char* p = grow_and_serve(e, step, size)) return p;
     }
     std::size_t const modest = growth_step(size, min_growth);
     if (modest != 0 && modest != step) {
-      if (char* slab = grow_slab(modest)) return carve(e, slab, modest, size);
+      if (char* p = grow_and_serve(e, modest, size)) return p;
     }
     // The upstream refuses or the maximum is reached.
     if (char* p = last_looks([&] { return last_resort(e, size); })) return p;
@@ -244,35 +252,59 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
     if (char* p = reclaim_and_take(e, size)) return p;
     release_free_regions();
     if (char* p = take_either(e, size)) return p;
-    if (reserved_bytes() + size <= maximum) {
-      if (char* slab = grow_slab(size)) return carve(e, slab, size, size);
-    }
+    if (std::size_t const alone = growth_step(size, 0); alone != 0) return grow_and_serve(e, alone, size);
     return nullptr;
   }
 
-  /// max(size, preferred) clamped to what the maximum still allows; 0 if not even `size` fits.
+  /// max(size, preferred) clamped to what the maximum still allows, in multiples of
+  /// the upstream's granularity when it grows contiguously; 0 if not even `size` fits.
   [[nodiscard]] std::size_t growth_step(std::size_t size, std::size_t preferred) const noexcept {
     std::size_t const room = maximum - std::min(maximum, reserved_bytes());
     if (room < size) return 0;
-    return std::min(align_up(std::max(size, preferred), allocation_alignment), room);
+    std::size_t const step = std::min(align_up(std::max(size, preferred), allocation_alignment), room);
+    if (granularity == 0) return step;
+    std::size_t const rounded = align_up(step, granularity);  // no overflow: step <= maximum < 2^64 - 2^40
+    if (rounded <= room) return rounded;
+    std::size_t const lower = align_down(room, granularity);
+    return lower >= size ? lower : 0;
   }
 
-  /// A new slab of `bytes` (stream_ordered_memory_resource::grow); nullptr if the
-  /// upstream is out of memory. Caller holds growth_mutex().
-  char* grow_slab(std::size_t bytes) { return grow(bytes).base; }
+  /// Reads the upstream's granularity once, before the first growth (the device
+  /// is current then). Caller holds growth_mutex().
+  void learn_granularity() noexcept {
+    if (granularity_known) return;
+    granularity = upstream()->contiguous_granularity();
+    granularity_known = true;
+  }
 
-  /// Hands out the front of a new slab and files the rest with the requester: in
-  /// the stream's list for a stream-ordered request (so the stream's own frees
-  /// coalesce with it; other streams still take it with an event), in the clean
-  /// list for a synchronous one (`e` == nullptr). Caller holds growth_mutex.
-  char* carve(entry* e, char* slab, std::size_t slab_size, std::size_t size) {
-    GPUMEM_ASSERT(size <= slab_size, "pool: a slab smaller than the request it was grown for");
-    if (slab_size > size) {
-      entry& to = e != nullptr ? *e : lists().clean();
-      std::lock_guard lock{to.mutex};
-      to.list.insert({slab + size, slab_size - size, slab});
-    }
-    return slab;
+  /// The free bytes at the pool's growth frontier (the end of its last growth) in
+  /// the list a request is served from (`e`, or the clean list for nullptr), when
+  /// the next growth will continue it; less than `size` (else it had been served).
+  /// Caller holds growth_mutex().
+  std::size_t frontier_bytes(entry* e, std::size_t size) {
+    if (granularity == 0 || frontier == nullptr) return 0;
+    entry& from = e != nullptr ? *e : lists().clean();
+    std::lock_guard lock{from.mutex};
+    return std::min(from.list.bytes_ending_at(frontier), size - 1);
+  }
+
+  /// Grows by `bytes` and serves `size` from the new memory, filed first with the
+  /// requester: in the stream's list for a stream-ordered request (so the stream's
+  /// own frees coalesce with it; other streams still take it with an event), in the
+  /// clean list for a synchronous one (`e` == nullptr). Joined to the free block at
+  /// the frontier when the upstream continued the last growth, so `bytes` may be
+  /// less than `size`. nullptr if the upstream is out of memory or the new memory
+  /// does not serve the request (the memory then stays in the list).
+  /// Caller holds growth_mutex().
+  char* grow_and_serve(entry* e, std::size_t bytes, std::size_t size) {
+    auto const g = grow_joined(bytes);
+    if (!g) return nullptr;
+    frontier = g.ptr + g.bytes;
+    entry& to = e != nullptr ? *e : lists().clean();
+    std::lock_guard lock{to.mutex};
+    to.list.add({g.ptr, g.bytes, g.region});  // into the tree: it coalesces with the tail now
+    auto const b = to.list.take_best_fit(size);
+    return b ? b->ptr : nullptr;
   }
 
   // Lock order: growth_mutex() first (stream_ordered_memory_resource.hpp). allocate
@@ -280,6 +312,12 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
   pool_options const opts;
   std::size_t maximum{};     ///< opts.maximum_size rounded down to 256, or the largest request
   std::size_t min_growth{};  ///< opts.min_growth rounded up to 256
+  // Contiguous growth (guarded by growth_mutex()): the upstream's granularity, read
+  // at the first growth (0: the upstream does not grow contiguously), and the end of
+  // the last growth, where the next one continues if the upstream can place it there.
+  std::size_t granularity{};
+  bool granularity_known = false;
+  char* frontier{};
 };
 
 pool_memory_resource::pool_memory_resource(device_memory_resource* upstream, pool_options opts)

@@ -254,7 +254,7 @@ TEST_F(ChainBuilder, HandMadeSettingsAreValidated) {
   } catch (gc::config_error const& e) {
     EXPECT_EQ(std::string{e.what()},
               "gpumem: config error: hand-made: chain[0].type: \"pool\" has no upstream to get memory from (add a "
-              "device resource after it: cuda | async | managed)");
+              "device resource after it: cuda | vmm | async | managed)");
   }
 }
 

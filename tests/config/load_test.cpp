@@ -126,8 +126,9 @@ TEST(Load, ResourceReplacesResourcesKeepingAdaptors) {
   EXPECT_EQ(std::get<gc::pool_spec>(s.chain[3].options).initial_size, gc::size_value::of_bytes(0));
   EXPECT_EQ(s.chain[3].source, "GPUMEM_RESOURCE");
 
-  EXPECT_EQ(error_of(env_of({{"GPUMEM_RESOURCE", "arena"}})),
-            E + "environment: GPUMEM_RESOURCE: unknown value \"arena\" (valid: pool|binning|async|cuda|managed)");
+  EXPECT_EQ(
+      error_of(env_of({{"GPUMEM_RESOURCE", "arena"}})),
+      E + "environment: GPUMEM_RESOURCE: unknown value \"arena\" (valid: pool|vmm-pool|binning|async|cuda|managed)");
 }
 
 TEST(Load, PoolSizeAndMaximum) {

@@ -208,7 +208,7 @@ INSTANTIATE_TEST_SUITE_P(
                    E + "1:1: chain: expected an array of tables, got a table (write each entry as [[chain]])"},
         error_case{"chain_empty", "chain = []\n",
                    E + "1:9: chain: the chain is empty (list [[chain]] entries outermost first, ending in a "
-                       "device resource: cuda | async | managed)"},
+                       "device resource: cuda | vmm | async | managed)"},
         error_case{"entry_not_table", "chain = [1]\n",
                    E + "1:10: chain[0]: expected a table, got an integer (write each entry as [[chain]])"},
         // [gpumem] keys.
@@ -249,13 +249,13 @@ INSTANTIATE_TEST_SUITE_P(
         // Chain entries.
         error_case{"missing_type", "[[chain]]\nlimit = 1\n",
                    E + "1:1: chain[0].type: missing (every [[chain]] entry needs type = one of: pool, binning, "
-                       "fixed_size, async, cuda, managed, limiting, statistics, tracking, logging)"},
+                       "fixed_size, async, cuda, vmm, managed, limiting, statistics, tracking, logging)"},
         error_case{"unknown_type", "[[chain]]\ntype = \"poool\"\n",
                    E + "2:8: chain[0].type: unknown value \"poool\" (valid: pool|binning|fixed_size|async|cuda|"
-                       "managed|limiting|statistics|tracking|logging)"},
+                       "vmm|managed|limiting|statistics|tracking|logging)"},
         error_case{"type_not_string", "[[chain]]\ntype = true\n",
                    E + "2:8: chain[0].type: expected a string, got a boolean (valid: pool|binning|fixed_size|"
-                       "async|cuda|managed|limiting|statistics|tracking|logging)"},
+                       "async|cuda|vmm|managed|limiting|statistics|tracking|logging)"},
         error_case{"unknown_pool_key", "[[chain]]\ntype = \"pool\"\ninitial = \"1GiB\"\n" + cuda,
                    E + "3:1: chain[0].initial: unknown key \"initial\" (valid for pool: initial_size maximum_size "
                        "min_growth)"},
@@ -320,15 +320,15 @@ INSTANTIATE_TEST_SUITE_P(
         // Chain shape.
         error_case{"pool_without_upstream", "[[chain]]\ntype = \"pool\"\n",
                    E + "1:1: chain[0].type: \"pool\" has no upstream to get memory from (add a device resource "
-                       "after it: cuda | async | managed)"},
+                       "after it: cuda | vmm | async | managed)"},
         error_case{"binning_without_upstream",
                    "[[chain]]\ntype = \"limiting\"\nlimit = 1\n[[chain]]\ntype = "
                    "\"binning\"\n",
                    E + "4:1: chain[1].type: \"binning\" has no upstream to get memory from (add a device resource "
-                       "after it: cuda | async | managed)"},
+                       "after it: cuda | vmm | async | managed)"},
         error_case{"ends_in_adaptor", "[[chain]]\ntype = \"statistics\"\n",
                    E + "1:1: chain[0].type: the chain ends in \"statistics\", not in a device resource (end it "
-                       "with one of: cuda | async | managed)"},
+                       "with one of: cuda | vmm | async | managed)"},
         error_case{"two_devices", "[[chain]]\ntype = \"cuda\"\n[[chain]]\ntype = \"managed\"\n",
                    E + "3:1: chain[1].type: a second device resource \"managed\" after \"cuda\" (a chain has "
                        "exactly one device resource, its last entry)"},

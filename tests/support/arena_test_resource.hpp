@@ -6,6 +6,9 @@
 // freed range is reused. Capacity = arena size: beyond it allocate throws
 // out_of_memory, as a full device would. Records every call (size, pointer,
 // stream) so tests can check exactly what reached the upstream. Thread-safe.
+//
+// contiguous(g): it then stands for vmm_memory_resource, reporting granularity g
+// and that an allocation extends the live one ending where it starts.
 
 #include <gpumem/device_memory_resource.hpp>
 
@@ -58,6 +61,8 @@ class arena_test_resource final : public device_memory_resource {
     return bad_frees_;
   }
   [[nodiscard]] char* base() const noexcept { return base_; }
+  /// Report contiguous growth with granularity `g` (0: none, the default).
+  void contiguous(std::size_t g) noexcept { granularity_ = g; }
 
  private:
   void* do_allocate(std::size_t bytes, stream_ref s) override {
@@ -108,12 +113,23 @@ class arena_test_resource final : public device_memory_resource {
     holes_.emplace(p, size);
   }
 
+  [[nodiscard]] std::size_t do_contiguous_granularity() const noexcept override { return granularity_; }
+  [[nodiscard]] bool do_extends(void const* earlier_end, void const* next) const noexcept override {
+    if (granularity_ == 0 || earlier_end != next) return false;
+    std::lock_guard lock{mutex_};
+    auto const it = live_.find(static_cast<char*>(const_cast<void*>(next)));
+    if (it == live_.end() || it == live_.begin()) return false;
+    auto const prev = std::prev(it);
+    return prev->first + prev->second == it->first;
+  }
+
   [[nodiscard]] resource_info do_info() const override {
     std::lock_guard lock{mutex_};
     return {.reserved_bytes = live_bytes_, .used_bytes = live_bytes_, .free_bytes = 0, .largest_free_block = 0};
   }
 
   std::size_t capacity_;
+  std::size_t granularity_ = 0;
   char* base_{};
   mutable std::mutex mutex_;
   std::map<char*, std::size_t> holes_;  // free ranges, address order

@@ -49,6 +49,7 @@ struct async_spec {
   std::optional<size_value> initial_size;
 };
 struct cuda_spec {};     ///< `cuda`: cuMemAlloc / cuMemFree
+struct vmm_spec {};      ///< `vmm`: cuMemCreate + cuMemMap, each growth right after the last
 struct managed_spec {};  ///< `managed`: cuMemAllocManaged
 struct limiting_spec {   ///< `limiting`: byte cap
   size_value limit;
@@ -61,8 +62,8 @@ struct logging_spec {  ///< `logging`: CSV rows of every call at this point of t
   std::string file;    ///< path template (expand_template), expanded by build_chain
 };
 
-using resource_options = std::variant<pool_spec, binning_spec, fixed_size_spec, async_spec, cuda_spec, managed_spec,
-                                      limiting_spec, statistics_spec, tracking_spec, logging_spec>;
+using resource_options = std::variant<pool_spec, binning_spec, fixed_size_spec, async_spec, cuda_spec, vmm_spec,
+                                      managed_spec, limiting_spec, statistics_spec, tracking_spec, logging_spec>;
 
 /// One [[chain]] entry.
 struct resource_spec {

@@ -163,6 +163,12 @@ class coalescing_tree {
 #endif
   }
 
+  /// The size of the free block ending exactly at `end`; 0 if none does.
+  [[nodiscard]] std::size_t bytes_ending_at(char* end) const noexcept {
+    auto const it = by_end_.find(end);
+    return it == by_end_.end() ? 0 : size_of(it);
+  }
+
   /// Calls f(slab base, bytes) for each block (stream_free_lists' region view).
   template <class F>
   void for_each_piece(F&& f) const {
@@ -376,6 +382,12 @@ class coalescing_free_list {
   void clear() noexcept {
     quick_n_ = 0;
     tree_.clear();
+  }
+
+  /// The size of the free block ending exactly at `end` (coalesced); 0 if none does.
+  [[nodiscard]] std::size_t bytes_ending_at(char* end) const {
+    flush();
+    return tree_.bytes_ending_at(end);
   }
 
   /// Calls f(slab base, bytes) for each block (stream_free_lists' region view).

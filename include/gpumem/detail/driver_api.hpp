@@ -30,7 +30,9 @@ namespace gpumem::detail {
   X(cuStreamWaitEvent) X(cuStreamIsCapturing) X(cuThreadExchangeStreamCaptureMode) \
   X(cuEventCreate) X(cuEventRecord) X(cuEventQuery) X(cuEventSynchronize)          \
   X(cuEventDestroy) X(cuLaunchHostFunc) X(cuMemsetD8) X(cuMemcpyHtoD)              \
-  X(cuMemcpyDtoH)
+  X(cuMemcpyDtoH) X(cuDeviceCanAccessPeer)                                        \
+  X(cuMemGetAllocationGranularity) X(cuMemAddressReserve) X(cuMemAddressFree)      \
+  X(cuMemCreate) X(cuMemRelease) X(cuMemMap) X(cuMemUnmap) X(cuMemSetAccess)
 // clang-format on
 
 // The names above are macros in cuda.h for some entries (cuMemAlloc ->

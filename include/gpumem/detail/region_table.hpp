@@ -9,6 +9,10 @@
 // touches no shared cache line but the generation. Otherwise a shared lock and a
 // search of the ordered map.
 //
+// A region may be extended (extend()) by an upstream allocation that continues it
+// in one range of virtual addresses (device_memory_resource::extends): it then
+// consists of several upstream allocations, its pieces, each given back on its own.
+//
 // A Payload (fixed_size's per-chunk block bits) lives in the map node, at an
 // address stable until its region is erased. find() may hand out a region that
 // another thread erases at once: callers look up only memory they hold (a live
@@ -32,6 +36,7 @@
 #include <mutex>
 #include <shared_mutex>
 #include <utility>
+#include <vector>
 
 namespace gpumem::detail {
 
@@ -91,6 +96,33 @@ class region_table {
     return it->second.payload;
   }
 
+  /// Grows the region starting at `base` by `added` bytes, an upstream allocation
+  /// that begins where the region ends (invalidating every thread's hints: a stale
+  /// one would call a block across the seam foreign). False if there is no such region.
+  bool extend(char* base, std::size_t added) {
+    std::unique_lock lock{mutex_};
+    auto const it = regions_.find(base);
+    if (it == regions_.end()) return false;
+    node& n = it->second;
+    if (n.pieces.empty()) n.pieces.emplace_back(base, n.size);  // may throw: nothing changed yet
+    n.pieces.emplace_back(base + n.size, added);
+    n.size += added;
+    generation_.fetch_add(1, std::memory_order_release);
+    reserved_.fetch_add(added, std::memory_order_relaxed);
+    check_invariants_locked();
+    return true;
+  }
+
+  /// The upstream allocations making up the region starting at `base`, in address
+  /// order: {base, size} unless it was extended; empty if there is no such region.
+  [[nodiscard]] std::vector<std::pair<char*, std::size_t>> pieces(char* base) const {
+    std::shared_lock lock{mutex_};
+    auto const it = regions_.find(base);
+    if (it == regions_.end()) return {};
+    if (it->second.pieces.empty()) return {{base, it->second.size}};
+    return it->second.pieces;
+  }
+
   /// Removes the region starting at `base` (invalidating every thread's hints);
   /// returns its size, 0 if there was none.
   std::size_t erase(char* base) noexcept {
@@ -116,6 +148,20 @@ class region_table {
     for (auto const& [base, n] : regions_) f(base, n.size);
   }
 
+  /// Calls f(base, size) for every upstream allocation (each piece of an extended
+  /// region), in address order, under the shared lock.
+  template <class F>
+  void for_each_piece(F&& f) const {
+    std::shared_lock lock{mutex_};
+    for (auto const& [base, n] : regions_) {
+      if (n.pieces.empty()) {
+        f(base, n.size);
+      } else {
+        for (auto const& [b, size] : n.pieces) f(b, size);
+      }
+    }
+  }
+
   /// Regions disjoint, reserved_bytes() their sum. O(n): debug builds check it
   /// after every change only for small tables, so tests stay fast.
   void check_invariants() const noexcept {
@@ -129,6 +175,7 @@ class region_table {
     explicit node(std::size_t n, Args&&... args) : size{n}, payload{std::forward<Args>(args)...} {}
     std::size_t size;
     Payload payload;
+    std::vector<std::pair<char*, std::size_t>> pieces;  ///< empty: one piece, the region itself
   };
   struct hint {
     std::uint64_t instance{};

@@ -9,7 +9,9 @@
 //    deallocate and owns(), the bytes reserved;
 //  - the free memory (stream_free_lists<List>) and its reclamation, counted;
 //  - growth: one upstream allocation with synchronous semantics (usable at once by
-//    any stream), registered, on the device the first growth resolves;
+//    any stream), registered, on the device the first growth resolves; for the
+//    pool, joined to the region it continues when the upstream maps it right after
+//    (grow_joined);
 //  - release: reclaim, take the fully free regions out of the lists and give them
 //    back upstream, each on a stream ordered after every stream that freed part of it;
 //  - info(): bytes reserved, free (pending included), pending, largest free block;
@@ -59,7 +61,7 @@ class stream_ordered_memory_resource {
   ~stream_ordered_memory_resource() {
     end_borrows();
     scoped_synchronous_call sync;  // as they were obtained: no stream order to keep
-    regions_.for_each([&](char* base, std::size_t size) { upstream_->deallocate(base, size, stream_ref{}); });
+    regions_.for_each_piece([&](char* base, std::size_t size) { upstream_->deallocate(base, size, stream_ref{}); });
   }
   stream_ordered_memory_resource(stream_ordered_memory_resource const&) = delete;
   stream_ordered_memory_resource& operator=(stream_ordered_memory_resource const&) = delete;
@@ -103,6 +105,46 @@ class stream_ordered_memory_resource {
   }
   region grow(std::size_t bytes) {
     return grow(bytes, [](char*) { return Payload{}; });
+  }
+
+  /// What grow_joined() obtained: `bytes` of new memory at `ptr`, belonging to the
+  /// region starting at `region` (== ptr unless it continues an earlier one).
+  struct grown_memory {
+    char* ptr{};
+    std::size_t bytes{};
+    char* region{};
+    explicit operator bool() const noexcept { return ptr != nullptr; }
+  };
+
+  /// grow() for a resource whose blocks may span its growths (the pool): when the
+  /// upstream places the new memory right after a region in one range of virtual
+  /// addresses (device_memory_resource::extends), the region is extended instead
+  /// of a new one registered, so free blocks on both sides of the seam coalesce.
+  /// A null growth if the upstream is out of memory. Caller holds growth_mutex().
+  grown_memory grow_joined(std::size_t bytes) {
+    if (device_ < 0) device_ = current_device();
+    end_borrows();
+    void* raw = nullptr;
+    {
+      scoped_synchronous_call sync;
+      try {
+        raw = upstream_->allocate(bytes, stream_ref{});
+      } catch (out_of_memory const&) { return {}; }
+    }
+    if (raw == nullptr) return {};
+    auto* p = static_cast<char*>(raw);
+    try {
+      auto const before = regions_.find(p - 1);
+      if (before && before.base + before.size == p && upstream_->extends(p, p) && regions_.extend(before.base, bytes)) {
+        return {p, bytes, before.base};
+      }
+      regions_.insert(p, bytes);
+      return {p, bytes, p};
+    } catch (...) {
+      scoped_synchronous_call sync;
+      upstream_->deallocate(raw, bytes, stream_ref{});
+      throw;
+    }
   }
 
   /// Undoes grow() for a region none of whose memory was handed out or filed
@@ -175,9 +217,10 @@ class stream_ordered_memory_resource {
       std::size_t released = 0;
       end_borrows();
       for (auto const& r : free) {
+        auto const pieces = regions_.pieces(r.base);  // an extended region goes back piece by piece
         [[maybe_unused]] std::size_t const size = regions_.erase(r.base);  // invalidates every thread's lookup hints
         GPUMEM_ASSERT(size == r.size, "a free region changed size while the lists were locked");
-        upstream_->deallocate(r.base, r.size, stream_ref{r.stream});
+        for (auto const& [base, n] : pieces) upstream_->deallocate(base, n, stream_ref{r.stream});
         released += r.size;
       }
       return released;

@@ -1,0 +1,63 @@
+#pragma once
+// vmm_memory_resource: device memory through CUDA's virtual memory management
+// (cuMemCreate + cuMemMap into a range reserved with cuMemAddressReserve), placed
+// so that consecutive allocations on a device follow each other in one range of
+// virtual addresses. A pool over it (pool_memory_resource) joins each growth to
+// the memory it already holds: a free block at the end of the pool and the new
+// memory coalesce, so a request larger than any earlier growth needs only the
+// difference, and the pool holds about what is live even when shapes change from
+// step to step (as PyTorch's expandable segments do for its own allocator).
+//
+// Placement: each device has its reservations (twice the device's memory each,
+// address space only). An allocation goes right after the previous one when that
+// space is free, else into the lowest free space that fits, else into a new
+// reservation. Sizes are rounded up to the device's allocation granularity (2 MiB
+// on current GPUs): contiguous_granularity() says how much.
+//
+// Access: the owning device, and every device that can access it as a peer
+// (cuDeviceCanAccessPeer), may read and write it: memory from cuMemAlloc becomes
+// reachable from a peer once the program enables peer access, and a program that
+// does so must find this memory reachable too.
+//
+// Streams: allocate is synchronous (the memory is usable on any stream at once).
+// deallocate(p, n, s) waits for stream `s` (cuStreamSynchronize) before it unmaps:
+// unmapping memory that queued work still uses is undefined, and the callers (the
+// pool) name a stream ordered after every user of the memory. A legacy-stream free
+// thus waits like cuMemFree does.
+//
+// Fallback: on a device without virtual memory management (or a driver that lacks
+// the entry points) allocations are plain cuMemAlloc_v2 and never join.
+//
+// Thread safety: every member is thread-safe (one mutex; allocation and free are
+// rare, the growth and release of a pool).
+
+#include <gpumem/device_memory_resource.hpp>
+
+#include <cstddef>
+#include <memory>
+
+namespace gpumem {
+
+class vmm_memory_resource final : public device_memory_resource {
+ public:
+  vmm_memory_resource();
+  /// Unmaps and releases whatever is still allocated, and frees the reservations.
+  ~vmm_memory_resource() override;
+
+  /// Allocations made with cuMemAlloc_v2 because the device lacks virtual memory
+  /// management (0 on every GPU since Pascal with a driver of CUDA 10.2 or later).
+  [[nodiscard]] std::size_t fallback_allocations() const noexcept;
+
+ private:
+  struct impl;
+  void* do_allocate(std::size_t bytes, stream_ref stream) override;
+  void do_deallocate(void* p, std::size_t bytes, stream_ref stream) noexcept override;
+  /// reserved == used == the bytes mapped (or allocated by the fallback).
+  [[nodiscard]] resource_info do_info() const override;
+  [[nodiscard]] std::size_t do_contiguous_granularity() const noexcept override;
+  [[nodiscard]] bool do_extends(void const* earlier_end, void const* next) const noexcept override;
+
+  std::unique_ptr<impl> impl_;
+};
+
+}  // namespace gpumem

@@ -1,0 +1,339 @@
+#include <gpumem/detail/driver_api.hpp>
+#include <gpumem/detail/resource_errors.hpp>
+#include <gpumem/diagnostics.hpp>
+#include <gpumem/error.hpp>
+#include <gpumem/vmm_memory_resource.hpp>
+
+#include <algorithm>
+#include <cstdint>
+#include <iterator>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace gpumem {
+namespace {
+
+using address = std::uintptr_t;
+
+/// One range of virtual addresses reserved on a device, and the parts of it no
+/// allocation occupies (start -> size, coalesced).
+struct reservation {
+  address base{};
+  std::size_t size{};
+  std::map<address, std::size_t> free;
+};
+
+/// What a device needs to place and map memory, resolved at its first allocation.
+struct device_state {
+  bool resolved = false;
+  bool vmm = false;             ///< virtual memory management usable on this device
+  std::size_t granularity = 0;  ///< allocation granularity (vmm only)
+  std::size_t reservation_size = 0;
+  CUmemAllocationProp prop{};
+  std::vector<CUmemAccessDesc> access;  ///< the device itself and its peers
+  std::vector<reservation> reservations;
+  address last_end = 0;  ///< where the previous allocation ended: the next goes there if it can
+};
+
+/// One allocation handed out.
+struct chunk {
+  std::size_t size{};
+  int device{};
+  std::size_t reservation{};  ///< index in the device's reservations (vmm only)
+  bool fallback = false;      ///< made with cuMemAlloc_v2
+};
+
+bool has_vmm_entry_points(detail::driver_api const& d) noexcept {
+  return d.cuMemGetAllocationGranularity != nullptr && d.cuMemAddressReserve != nullptr &&
+         d.cuMemAddressFree != nullptr && d.cuMemCreate != nullptr && d.cuMemRelease != nullptr &&
+         d.cuMemMap != nullptr && d.cuMemUnmap != nullptr && d.cuMemSetAccess != nullptr;
+}
+
+/// Returns [at, at + size) to a reservation's free map, joined with its neighbours.
+void give_back(reservation& r, address at, std::size_t size) {
+  auto next = r.free.lower_bound(at);
+  if (next != r.free.end() && at + size == next->first) {
+    size += next->second;
+    next = r.free.erase(next);
+  }
+  if (next != r.free.begin()) {
+    auto prev = std::prev(next);
+    if (prev->first + prev->second == at) {
+      prev->second += size;
+      return;
+    }
+  }
+  r.free.emplace(at, size);
+}
+
+/// Takes [at, at + size) out of the free range starting at or holding `at`.
+void take(reservation& r, std::map<address, std::size_t>::iterator range, address at, std::size_t size) {
+  address const start = range->first;
+  std::size_t const length = range->second;
+  r.free.erase(range);
+  if (at > start) r.free.emplace(start, at - start);
+  if (at + size < start + length) r.free.emplace(at + size, start + length - (at + size));
+}
+
+}  // namespace
+
+struct vmm_memory_resource::impl {
+  mutable std::mutex mutex;
+  mutable std::map<int, device_state> devices;
+  std::map<address, chunk> chunks;  ///< by base
+  std::size_t held = 0;             ///< mapped or allocated, not yet freed
+  std::size_t fallbacks = 0;
+
+  /// The device's state, resolved on first use. Caller holds `mutex`. Never throws
+  /// for a driver failure: the device then uses the fallback.
+  device_state& state(int device) const {
+    device_state& s = devices[device];
+    if (s.resolved) return s;
+    s.resolved = true;
+    auto const& d = detail::driver();
+    if (!has_vmm_entry_points(d)) return s;
+    CUdevice dev{};
+    int supported = 0;
+    if (d.cuDeviceGet(&dev, device) != CUDA_SUCCESS ||
+        d.cuDeviceGetAttribute(&supported, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, dev) !=
+            CUDA_SUCCESS ||
+        supported == 0) {
+      return s;
+    }
+    s.prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    s.prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    s.prop.location.id = device;
+    std::size_t total = 0;
+    if (d.cuMemGetAllocationGranularity(&s.granularity, &s.prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED) !=
+            CUDA_SUCCESS ||
+        s.granularity == 0 || (s.granularity & (s.granularity - 1)) != 0 ||
+        d.cuDeviceTotalMem(&total, dev) != CUDA_SUCCESS || total == 0) {
+      s.granularity = 0;
+      return s;
+    }
+    // Twice the device: address space only, and room for the holes freed memory leaves.
+    s.reservation_size = align_up(2 * total, s.granularity);
+    s.access.push_back(CUmemAccessDesc{{CU_MEM_LOCATION_TYPE_DEVICE, device}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE});
+    int count = 0;
+    if (d.cuDeviceGetCount(&count) == CUDA_SUCCESS && d.cuDeviceCanAccessPeer != nullptr) {
+      for (int peer = 0; peer < count; ++peer) {
+        int can = 0;
+        if (peer != device && d.cuDeviceCanAccessPeer(&can, peer, device) == CUDA_SUCCESS && can != 0) {
+          s.access.push_back(CUmemAccessDesc{{CU_MEM_LOCATION_TYPE_DEVICE, peer}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE});
+        }
+      }
+    }
+    s.vmm = true;
+    return s;
+  }
+
+  /// Where `size` bytes go on device `s`: after the previous allocation if that
+  /// space is free, else the lowest free space that fits, else a new reservation.
+  /// Returns the reservation's index and the address. Caller holds `mutex`.
+  std::pair<std::size_t, address> place(device_state& s, std::size_t size) {
+    for (std::size_t i = 0; i < s.reservations.size(); ++i) {
+      auto& r = s.reservations[i];
+      auto it = r.free.upper_bound(s.last_end);
+      if (it == r.free.begin()) continue;
+      --it;
+      if (s.last_end >= it->first && s.last_end + size <= it->first + it->second) {
+        take(r, it, s.last_end, size);
+        return {i, s.last_end};
+      }
+    }
+    for (std::size_t i = 0; i < s.reservations.size(); ++i) {
+      auto& r = s.reservations[i];
+      for (auto it = r.free.begin(); it != r.free.end(); ++it) {
+        if (it->second >= size) {
+          address const at = it->first;
+          take(r, it, at, size);
+          return {i, at};
+        }
+      }
+    }
+    std::size_t const length = std::max(s.reservation_size, size);
+    CUdeviceptr base{};
+    if (CUresult r = detail::driver().cuMemAddressReserve(&base, length, 0, 0, 0); r != CUDA_SUCCESS) {
+      detail::throw_allocation_error(r, "cuMemAddressReserve", length);
+    }
+    s.reservations.push_back(reservation{static_cast<address>(base), length, {}});
+    auto& r = s.reservations.back();
+    r.free.emplace(r.base, r.size);
+    take(r, r.free.begin(), r.base, size);
+    return {s.reservations.size() - 1, r.base};
+  }
+
+  void* allocate(std::size_t bytes) {
+    if (bytes == 0) return nullptr;
+    if (CUresult r = detail::ensure_context(); r != CUDA_SUCCESS)
+      detail::throw_allocation_error(r, "cuMemCreate", bytes);
+    int const device = detail::current_device();
+    if (device < 0) detail::throw_allocation_error(CUDA_ERROR_INVALID_CONTEXT, "cuMemCreate", bytes);
+    auto const& d = detail::driver();
+    std::lock_guard lock{mutex};
+    device_state& s = state(device);
+    if (!s.vmm) return allocate_fallback(bytes, device);
+    if (bytes > std::numeric_limits<std::size_t>::max() - s.granularity) {
+      detail::throw_allocation_error(CUDA_ERROR_OUT_OF_MEMORY, "cuMemCreate", bytes);
+    }
+    std::size_t const size = align_up(bytes, s.granularity);
+    auto const [index, at] = place(s, size);
+    auto const undo_place = [&, index = index, at = at] { give_back(s.reservations[index], at, size); };
+    CUmemGenericAllocationHandle handle{};
+    if (CUresult r = d.cuMemCreate(&handle, size, &s.prop, 0); r != CUDA_SUCCESS) {
+      undo_place();
+      detail::throw_allocation_error(r, "cuMemCreate", size);
+    }
+    CUresult r = d.cuMemMap(static_cast<CUdeviceptr>(at), size, 0, handle, 0);
+    bool const mapped = r == CUDA_SUCCESS;
+    if (mapped) r = d.cuMemSetAccess(static_cast<CUdeviceptr>(at), size, s.access.data(), s.access.size());
+    // The mapping keeps the memory; the handle is no longer needed (unmapping frees it).
+    static_cast<void>(d.cuMemRelease(handle));
+    if (r != CUDA_SUCCESS) {
+      if (mapped) static_cast<void>(d.cuMemUnmap(static_cast<CUdeviceptr>(at), size));
+      undo_place();
+      detail::throw_allocation_error(r, mapped ? "cuMemSetAccess" : "cuMemMap", size);
+    }
+    try {
+      chunks.emplace(at, chunk{size, device, index, false});
+    } catch (...) {
+      static_cast<void>(d.cuMemUnmap(static_cast<CUdeviceptr>(at), size));
+      undo_place();
+      throw;
+    }
+    s.last_end = at + size;
+    held += size;
+    return reinterpret_cast<void*>(at);
+  }
+
+  void* allocate_fallback(std::size_t bytes, int device) {
+    CUdeviceptr p{};
+    if (CUresult r = detail::driver().cuMemAlloc(&p, bytes); r != CUDA_SUCCESS) {
+      detail::throw_allocation_error(r, "cuMemAlloc_v2", bytes);
+    }
+    try {
+      chunks.emplace(static_cast<address>(p), chunk{bytes, device, 0, true});
+    } catch (...) {
+      static_cast<void>(detail::driver().cuMemFree(p));
+      throw;
+    }
+    held += bytes;
+    ++fallbacks;
+    return reinterpret_cast<void*>(p);
+  }
+
+  void deallocate(void* p, stream_ref stream) noexcept {
+    if (p == nullptr) return;
+    auto const& d = detail::driver();
+    bool fallback = false;
+    {
+      std::lock_guard lock{mutex};
+      auto const it = chunks.find(reinterpret_cast<address>(p));
+      if (it == chunks.end()) {
+        detail::report_free_failure("cuMemUnmap", CUDA_ERROR_INVALID_VALUE, p);
+        return;
+      }
+      fallback = it->second.fallback;
+    }
+    if (fallback) {
+      // cuMemFree waits for the device itself.
+      CUresult const r = d.cuMemFree(reinterpret_cast<CUdeviceptr>(p));
+      if (r != CUDA_SUCCESS) {
+        detail::report_free_failure("cuMemFree_v2", r, p);
+        return;
+      }
+    } else if (CUresult const r = d.cuStreamSynchronize(to_cu(stream)); r != CUDA_SUCCESS) {
+      // Unmapping now could pull memory from under queued work: keep it mapped.
+      detail::report_free_failure("cuStreamSynchronize before cuMemUnmap", r, p);
+      return;
+    }
+    std::lock_guard lock{mutex};
+    auto const it = chunks.find(reinterpret_cast<address>(p));
+    if (it == chunks.end()) return;  // freed twice at once by two threads: the other one did it
+    chunk const c = it->second;
+    if (!c.fallback) {
+      if (CUresult const r = d.cuMemUnmap(reinterpret_cast<CUdeviceptr>(p), c.size); r != CUDA_SUCCESS) {
+        detail::report_free_failure("cuMemUnmap", r, p);
+        return;
+      }
+      device_state& s = devices[c.device];
+      give_back(s.reservations[c.reservation], it->first, c.size);
+      // The next allocation fills the hole first, next to the memory before it.
+      if (s.last_end == it->first + c.size) s.last_end = it->first;
+    }
+    chunks.erase(it);
+    held -= c.size;
+  }
+
+  std::size_t granularity() const noexcept {
+    int const device = detail::current_device();
+    if (device < 0) return 0;
+    try {
+      std::lock_guard lock{mutex};
+      device_state const& s = state(device);
+      return s.vmm ? s.granularity : 0;
+    } catch (...) {
+      return 0;  // no host memory for the device's state
+    }
+  }
+
+  bool extends(void const* earlier_end, void const* next) const noexcept {
+    auto const at = reinterpret_cast<address>(next);
+    if (at != reinterpret_cast<address>(earlier_end)) return false;
+    std::lock_guard lock{mutex};
+    auto const it = chunks.find(at);
+    if (it == chunks.end() || it == chunks.begin() || it->second.fallback) return false;
+    auto const prev = std::prev(it);
+    return !prev->second.fallback && prev->first + prev->second.size == at &&
+           prev->second.device == it->second.device && prev->second.reservation == it->second.reservation;
+  }
+
+  ~impl() {
+    if (!detail::driver_available()) return;
+    auto const& d = detail::driver();
+    for (auto const& [at, c] : chunks) {
+      if (c.fallback) {
+        static_cast<void>(d.cuMemFree(static_cast<CUdeviceptr>(at)));
+      } else {
+        static_cast<void>(d.cuMemUnmap(static_cast<CUdeviceptr>(at), c.size));
+      }
+    }
+    for (auto const& [device, s] : devices) {
+      for (auto const& r : s.reservations)
+        static_cast<void>(d.cuMemAddressFree(static_cast<CUdeviceptr>(r.base), r.size));
+    }
+  }
+};
+
+vmm_memory_resource::vmm_memory_resource() : impl_{std::make_unique<impl>()} {}
+vmm_memory_resource::~vmm_memory_resource() = default;
+
+std::size_t vmm_memory_resource::fallback_allocations() const noexcept {
+  std::lock_guard lock{impl_->mutex};
+  return impl_->fallbacks;
+}
+
+void* vmm_memory_resource::do_allocate(std::size_t bytes, stream_ref /*stream: synchronous*/) {
+  return impl_->allocate(bytes);
+}
+
+void vmm_memory_resource::do_deallocate(void* p, std::size_t /*bytes*/, stream_ref stream) noexcept {
+  impl_->deallocate(p, stream);
+}
+
+resource_info vmm_memory_resource::do_info() const {
+  std::lock_guard lock{impl_->mutex};
+  return resource_info{.reserved_bytes = impl_->held, .used_bytes = impl_->held};
+}
+
+std::size_t vmm_memory_resource::do_contiguous_granularity() const noexcept { return impl_->granularity(); }
+
+bool vmm_memory_resource::do_extends(void const* earlier_end, void const* next) const noexcept {
+  return impl_->extends(earlier_end, next);
+}
+
+}  // namespace gpumem
