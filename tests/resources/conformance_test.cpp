@@ -16,6 +16,7 @@
 #include <gpumem/pool_memory_resource.hpp>
 #include <gpumem/statistics_resource_adaptor.hpp>
 #include <gpumem/tracking_resource_adaptor.hpp>
+#include <gpumem/vmm_memory_resource.hpp>
 
 #include <support/device_helpers.hpp>
 #include <support/host_test_resource.hpp>
@@ -59,6 +60,14 @@ struct cuda_factory {
   cuda_memory_resource mr;
 };
 
+struct vmm_factory {
+  static constexpr std::size_t max_request = unbounded;
+  static constexpr bool has_upstream = false;
+  explicit vmm_factory(device_memory_resource* = nullptr) {}
+  device_memory_resource& resource() { return mr; }
+  vmm_memory_resource mr;
+};
+
 struct async_factory {
   static constexpr std::size_t max_request = unbounded;
   static constexpr bool has_upstream = false;
@@ -83,6 +92,19 @@ struct pool_factory : over_cuda {
   static constexpr bool has_upstream = true;
   explicit pool_factory(device_memory_resource* b = nullptr) : over_cuda{b}, pool{base, small_pool()} {}
   device_memory_resource& resource() { return pool; }
+  pool_memory_resource pool;
+};
+
+/// The pool over contiguous growth; the upstream-failure case puts the failing
+/// double in vmm's place.
+struct pool_over_vmm_factory {
+  static constexpr std::size_t max_request = unbounded;
+  static constexpr bool has_upstream = true;
+  explicit pool_over_vmm_factory(device_memory_resource* b = nullptr)
+      : base{b != nullptr ? b : &vmm}, pool{base, small_pool()} {}
+  device_memory_resource& resource() { return pool; }
+  vmm_memory_resource vmm;
+  device_memory_resource* base;
   pool_memory_resource pool;
 };
 
@@ -184,14 +206,19 @@ class Conformance : public ::testing::Test {
 };
 
 using all_resources =
-    ::testing::Types<cuda_factory, async_factory, managed_factory, pool_factory, fixed_size_factory, binning_factory,
-                     statistics_factory, limiting_factory, tracking_factory, logging_factory>;
+    ::testing::Types<cuda_factory, vmm_factory, async_factory, managed_factory, pool_factory, pool_over_vmm_factory,
+                     fixed_size_factory, binning_factory, statistics_factory, limiting_factory, tracking_factory,
+                     logging_factory>;
 
 struct factory_names {
   template <class T>
   static std::string GetName(int) {
     if constexpr (std::is_same_v<T, cuda_factory>)
       return "cuda";
+    else if constexpr (std::is_same_v<T, vmm_factory>)
+      return "vmm";
+    else if constexpr (std::is_same_v<T, pool_over_vmm_factory>)
+      return "pool_over_vmm";
     else if constexpr (std::is_same_v<T, async_factory>)
       return "async";
     else if constexpr (std::is_same_v<T, managed_factory>)
