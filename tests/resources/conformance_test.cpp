@@ -205,10 +205,9 @@ class Conformance : public ::testing::Test {
   std::unique_ptr<Factory> factory;
 };
 
-using all_resources =
-    ::testing::Types<cuda_factory, vmm_factory, async_factory, managed_factory, pool_factory, pool_over_vmm_factory,
-                     fixed_size_factory, binning_factory, statistics_factory, limiting_factory, tracking_factory,
-                     logging_factory>;
+using all_resources = ::testing::Types<cuda_factory, vmm_factory, async_factory, managed_factory, pool_factory,
+                                       pool_over_vmm_factory, fixed_size_factory, binning_factory, statistics_factory,
+                                       limiting_factory, tracking_factory, logging_factory>;
 
 struct factory_names {
   template <class T>
