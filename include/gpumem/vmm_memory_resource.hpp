@@ -17,7 +17,8 @@
 // Access: the owning device, and every device that can access it as a peer
 // (cuDeviceCanAccessPeer), may read and write it: memory from cuMemAlloc becomes
 // reachable from a peer once the program enables peer access, and a program that
-// does so must find this memory reachable too.
+// does so must find this memory reachable too. Where the device supports it the
+// memory is also registrable for GPUDirect RDMA.
 //
 // Streams: allocate is synchronous (the memory is usable on any stream at once).
 // deallocate(p, n, s) waits for stream `s` (cuStreamSynchronize) before it unmaps:

@@ -230,7 +230,7 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
     if (step != 0) {
       if (char* p = grow_and_serve(e, step, size)) return p;
     }
-    std::size_t const modest = growth_step(size, min_growth);
+    std::size_t const modest = growth_step(size - tail, min_growth);
     if (modest != 0 && modest != step) {
       if (char* p = grow_and_serve(e, modest, size)) return p;
     }
@@ -252,7 +252,12 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
     if (char* p = reclaim_and_take(e, size)) return p;
     release_free_regions();
     if (char* p = take_either(e, size)) return p;
-    if (std::size_t const alone = growth_step(size, 0); alone != 0) return grow_and_serve(e, alone, size);
+    std::size_t const tail = frontier_bytes(e, size);  // the gathering may have made it longer
+    if (std::size_t const alone = growth_step(size - tail, 0); alone != 0) {
+      if (char* p = grow_and_serve(e, alone, size)) return p;
+    }
+    // The upstream placed that growth elsewhere: the request alone, once more.
+    if (std::size_t const alone = growth_step(size, 0); tail != 0 && alone != 0) return grow_and_serve(e, alone, size);
     return nullptr;
   }
 

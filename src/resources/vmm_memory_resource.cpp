@@ -107,6 +107,14 @@ struct vmm_memory_resource::impl {
     s.prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
     s.prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     s.prop.location.id = device;
+    // Registrable for GPUDirect RDMA (NCCL over InfiniBand) where the device allows
+    // it, as cudaMalloc memory is.
+    int rdma = 0;
+    if (d.cuDeviceGetAttribute(&rdma, CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED, dev) ==
+            CUDA_SUCCESS &&
+        rdma != 0) {
+      s.prop.allocFlags.gpuDirectRDMACapable = 1;
+    }
     std::size_t total = 0;
     if (d.cuMemGetAllocationGranularity(&s.granularity, &s.prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED) !=
             CUDA_SUCCESS ||
@@ -261,9 +269,11 @@ struct vmm_memory_resource::impl {
         return;
       }
       device_state& s = devices[c.device];
-      give_back(s.reservations[c.reservation], it->first, c.size);
-      // The next allocation fills the hole first, next to the memory before it.
-      if (s.last_end == it->first + c.size) s.last_end = it->first;
+      auto& r = s.reservations[c.reservation];
+      give_back(r, it->first, c.size);
+      // The last allocation went: the next one goes right after the memory still
+      // mapped below it (a pool gave back its end and will grow again there).
+      if (s.last_end == it->first + c.size) s.last_end = std::prev(r.free.upper_bound(it->first))->first;
     }
     chunks.erase(it);
     held -= c.size;

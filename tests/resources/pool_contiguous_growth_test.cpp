@@ -100,6 +100,39 @@ TEST(PoolContiguousGrowth, SynchronousRequestsContinueTheCleanTail) {
   pool.deallocate(a, 3 * MiB);
 }
 
+TEST(PoolContiguousGrowth, ReleaseGivesBackTheFreePiecesAtTheEnd) {
+  test::arena_test_resource arena{256 * MiB};
+  arena.contiguous(2 * MiB);
+  pool_memory_resource pool{&arena, opts(0)};
+  void* a = pool.allocate(2 * MiB);  // piece [0, 2)
+  void* d = pool.allocate(MiB);      // piece [2, 4); d = [2, 3)
+  void* b = pool.allocate(5 * MiB);  // the free MiB at the end and piece [4, 8)
+  void* c = pool.allocate(4 * MiB);  // piece [8, 12)
+  EXPECT_EQ(as_char(b), as_char(a) + 3 * MiB);
+  EXPECT_EQ(pool.pool_size(), 12 * MiB);
+  EXPECT_EQ(sizes_of(arena.allocations()), (std::vector<std::size_t>{2 * MiB, 2 * MiB, 4 * MiB, 4 * MiB}));
+  pool.deallocate(b, 5 * MiB);
+  pool.deallocate(c, 4 * MiB);
+  // Free [3, 12): the pieces starting inside it go back; [3, 4) stays, its piece holds d.
+  EXPECT_EQ(pool.release(), 8 * MiB);
+  EXPECT_EQ(pool.pool_size(), 4 * MiB);
+  EXPECT_EQ(sizes_of(arena.deallocations()), (std::vector<std::size_t>{4 * MiB, 4 * MiB}));
+  EXPECT_EQ(arena.bad_frees(), 0U);
+  auto const i = pool.info();
+  EXPECT_EQ(i.used_bytes, 3 * MiB);
+  EXPECT_EQ(i.largest_free_block, MiB);
+  // Growing again continues the shortened region (the upstream maps at its end).
+  void* e = pool.allocate(6 * MiB);
+  EXPECT_EQ(pool.pool_size(), 10 * MiB);
+  EXPECT_EQ(arena.allocations().back().ptr, as_char(a) + 4 * MiB);
+  pool.deallocate(e, 6 * MiB);
+  pool.deallocate(d, MiB);
+  pool.deallocate(a, 2 * MiB);
+  EXPECT_EQ(pool.release(), 10 * MiB);  // whole again: every piece back
+  EXPECT_EQ(arena.live_bytes(), 0U);
+  EXPECT_EQ(arena.bad_frees(), 0U);
+}
+
 TEST(PoolContiguousGrowth, DestructorReturnsEveryPiece) {
   test::arena_test_resource arena{256 * MiB};
   arena.contiguous(2 * MiB);

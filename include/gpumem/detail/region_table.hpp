@@ -28,6 +28,7 @@
 #include <gpumem/detail/assert.hpp>
 #include <gpumem/detail/stream_ordering.hpp>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstddef>
@@ -121,6 +122,38 @@ class region_table {
     if (it == regions_.end()) return {};
     if (it->second.pieces.empty()) return {{base, it->second.size}};
     return it->second.pieces;
+  }
+
+  /// The regions made of several pieces (base, size), in address order.
+  [[nodiscard]] std::vector<std::pair<char*, std::size_t>> extended() const {
+    std::shared_lock lock{mutex_};
+    std::vector<std::pair<char*, std::size_t>> out;
+    for (auto const& [base, n] : regions_) {
+      if (!n.pieces.empty()) out.emplace_back(base, n.size);
+    }
+    return out;
+  }
+
+  /// Cuts the extended region starting at `base` before its first piece that starts
+  /// at or after `from` (never its first piece) and returns the pieces cut off, in
+  /// address order; none if no piece starts there. Invalidates every thread's hints.
+  std::vector<std::pair<char*, std::size_t>> cut_pieces_from(char* base, char const* from) {
+    std::unique_lock lock{mutex_};
+    auto const it = regions_.find(base);
+    if (it == regions_.end() || it->second.pieces.size() < 2) return {};
+    auto& pieces = it->second.pieces;
+    auto first = std::find_if(pieces.begin() + 1, pieces.end(), [&](auto const& q) { return q.first >= from; });
+    std::vector<std::pair<char*, std::size_t>> cut(first, pieces.end());
+    if (cut.empty()) return cut;
+    pieces.erase(first, pieces.end());
+    std::size_t removed = 0;
+    for (auto const& q : cut) removed += q.second;
+    it->second.size -= removed;
+    if (pieces.size() == 1) pieces.clear();  // one piece again: the region itself
+    generation_.fetch_add(1, std::memory_order_release);
+    reserved_.fetch_sub(removed, std::memory_order_relaxed);
+    check_invariants_locked();
+    return cut;
   }
 
   /// Removes the region starting at `base` (invalidating every thread's hints);

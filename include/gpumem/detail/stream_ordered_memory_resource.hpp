@@ -227,12 +227,57 @@ class stream_ordered_memory_resource {
     });
   }
 
+  /// Gives back the pieces at the end of extended regions (grow_joined) that a free
+  /// block covers whole: a region that is never entirely free (a pool over one range
+  /// of virtual addresses) still shrinks. Only blocks in the clean list (given back
+  /// on the legacy stream, which the barrier that cleaned them ordered after every
+  /// stream) or in a list of a stream this thread can name (given back on it).
+  /// Caller holds growth_mutex(). Returns the bytes given back.
+  std::size_t release_free_tails() {
+    if constexpr (!requires(List& l, char* p) { l.bytes_ending_at(p); }) {
+      return 0;
+    } else {
+      return lists_.with_all_locked([&](typename lists_type::locked_view& v) {
+        std::size_t released = 0;
+        for (auto const& [base, size] : regions_.extended()) {
+          char* const end = base + size;
+          for (entry* e : v.entries) {
+            std::size_t const n = e->list.bytes_ending_at(end);
+            if (n == 0) continue;
+            // (without a driver nothing captures)
+            bool const nameable = e->clean || (e->id.usable_from_this_thread() &&
+                                               !(driver_available() && may_be_capturing(e->id.handle)));
+            if (!nameable) break;
+            CUstream const target = e->clean ? reinterpret_cast<CUstream>(legacy_stream_handle) : e->id.handle;
+            char* const start = end - n;
+            auto const cut = regions_.cut_pieces_from(base, start);
+            if (cut.empty()) break;
+            [[maybe_unused]] bool const removed = e->list.remove(start);
+            GPUMEM_ASSERT(removed, "the free block at a region's end vanished while the lists were locked");
+            if (cut.front().first > start) {
+              e->list.add({start, static_cast<std::size_t>(cut.front().first - start), base});
+            }
+            end_borrows();
+            for (auto const& [p, bytes] : cut) {
+              upstream_->deallocate(p, bytes, stream_ref{target});
+              released += bytes;
+            }
+            break;
+          }
+        }
+        return released;
+      });
+    }
+  }
+
   /// device_memory_resource::release(): reclaims whatever waits for a barrier (it
-  /// may complete a free region), then gives the free regions back.
+  /// may complete a free region), then gives the free regions back, and the free
+  /// ends of extended ones.
   std::size_t release() {
     std::lock_guard growth{growth_mutex_};
     reclaim();
-    return release_free_regions();
+    std::size_t const whole = release_free_regions();
+    return whole + release_free_tails();
   }
 
   resource_info info() {
