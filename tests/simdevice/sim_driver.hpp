@@ -32,7 +32,10 @@ namespace gpumem::test {
   X(cuGraphDestroy) X(cuGraphGetNodes) X(cuIpcGetMemHandle) X(cuIpcOpenMemHandle)               \
   X(cuIpcCloseMemHandle) X(cuGetProcAddress) X(cuDriverGetVersion) X(cuDevicePrimaryCtxGetState)  \
   X(cuCtxCreate) X(cuCtxDestroy) X(cuDeviceCanAccessPeer) X(cuCtxEnablePeerAccess)               \
-  X(cuCtxDisablePeerAccess) X(cuMemcpyPeer) X(cuMemcpyPeerAsync)
+  X(cuCtxDisablePeerAccess) X(cuMemcpyPeer) X(cuMemcpyPeerAsync) X(cuMemcpy)                    \
+  X(cuMemGetAllocationGranularity) X(cuMemAddressReserve) X(cuMemAddressFree) X(cuMemCreate)    \
+  X(cuMemRelease) X(cuMemMap) X(cuMemUnmap) X(cuMemSetAccess) X(cuMemGetAccess)                 \
+  X(cuMemGetAllocationPropertiesFromHandle) X(cuMemRetainAllocationHandle)
 // clang-format on
 
 #define SIMTEST_STR2(x) #x

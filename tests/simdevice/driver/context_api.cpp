@@ -3,6 +3,7 @@
 #include "pool.hpp"
 #include "state.hpp"
 #include "stream.hpp"
+#include "vmm.hpp"
 
 #include <algorithm>
 #include <cstdio>
@@ -55,8 +56,8 @@ int attribute_value(CUdevice_attribute a, int ordinal) {
     case CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR: return 32;
     case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED: return 1;
     case CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES: return CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
-    // Not simulated: cuMemCreate/cuMemMap (VMM) and kernels are absent.
-    case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED: return 0;
+    // cuMemCreate/cuMemMap and friends (vmm_api.cpp), unless GPUMEM_SIM_NO_VMM=1.
+    case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED: return vmm_state::supported() ? 1 : 0;
     default: return 0;
   }
 }

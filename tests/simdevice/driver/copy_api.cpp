@@ -32,7 +32,7 @@ CUresult check_memset(CUdeviceptr dst, std::size_t count, std::size_t element) {
   if (CUresult r = init_status(); r != CUDA_SUCCESS) return r;
   if (count == 0) return CUDA_SUCCESS;
   if (dst % element != 0 || count > SIZE_MAX / element) return CUDA_ERROR_INVALID_VALUE;
-  return check_device_range(static_cast<std::uintptr_t>(dst), count * element);
+  return check_device_range(static_cast<std::uintptr_t>(dst), count * element, access_kind::write);
 }
 
 std::function<void()> fill8(CUdeviceptr dst, unsigned char value, std::size_t n) {
@@ -50,9 +50,10 @@ std::function<void()> copy(void* dst, void const* src, std::size_t n) {
   return [=] { std::memmove(dst, src, n); };
 }
 
-// Pointers inside a device heap must lie in a live allocation; others are host memory.
-CUresult check_any(std::uintptr_t p, std::size_t n) {
-  return device_of(p) == nullptr ? CUDA_SUCCESS : check_device_range(p, n);
+// Pointers inside a device heap or a VMM reservation must lie in device memory
+// the copy may touch; others are host memory.
+CUresult check_any(std::uintptr_t p, std::size_t n, access_kind how) {
+  return is_device_address(p) ? check_device_range(p, n, how) : CUDA_SUCCESS;
 }
 
 }  // namespace
@@ -97,14 +98,16 @@ CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t n) {
   SIM_ENTRY("cuMemcpy");
   SIM_REQUIRE_INIT();
   if (n == 0) return CUDA_SUCCESS;
-  if (check_any(dst, n) != CUDA_SUCCESS || check_any(src, n) != CUDA_SUCCESS) return CUDA_ERROR_INVALID_VALUE;
+  if (check_any(dst, n, access_kind::write) != CUDA_SUCCESS || check_any(src, n, access_kind::read) != CUDA_SUCCESS)
+    return CUDA_ERROR_INVALID_VALUE;
   return run_sync("cuMemcpy", copy(reinterpret_cast<void*>(dst), reinterpret_cast<void const*>(src), n));
 }
 
 CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream h) {
   SIM_ENTRY("cuMemcpyAsync");
   SIM_REQUIRE_INIT();
-  if (check_any(dst, n) != CUDA_SUCCESS || check_any(src, n) != CUDA_SUCCESS) return CUDA_ERROR_INVALID_VALUE;
+  if (check_any(dst, n, access_kind::write) != CUDA_SUCCESS || check_any(src, n, access_kind::read) != CUDA_SUCCESS)
+    return CUDA_ERROR_INVALID_VALUE;
   return run_async(h, false, "cuMemcpyAsync",
                    copy(reinterpret_cast<void*>(dst), reinterpret_cast<void const*>(src), n));
 }
@@ -112,7 +115,8 @@ CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream h) {
 SIM_EXPORT CUresult cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream h) {
   SIM_ENTRY("cuMemcpyAsync_ptsz");
   SIM_REQUIRE_INIT();
-  if (check_any(dst, n) != CUDA_SUCCESS || check_any(src, n) != CUDA_SUCCESS) return CUDA_ERROR_INVALID_VALUE;
+  if (check_any(dst, n, access_kind::write) != CUDA_SUCCESS || check_any(src, n, access_kind::read) != CUDA_SUCCESS)
+    return CUDA_ERROR_INVALID_VALUE;
   return run_async(h, true, "cuMemcpyAsync_ptsz",
                    copy(reinterpret_cast<void*>(dst), reinterpret_cast<void const*>(src), n));
 }
@@ -121,7 +125,7 @@ CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void* src, size_t n) {
   SIM_ENTRY("cuMemcpyHtoD_v2");
   SIM_REQUIRE_INIT();
   if (n == 0) return CUDA_SUCCESS;
-  if (src == nullptr || check_device_range(dst, n) != CUDA_SUCCESS) return CUDA_ERROR_INVALID_VALUE;
+  if (src == nullptr || check_device_range(dst, n, access_kind::write) != CUDA_SUCCESS) return CUDA_ERROR_INVALID_VALUE;
   return run_sync("cuMemcpyHtoD_v2", copy(reinterpret_cast<void*>(dst), src, n));
 }
 
@@ -129,7 +133,7 @@ CUresult cuMemcpyDtoH_v2(void* dst, CUdeviceptr src, size_t n) {
   SIM_ENTRY("cuMemcpyDtoH_v2");
   SIM_REQUIRE_INIT();
   if (n == 0) return CUDA_SUCCESS;
-  if (dst == nullptr || check_device_range(src, n) != CUDA_SUCCESS) return CUDA_ERROR_INVALID_VALUE;
+  if (dst == nullptr || check_device_range(src, n, access_kind::read) != CUDA_SUCCESS) return CUDA_ERROR_INVALID_VALUE;
   return run_sync("cuMemcpyDtoH_v2", copy(dst, reinterpret_cast<void const*>(src), n));
 }
 
@@ -137,7 +141,8 @@ CUresult cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t n) {
   SIM_ENTRY("cuMemcpyDtoD_v2");
   SIM_REQUIRE_INIT();
   if (n == 0) return CUDA_SUCCESS;
-  if (check_device_range(dst, n) != CUDA_SUCCESS || check_device_range(src, n) != CUDA_SUCCESS)
+  if (check_device_range(dst, n, access_kind::write) != CUDA_SUCCESS ||
+      check_device_range(src, n, access_kind::read) != CUDA_SUCCESS)
     return CUDA_ERROR_INVALID_VALUE;
   return run_sync("cuMemcpyDtoD_v2", copy(reinterpret_cast<void*>(dst), reinterpret_cast<void const*>(src), n));
 }
@@ -151,17 +156,19 @@ CUresult cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t n) {
   }
 
 SIM_ASYNC_COPY(cuMemcpyHtoDAsync_v2, false, CUdeviceptr, const void*,
-               src == nullptr || check_device_range(dst, n) != CUDA_SUCCESS)
+               src == nullptr || check_device_range(dst, n, access_kind::write) != CUDA_SUCCESS)
 SIM_ASYNC_COPY(cuMemcpyHtoDAsync_v2_ptsz, true, CUdeviceptr, const void*,
-               src == nullptr || check_device_range(dst, n) != CUDA_SUCCESS)
+               src == nullptr || check_device_range(dst, n, access_kind::write) != CUDA_SUCCESS)
 SIM_ASYNC_COPY(cuMemcpyDtoHAsync_v2, false, void*, CUdeviceptr,
-               dst == nullptr || check_device_range(src, n) != CUDA_SUCCESS)
+               dst == nullptr || check_device_range(src, n, access_kind::read) != CUDA_SUCCESS)
 SIM_ASYNC_COPY(cuMemcpyDtoHAsync_v2_ptsz, true, void*, CUdeviceptr,
-               dst == nullptr || check_device_range(src, n) != CUDA_SUCCESS)
+               dst == nullptr || check_device_range(src, n, access_kind::read) != CUDA_SUCCESS)
 SIM_ASYNC_COPY(cuMemcpyDtoDAsync_v2, false, CUdeviceptr, CUdeviceptr,
-               check_device_range(dst, n) != CUDA_SUCCESS || check_device_range(src, n) != CUDA_SUCCESS)
+               check_device_range(dst, n, access_kind::write) != CUDA_SUCCESS ||
+                   check_device_range(src, n, access_kind::read) != CUDA_SUCCESS)
 SIM_ASYNC_COPY(cuMemcpyDtoDAsync_v2_ptsz, true, CUdeviceptr, CUdeviceptr,
-               check_device_range(dst, n) != CUDA_SUCCESS || check_device_range(src, n) != CUDA_SUCCESS)
+               check_device_range(dst, n, access_kind::write) != CUDA_SUCCESS ||
+                   check_device_range(src, n, access_kind::read) != CUDA_SUCCESS)
 #undef SIM_ASYNC_COPY
 
 // ---- peer copies --------------------------------------------------------------
@@ -170,13 +177,13 @@ SIM_ASYNC_COPY(cuMemcpyDtoDAsync_v2_ptsz, true, CUdeviceptr, CUdeviceptr,
 
 namespace {
 
-CUresult check_peer(CUdeviceptr p, CUcontext h, std::size_t n) {
+CUresult check_peer(CUdeviceptr p, CUcontext h, std::size_t n, access_kind how) {
   context* c = context_from_handle(h);
   if (c == nullptr) return CUDA_ERROR_INVALID_CONTEXT;  // guessed
   auto const a = static_cast<std::uintptr_t>(p);
-  device* d = device_of(a);
-  if (d == nullptr || d->ordinal != c->device) return CUDA_ERROR_INVALID_VALUE;
-  return check_device_range(a, n);
+  pointer_info info;
+  if (!lookup_pointer(a, &info) || info.device != c->device) return CUDA_ERROR_INVALID_VALUE;
+  return check_device_range(a, n, how);
 }
 
 }  // namespace
@@ -185,8 +192,8 @@ CUresult cuMemcpyPeer(CUdeviceptr dst, CUcontext dst_ctx, CUdeviceptr src, CUcon
   SIM_ENTRY("cuMemcpyPeer");
   SIM_REQUIRE_INIT();
   if (n == 0) return CUDA_SUCCESS;
-  if (CUresult r = check_peer(dst, dst_ctx, n); r != CUDA_SUCCESS) return r;
-  if (CUresult r = check_peer(src, src_ctx, n); r != CUDA_SUCCESS) return r;
+  if (CUresult r = check_peer(dst, dst_ctx, n, access_kind::write); r != CUDA_SUCCESS) return r;
+  if (CUresult r = check_peer(src, src_ctx, n, access_kind::read); r != CUDA_SUCCESS) return r;
   return run_sync("cuMemcpyPeer", copy(reinterpret_cast<void*>(dst), reinterpret_cast<void const*>(src), n));
 }
 
@@ -196,8 +203,8 @@ CUresult peer_async(CUdeviceptr dst, CUcontext dst_ctx, CUdeviceptr src, CUconte
                     bool ptsz, char const* entry) {
   if (CUresult r = init_status(); r != CUDA_SUCCESS) return r;
   if (n == 0) return CUDA_SUCCESS;
-  if (CUresult r = check_peer(dst, dst_ctx, n); r != CUDA_SUCCESS) return r;
-  if (CUresult r = check_peer(src, src_ctx, n); r != CUDA_SUCCESS) return r;
+  if (CUresult r = check_peer(dst, dst_ctx, n, access_kind::write); r != CUDA_SUCCESS) return r;
+  if (CUresult r = check_peer(src, src_ctx, n, access_kind::read); r != CUDA_SUCCESS) return r;
   return run_async(h, ptsz, entry, copy(reinterpret_cast<void*>(dst), reinterpret_cast<void const*>(src), n));
 }
 

@@ -101,19 +101,30 @@ void device_heap::discard_pages(std::uintptr_t addr, std::size_t size) noexcept 
   }
 }
 
-CUresult device_heap::allocate(std::size_t bytes, allocation const& info, std::uintptr_t* out) {
+CUresult device_heap::allocate(std::size_t bytes, allocation const& info, std::uintptr_t* out, std::size_t align) {
   if (static_cast<int>(getpid()) != owner_pid_) return CUDA_ERROR_NOT_INITIALIZED;
   if (bytes == 0 || bytes > capacity_) return CUDA_ERROR_OUT_OF_MEMORY;
   std::size_t const size = round_up(bytes, alignment);
   std::lock_guard lock(mutex_);
+  // Best fit: the smallest free block that holds `size` bytes at an aligned start.
   auto fit = free_by_size_.lower_bound({size, 0});
+  std::uintptr_t addr = 0;
+  for (; fit != free_by_size_.end(); ++fit) {
+    addr = base_ + round_up(fit->second - base_, align);
+    if (addr + size <= fit->second + fit->first) break;
+  }
   if (fit == free_by_size_.end()) return CUDA_ERROR_OUT_OF_MEMORY;
-  auto const [block_size, addr] = *fit;
+  auto const [block_size, block] = *fit;
   free_by_size_.erase(fit);
-  free_by_addr_.erase(addr);
-  if (block_size > size) {
-    free_by_addr_.emplace(addr + size, block_size - size);
-    free_by_size_.emplace(block_size - size, addr + size);
+  free_by_addr_.erase(block);
+  if (addr > block) {
+    free_by_addr_.emplace(block, addr - block);
+    free_by_size_.emplace(addr - block, block);
+  }
+  if (block + block_size > addr + size) {
+    std::size_t const tail = block + block_size - (addr + size);
+    free_by_addr_.emplace(addr + size, tail);
+    free_by_size_.emplace(tail, addr + size);
   }
   allocation a = info;
   a.base = addr;

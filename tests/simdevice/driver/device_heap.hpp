@@ -47,8 +47,11 @@ class device_heap {
   device_heap& operator=(device_heap const&) = delete;
 
   /// CUDA_ERROR_OUT_OF_MEMORY when no free block fits; CUDA_ERROR_NOT_INITIALIZED
-  /// in a fork()ed child (the mapping is shared with the parent).
-  CUresult allocate(std::size_t bytes, allocation const& info, std::uintptr_t* out);
+  /// in a fork()ed child (the mapping is shared with the parent). `align` (a
+  /// power of two, at least `alignment`) places the block at that offset
+  /// alignment within the heap's mapping: page-aligned blocks can be mapped
+  /// elsewhere (cuMemMap).
+  CUresult allocate(std::size_t bytes, allocation const& info, std::uintptr_t* out, std::size_t align = alignment);
   /// Checks `ptr` is the base of a live allocation (not pending) and returns it.
   free_status check_free(std::uintptr_t ptr, allocation* out = nullptr);
   /// Marks a live allocation as having a queued async free (double-free detection).

@@ -4,6 +4,7 @@
 #include "memory.hpp"
 #include "pool.hpp"
 #include "stream.hpp"
+#include "vmm.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -28,15 +29,38 @@ bool lookup_pointer(std::uintptr_t ptr, pointer_info* out) {
     out->pool = a.pool;
     out->ctx = a.ctx;
     out->buffer_id = a.buffer_id;
+    out->range_base = out->base;
+    out->range_size = out->size;
     return true;
   }
-  return ipc_lookup(ptr, out);
+  if (ipc_lookup(ptr, out)) {
+    out->range_base = out->base;
+    out->range_size = out->size;
+    return true;
+  }
+  return vmm_state::get().lookup(ptr, out);
 }
 
-CUresult check_device_range(std::uintptr_t ptr, std::size_t bytes) {
+CUresult check_device_range(std::uintptr_t ptr, std::size_t bytes, access_kind how) {
+  if (device_of(ptr) == nullptr) {
+    switch (vmm_state::get().check_range(ptr, bytes, how)) {
+      case vmm_state::range_status::ok: return CUDA_SUCCESS;
+      case vmm_state::range_status::inaccessible:
+        // On a GPU this is an illegal address, not always a clean error: a bug either way.
+        violation("%s of %zu bytes at %#zx: virtual memory not mapped with %s access",
+                  how == access_kind::write ? "write" : "read", bytes, static_cast<std::size_t>(ptr),
+                  how == access_kind::write ? "read-write" : "read");
+        return CUDA_ERROR_INVALID_VALUE;
+      case vmm_state::range_status::outside: break;
+    }
+  }
   pointer_info info;
   if (!lookup_pointer(ptr, &info)) return CUDA_ERROR_INVALID_VALUE;
   return ptr + bytes <= info.base + info.size ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+bool is_device_address(std::uintptr_t ptr) noexcept {
+  return device_of(ptr) != nullptr || vmm_state::get().reserved(ptr);
 }
 
 CUresult report_bad_free(free_status status, std::uintptr_t ptr, char const* entry) {
@@ -277,7 +301,8 @@ CUresult write_attribute(void* data, CUpointer_attribute attribute, std::uintptr
     case CU_POINTER_ATTRIBUTE_CONTEXT:
       // Memory of a memory pool (cuMemAllocAsync) belongs to no context (measured:
       // NULL on an H200, driver 580); other memory to the context that allocated it.
-      *static_cast<CUcontext*>(data) = info.pool != nullptr
+      // Virtual memory (cuMemMap) belongs to no context either (guessed).
+      *static_cast<CUcontext*>(data) = info.pool != nullptr || info.vmm
                                            ? nullptr
                                            : to_handle(info.ctx != nullptr ? info.ctx : &device_at(info.device)->ctx);
       return CUDA_SUCCESS;
@@ -291,10 +316,20 @@ CUresult write_attribute(void* data, CUpointer_attribute attribute, std::uintptr
       return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_IS_MANAGED: *static_cast<unsigned*>(data) = info.managed ? 1U : 0U; return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *static_cast<int*>(data) = info.device; return CUDA_SUCCESS;
+    // Documented: the mappable range (for virtual memory, the whole reservation).
     case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+      *static_cast<CUdeviceptr*>(data) = static_cast<CUdeviceptr>(info.range_base);
+      return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE: *static_cast<std::size_t*>(data) = info.range_size; return CUDA_SUCCESS;
+    // The cuMemMap mapping holding the pointer; modelled for virtual memory only.
+    case CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR:
+      if (!info.vmm) return CUDA_ERROR_INVALID_VALUE;
       *static_cast<CUdeviceptr*>(data) = static_cast<CUdeviceptr>(info.base);
       return CUDA_SUCCESS;
-    case CU_POINTER_ATTRIBUTE_RANGE_SIZE: *static_cast<std::size_t*>(data) = info.size; return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_MAPPING_SIZE:
+      if (!info.vmm) return CUDA_ERROR_INVALID_VALUE;
+      *static_cast<std::size_t*>(data) = info.size;
+      return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_MAPPED: *static_cast<unsigned*>(data) = 1U; return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_BUFFER_ID: *static_cast<unsigned long long*>(data) = info.buffer_id; return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE:
@@ -302,7 +337,7 @@ CUresult write_attribute(void* data, CUpointer_attribute attribute, std::uintptr
       return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS: *static_cast<unsigned*>(data) = 1U; return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
-      *static_cast<unsigned*>(data) = info.managed || info.pool != nullptr ? 0U : 1U;
+      *static_cast<unsigned*>(data) = info.managed || info.pool != nullptr || info.vmm ? 0U : 1U;
       return CUDA_SUCCESS;
     default: return CUDA_ERROR_INVALID_VALUE;
   }
@@ -313,9 +348,11 @@ std::size_t attribute_size(CUpointer_attribute attribute) {
   switch (attribute) {
     case CU_POINTER_ATTRIBUTE_CONTEXT: return sizeof(CUcontext);
     case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
-    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: return sizeof(CUdeviceptr);
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+    case CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR: return sizeof(CUdeviceptr);
     case CU_POINTER_ATTRIBUTE_HOST_POINTER: return sizeof(void*);
-    case CU_POINTER_ATTRIBUTE_RANGE_SIZE: return sizeof(std::size_t);
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+    case CU_POINTER_ATTRIBUTE_MAPPING_SIZE: return sizeof(std::size_t);
     case CU_POINTER_ATTRIBUTE_BUFFER_ID: return sizeof(unsigned long long);
     case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE: return sizeof(CUmemoryPool);
     case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: return sizeof(int);
