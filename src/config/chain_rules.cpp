@@ -107,11 +107,12 @@ std::vector<resource_spec> canonical_resources(std::string_view const name) {
   auto entry = [](std::string type, resource_options options) {
     return resource_spec{std::move(type), std::move(options), "GPUMEM_RESOURCE", 0, 0};
   };
-  if (name == "pool") { return {entry("pool", pool_spec{}), entry("cuda", cuda_spec{})}; }
-  if (name == "vmm-pool") { return {entry("pool", pool_spec{}), entry("vmm", vmm_spec{})}; }
+  // The pool over mapped memory, as the default chain; cuda-pool: over cuMemAlloc slabs.
+  if (name == "pool") { return {entry("pool", pool_spec{}), entry("vmm", vmm_spec{})}; }
+  if (name == "cuda-pool") { return {entry("pool", pool_spec{}), entry("cuda", cuda_spec{})}; }
   if (name == "binning") {
     return {entry("binning", binning_spec{power_of_two_bins(8, 20)}), entry("pool", pool_spec{}),
-            entry("cuda", cuda_spec{})};
+            entry("vmm", vmm_spec{})};
   }
   if (name == "async") { return {entry("async", async_spec{})}; }
   if (name == "cuda") { return {entry("cuda", cuda_spec{})}; }

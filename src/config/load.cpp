@@ -218,7 +218,7 @@ resource_spec env_entry(std::string type, resource_options options, std::string_
 /// GPUMEM_RESOURCE: the chain's adaptors, in the order written, over the canonical
 /// resources for `name`.
 void replace_resources(settings& s, overrides const& o) {
-  std::string const* name = o.choice("GPUMEM_RESOURCE", "pool|vmm-pool|binning|async|cuda|managed");
+  std::string const* name = o.choice("GPUMEM_RESOURCE", "pool|cuda-pool|binning|async|cuda|managed");
   if (name == nullptr) { return; }
   std::vector<resource_spec> chain;
   for (auto& e : s.chain) {

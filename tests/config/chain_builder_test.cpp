@@ -49,8 +49,8 @@ class ChainBuilder : public ::testing::Test {
 
 TEST_F(ChainBuilder, EmbeddedDefault) {
   auto chain = gc::build_chain(gc::load(gc::environment{}), 0);
-  EXPECT_EQ(chain->types(), (types{"statistics", "pool", "statistics", "cuda"}));
-  EXPECT_EQ(chain->describe(), "pool(initial 0 B) \u2192 cuda");
+  EXPECT_EQ(chain->types(), (types{"statistics", "pool", "statistics", "vmm"}));
+  EXPECT_EQ(chain->describe(), "pool(initial 0 B) \u2192 vmm");
   EXPECT_EQ(chain->device(), 0);
   EXPECT_EQ(&chain->top(), static_cast<gpumem::device_memory_resource*>(&chain->live_stats()));
   EXPECT_NE(&chain->live_stats(), &chain->device_stats());
@@ -62,8 +62,8 @@ TEST_F(ChainBuilder, StreamModeBuildsTheSameChain) {
   auto s = gc::load(gc::environment{});
   s.sync = gc::sync_mode::stream;
   auto chain = gc::build_chain(s, 0);
-  EXPECT_EQ(chain->types(), (types{"statistics", "pool", "statistics", "cuda"}));
-  EXPECT_EQ(chain->describe(), "pool(initial 0 B) \u2192 cuda");
+  EXPECT_EQ(chain->types(), (types{"statistics", "pool", "statistics", "vmm"}));
+  EXPECT_EQ(chain->describe(), "pool(initial 0 B) \u2192 vmm");
 }
 
 TEST_F(ChainBuilder, NothingCached) {

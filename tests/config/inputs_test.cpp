@@ -70,7 +70,7 @@ TEST(ConfigInput, FifoWithAWriterIsRead) {
   gc::settings const s = gc::load(env_of({{"GPUMEM_CONFIG", tmp.path()}}));
   writer.join();
   EXPECT_TRUE(s.report);
-  EXPECT_EQ(types_of(s), (std::vector<std::string>{"pool", "cuda"}));
+  EXPECT_EQ(types_of(s), (std::vector<std::string>{"pool", "vmm"}));
 }
 
 // GPUMEM_CONFIG=<(echo ...): a pipe the shell already filled.
@@ -88,7 +88,7 @@ TEST(ConfigInput, DevNullIsAnEmptyConfiguration) {
   gc::settings const s = gc::load(env_of({{"GPUMEM_CONFIG", "/dev/null"}}));
   EXPECT_EQ(s.source, "/dev/null");
   EXPECT_FALSE(s.report);
-  EXPECT_EQ(types_of(s), (std::vector<std::string>{"pool", "cuda"}));  // the embedded default chain
+  EXPECT_EQ(types_of(s), (std::vector<std::string>{"pool", "vmm"}));  // the embedded default chain
 }
 
 TEST(ConfigInput, EndlessDeviceIsRefused) {

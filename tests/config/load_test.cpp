@@ -55,7 +55,7 @@ TEST(Load, NothingSetGivesTheEmbeddedDefault) {
   EXPECT_FALSE(s.disabled);
   EXPECT_EQ(s.sync, gc::sync_mode::safe);
   EXPECT_EQ(s.on_config_error, gc::on_error::fail);
-  EXPECT_EQ(types_of(s), (types{"pool", "cuda"}));
+  EXPECT_EQ(types_of(s), (types{"pool", "vmm"}));
   EXPECT_TRUE(s.warnings.empty());
 }
 
@@ -71,7 +71,7 @@ TEST(Load, ConfigFile) {
 TEST(Load, EmptyVariablesCountAsUnset) {
   gc::settings const s = gc::load(env_of({{"GPUMEM_CONFIG", ""}, {"GPUMEM_LIMIT", ""}, {"GPUMEM_DISABLE", ""}}));
   EXPECT_EQ(s.source, "embedded default");
-  EXPECT_EQ(types_of(s), (types{"pool", "cuda"}));
+  EXPECT_EQ(types_of(s), (types{"pool", "vmm"}));
 }
 
 TEST(Load, UnreadableConfigFile) {
@@ -111,8 +111,9 @@ TEST(Load, ResourceReplacesResourcesKeepingAdaptors) {
   auto with = [](std::string const& r) {
     return types_of(gc::load(env_of({{"GPUMEM_CONFIG", data("adaptors.toml")}, {"GPUMEM_RESOURCE", r}})));
   };
-  EXPECT_EQ(with("pool"), (types{"limiting", "tracking", "pool", "cuda"}));
-  EXPECT_EQ(with("binning"), (types{"limiting", "tracking", "binning", "pool", "cuda"}));
+  EXPECT_EQ(with("pool"), (types{"limiting", "tracking", "pool", "vmm"}));
+  EXPECT_EQ(with("cuda-pool"), (types{"limiting", "tracking", "pool", "cuda"}));
+  EXPECT_EQ(with("binning"), (types{"limiting", "tracking", "binning", "pool", "vmm"}));
   EXPECT_EQ(with("async"), (types{"limiting", "tracking", "async"}));
   EXPECT_EQ(with("cuda"), (types{"limiting", "tracking", "cuda"}));
   EXPECT_EQ(with("managed"), (types{"limiting", "tracking", "managed"}));
@@ -128,7 +129,7 @@ TEST(Load, ResourceReplacesResourcesKeepingAdaptors) {
 
   EXPECT_EQ(
       error_of(env_of({{"GPUMEM_RESOURCE", "arena"}})),
-      E + "environment: GPUMEM_RESOURCE: unknown value \"arena\" (valid: pool|vmm-pool|binning|async|cuda|managed)");
+      E + "environment: GPUMEM_RESOURCE: unknown value \"arena\" (valid: pool|cuda-pool|binning|async|cuda|managed)");
 }
 
 TEST(Load, PoolSizeAndMaximum) {
@@ -173,7 +174,7 @@ TEST(Load, PoolSizeErrors) {
 
 TEST(Load, LimitAddsOrSetsTheOutermostLimiter) {
   gc::settings const added = gc::load(env_of({{"GPUMEM_LIMIT", "80%"}}));
-  EXPECT_EQ(types_of(added), (types{"limiting", "pool", "cuda"}));
+  EXPECT_EQ(types_of(added), (types{"limiting", "pool", "vmm"}));
   EXPECT_EQ(std::get<gc::limiting_spec>(added.chain[0].options).limit, gc::size_value::of_percent(80));
   EXPECT_EQ(added.chain[0].source, "GPUMEM_LIMIT");
 
@@ -288,7 +289,7 @@ TEST(Load, UnknownVariablesWarnWithSuggestion) {
   EXPECT_EQ(s.warnings[1], "unknown environment variable GPUMEM_POOLSIZE (ignored; did you mean GPUMEM_POOL_SIZE?)");
   EXPECT_EQ(s.warnings[2], "unknown environment variable GPUMEM_ZZZZZZZZZZZZ (ignored)");
   // Warnings do not change the configuration.
-  EXPECT_EQ(types_of(s), (types{"pool", "cuda"}));
+  EXPECT_EQ(types_of(s), (types{"pool", "vmm"}));
 }
 
 TEST(Load, ErrorPolicy) {

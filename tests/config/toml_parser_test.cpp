@@ -148,7 +148,7 @@ TEST(ParseToml, FileWithoutChainKeepsTheDefaultChain) {
   ASSERT_EQ(s.chain.size(), 2U);
   EXPECT_EQ(s.chain[0].type, "pool");
   EXPECT_EQ(s.chain[0].source, "embedded default");
-  EXPECT_EQ(s.chain[1].type, "cuda");
+  EXPECT_EQ(s.chain[1].type, "vmm");
 }
 
 TEST(ParseToml, EmbeddedDefaultIsConfigDefaultToml) {
@@ -160,7 +160,7 @@ TEST(ParseToml, EmbeddedDefaultIsConfigDefaultToml) {
   auto const& pool = std::get<gc::pool_spec>(s.chain[0].options);
   EXPECT_EQ(pool.initial_size, gc::size_value::of_bytes(0));
   EXPECT_FALSE(pool.maximum_size.has_value());
-  EXPECT_TRUE(std::holds_alternative<gc::cuda_spec>(s.chain[1].options));
+  EXPECT_TRUE(std::holds_alternative<gc::vmm_spec>(s.chain[1].options));
 }
 
 TEST(ParseToml, EveryShippedExampleParses) {

@@ -234,7 +234,7 @@ class stream_ordered_memory_resource {
   /// stream) or in a list of a stream this thread can name (given back on it).
   /// Caller holds growth_mutex(). Returns the bytes given back.
   std::size_t release_free_tails() {
-    if constexpr (!requires(List& l, char* p) { l.bytes_ending_at(p); }) {
+    if constexpr (!requires(List & l, char* p) { l.bytes_ending_at(p); }) {
       return 0;
     } else {
       return lists_.with_all_locked([&](typename lists_type::locked_view& v) {

@@ -23,7 +23,7 @@ struct option_spec {
 
 constexpr std::array<option_spec, 14> options{{
     {"config", "GPUMEM_CONFIG", option_spec::text, {}},
-    {"resource", "GPUMEM_RESOURCE", option_spec::choice, "pool|vmm-pool|binning|async|cuda|managed"},
+    {"resource", "GPUMEM_RESOURCE", option_spec::choice, "pool|cuda-pool|binning|async|cuda|managed"},
     {"pool-size", "GPUMEM_POOL_SIZE", option_spec::size, {}},
     {"pool-max", "GPUMEM_POOL_MAX", option_spec::size, {}},
     {"limit", "GPUMEM_LIMIT", option_spec::size, {}},

@@ -208,7 +208,9 @@ static void contexts(size_t limit) {
         APP_CHECK_EQ(cu.release(b->p), CUDA_SUCCESS);
         continue;
       }
-      if (!owner_is(b->p, b->owner)) {
+      /* Pool memory mapped with cuMemCreate (the default chain's vmm) belongs to no
+       * context either, as the driver's memory pool's. */
+      if (!owner_is(b->p, b->owner) && !(b->pooled && owner_is(b->p, NULL))) {
         CUcontext owner = NULL;
         CUresult const r = cu.attribute(&owner, CU_POINTER_ATTRIBUTE_CONTEXT, b->p);
         fprintf(stderr, "device %d block %d (%s, %zu bytes): wrong owning context (attribute %d: %p, expected %p)\n", d,
