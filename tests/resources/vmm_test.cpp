@@ -1,0 +1,212 @@
+// vmm_memory_resource against the driver (the simulated device's virtual memory
+// management, or a real GPU): placement one after another, extends(), copies
+// across the seam, a freed end mapped again in place, errors, peers, teardown,
+// and the cuMemAlloc fallback on a device without virtual memory management.
+
+#include <gpumem/detail/driver_api.hpp>
+#include <gpumem/detail/real_dlsym.hpp>
+#include <gpumem/error.hpp>
+#include <gpumem/pool_memory_resource.hpp>
+#include <gpumem/vmm_memory_resource.hpp>
+
+#include <support/device_helpers.hpp>
+#include <support/sim_control.hpp>
+
+#include <gtest/gtest.h>
+
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+extern char** environ;
+
+namespace gpumem {
+namespace {
+
+constexpr std::size_t MiB = std::size_t{1} << 20;
+
+char* as_char(void* p) { return static_cast<char*>(p); }
+
+bool vmm_disabled() { return std::getenv("GPUMEM_SIM_NO_VMM") != nullptr; }
+
+class Vmm : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!detail::driver_available()) GTEST_SKIP() << "no CUDA driver (simulated or real)";
+    if (vmm_disabled()) GTEST_SKIP() << "virtual memory management switched off";
+    ASSERT_EQ(detail::ensure_context(), CUDA_SUCCESS);
+    granularity = mr.contiguous_granularity();
+    if (granularity == 0) GTEST_SKIP() << "this device has no virtual memory management";
+  }
+  test::sim_control& sim = test::sim_control::get();
+  vmm_memory_resource mr;
+  std::size_t granularity = 0;
+};
+
+TEST_F(Vmm, AllocationsFollowEachOtherAndServeAsOneBuffer) {
+  if (sim.present()) {
+    EXPECT_EQ(granularity, 2 * MiB);
+  }
+  auto const creates = sim.call_count("cuMemCreate");
+  void* a = mr.allocate(granularity + 1);  // rounded up to two granules
+  void* b = mr.allocate(granularity);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(as_char(b), as_char(a) + 2 * granularity);
+  EXPECT_TRUE(mr.extends(as_char(a) + 2 * granularity, b));
+  EXPECT_FALSE(mr.extends(as_char(a) + granularity, b));  // not where a ends
+  EXPECT_FALSE(mr.extends(b, a));
+  EXPECT_EQ(mr.info().reserved_bytes, 3 * granularity);
+  EXPECT_EQ(mr.info().used_bytes, 3 * granularity);
+  // One memset and one copy across both mappings.
+  EXPECT_TRUE(test::fill_and_check(a, 3 * granularity, 0x5a));
+  if (sim.present()) {
+    EXPECT_EQ(sim.call_count("cuMemCreate"), creates + 2);
+  }
+  mr.deallocate(b, granularity);
+  mr.deallocate(a, granularity + 1);
+  EXPECT_EQ(mr.info().reserved_bytes, 0U);
+  EXPECT_EQ(mr.fallback_allocations(), 0U);
+}
+
+TEST_F(Vmm, AFreedEndIsMappedAgainInPlace) {
+  void* a = mr.allocate(granularity);
+  void* b = mr.allocate(granularity);
+  mr.deallocate(b, granularity);
+  void* c = mr.allocate(3 * granularity);  // continues a where b was
+  EXPECT_EQ(c, b);
+  EXPECT_TRUE(mr.extends(as_char(a) + granularity, c));
+  EXPECT_TRUE(test::fill_and_check(a, 4 * granularity, 0x3c));
+  mr.deallocate(c, 3 * granularity);
+  mr.deallocate(a, granularity);
+  EXPECT_EQ(mr.info().reserved_bytes, 0U);
+}
+
+TEST_F(Vmm, MoreThanTheDeviceHoldsIsOutOfMemoryAndChangesNothing) {
+  auto const total = test::device_total_memory();
+  ASSERT_GT(total, 0U);
+  void* a = mr.allocate(granularity);
+  EXPECT_THROW(static_cast<void>(mr.allocate(total + granularity)), out_of_memory);
+  EXPECT_EQ(mr.info().reserved_bytes, granularity);
+  void* b = mr.allocate(granularity);  // the failed placement was undone: still right after a
+  EXPECT_EQ(as_char(b), as_char(a) + granularity);
+  mr.deallocate(b, granularity);
+  mr.deallocate(a, granularity);
+}
+
+TEST_F(Vmm, AFreeOfMemoryItDidNotHandOutIsRefused) {
+  void* a = mr.allocate(granularity);
+  auto const unmaps = sim.call_count("cuMemUnmap");
+  mr.deallocate(as_char(a) + 256, granularity);  // inside, not an allocation
+  int host = 0;
+  mr.deallocate(&host, sizeof host);
+  if (sim.present()) {
+    EXPECT_EQ(sim.call_count("cuMemUnmap"), unmaps);
+  }
+  EXPECT_EQ(mr.info().reserved_bytes, granularity);
+  EXPECT_TRUE(test::fill_and_check(a, granularity, 0x11));  // still mapped
+  mr.deallocate(a, granularity);
+}
+
+TEST_F(Vmm, PeersMayReadAndWriteIt) {
+  auto const& d = detail::driver();
+  int count = 0;
+  ASSERT_EQ(d.cuDeviceGetCount(&count), CUDA_SUCCESS);
+  if (count < 2) GTEST_SKIP() << "one device";
+  using get_access = CUresult (*)(unsigned long long*, CUmemLocation const*, CUdeviceptr);
+  auto const access = reinterpret_cast<get_access>(detail::real_dlsym()(d.handle, "cuMemGetAccess"));
+  ASSERT_NE(access, nullptr);
+  void* a = mr.allocate(granularity);
+  for (int dev = 0; dev < count; ++dev) {
+    int can = 1;
+    if (dev != 0) {
+      ASSERT_EQ(d.cuDeviceCanAccessPeer(&can, dev, 0), CUDA_SUCCESS);
+    }
+    unsigned long long flags = 0;
+    CUmemLocation const where{CU_MEM_LOCATION_TYPE_DEVICE, dev};
+    ASSERT_EQ(access(&flags, &where, reinterpret_cast<CUdeviceptr>(a)), CUDA_SUCCESS);
+    EXPECT_EQ(flags, can != 0 ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE : CU_MEM_ACCESS_FLAGS_PROT_NONE) << "device " << dev;
+  }
+  mr.deallocate(a, granularity);
+}
+
+TEST_F(Vmm, TheDestructorUnmapsWhatIsLeft) {
+  if (!sim.present()) GTEST_SKIP() << "counts the simulated device's memory";
+  auto const before = sim.live_bytes(0);
+  {
+    vmm_memory_resource scoped;
+    static_cast<void>(scoped.allocate(granularity));
+    static_cast<void>(scoped.allocate(3 * granularity));
+    EXPECT_EQ(sim.live_bytes(0), before + 4 * granularity);
+  }
+  EXPECT_EQ(sim.live_bytes(0), before);
+}
+
+TEST_F(Vmm, APoolOverItHoldsOneRegionThatGrowsInPlace) {
+  pool_memory_resource pool{&mr, pool_options{std::size_t{0}, {}, granularity}};
+  void* a = pool.allocate(granularity);
+  pool.deallocate(a, granularity);
+  void* b = pool.allocate(5 * granularity);  // the free granule at the end and 4 more
+  EXPECT_EQ(b, a);
+  EXPECT_EQ(pool.pool_size(), 5 * granularity);
+  EXPECT_TRUE(test::fill_and_check(b, 5 * granularity, 0x77));
+  pool.deallocate(b, 5 * granularity);
+  EXPECT_EQ(pool.release(), 5 * granularity);
+  EXPECT_EQ(mr.info().reserved_bytes, 0U);
+}
+
+// ---- the fallback: a device without virtual memory management -------------------
+
+/// Runs this executable again, on the simulated device with virtual memory
+/// management switched off, for the VmmFallback tests only; their exit status.
+int run_without_vmm() {
+  std::vector<std::string> env_text{"GPUMEM_SIM_NO_VMM=1"};
+  for (char** e = environ; *e != nullptr; ++e) env_text.emplace_back(*e);
+  std::vector<char*> env;
+  for (auto& s : env_text) env.push_back(s.data());
+  env.push_back(nullptr);
+  std::string exe = "/proc/self/exe";
+  std::string filter = "--gtest_filter=VmmFallback.*";
+  char* argv[] = {exe.data(), filter.data(), nullptr};
+  pid_t pid = 0;
+  if (posix_spawn(&pid, exe.c_str(), nullptr, nullptr, argv, env.data()) != 0) return -1;
+  int status = 0;
+  if (waitpid(pid, &status, 0) != pid) return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+TEST(VmmFallback, FallsBackToCuMemAllocAndNeverJoins) {
+  auto& sim = test::sim_control::get();
+  if (!sim.present()) GTEST_SKIP() << "needs the simulated device (its switch for virtual memory management)";
+  if (!vmm_disabled()) {
+    EXPECT_EQ(run_without_vmm(), 0);
+    return;
+  }
+  ASSERT_EQ(detail::ensure_context(), CUDA_SUCCESS);
+  vmm_memory_resource mr;
+  EXPECT_EQ(mr.contiguous_granularity(), 0U);
+  auto const allocs = sim.call_count("cuMemAlloc_v2");
+  void* a = mr.allocate(MiB);
+  void* b = mr.allocate(MiB);
+  EXPECT_EQ(sim.call_count("cuMemAlloc_v2"), allocs + 2);
+  EXPECT_EQ(mr.fallback_allocations(), 2U);
+  EXPECT_FALSE(mr.extends(as_char(a) + MiB, b));
+  EXPECT_TRUE(test::fill_and_check(a, MiB, 0x42));
+  mr.deallocate(a, MiB);
+  mr.deallocate(b, MiB);
+  EXPECT_EQ(mr.info().reserved_bytes, 0U);
+  {
+    pool_memory_resource pool{&mr, pool_options{std::size_t{0}, {}, 2 * MiB}};
+    void* p = pool.allocate(3 * MiB);
+    EXPECT_EQ(pool.pool_size(), 3 * MiB);  // not rounded: no granularity to round to
+    pool.deallocate(p, 3 * MiB);
+  }
+  EXPECT_EQ(mr.info().reserved_bytes, 0U);
+}
+
+}  // namespace
+}  // namespace gpumem
