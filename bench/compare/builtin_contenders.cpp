@@ -6,6 +6,7 @@
 #include <gpumem/cuda_memory_resource.hpp>
 #include <gpumem/pool_memory_resource.hpp>
 #include <gpumem/statistics_resource_adaptor.hpp>
+#include <gpumem/vmm_memory_resource.hpp>
 
 #include <cuda_runtime_api.h>
 
@@ -53,8 +54,26 @@ class gpumem_binning final : public gpumem_resource_contender {
   gpumem::binning_memory_resource binning_{&pool_, std::int8_t{8}, std::int8_t{20}};
 };
 
+/// The pool over vmm_memory_resource: growths mapped one after another and joined
+/// (the default chain's pool, without its adaptors).
+class gpumem_vmm_pool final : public contender {
+ public:
+  void* allocate(std::size_t bytes, stream_t s) noexcept override {
+    try {
+      return pool_.allocate(bytes, ref(s));
+    } catch (...) { return nullptr; }
+  }
+  void deallocate(void* p, std::size_t bytes, stream_t s) noexcept override { pool_.deallocate(p, bytes, ref(s)); }
+  memory_usage usage() noexcept override { return usage_of(device_); }
+
+ private:
+  gpumem::vmm_memory_resource vmm_;
+  gpumem::statistics_resource_adaptor device_{&vmm_};
+  gpumem::pool_memory_resource pool_{&device_, gpumem::pool_options{std::size_t{0}, {}}};
+};
+
 /// What the shim builds with no configuration: build_chain over the embedded default
-/// (statistics -> pool -> statistics -> cuda).
+/// (statistics -> pool -> statistics -> vmm).
 class gpumem_default_chain final : public contender {
  public:
   gpumem_default_chain()
@@ -162,7 +181,9 @@ std::vector<contender_kind> builtin_contender_kinds() {
        &make<gpumem_pool>},
       {"gpumem binning", "gpumem", "binning_memory_resource, bins 256 B..1 MiB, over such a pool",
        &make<gpumem_binning>},
-      {"gpumem default chain", "gpumem", "config::build_chain(embedded default): statistics, pool, statistics, cuda",
+      {"gpumem pool over vmm", "gpumem",
+       "pool_memory_resource over vmm_memory_resource (growths joined), initial size 0", &make<gpumem_vmm_pool>},
+      {"gpumem default chain", "gpumem", "config::build_chain(embedded default): statistics, pool, statistics, vmm",
        &make<gpumem_default_chain>},
       {"cudaMallocAsync", "cuda", "cudaMallocAsync/cudaFreeAsync on the device's default memory pool",
        &make<driver_pool>},
