@@ -46,6 +46,9 @@ std::string build_report() {
                        bytes(u(dev.bytes().peak)), bytes(u(live.bytes().current)), bytes(info.reserved_bytes));
     out += fmt::format("  pool: cached free {}  largest free block {}  fragmentation {:.2f}\n", bytes(info.free_bytes),
                        bytes(info.largest_free_block), info.fragmentation());
+    // Below a pool these are its growths and releases: each a driver call (three for vmm).
+    out += fmt::format("  reached the device resource: {} allocations, {} frees\n", dev.allocations().total,
+                       dev.deallocations());
     if (st.settings.sync == config::sync_mode::safe) {
       auto& tracker = stream_tracker::of(c.device);
       out += fmt::format(
