@@ -49,6 +49,14 @@ class vmm_memory_resource final : public device_memory_resource {
   /// management (0 on every GPU since Pascal with a driver of CUDA 10.2 or later).
   [[nodiscard]] std::size_t fallback_allocations() const noexcept;
 
+  /// The device's context is about to be reset (cudaDeviceReset, a primary context
+  /// reset): waits for the device (cuCtxSynchronize, in the caller's context, which
+  /// must be that device's), then unmaps every allocation on it and frees its
+  /// reservations. Mapped memory outlives contexts, and the program's pointers into
+  /// it die with the reset, as cuMemAlloc's memory does; the fallback's cuMemAlloc
+  /// memory goes with the context itself. Later frees of those pointers are refused.
+  void reset_device(int device) noexcept;
+
  private:
   struct impl;
   void* do_allocate(std::size_t bytes, stream_ref stream) override;

@@ -216,6 +216,12 @@ tracking_resource_adaptor* resource_chain::tracker() noexcept { return tracker_;
 limiting_resource_adaptor* resource_chain::limiter() noexcept { return limiter_; }
 resource_info resource_chain::info() const { return top_->info(); }
 
+void resource_chain::device_reset() noexcept {
+  for (auto& r : owned_) {
+    if (auto* v = dynamic_cast<vmm_memory_resource*>(r.get())) v->reset_device(device_);
+  }
+}
+
 std::string resource_chain::describe() const {
   std::string out;
   for (auto const& d : description_) { out += out.empty() ? d : fmt::format(" \u2192 {}", d); }

@@ -302,6 +302,28 @@ struct vmm_memory_resource::impl {
            prev->second.device == it->second.device && prev->second.reservation == it->second.reservation;
   }
 
+  void reset_device(int device) noexcept {
+    auto const& d = detail::driver();
+    if (!detail::driver_available()) return;
+    static_cast<void>(d.cuCtxSynchronize());  // nothing may still use what is unmapped next
+    std::lock_guard lock{mutex};
+    for (auto it = chunks.begin(); it != chunks.end();) {
+      if (it->second.device != device) {
+        ++it;
+        continue;
+      }
+      if (!it->second.fallback) static_cast<void>(d.cuMemUnmap(static_cast<CUdeviceptr>(it->first), it->second.size));
+      held -= it->second.size;
+      it = chunks.erase(it);
+    }
+    auto const s = devices.find(device);
+    if (s == devices.end()) return;
+    for (auto const& r : s->second.reservations) {
+      static_cast<void>(d.cuMemAddressFree(static_cast<CUdeviceptr>(r.base), r.size));
+    }
+    devices.erase(s);  // resolved again at the next allocation
+  }
+
   ~impl() {
     if (!detail::driver_available()) return;
     auto const& d = detail::driver();
@@ -326,6 +348,8 @@ std::size_t vmm_memory_resource::fallback_allocations() const noexcept {
   std::lock_guard lock{impl_->mutex};
   return impl_->fallbacks;
 }
+
+void vmm_memory_resource::reset_device(int device) noexcept { impl_->reset_device(device); }
 
 void* vmm_memory_resource::do_allocate(std::size_t bytes, stream_ref /*stream: synchronous*/) {
   return impl_->allocate(bytes);

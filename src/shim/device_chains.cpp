@@ -136,11 +136,13 @@ void drop_chain(int device) noexcept {
   std::lock_guard lock{s.build_mtx};
   auto* c = s.chain.exchange(nullptr, std::memory_order_acq_rel);
   if (c == nullptr) return;
+  scoped_chain_context ctx{*c};  // the device's own context, whichever is current
   try {
     c->chain->top().release();  // cached memory goes back while the context still lives
   } catch (std::exception const& e) {
     message(level::warn, "device %d: releasing the pool before reset failed: %s", device, e.what());
   }
+  c->chain->device_reset();  // and mapped memory, which the reset would not free
   // Retired, not destroyed: its blocks in use die with the context, and destroying
   // it would free them again after the reset (maybe someone else's memory by then).
   message(level::debug, "device %d: chain retired by device reset", device);

@@ -48,9 +48,7 @@ class Vmm : public ::testing::Test {
 };
 
 TEST_F(Vmm, AllocationsFollowEachOtherAndServeAsOneBuffer) {
-  if (sim.present()) {
-    EXPECT_EQ(granularity, 2 * MiB);
-  }
+  if (sim.present()) { EXPECT_EQ(granularity, 2 * MiB); }
   auto const creates = sim.call_count("cuMemCreate");
   void* a = mr.allocate(granularity + 1);  // rounded up to two granules
   void* b = mr.allocate(granularity);
@@ -64,9 +62,7 @@ TEST_F(Vmm, AllocationsFollowEachOtherAndServeAsOneBuffer) {
   EXPECT_EQ(mr.info().used_bytes, 3 * granularity);
   // One memset and one copy across both mappings.
   EXPECT_TRUE(test::fill_and_check(a, 3 * granularity, 0x5a));
-  if (sim.present()) {
-    EXPECT_EQ(sim.call_count("cuMemCreate"), creates + 2);
-  }
+  if (sim.present()) { EXPECT_EQ(sim.call_count("cuMemCreate"), creates + 2); }
   mr.deallocate(b, granularity);
   mr.deallocate(a, granularity + 1);
   EXPECT_EQ(mr.info().reserved_bytes, 0U);
@@ -104,9 +100,7 @@ TEST_F(Vmm, AFreeOfMemoryItDidNotHandOutIsRefused) {
   mr.deallocate(as_char(a) + 256, granularity);  // inside, not an allocation
   int host = 0;
   mr.deallocate(&host, sizeof host);
-  if (sim.present()) {
-    EXPECT_EQ(sim.call_count("cuMemUnmap"), unmaps);
-  }
+  if (sim.present()) { EXPECT_EQ(sim.call_count("cuMemUnmap"), unmaps); }
   EXPECT_EQ(mr.info().reserved_bytes, granularity);
   EXPECT_TRUE(test::fill_and_check(a, granularity, 0x11));  // still mapped
   mr.deallocate(a, granularity);
@@ -123,9 +117,7 @@ TEST_F(Vmm, PeersMayReadAndWriteIt) {
   void* a = mr.allocate(granularity);
   for (int dev = 0; dev < count; ++dev) {
     int can = 1;
-    if (dev != 0) {
-      ASSERT_EQ(d.cuDeviceCanAccessPeer(&can, dev, 0), CUDA_SUCCESS);
-    }
+    if (dev != 0) { ASSERT_EQ(d.cuDeviceCanAccessPeer(&can, dev, 0), CUDA_SUCCESS); }
     unsigned long long flags = 0;
     CUmemLocation const where{CU_MEM_LOCATION_TYPE_DEVICE, dev};
     ASSERT_EQ(access(&flags, &where, reinterpret_cast<CUdeviceptr>(a)), CUDA_SUCCESS);

@@ -55,6 +55,10 @@ class resource_chain {
   /// ("statistics", ..., "statistics", "cuda"): for tests and reports.
   [[nodiscard]] std::vector<std::string> const& types() const noexcept { return types_; }
   [[nodiscard]] int device() const noexcept { return device_; }
+  /// The device's context is about to be reset and this chain retired: memory that
+  /// outlives contexts (vmm_memory_resource's mappings) goes back to the device now,
+  /// as cuMemAlloc's memory goes with the context. Call release() first. Never throws.
+  void device_reset() noexcept;
 
  private:
   friend std::unique_ptr<resource_chain> build_chain(settings const&, int);
