@@ -44,7 +44,13 @@
 // pending memory never drives growth), or at least the request in 4096 or more
 // pending blocks (so small frees are reused within a few thousand); else it grows
 // by max(request, min_growth, min(1/64 of the pool, 32 MiB)) within maximum_size:
-// sized to the request, so the pool stays within a few percent of what is live. If
+// sized to the request, so the pool stays within a few percent of what is live.
+// Over an upstream that grows contiguously (vmm_memory_resource: each allocation
+// mapped right after the last), a growth joins the slab it continues (one region of
+// several upstream pieces), free blocks coalesce across the seam, the request counts
+// the free block at the end of the last growth (it grows by what that block lacks),
+// and steps are rounded to the upstream's granularity; release() then also gives
+// back the free pieces at the end of a region. If
 // the upstream refuses, it reclaims whatever is waiting, takes every other
 // stream's free memory, returns fully free slabs upstream and retries the request
 // alone; only then it throws out_of_memory saying what it holds. That last look is
