@@ -1,3 +1,4 @@
+#include <gpumem/detail/assert.hpp>
 #include <gpumem/detail/driver_api.hpp>
 #include <gpumem/detail/resource_errors.hpp>
 #include <gpumem/diagnostics.hpp>
@@ -268,12 +269,18 @@ struct vmm_memory_resource::impl {
         detail::report_free_failure("cuMemUnmap", r, p);
         return;
       }
-      device_state& s = devices[c.device];
+      auto const st = devices.find(c.device);
+      GPUMEM_ASSERT(st != devices.end(), "vmm: a mapping on a device without state");
+      device_state& s = st->second;
       auto& r = s.reservations[c.reservation];
-      give_back(r, it->first, c.size);
-      // The last allocation went: the next one goes right after the memory still
-      // mapped below it (a pool gave back its end and will grow again there).
-      if (s.last_end == it->first + c.size) s.last_end = std::prev(r.free.upper_bound(it->first))->first;
+      try {
+        give_back(r, it->first, c.size);
+        // The last allocation went: the next one goes right after the memory still
+        // mapped below it (a pool gave back its end and will grow again there).
+        if (s.last_end == it->first + c.size) s.last_end = std::prev(r.free.upper_bound(it->first))->first;
+      } catch (...) {
+        // No host memory to note the free addresses: they stay unused, nothing else.
+      }
     }
     chunks.erase(it);
     held -= c.size;
