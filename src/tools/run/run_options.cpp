@@ -167,14 +167,17 @@ and exec()s the program: its exit code is gpumem-run's, and the processes it sta
 
 Options (each sets the variable shown; the variables work without gpumem-run too):
   --config FILE        TOML configuration                          GPUMEM_CONFIG
-  --resource R         pool | binning | async | cuda | managed     GPUMEM_RESOURCE
+  --resource R         pool (default: over mapped memory) |
+                       cuda-pool (over cudaMalloc slabs) | binning |
+                       async | cuda (no caching) | managed         GPUMEM_RESOURCE
   --pool-size SIZE     initial pool size                           GPUMEM_POOL_SIZE
   --pool-max SIZE      maximum pool size                           GPUMEM_POOL_MAX
   --limit SIZE         cap on device memory the program may hold   GPUMEM_LIMIT
   --log FILE           CSV log of every allocation and free        GPUMEM_LOG_FILE
   --log-level L        trace | debug | info | warn | error | off   GPUMEM_LOG_LEVEL
   --sync-mode M        safe (default): memory freed by cudaFree is
-                       reused only after a device sync, as CUDA
+                       reused only after all earlier work on every
+                       stream (a GPU-side barrier), as CUDA
                        promises; stream: trust stream order (RMM)  GPUMEM_SYNC_MODE
   --report             print a summary at exit (peaks, leaks)      GPUMEM_REPORT
   --report-file FILE   write that summary to FILE, not stderr      GPUMEM_REPORT_FILE
