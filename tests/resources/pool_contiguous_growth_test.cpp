@@ -11,7 +11,15 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstddef>
+#include <cstring>
+#include <optional>
+#include <random>
+#include <string>
+#include <thread>
 #include <vector>
 
 namespace gpumem {
@@ -147,6 +155,89 @@ TEST(PoolContiguousGrowth, DestructorReturnsEveryPiece) {
   EXPECT_EQ(sizes_of(arena.deallocations()), (std::vector<std::size_t>{2 * MiB, 8 * MiB}));
   EXPECT_EQ(arena.bad_frees(), 0U);
   EXPECT_EQ(arena.live_bytes(), 0U);
+}
+
+/// A block a test thread holds: its first and last bytes carry its tag.
+struct held {
+  unsigned char* p;
+  std::size_t bytes;
+  unsigned char tag;
+};
+
+constexpr std::size_t marked = 256;  // bytes tagged at each end
+
+void mark(held const& b) {
+  std::size_t const n = std::min(b.bytes, marked);
+  std::memset(b.p, b.tag, n);
+  std::memset(b.p + b.bytes - n, b.tag, n);
+}
+
+bool intact(held const& b) {
+  std::size_t const n = std::min(b.bytes, marked);
+  auto const same = [&](unsigned char const* q) {
+    return std::all_of(q, q + n, [&](unsigned char v) { return v == b.tag; });
+  };
+  return same(b.p) && same(b.p + b.bytes - n);
+}
+
+// Growths joining, blocks across seams, and the free ends given back while eight
+// threads allocate and free (stream-ordered on shared and per-thread streams, and
+// synchronously as cudaMalloc in safe mode): no block is handed out twice, every
+// piece goes back once.
+TEST(PoolContiguousGrowth, EightThreadsAndReleasesNeverShareABlock) {
+  test::arena_test_resource arena{std::size_t{4} << 30};
+  arena.contiguous(2 * MiB);
+  pool_memory_resource pool{&arena, opts(0)};
+  std::atomic<long> corrupt{0};
+  std::atomic<int> running{8};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      bool const sync = t % 3 == 2;
+      std::optional<scoped_synchronous_call> as_cuda_malloc;
+      if (sync) as_cuda_malloc.emplace();
+      stream_ref const s{reinterpret_cast<cudaStream_t>(t % 2 == 0 ? legacy_stream_handle : per_thread_stream_handle)};
+      std::mt19937 rng{static_cast<unsigned>(77 + t)};
+      std::uniform_int_distribution<std::size_t> size{256, 3 * MiB};
+      std::vector<held> live;
+      unsigned char tag = static_cast<unsigned char>(t * 32);
+      for (int i = 0; i < 1500; ++i) {
+        if (live.size() < 48 && (live.empty() || rng() % 3 != 0)) {
+          std::size_t const n = size(rng);
+          held const b{static_cast<unsigned char*>(pool.allocate(n, s)), n, ++tag};
+          mark(b);
+          live.push_back(b);
+        } else {
+          std::size_t const k = rng() % live.size();
+          if (!intact(live[k])) corrupt.fetch_add(1);
+          pool.deallocate(live[k].p, live[k].bytes, s);
+          live[k] = live.back();
+          live.pop_back();
+        }
+      }
+      for (auto const& b : live) {
+        if (!intact(b)) corrupt.fetch_add(1);
+        pool.deallocate(b.p, b.bytes, s);
+      }
+      running.fetch_sub(1);
+    });
+  }
+  std::size_t released = 0;
+  std::thread releaser{[&] {
+    while (running.load() > 0) {
+      released += pool.release();
+      std::this_thread::sleep_for(std::chrono::microseconds{100});
+    }
+  }};
+  for (auto& th : threads) th.join();
+  releaser.join();
+  EXPECT_EQ(corrupt.load(), 0);
+  EXPECT_EQ(pool.info().used_bytes, 0U);
+  pool.release();
+  EXPECT_EQ(pool.pool_size(), 0U);
+  EXPECT_EQ(arena.live_bytes(), 0U);
+  EXPECT_EQ(arena.bad_frees(), 0U);
+  RecordProperty("released_while_running", std::to_string(released));
 }
 
 }  // namespace
