@@ -83,25 +83,10 @@ class stream_ordered_memory_resource {
   /// with nothing kept. Caller holds growth_mutex().
   template <class MakePayload>
   region grow(std::size_t bytes, MakePayload&& make_payload) {
-    if (device_ < 0) device_ = current_device();  // the memory's device, for reclamation
-    end_borrows();                                // the upstream may be a resource too
-    void* raw = nullptr;
-    {
-      scoped_synchronous_call sync;
-      try {
-        raw = upstream_->allocate(bytes, stream_ref{});
-      } catch (out_of_memory const&) { return {}; }
-    }
-    if (raw == nullptr) return {};
-    auto* base = static_cast<char*>(raw);
-    try {
+    return from_upstream<region>(bytes, [&](char* base) {
       Payload& p = regions_.insert(base, bytes, make_payload(base));
-      return {base, bytes, &p};
-    } catch (...) {
-      scoped_synchronous_call sync;
-      upstream_->deallocate(raw, bytes, stream_ref{});
-      throw;
-    }
+      return region{base, bytes, &p};
+    });
   }
   region grow(std::size_t bytes) {
     return grow(bytes, [](char*) { return Payload{}; });
@@ -122,29 +107,14 @@ class stream_ordered_memory_resource {
   /// of a new one registered, so free blocks on both sides of the seam coalesce.
   /// A null growth if the upstream is out of memory. Caller holds growth_mutex().
   grown_memory grow_joined(std::size_t bytes) {
-    if (device_ < 0) device_ = current_device();
-    end_borrows();
-    void* raw = nullptr;
-    {
-      scoped_synchronous_call sync;
-      try {
-        raw = upstream_->allocate(bytes, stream_ref{});
-      } catch (out_of_memory const&) { return {}; }
-    }
-    if (raw == nullptr) return {};
-    auto* p = static_cast<char*>(raw);
-    try {
+    return from_upstream<grown_memory>(bytes, [&](char* p) -> grown_memory {
       auto const before = regions_.find(p - 1);
       if (before && before.base + before.size == p && upstream_->extends(p, p) && regions_.extend(before.base, bytes)) {
         return {p, bytes, before.base};
       }
       regions_.insert(p, bytes);
       return {p, bytes, p};
-    } catch (...) {
-      scoped_synchronous_call sync;
-      upstream_->deallocate(raw, bytes, stream_ref{});
-      throw;
-    }
+    });
   }
 
   /// Undoes grow() for a region none of whose memory was handed out or filed
@@ -317,6 +287,31 @@ class stream_ordered_memory_resource {
   }
 
  private:
+  /// What grow() and grow_joined() share: one upstream allocation of `bytes` with
+  /// synchronous semantics on the legacy stream, on the device the first growth
+  /// resolves, then `record(base)` registers it and gives the result. R{} if the
+  /// upstream is out of memory; if `record` throws, the memory goes back first.
+  template <class R, class Record>
+  R from_upstream(std::size_t bytes, Record&& record) {
+    if (device_ < 0) device_ = current_device();  // the memory's device, for reclamation
+    end_borrows();                                // the upstream may be a resource too
+    void* raw = nullptr;
+    {
+      scoped_synchronous_call sync;
+      try {
+        raw = upstream_->allocate(bytes, stream_ref{});
+      } catch (out_of_memory const&) { return R{}; }
+    }
+    if (raw == nullptr) return R{};
+    try {
+      return record(static_cast<char*>(raw));
+    } catch (...) {
+      scoped_synchronous_call sync;
+      upstream_->deallocate(raw, bytes, stream_ref{});
+      throw;
+    }
+  }
+
   device_memory_resource* const upstream_;
   int device_;                               ///< guarded by growth_mutex_; -1 until the first growth resolves it
   std::mutex growth_mutex_;                  ///< serialises growth, reclamation, release and info; outermost lock
