@@ -310,16 +310,34 @@ struct vmm_memory_resource::impl {
   }
 
   void reset_device(int device) noexcept {
-    auto const& d = detail::driver();
     if (!detail::driver_available()) return;
-    static_cast<void>(d.cuCtxSynchronize());  // nothing may still use what is unmapped next
+    static_cast<void>(detail::driver().cuCtxSynchronize());  // nothing may still use what is unmapped next
     std::lock_guard lock{mutex};
+    drop_device(device, /*free_fallback=*/false);  // cuMemAlloc's memory goes with the context
+  }
+
+  ~impl() {
+    if (!detail::driver_available()) return;
+    // Every chunk's device has a state: state() made it before the chunk.
+    while (!devices.empty()) drop_device(devices.begin()->first, /*free_fallback=*/true);
+  }
+
+  /// Unmaps every allocation on `device` (and frees the fallback's, if asked), frees
+  /// its reservations and forgets its state (resolved again at the next allocation).
+  /// Caller holds `mutex`, or is the destructor.
+  void drop_device(int device, bool free_fallback) noexcept {
+    auto const& d = detail::driver();
     for (auto it = chunks.begin(); it != chunks.end();) {
       if (it->second.device != device) {
         ++it;
         continue;
       }
-      if (!it->second.fallback) static_cast<void>(d.cuMemUnmap(static_cast<CUdeviceptr>(it->first), it->second.size));
+      auto const at = static_cast<CUdeviceptr>(it->first);
+      if (!it->second.fallback) {
+        static_cast<void>(d.cuMemUnmap(at, it->second.size));
+      } else if (free_fallback) {
+        static_cast<void>(d.cuMemFree(at));
+      }
       held -= it->second.size;
       it = chunks.erase(it);
     }
@@ -328,23 +346,7 @@ struct vmm_memory_resource::impl {
     for (auto const& r : s->second.reservations) {
       static_cast<void>(d.cuMemAddressFree(static_cast<CUdeviceptr>(r.base), r.size));
     }
-    devices.erase(s);  // resolved again at the next allocation
-  }
-
-  ~impl() {
-    if (!detail::driver_available()) return;
-    auto const& d = detail::driver();
-    for (auto const& [at, c] : chunks) {
-      if (c.fallback) {
-        static_cast<void>(d.cuMemFree(static_cast<CUdeviceptr>(at)));
-      } else {
-        static_cast<void>(d.cuMemUnmap(static_cast<CUdeviceptr>(at), c.size));
-      }
-    }
-    for (auto const& [device, s] : devices) {
-      for (auto const& r : s.reservations)
-        static_cast<void>(d.cuMemAddressFree(static_cast<CUdeviceptr>(r.base), r.size));
-    }
+    devices.erase(s);
   }
 };
 
