@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Real frameworks under gpumem on a GPU machine: PyTorch (caching allocator off),
-# CuPy (pool off), Numba — each checks its results and, through the shim's
-# counters, that the chain served its allocations. Then the PyTorch MLP benchmark
+# CuPy (pool off), Numba, JAX (XLA's arena, and its per-buffer allocator) — each
+# checks its results and, through the shim's counters, that the chain served its
+# allocations. Then the PyTorch MLP benchmark
 # (bench/frameworks/pytorch_mlp.py: 8 layers, 2048 wide, AdamW) side by side (caching allocator / cudaMalloc per tensor / gpumem safe / gpumem
 # stream), and the allocation-log worked example (log, report, replay).
 #
@@ -32,6 +33,11 @@ PYTORCH_NO_CUDA_MEMORY_CACHING=1 "$run" -- python3 "$fw/torch_step.py" "$ref" 2>
 verdict pytorch "${PIPESTATUS[0]}"
 "$run" -- python3 "$fw/cupy_check.py" --expect-shim 2>&1 | tee "$out/fw-cupy.log"; verdict cupy "${PIPESTATUS[0]}"
 "$run" -- python3 "$fw/numba_check.py" --expect-shim 2>&1 | tee "$out/fw-numba.log"; verdict numba "${PIPESTATUS[0]}"
+# JAX: XLA's own arena (one large allocation), then every buffer its own allocation.
+"$run" -- python3 "$fw/jax_check.py" --expect-shim 2>&1 | tee "$out/fw-jax.log"; verdict jax "${PIPESTATUS[0]}"
+XLA_PYTHON_CLIENT_ALLOCATOR=platform "$run" -- python3 "$fw/jax_check.py" --expect-shim --min-served 20 2>&1 |
+  tee "$out/fw-jax-platform.log"
+verdict jax-platform-allocator "${PIPESTATUS[0]}"
 
 echo "== PyTorch MLP (8 layers, 2048 wide, AdamW), side by side (ms/step)"
 steps=100; ((quick)) && steps=20

@@ -151,6 +151,39 @@ TEST_F(Vmm, APoolOverItHoldsOneRegionThatGrowsInPlace) {
   EXPECT_EQ(mr.info().reserved_bytes, 0U);
 }
 
+// A region that is never entirely free still shrinks: release() unmaps the free
+// end and leaves the block in use mapped, its contents intact; the pool then grows
+// into the same addresses again. Synchronous frees (the clean list, given back on
+// the legacy stream) and stream-ordered ones (given back on their stream).
+TEST_F(Vmm, APoolGivesBackTheFreeEndOfARegionInUse) {
+  auto const& d = detail::driver();
+  CUstream stream = nullptr;
+  ASSERT_EQ(d.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  for (stream_ref s : {stream_ref{}, stream_ref{stream}}) {
+    pool_memory_resource pool{&mr, pool_options{std::size_t{0}, {}, granularity}};
+    void* a = pool.allocate(granularity, s);
+    void* b = pool.allocate(3 * granularity, s);  // joins a's region
+    ASSERT_EQ(as_char(b), as_char(a) + granularity);
+    ASSERT_TRUE(test::fill_and_check(a, 4 * granularity, 0x21));
+    ASSERT_TRUE(test::fill_and_check(a, granularity, 0x42));
+    pool.deallocate(b, 3 * granularity, s);
+    EXPECT_EQ(pool.release(), 3 * granularity);
+    EXPECT_EQ(pool.pool_size(), granularity);
+    EXPECT_EQ(mr.info().reserved_bytes, granularity);
+    EXPECT_TRUE(test::check(a, granularity, 0x42));  // still mapped, untouched
+    void* c = pool.allocate(2 * granularity, s);    // mapped again right after a
+    EXPECT_EQ(c, b);
+    EXPECT_EQ(pool.pool_size(), 3 * granularity);
+    EXPECT_TRUE(test::fill_and_check(c, 2 * granularity, 0x63));
+    EXPECT_TRUE(test::check(a, granularity, 0x42));
+    pool.deallocate(c, 2 * granularity, s);
+    pool.deallocate(a, granularity, s);
+    EXPECT_EQ(pool.release(), 3 * granularity);
+    EXPECT_EQ(mr.info().reserved_bytes, 0U);
+  }
+  ASSERT_EQ(d.cuStreamDestroy(stream), CUDA_SUCCESS);
+}
+
 // ---- the fallback: a device without virtual memory management -------------------
 
 /// Runs this executable again, on the simulated device with virtual memory

@@ -11,17 +11,23 @@
 
 namespace gpumem::test {
 
-/// Fills [p, p+bytes) with `value` and reads it back; true when every byte matches.
-inline bool fill_and_check(void* p, std::size_t bytes, unsigned char value) {
+/// Reads [p, p+bytes) back; true when every byte is `value`.
+inline bool check(void* p, std::size_t bytes, unsigned char value) {
   auto const& d = detail::driver();
   auto const dp = reinterpret_cast<CUdeviceptr>(p);
-  if (d.cuMemsetD8(dp, value, bytes) != CUDA_SUCCESS) return false;
   if (d.cuCtxSynchronize() != CUDA_SUCCESS) return false;
   std::vector<unsigned char> host(bytes);
   if (d.cuMemcpyDtoH(host.data(), dp, bytes) != CUDA_SUCCESS) return false;
   for (auto b : host)
     if (b != value) return false;
   return true;
+}
+
+/// Fills [p, p+bytes) with `value` and reads it back; true when every byte matches.
+inline bool fill_and_check(void* p, std::size_t bytes, unsigned char value) {
+  auto const& d = detail::driver();
+  if (d.cuMemsetD8(reinterpret_cast<CUdeviceptr>(p), value, bytes) != CUDA_SUCCESS) return false;
+  return check(p, bytes, value);
 }
 
 /// Total memory of the current context's device (0 if unknown).
