@@ -5,6 +5,7 @@
 // after the next owner's work (PROBE violations).
 
 #include "shim_process.hpp"
+#include "support/sim_control.hpp"
 
 #include <gtest/gtest.h>
 
@@ -64,11 +65,21 @@ TEST(SafeMode, EightThreadsMixingFamiliesAndStreams) {
 // synchronization get corrupted there. That is why it is not the default (and this
 // shows the probe does catch the corruption).
 TEST(SafeMode, StreamModeDoesNotKeepThesePromises) {
+  if (!sim_control::get().present()) {
+    // The simulated device runs stream work late on purpose, so the race is certain
+    // there; on a GPU it depends on timing (tests/gpu/stress_test.cu shows it).
+    GTEST_SKIP() << "needs the simulated device's late stream work";
+  }
   auto const r = run_safe("malloc_any_stream", {{"GPUMEM_SYNC_MODE", "stream"}});
   EXPECT_GT(probe_value(r.output, "violations"), 0) << r.output;
 }
 
 TEST(SafeMode, DestroyedAndMadeUpStreamsGetCudasErrorAndKeepThePointer) {
+  if (!sim_control::get().present()) {
+    // Real CUDA has no error to compare with: driver 580 dies with SIGSEGV in every
+    // stream-ordered call on a destroyed or made-up stream, with or without gpumem.
+    GTEST_SKIP() << "real CUDA crashes on a destroyed or made-up stream";
+  }
   auto const r = run_process({program("shim_safe_app"), "bad_streams"}, {{"LD_PRELOAD", shim_path()}});
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("PASS bad_streams"), std::string::npos) << r.output;
