@@ -33,11 +33,17 @@ PYTORCH_NO_CUDA_MEMORY_CACHING=1 "$run" -- python3 "$fw/torch_step.py" "$ref" 2>
 verdict pytorch "${PIPESTATUS[0]}"
 "$run" -- python3 "$fw/cupy_check.py" --expect-shim 2>&1 | tee "$out/fw-cupy.log"; verdict cupy "${PIPESTATUS[0]}"
 "$run" -- python3 "$fw/numba_check.py" --expect-shim 2>&1 | tee "$out/fw-numba.log"; verdict numba "${PIPESTATUS[0]}"
-# JAX: XLA's own arena (one large allocation), then every buffer its own allocation.
-"$run" -- python3 "$fw/jax_check.py" --expect-shim 2>&1 | tee "$out/fw-jax.log"; verdict jax "${PIPESTATUS[0]}"
-XLA_PYTHON_CLIENT_ALLOCATOR=platform "$run" -- python3 "$fw/jax_check.py" --expect-shim --min-served 20 2>&1 |
+# JAX: XLA's arena and its platform allocator create their own memory (limited,
+# counted, logged; the arena sized from the limit); cuda_async buffers are pooled.
+GPUMEM_LIMIT=8GiB "$run" -- python3 "$fw/jax_check.py" --expect-shim --min-created 1 --max-limit $((8 << 30)) 2>&1 |
+  tee "$out/fw-jax.log"
+verdict jax-arena-limited "${PIPESTATUS[0]}"
+XLA_PYTHON_CLIENT_ALLOCATOR=platform "$run" -- python3 "$fw/jax_check.py" --expect-shim --min-created 1 2>&1 |
   tee "$out/fw-jax-platform.log"
 verdict jax-platform-allocator "${PIPESTATUS[0]}"
+XLA_PYTHON_CLIENT_ALLOCATOR=cuda_async XLA_PYTHON_CLIENT_PREALLOCATE=false "$run" -- \
+  python3 "$fw/jax_check.py" --expect-shim --min-served 20 2>&1 | tee "$out/fw-jax-cuda-async.log"
+verdict jax-cuda-async-pooled "${PIPESTATUS[0]}"
 
 echo "== PyTorch MLP (8 layers, 2048 wide, AdamW), side by side (ms/step)"
 steps=100; ((quick)) && steps=20

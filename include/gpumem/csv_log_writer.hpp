@@ -5,7 +5,8 @@
 //   Thread,Time,Action,Pointer,Size,Stream,Device,Entry,TimeNs,DurationNs,Result,Reserved,Stack
 //   140245,14:02:07.123456,allocate,0x7f3a40000000,1048576,0x1,0,cudaMalloc,1763733727123456789,412,CUDA_SUCCESS,2097152,9c1e07a2f3b4d5e6
 // Thread: OS thread id. Time: local HH:MM:SS.ffffff. Action: allocate |
-// allocate failure | free. Pointer: %p style, "(nil)" for null. Size: requested
+// allocate failure | free. Pointer: %p style, "(nil)" for null (for the shim's
+// cuMemCreate / cuMemRelease rows: the allocation handle). Size: requested
 // bytes. Stream: "0" for null, else 0x-hex. Device: ordinal, -1 unknown. Entry:
 // the intercepted entry point, or allocate/free for library calls. TimeNs:
 // CLOCK_REALTIME ns (absolute: comparable across processes and ranks).

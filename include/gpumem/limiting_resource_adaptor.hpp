@@ -30,6 +30,12 @@ class limiting_resource_adaptor final : public forwarding_resource_adaptor {
     return u >= limit_ ? 0 : limit_ - u;
   }
 
+  /// Charges `bytes` of device memory that did not come through the adaptor (memory
+  /// the program maps itself) against the same limit: false, and nothing charged,
+  /// if it does not fit. discharge() gives the charge back.
+  [[nodiscard]] bool try_charge(std::size_t bytes) noexcept;
+  void discharge(std::size_t bytes) noexcept;
+
   /// The charge for a request of `bytes`.
   [[nodiscard]] static constexpr std::size_t charge(std::size_t bytes) noexcept {
     return align_up(bytes, allocation_alignment);
@@ -38,6 +44,9 @@ class limiting_resource_adaptor final : public forwarding_resource_adaptor {
  private:
   void* do_allocate(std::size_t bytes, stream_ref stream) override;
   void do_deallocate(void* p, std::size_t bytes, stream_ref stream) noexcept override;
+  /// Adds `need` to the bytes in use unless that passes the limit; `used`: the bytes
+  /// in use it last saw.
+  bool reserve(std::size_t need, std::size_t& used) noexcept;
 
   std::size_t limit_;
   alignas(64) std::atomic<std::size_t> used_{0};

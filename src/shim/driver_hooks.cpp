@@ -5,6 +5,7 @@
 
 #include "allocation_registry.hpp"
 #include "capture_guard.hpp"
+#include "created_memory.hpp"
 #include "device_chains.hpp"
 #include "event_log.hpp"
 #include "hook_macros.hpp"
@@ -202,6 +203,15 @@ GPUMEM_HOOK(CUresult, cuMemAllocManaged, (CUdeviceptr * dptr, std::size_t bytes,
   return pass_through_alloc(dptr, bytes, nullptr, alloc_kind::managed, attribute("cuMemAllocManaged"),
                             [&] { return f(dptr, bytes, flags); });
 }
+
+// Physical memory the program maps itself (created_memory.hpp): not pooled, but
+// limited, counted and logged.
+GPUMEM_HOOK(CUresult, cuMemCreate,
+            (CUmemGenericAllocationHandle * handle, std::size_t bytes, CUmemAllocationProp const* prop,
+             unsigned long long flags)) {
+  return create_tracked(handle, bytes, prop, flags);
+}
+GPUMEM_HOOK(CUresult, cuMemRelease, (CUmemGenericAllocationHandle handle)) { return release_tracked(handle); }
 
 GPUMEM_HOOK(CUresult, cuMemAllocPitch_v2,
             (CUdeviceptr * dptr, std::size_t* pitch, std::size_t width, std::size_t height, unsigned int elem)) {

@@ -1,6 +1,7 @@
 #include "oom_snapshot.hpp"
 
 #include "call_sites.hpp"
+#include "created_memory.hpp"
 #include "device_chains.hpp"
 #include "event_log.hpp"
 #include "shim_state.hpp"
@@ -113,7 +114,8 @@ struct facts {
   bool have_info = false;
   resource_info info{};
   std::int64_t live_bytes = -1, live_count = -1;
-  std::size_t limit = 0;  // 0: none
+  std::size_t limit = 0;     // 0: none
+  created_totals created{};  // device memory the program created itself
   bool have_device = false;
   std::size_t device_free = 0, device_total = 0;
   std::uint64_t earlier_failures = 0;
@@ -134,6 +136,7 @@ void gather(facts& f, device_chain& c) noexcept {
   f.live_bytes = live.current;
   f.live_count = count.current;
   if (auto* lim = c.chain->limiter()) f.limit = lim->limit();
+  f.created = created_on(c.device);
   auto const& d = detail::driver();
   if (d.cuMemGetInfo != nullptr && d.cuMemGetInfo(&f.device_free, &f.device_total) == CUDA_SUCCESS) {
     f.have_device = true;
@@ -232,8 +235,13 @@ std::string snapshot_path(facts& f, int number) noexcept {
 
 void say(facts const& f, bool written) noexcept {
   char a[32], b[32], c[32], d[32], e[32], g[32], h[32];
-  char limit[64] = "";
+  char limit[160] = "";
   if (f.limit != 0) std::snprintf(limit, sizeof limit, "; limit %s", human(a, f.limit));
+  if (f.created.handles != 0) {
+    std::size_t const n = std::strlen(limit);
+    std::snprintf(limit + n, sizeof limit - n, "; the program's own cuMemCreate memory: %s in %llu handles",
+                  human(b, f.created.bytes), static_cast<unsigned long long>(f.created.handles));
+  }
   char device[96] = "";
   if (f.have_device) {
     std::snprintf(device, sizeof device, "; the device has %s free of %s", human(b, f.device_free),

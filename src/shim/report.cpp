@@ -2,6 +2,7 @@
 
 #include "allocation_registry.hpp"
 #include "call_sites.hpp"
+#include "created_memory.hpp"
 #include "device_chains.hpp"
 #include "event_log.hpp"
 #include "shim_state.hpp"
@@ -49,6 +50,11 @@ std::string build_report() {
     // Below a pool these are its growths and releases: each a driver call (three for vmm).
     out += fmt::format("  reached the device resource: {} allocations, {} frees\n", dev.allocations().total,
                        dev.deallocations());
+    if (auto const made = created_on(c.device); made.created != 0) {
+      out += fmt::format(
+          "  created by the program itself (cuMemCreate, not pooled): {} handles ({}) live now, peak {}, {} created\n",
+          made.handles, bytes(made.bytes), bytes(made.peak), made.created);
+    }
     if (st.settings.sync == config::sync_mode::safe) {
       auto& tracker = stream_tracker::of(c.device);
       out += fmt::format(

@@ -1,6 +1,7 @@
 #include "serve.hpp"
 
 #include "capture_guard.hpp"
+#include "created_memory.hpp"
 #include "device_chains.hpp"
 #include "event_log.hpp"
 #include "live_streams.hpp"
@@ -254,8 +255,9 @@ CUresult pool_mem_info(std::size_t* free_bytes, std::size_t* total_bytes) noexce
         // In use = what the program holds (the limiter may sit below a pool and
         // count the pool's reservation too).
         t = lim->limit();
+        // What the program created itself counts too (created_memory.hpp).
         auto const live = c->chain->live_stats().bytes().current;
-        std::size_t const used = live > 0 ? static_cast<std::size_t>(live) : 0;
+        std::size_t const used = (live > 0 ? static_cast<std::size_t>(live) : 0) + created_on(dev).bytes;
         f = std::min(t > used ? t - used : 0, available);
       } else {
         f = available;

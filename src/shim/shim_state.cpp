@@ -2,6 +2,7 @@
 
 #include "allocation_registry.hpp"
 #include "capture_guard.hpp"
+#include "created_memory.hpp"
 #include "device_chains.hpp"
 #include "event_log.hpp"
 #include "live_streams.hpp"
@@ -27,6 +28,7 @@ void on_fork_child() noexcept {
   stream_tracker::reset_after_fork();
   reset_streams_after_fork();
   reset_parked_blocks_after_fork();
+  reset_created_after_fork();
   state().stats.reset();
 }
 

@@ -1,11 +1,14 @@
 """JAX (XLA's GPU client, driver API through its own dlopen of libcuda): a jitted
 loss and gradient over shapes that change every step, checked against the same
-computation on JAX's CPU backend; allocations must be served by gpumem's chain.
+computation on JAX's CPU backend.
 
-Run it twice: with XLA's default allocator (its BFC arena: one large allocation up
-front, XLA_PYTHON_CLIENT_MEM_FRACTION of the device) and with
-XLA_PYTHON_CLIENT_ALLOCATOR=platform (every buffer its own allocation and free,
-as PyTorch with its cache off). --min-served N: the chain must serve at least N."""
+XLA's default allocator (its BFC arena, a fraction of the device's memory up front)
+and its "platform" allocator create and map device memory themselves (cuMemCreate):
+gpumem cannot pool that memory, only limit, count and log it (--min-created N: at
+least N such creations seen by the shim; --max-limit BYTES: XLA's own limit, sized
+from cudaMemGetInfo, must be at most BYTES). With XLA_PYTHON_CLIENT_ALLOCATOR=cuda_async
+XLA allocates each buffer from the device's default memory pool, which gpumem serves
+(--min-served N: the chain must serve at least N)."""
 import argparse
 
 import numpy
@@ -17,7 +20,9 @@ import shim_stats
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--expect-shim", action="store_true")
-parser.add_argument("--min-served", type=int, default=1)
+parser.add_argument("--min-served", type=int, default=0)
+parser.add_argument("--min-created", type=int, default=0)
+parser.add_argument("--max-limit", type=int, default=0)
 args = parser.parse_args()
 
 gpu = [d for d in jax.devices() if d.platform == "gpu"]
@@ -47,6 +52,14 @@ for k, rows in enumerate([256, 1024, 4096, 512, 8192, 2048, 16384, 777]):
             raise SystemExit(f"jax: step {k} ({rows} rows): GPU and CPU differ, max |diff| {numpy.abs(g - c).max()}")
     del on_gpu
 print("JAX ok")
+stats = gpu[0].memory_stats() or {}
+print("jax: XLA's memory_stats:", {k: v for k, v in stats.items() if k in ("bytes_limit", "peak_bytes_in_use", "pool_bytes")})
+if args.max_limit and not 0 < stats.get("bytes_limit", 0) <= args.max_limit:
+    raise SystemExit(f"jax: XLA's bytes_limit {stats.get('bytes_limit')} is not within gpumem's limit {args.max_limit}")
 if args.expect_shim:
-    shim_stats.require_served("jax", before, shim_stats.read(), at_least=args.min_served)
+    after = shim_stats.read()
+    shim_stats.require_served("jax", before, after, at_least=args.min_served)
+    made = after["passthrough_allocations"] - before["passthrough_allocations"]
+    if made < args.min_created:
+        raise SystemExit(f"jax: the shim saw {made} allocations XLA created itself, expected >= {args.min_created}")
 print("PASS jax")

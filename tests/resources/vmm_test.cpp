@@ -171,7 +171,7 @@ TEST_F(Vmm, APoolGivesBackTheFreeEndOfARegionInUse) {
     EXPECT_EQ(pool.pool_size(), granularity);
     EXPECT_EQ(mr.info().reserved_bytes, granularity);
     EXPECT_TRUE(test::check(a, granularity, 0x42));  // still mapped, untouched
-    void* c = pool.allocate(2 * granularity, s);    // mapped again right after a
+    void* c = pool.allocate(2 * granularity, s);     // mapped again right after a
     EXPECT_EQ(c, b);
     EXPECT_EQ(pool.pool_size(), 3 * granularity);
     EXPECT_TRUE(test::fill_and_check(c, 2 * granularity, 0x63));

@@ -4,9 +4,13 @@
 // counters, which are checked here.
 
 #include "shim_process.hpp"
+#include "support/csv_log_reader.hpp"
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <cstdio>
 #include <string>
 
 namespace gpumem::test {
@@ -111,6 +115,31 @@ TEST(ShimDriver, DlsymOnLibcudaHandsOutTheHooks) {
 TEST(ShimDriver, CuGetProcAddressHandsOutTheHooks) {
   auto const r = run_app("shim_drv_app", "gpa");
   expect_pass(r, "gpa");
+}
+
+// Device memory the program creates and maps itself (as XLA does): the limit covers
+// it together with pooled memory, cudaMemGetInfo counts it, and the log has every
+// create, release and refusal.
+TEST(ShimDriver, MemoryTheProgramCreatesItselfIsLimitedCountedAndLogged) {
+  std::string const log = "/tmp/gpumem-created-" + std::to_string(::getpid()) + ".csv";
+  auto const r = run_app("shim_drv_app", "vmm", {{"GPUMEM_LIMIT", "64MiB"}, {"GPUMEM_LOG_FILE", log}});
+  expect_pass(r, "vmm");
+  EXPECT_EQ(parse_stats(r.output)["violations"], 0);
+  EXPECT_NE(r.output.find("cuMemCreate(50331648 bytes on device 0): refused (out of memory)"), std::string::npos)
+      << r.output;
+  std::vector<std::string> created;  // action, size, entry, result of each cuMemCreate/cuMemRelease row
+  for (auto const& row : read_csv_log(log).rows) {
+    if (row.at(7).starts_with("cuMem") && row.at(7) != "cuMemAlloc" && row.at(7) != "cuMemFree") {
+      created.push_back(row.at(2) + " " + row.at(4) + " " + row.at(7) + " " + row.at(10));
+    }
+  }
+  std::remove(log.c_str());
+  std::vector<std::string> const expected{
+      "allocate 33554432 cuMemCreate CUDA_SUCCESS", "allocate failure 50331648 cuMemCreate CUDA_ERROR_OUT_OF_MEMORY",
+      "free 33554432 cuMemRelease CUDA_SUCCESS",    "allocate 50331648 cuMemCreate CUDA_SUCCESS",
+      "free 50331648 cuMemRelease CUDA_SUCCESS",
+  };
+  EXPECT_EQ(created, expected);
 }
 
 TEST(ShimDisable, PassesEverythingThrough) {

@@ -3,7 +3,10 @@
  *   drv_app dlsym : dlsym(dlopen("libcuda.so.1"), "cuMemAlloc_v2") ...
  *   drv_app gpa   : dlsym(libcuda, "cuGetProcAddress_v2"), which is asked for
  *                   "cuGetProcAddress" itself and then for the memory functions at
- *                   several cudaVersions and with the per-thread-stream flag. */
+ *                   several cudaVersions and with the per-thread-stream flag.
+ *   drv_app vmm   : device memory the program creates and maps itself (cuMemCreate,
+ *                   as XLA does), run with GPUMEM_LIMIT=64MiB: the limit covers it
+ *                   and pooled allocations together. */
 #include "app_support.h"
 
 #include <cuda.h>
@@ -98,6 +101,68 @@ static void by_proc_address(void) {
   APP_CHECK_EQ(st.live_allocations, 0);
 }
 
+typedef CUresult (*create_fn)(CUmemGenericAllocationHandle*, size_t, const CUmemAllocationProp*, unsigned long long);
+typedef CUresult (*release_fn)(CUmemGenericAllocationHandle);
+typedef CUresult (*reserve_fn)(CUdeviceptr*, size_t, size_t, CUdeviceptr, unsigned long long);
+typedef CUresult (*addr_free_fn)(CUdeviceptr, size_t);
+typedef CUresult (*map_fn)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
+typedef CUresult (*unmap_fn)(CUdeviceptr, size_t);
+typedef CUresult (*set_access_fn)(CUdeviceptr, size_t, const CUmemAccessDesc*, size_t);
+typedef CUresult (*memset_fn)(CUdeviceptr, unsigned char, size_t);
+typedef CUresult (*dtoh_fn)(void*, CUdeviceptr, size_t);
+typedef CUresult (*info_fn)(size_t*, size_t*);
+
+static void created_by_the_program(void) {
+  const size_t mib = (size_t)1 << 20;
+  make_context();
+  create_fn create = (create_fn)dlsym(lib, "cuMemCreate");
+  release_fn release = (release_fn)dlsym(lib, "cuMemRelease");
+  alloc_fn alloc = (alloc_fn)dlsym(lib, "cuMemAlloc_v2");
+  free_fn release_alloc = (free_fn)dlsym(lib, "cuMemFree_v2");
+  info_fn info = (info_fn)dlsym(lib, "cuMemGetInfo_v2");
+  APP_CHECK(create == dlsym(RTLD_DEFAULT, "cuMemCreate")); /* the shim's hook */
+  CUmemAllocationProp prop;
+  memset(&prop, 0, sizeof prop);
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = 0;
+  CUmemGenericAllocationHandle h = 0, big = 0;
+  APP_CHECK_EQ(create(&h, 32 * mib, &prop, 0), CUDA_SUCCESS);
+  size_t free_bytes = 0, total = 0;
+  APP_CHECK_EQ(info(&free_bytes, &total), CUDA_SUCCESS);
+  APP_CHECK_EQ(total, 64 * mib);
+  APP_CHECK(free_bytes <= 32 * mib);
+  /* Over the limit, created or pooled: refused as out of memory. */
+  APP_CHECK_EQ(create(&big, 48 * mib, &prop, 0), CUDA_ERROR_OUT_OF_MEMORY);
+  CUdeviceptr d = 0;
+  APP_CHECK_EQ(alloc(&d, 40 * mib), CUDA_ERROR_OUT_OF_MEMORY);
+  APP_CHECK_EQ(alloc(&d, 16 * mib), CUDA_SUCCESS);
+  /* The created memory works where the program maps it. */
+  CUdeviceptr va = 0;
+  APP_CHECK_EQ(((reserve_fn)dlsym(lib, "cuMemAddressReserve"))(&va, 32 * mib, 0, 0, 0), CUDA_SUCCESS);
+  APP_CHECK_EQ(((map_fn)dlsym(lib, "cuMemMap"))(va, 32 * mib, 0, h, 0), CUDA_SUCCESS);
+  CUmemAccessDesc access;
+  memset(&access, 0, sizeof access);
+  access.location = prop.location;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  APP_CHECK_EQ(((set_access_fn)dlsym(lib, "cuMemSetAccess"))(va, 32 * mib, &access, 1), CUDA_SUCCESS);
+  APP_CHECK_EQ(((memset_fn)dlsym(lib, "cuMemsetD8_v2"))(va + 32 * mib - 4, 0x5a, 4), CUDA_SUCCESS);
+  unsigned char back[4] = {0, 0, 0, 0};
+  APP_CHECK_EQ(((dtoh_fn)dlsym(lib, "cuMemcpyDtoH_v2"))(back, va + 32 * mib - 4, 4), CUDA_SUCCESS);
+  APP_CHECK(back[0] == 0x5a && back[3] == 0x5a);
+  APP_CHECK_EQ(((unmap_fn)dlsym(lib, "cuMemUnmap"))(va, 32 * mib), CUDA_SUCCESS);
+  APP_CHECK_EQ(((addr_free_fn)dlsym(lib, "cuMemAddressFree"))(va, 32 * mib), CUDA_SUCCESS);
+  /* Released: its part of the limit is free again. */
+  APP_CHECK_EQ(release(h), CUDA_SUCCESS);
+  APP_CHECK_EQ(create(&big, 48 * mib, &prop, 0), CUDA_SUCCESS);
+  APP_CHECK_EQ(release(big), CUDA_SUCCESS);
+  APP_CHECK_EQ(release_alloc(d), CUDA_SUCCESS);
+  gpumem_shim_stats st = app_stats();
+  APP_CHECK_EQ(st.passthrough_allocations, 2);
+  APP_CHECK_EQ(st.passthrough_frees, 2);
+  APP_CHECK_EQ(st.failed_allocations, 2);
+}
+
 int main(int argc, char** argv) {
   const char* scenario = argc > 1 ? argv[1] : "dlsym";
   lib = dlopen("libcuda.so.1", RTLD_NOW);
@@ -109,6 +174,8 @@ int main(int argc, char** argv) {
     by_dlsym();
   } else if (strcmp(scenario, "gpa") == 0) {
     by_proc_address();
+  } else if (strcmp(scenario, "vmm") == 0) {
+    created_by_the_program();
   } else {
     fprintf(stderr, "unknown scenario %s\n", scenario);
     return 2;

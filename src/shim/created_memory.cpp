@@ -1,0 +1,173 @@
+#include "created_memory.hpp"
+
+#include "device_chains.hpp"
+#include "event_log.hpp"
+#include "hook_table.hpp"
+#include "shim_state.hpp"
+
+#include <gpumem/limiting_resource_adaptor.hpp>
+
+#include <array>
+#include <atomic>
+#include <mutex>
+#include <new>
+#include <optional>
+#include <unordered_map>
+
+namespace gpumem::shim {
+namespace {
+
+using create_fn = CUresult (*)(CUmemGenericAllocationHandle*, std::size_t, CUmemAllocationProp const*,
+                               unsigned long long);
+using release_fn = CUresult (*)(CUmemGenericAllocationHandle);
+
+struct record {
+  std::size_t bytes = 0;
+  int device = -1;
+  /// The limit it counts against, or null. A chain retired by a device reset keeps
+  /// its adaptors alive, so the pointer stays valid; created memory survives the
+  /// reset and stays charged there, not to the device's next chain.
+  limiting_resource_adaptor* charged = nullptr;
+};
+
+struct table {
+  std::mutex mtx;
+  std::unordered_map<CUmemGenericAllocationHandle, record> live;
+  std::array<created_totals, max_devices> per_device{};
+};
+
+table& created() noexcept {
+  static auto* const t = new table;  // never destroyed: a release may come during exit
+  return *t;
+}
+
+void* as_pointer(CUmemGenericAllocationHandle h) noexcept { return reinterpret_cast<void*>(static_cast<std::uintptr_t>(h)); }
+
+CUresult failed(std::size_t bytes, int device, std::int64_t start, CUresult r) noexcept {
+  state().stats.failed_allocations.add();
+  log_event(event{log_action::allocate_failure, nullptr, bytes, nullptr, device, "cuMemCreate", start, r});
+  return r;
+}
+
+/// Once per process: where this memory stands.
+void tell_once(int device, std::size_t bytes) noexcept {
+  static std::atomic<bool> told{false};
+  if (told.exchange(true, std::memory_order_relaxed)) return;
+  message(level::info,
+          "the program creates device memory itself (cuMemCreate, %zu bytes on device %d), as JAX's XLA and PyTorch's "
+          "expandable segments do: gpumem counts it against the limit and logs it, but cannot pool it",
+          bytes, device);
+}
+
+/// `fresh`: a new handle, not one put back after a refused release.
+bool remember(CUmemGenericAllocationHandle h, record const& r, bool fresh = true) noexcept {
+  auto& t = created();
+  try {
+    std::lock_guard lock{t.mtx};
+    t.live.insert_or_assign(h, r);
+    auto& d = t.per_device[static_cast<std::size_t>(r.device)];
+    ++d.handles;
+    if (fresh) ++d.created;
+    d.bytes += r.bytes;
+    if (d.bytes > d.peak) d.peak = d.bytes;
+    return true;
+  } catch (...) {
+    return false;  // no host memory for the record
+  }
+}
+
+std::optional<record> forget(CUmemGenericAllocationHandle h) noexcept {
+  auto& t = created();
+  std::lock_guard lock{t.mtx};
+  auto const it = t.live.find(h);
+  if (it == t.live.end()) return std::nullopt;
+  record const r = it->second;
+  t.live.erase(it);
+  auto& d = t.per_device[static_cast<std::size_t>(r.device)];
+  --d.handles;
+  d.bytes -= r.bytes;
+  return r;
+}
+
+}  // namespace
+
+CUresult create_tracked(CUmemGenericAllocationHandle* handle, std::size_t bytes, CUmemAllocationProp const* prop,
+                        unsigned long long flags) noexcept {
+  auto const f = real<create_fn>(hook_id::h_cuMemCreate);
+  if (f == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
+  // Bad arguments and host memory: CUDA's own answer.
+  if (!interposing_allocations_or_exit() || handle == nullptr || prop == nullptr || bytes == 0 ||
+      prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE || prop->location.id < 0 ||
+      prop->location.id >= max_devices) {
+    return f(handle, bytes, prop, flags);
+  }
+  int const dev = prop->location.id;
+  auto const start = event_clock();
+  CUresult err = CUDA_SUCCESS;
+  device_chain* const c = chain_for(dev, err);  // built if need be: the limit lives there
+  limiting_resource_adaptor* const lim = c != nullptr ? c->chain->limiter() : nullptr;
+  if (lim != nullptr && !lim->try_charge(bytes)) {
+    message(level::error,
+            "cuMemCreate(%zu bytes on device %d): refused (out of memory): device memory a program creates itself "
+            "counts against gpumem's limit of %zu bytes, of which %zu are in use",
+            bytes, dev, lim->limit(), lim->used_bytes());
+    return failed(bytes, dev, start, CUDA_ERROR_OUT_OF_MEMORY);
+  }
+  CUresult r = f(handle, bytes, prop, flags);
+  if (r == CUDA_ERROR_OUT_OF_MEMORY && c != nullptr) {
+    // What the pool caches may be what fills the device: given back, one more try.
+    try {
+      scoped_chain_context ctx{*c};
+      static_cast<void>(c->chain->top().release());
+    } catch (...) {}
+    r = f(handle, bytes, prop, flags);
+  }
+  if (r != CUDA_SUCCESS) {
+    if (lim != nullptr) lim->discharge(bytes);
+    return failed(bytes, dev, start, r);
+  }
+  if (!remember(*handle, record{bytes, dev, lim})) {
+    // Untracked from here: its release will find nothing to give back.
+    if (lim != nullptr) lim->discharge(bytes);
+    return CUDA_SUCCESS;
+  }
+  state().stats.passthrough_allocations.add();
+  log_event(event{log_action::allocate, as_pointer(*handle), bytes, nullptr, dev, "cuMemCreate", start, CUDA_SUCCESS});
+  tell_once(dev, bytes);
+  return CUDA_SUCCESS;
+}
+
+CUresult release_tracked(CUmemGenericAllocationHandle handle) noexcept {
+  auto const f = real<release_fn>(hook_id::h_cuMemRelease);
+  if (f == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!active()) return f(handle);
+  auto const start = event_clock();
+  // Out of the table before CUDA may hand the same handle to another thread's create.
+  auto const r = forget(handle);
+  CUresult const result = f(handle);
+  if (!r) return result;  // not one we saw created: CUDA's answer alone
+  if (result != CUDA_SUCCESS) {
+    if (!remember(handle, *r, false) && r->charged != nullptr) r->charged->discharge(r->bytes);
+    return result;
+  }
+  if (r->charged != nullptr) r->charged->discharge(r->bytes);
+  state().stats.passthrough_frees.add();
+  log_event(event{log_action::free, as_pointer(handle), r->bytes, nullptr, r->device, "cuMemRelease", start, result});
+  return result;
+}
+
+created_totals created_on(int device) noexcept {
+  if (device < 0 || device >= max_devices) return {};
+  auto& t = created();
+  std::lock_guard lock{t.mtx};
+  return t.per_device[static_cast<std::size_t>(device)];
+}
+
+void reset_created_after_fork() noexcept {
+  auto& t = created();
+  new (&t.mtx) std::mutex{};  // a parent thread may have held it at fork()
+  t.live.clear();
+  t.per_device = {};
+}
+
+}  // namespace gpumem::shim
