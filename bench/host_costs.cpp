@@ -1,8 +1,12 @@
 // What the primitives gpumem's hot paths use cost on this host: the cycle counter,
-// clock_gettime, a mutex, atomic read-modify-writes, malloc, a system call, and the
-// first touch of a shared file mapping (as the CSV log's). Timings of the allocators
-// and the log differ between hosts by about these ratios (docs/benchmarks.md).
+// clock_gettime, a mutex, atomic read-modify-writes, malloc, a system call, the
+// first touch of a shared file mapping (as the CSV log's), and, where a CUDA driver
+// loads, the driver calls the shim makes per call or per barrier. Timings of the
+// allocators and the log differ between hosts by about these ratios
+// (docs/benchmarks.md).
 //   bin/host_costs        (no GPU needed; x86-64 only)
+#include <cuda.h>
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <sys/mman.h>
@@ -31,6 +35,48 @@ static void bench(char const* name, long n, F f) {
   }
 }
 volatile unsigned long long sink;
+
+// The driver calls on gpumem's paths, if libcuda.so.1 loads and a device answers.
+static void driver_costs() {
+  void* h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (h == nullptr) {
+    std::printf("%-32s (no libcuda.so.1)\n", "driver calls");
+    return;
+  }
+  auto sym = [h](char const* name) { return dlsym(h, name); };
+  auto init = reinterpret_cast<CUresult (*)(unsigned)>(sym("cuInit"));
+  auto retain = reinterpret_cast<CUresult (*)(CUcontext*, CUdevice)>(sym("cuDevicePrimaryCtxRetain"));
+  auto set_current = reinterpret_cast<CUresult (*)(CUcontext)>(sym("cuCtxSetCurrent"));
+  auto get_current = reinterpret_cast<CUresult (*)(CUcontext*)>(sym("cuCtxGetCurrent"));
+  auto get_device = reinterpret_cast<CUresult (*)(CUdevice*)>(sym("cuCtxGetDevice"));
+  auto stream_create = reinterpret_cast<CUresult (*)(CUstream*, unsigned)>(sym("cuStreamCreate"));
+  auto event_create = reinterpret_cast<CUresult (*)(CUevent*, unsigned)>(sym("cuEventCreate"));
+  auto record = reinterpret_cast<CUresult (*)(CUevent, CUstream)>(sym("cuEventRecord"));
+  auto query = reinterpret_cast<CUresult (*)(CUevent)>(sym("cuEventQuery"));
+  auto wait = reinterpret_cast<CUresult (*)(CUstream, CUevent, unsigned)>(sym("cuStreamWaitEvent"));
+  CUcontext ctx = nullptr;
+  CUstream a = nullptr, b = nullptr;
+  CUevent e = nullptr;
+  if (init == nullptr || init(0) != CUDA_SUCCESS || retain(&ctx, 0) != CUDA_SUCCESS || set_current(ctx) != CUDA_SUCCESS ||
+      stream_create(&a, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS ||
+      stream_create(&b, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS ||
+      event_create(&e, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
+    std::printf("%-32s (no device)\n", "driver calls");
+    return;
+  }
+  bench("cuCtxGetCurrent", 2000000, [&](long) {
+    CUcontext c = nullptr;
+    sink = get_current(&c);
+  });
+  bench("cuCtxGetDevice", 2000000, [&](long) {
+    CUdevice d = 0;
+    sink = get_device(&d);
+  });
+  bench("cuEventRecord", 200000, [&](long) { sink = record(e, a); });
+  bench("cuEventQuery (completed)", 200000, [&](long) { sink = query(e); });
+  bench("cuEventRecord+cuStreamWaitEvent", 200000, [&](long) { sink = record(e, a) + wait(b, e, 0); });
+}
+
 int main() {
   std::atomic<bool> stop{false};
   std::thread idle([&] {
@@ -73,6 +119,7 @@ int main() {
     std::free(p);
   });
   bench("getpid syscall", 200000, [&](long) { sink = syscall(39); });
+  driver_costs();
   // Page faults of a shared file mapping, as the log's.
   char path[] = "/tmp/hostcostXXXXXX";
   int fd = mkstemp(path);
