@@ -57,8 +57,8 @@ static void driver_costs() {
   CUcontext ctx = nullptr;
   CUstream a = nullptr, b = nullptr;
   CUevent e = nullptr;
-  if (init == nullptr || init(0) != CUDA_SUCCESS || retain(&ctx, 0) != CUDA_SUCCESS || set_current(ctx) != CUDA_SUCCESS ||
-      stream_create(&a, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS ||
+  if (init == nullptr || init(0) != CUDA_SUCCESS || retain(&ctx, 0) != CUDA_SUCCESS ||
+      set_current(ctx) != CUDA_SUCCESS || stream_create(&a, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS ||
       stream_create(&b, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS ||
       event_create(&e, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
     std::printf("%-32s (no device)\n", "driver calls");

@@ -41,7 +41,9 @@ table& created() noexcept {
   return *t;
 }
 
-void* as_pointer(CUmemGenericAllocationHandle h) noexcept { return reinterpret_cast<void*>(static_cast<std::uintptr_t>(h)); }
+void* as_pointer(CUmemGenericAllocationHandle h) noexcept {
+  return reinterpret_cast<void*>(static_cast<std::uintptr_t>(h));
+}
 
 CUresult failed(std::size_t bytes, int device, std::int64_t start, CUresult r) noexcept {
   state().stats.failed_allocations.add();
@@ -97,8 +99,7 @@ CUresult create_tracked(CUmemGenericAllocationHandle* handle, std::size_t bytes,
   if (f == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
   // Bad arguments and host memory: CUDA's own answer.
   if (!interposing_allocations_or_exit() || handle == nullptr || prop == nullptr || bytes == 0 ||
-      prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE || prop->location.id < 0 ||
-      prop->location.id >= max_devices) {
+      prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE || prop->location.id < 0 || prop->location.id >= max_devices) {
     return f(handle, bytes, prop, flags);
   }
   int const dev = prop->location.id;
