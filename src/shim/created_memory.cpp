@@ -105,8 +105,12 @@ CUresult create_tracked(CUmemGenericAllocationHandle* handle, std::size_t bytes,
   }
   int const dev = prop->location.id;
   auto const start = event_clock();
+  // The device's chain holds its limit. Built here only while the device's primary
+  // context is current: building it for another context would retain the primary
+  // one, a context the program never asked for.
+  CUcontext ctx = nullptr;
   CUresult err = CUDA_SUCCESS;
-  device_chain* const c = chain_for(dev, err);  // built if need be: the limit lives there
+  device_chain* const c = current_device(ctx) == dev ? chain_for(dev, err) : built_chain(dev);
   limiting_resource_adaptor* const lim = c != nullptr ? c->chain->limiter() : nullptr;
   if (lim != nullptr && !lim->try_charge(bytes)) {
     message(level::error,
@@ -119,7 +123,7 @@ CUresult create_tracked(CUmemGenericAllocationHandle* handle, std::size_t bytes,
   if (r == CUDA_ERROR_OUT_OF_MEMORY && c != nullptr) {
     // What the pool caches may be what fills the device: given back, one more try.
     try {
-      scoped_chain_context ctx{*c};
+      scoped_chain_context in_chain{*c};
       static_cast<void>(c->chain->top().release());
     } catch (...) {}
     r = f(handle, bytes, prop, flags);

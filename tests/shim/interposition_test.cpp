@@ -142,6 +142,11 @@ TEST(ShimDriver, MemoryTheProgramCreatesItselfIsLimitedCountedAndLogged) {
   EXPECT_EQ(created, expected);
 }
 
+TEST(ShimDriver, MemoryCreatedInAContextOfTheProgramsOwnBuildsNoChain) {
+  auto const r = run_app("shim_drv_app", "vmm_own_context", {{"GPUMEM_LIMIT", "64MiB"}});
+  expect_pass(r, "vmm_own_context");
+}
+
 TEST(ShimDisable, PassesEverythingThrough) {
   auto const r = run_app("shim_rt_app", "served", {{"GPUMEM_DISABLE", "1"}});
   expect_pass(r, "served");

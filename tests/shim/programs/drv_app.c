@@ -6,7 +6,10 @@
  *                   several cudaVersions and with the per-thread-stream flag.
  *   drv_app vmm   : device memory the program creates and maps itself (cuMemCreate,
  *                   as XLA does), run with GPUMEM_LIMIT=64MiB: the limit covers it
- *                   and pooled allocations together. */
+ *                   and pooled allocations together.
+ *   drv_app vmm_own_context : the same call while a context the program made
+ *                   (cuCtxCreate) is current: counted, but no chain is built for it,
+ *                   so gpumem never makes the device's primary context. */
 #include "app_support.h"
 
 #include <cuda.h>
@@ -163,6 +166,31 @@ static void created_by_the_program(void) {
   APP_CHECK_EQ(st.failed_allocations, 2);
 }
 
+typedef CUresult (*ctx_create_fn)(CUcontext*, CUctxCreateParams*, unsigned, CUdevice);
+typedef CUresult (*primary_state_fn)(CUdevice, unsigned*, int*);
+
+static void created_in_own_context(void) {
+  APP_CHECK_EQ(((init_fn)dlsym(lib, "cuInit"))(0), CUDA_SUCCESS);
+  CUcontext own = NULL;
+  APP_CHECK_EQ(((ctx_create_fn)dlsym(lib, "cuCtxCreate_v4"))(&own, NULL, 0, 0), CUDA_SUCCESS);
+  CUmemAllocationProp prop;
+  memset(&prop, 0, sizeof prop);
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = 0;
+  CUmemGenericAllocationHandle h = 0;
+  APP_CHECK_EQ(((create_fn)dlsym(lib, "cuMemCreate"))(&h, (size_t)4 << 20, &prop, 0), CUDA_SUCCESS);
+  APP_CHECK_EQ(((release_fn)dlsym(lib, "cuMemRelease"))(h), CUDA_SUCCESS);
+  unsigned flags = 0;
+  int active = -1;
+  APP_CHECK_EQ(((primary_state_fn)dlsym(lib, "cuDevicePrimaryCtxGetState"))(0, &flags, &active), CUDA_SUCCESS);
+  APP_CHECK_EQ(active, 0);
+  gpumem_shim_stats st = app_stats();
+  APP_CHECK_EQ(st.chains, 0);
+  APP_CHECK_EQ(st.passthrough_allocations, 1);
+  APP_CHECK_EQ(st.passthrough_frees, 1);
+}
+
 int main(int argc, char** argv) {
   const char* scenario = argc > 1 ? argv[1] : "dlsym";
   lib = dlopen("libcuda.so.1", RTLD_NOW);
@@ -176,6 +204,8 @@ int main(int argc, char** argv) {
     by_proc_address();
   } else if (strcmp(scenario, "vmm") == 0) {
     created_by_the_program();
+  } else if (strcmp(scenario, "vmm_own_context") == 0) {
+    created_in_own_context();
   } else {
     fprintf(stderr, "unknown scenario %s\n", scenario);
     return 2;
