@@ -12,7 +12,11 @@
 //   column the bytes), and the exit report sums it per device;
 // - cudaMemGetInfo under a limit counts it as in use.
 // Memory created on the host (a location other than a device) is not device
-// memory: handed to CUDA untouched.
+// memory: handed to CUDA untouched. The limit lives in the device's chain, which a
+// create builds only while the device's primary context is current (building it
+// would otherwise retain that context, which the program never asked for): memory
+// created in a context the program made, before any chain of that device existed,
+// is counted and logged but not limited.
 //
 // The limit is given back at cuMemRelease, even if a mapping still holds the
 // memory until its cuMemUnmap (CUDA frees it only then).
