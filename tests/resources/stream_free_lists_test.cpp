@@ -8,10 +8,13 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <thread>
+#include <utility>
+#include <vector>
 
 namespace gpumem::detail {
 namespace {
@@ -41,6 +44,54 @@ TEST(StreamFreeLists, PendingBytesAreTheSumOfWhatWasFiled) {
   EXPECT_TRUE(lists.add_pending({mem, 1024, mem}, 1024));
   EXPECT_TRUE(lists.add_pending({mem + 1024, 512, mem}, 512));
   EXPECT_EQ(lists.pending_bytes(), 1536U);
+}
+
+/// The free blocks of `list`, as (offset from `base`, size), in address order.
+std::vector<std::pair<std::ptrdiff_t, std::size_t>> blocks_of(coalescing_free_list const& list, char const* base) {
+  std::vector<std::pair<std::ptrdiff_t, std::size_t>> out;
+  list.for_each([&](free_block const& b) { out.emplace_back(b.ptr - base, b.size); });
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// A reclaim files thousands of pending blocks: neighbours of one slab are joined
+// before they reach the list, whatever their order, with the same result as one
+// insert per block; neighbours of two slabs never join.
+TEST(StreamFreeLists, PendingNeighboursAreFiledAsRuns) {
+  alignas(256) static char mem[64 * 256];
+  char* const a = mem;             // slab a: the first 48 blocks
+  char* const b = mem + 48 * 256;  // slab b, right after a's end: never joined to it
+  std::vector<free_block> batch;
+  for (int i = 0; i < 16; ++i) batch.push_back({a + i * 256, 256, a});    // ascending
+  for (int i = 31; i >= 20; --i) batch.push_back({a + i * 256, 256, a});  // descending, after a gap
+  batch.push_back({a + 47 * 256, 256, a});                                // a's last block, then b's first
+  batch.push_back({b, 256, b});
+  batch.push_back({b + 256, 512, b});
+  batch.push_back({a + 40 * 256, 256, a});  // alone
+  coalescing_free_list runs;
+  lists_type::add_in_runs(runs, batch);
+  coalescing_free_list one_by_one;
+  for (auto const& blk : batch) one_by_one.add(blk);
+  using blocks = std::vector<std::pair<std::ptrdiff_t, std::size_t>>;
+  EXPECT_EQ(blocks_of(runs, mem),
+            (blocks{{0, 16 * 256}, {20 * 256, 12 * 256}, {40 * 256, 256}, {47 * 256, 256}, {48 * 256, 768}}));
+  EXPECT_EQ(blocks_of(runs, mem), blocks_of(one_by_one, mem));
+  EXPECT_EQ(runs.total_bytes(), one_by_one.total_bytes());
+}
+
+// A block freed twice and filed twice: the list refuses the overlap and stays
+// consistent (never more bytes than the distinct blocks hold).
+TEST(StreamFreeLists, ATwiceFiledPendingBlockNeverCorruptsTheList) {
+  alignas(256) static char mem[8 * 256];
+  std::vector<free_block> batch{{mem, 256, mem}, {mem + 256, 256, mem}, {mem + 256, 256, mem}, {mem + 512, 256, mem}};
+  coalescing_free_list list;
+  lists_type::add_in_runs(list, batch);
+  EXPECT_LE(list.total_bytes(), 3U * 256);
+  EXPECT_GE(list.total_bytes(), 256U);
+  list.for_each([&](free_block const& blk) {
+    EXPECT_GE(blk.ptr, mem);
+    EXPECT_LE(blk.end(), mem + 3 * 256);
+  });
 }
 
 TEST(StreamFreeLists, AMoveUnderWayOrDoneMeanLookingAgain) {
