@@ -132,8 +132,7 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
   /// Best fit from one list.
   static char* take(entry& e, std::size_t size) {
     std::lock_guard lock{e.mutex};
-    auto const b = e.list.take_best_fit(size);
-    return b ? b->ptr : nullptr;
+    return e.list.take_best_fit(size).ptr;
   }
 
   /// A stream-ordered request takes the best-fitting clean block WHOLE into its
@@ -144,13 +143,13 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
   char* adopt_clean(entry& e, std::size_t size, bool counted_move) {
     std::optional<lists_type::move_scope> moving;
     if (counted_move) moving.emplace(lists());
-    std::optional<detail::free_block> b;
+    detail::free_block b;
     {
       auto& clean = lists().clean();
       std::lock_guard lock{clean.mutex};
       b = clean.list.take_whole_best_fit(size);
     }
-    return b ? serve_whole(e, *b, size) : nullptr;
+    return b ? serve_whole(e, b, size) : nullptr;
   }
 
   /// Files a whole clean block in the stream's list `e` and serves the request
@@ -159,8 +158,8 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
     std::lock_guard lock{e.mutex};
     static_cast<void>(e.list.insert(b));
     auto const got = e.list.take_best_fit(size);
-    GPUMEM_ASSERT(got.has_value(), "pool: a whole clean block could not serve its request");
-    return got ? got->ptr : nullptr;
+    GPUMEM_ASSERT(got, "pool: a whole clean block could not serve its request");
+    return got.ptr;
   }
 
   /// take() from the stream's list (and then the clean list, adopted) for a
@@ -185,7 +184,7 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
     {
       auto& clean = lists().clean();
       std::lock_guard lock{clean.mutex};
-      if (auto b = clean.list.take_exact(size)) return b->ptr;
+      if (auto b = clean.list.take_exact(size)) return b.ptr;
     }
     {
       std::lock_guard growth{growth_mutex()};
@@ -201,13 +200,13 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
   /// could be made or nothing fits. Caller holds growth_mutex() (so the move is not
   /// counted: see stream_free_lists::moves()).
   char* reclaim_and_take(entry* e, std::size_t size) {
-    std::optional<detail::free_block> b;
+    detail::free_block b;
     if (e == nullptr) {
       reclaim([&](detail::coalescing_free_list& clean) { b = clean.take_best_fit(size); });
-      return b ? b->ptr : nullptr;
+      return b.ptr;
     }
     reclaim([&](detail::coalescing_free_list& clean) { b = clean.take_whole_best_fit(size); });
-    return b ? serve_whole(*e, *b, size) : nullptr;
+    return b ? serve_whole(*e, b, size) : nullptr;
   }
 
   /// The miss path. `e`: the stream's entry for a stream-ordered request, nullptr
@@ -308,8 +307,7 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
     entry& to = e != nullptr ? *e : lists().clean();
     std::lock_guard lock{to.mutex};
     to.list.add({g.ptr, g.bytes, g.region});  // into the tree: it coalesces with the tail now
-    auto const b = to.list.take_best_fit(size);
-    return b ? b->ptr : nullptr;
+    return to.list.take_best_fit(size).ptr;
   }
 
   // Lock order: growth_mutex() first (stream_ordered_memory_resource.hpp). allocate

@@ -68,11 +68,11 @@ TEST(CoalescingFreeList, BestFitSplitsAndPrefersLowAddresses) {
   ASSERT_TRUE(l.insert({mem + 4096, 1024, mem}));
   ASSERT_TRUE(l.insert({mem + 8192, 1024, mem}));
   auto b = l.take_best_fit(768);
-  ASSERT_TRUE(b.has_value());
-  EXPECT_EQ(b->ptr, mem + 4096);  // the tightest (1024), lower of the two
-  EXPECT_EQ(b->size, 768U);
+  ASSERT_TRUE(b);
+  EXPECT_EQ(b.ptr, mem + 4096);  // the tightest (1024), lower of the two
+  EXPECT_EQ(b.size, 768U);
   EXPECT_EQ(l.total_bytes(), 2048U + 256U + 1024U);
-  EXPECT_FALSE(l.take_best_fit(4096).has_value());
+  EXPECT_FALSE(l.take_best_fit(4096));
   EXPECT_TRUE(l.remove(mem + 4096 + 768));  // the split's rest is a block of its own
   EXPECT_FALSE(l.remove(mem + 4096));
 }

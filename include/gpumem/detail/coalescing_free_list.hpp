@@ -37,18 +37,21 @@
 #include <array>
 #include <cstddef>
 #include <map>
-#include <optional>
 #include <set>
 #include <utility>
 #include <vector>
 
 namespace gpumem::detail {
 
+/// A block of free memory; as a take's result, a null ptr means none. (Not an
+/// optional: returned through memory, an optional's pieces are stored one way and
+/// loaded another, and each take paid a store-forwarding stall for it.)
 struct free_block {
   char* ptr{};
   std::size_t size{};
   char* slab{};  ///< base of the slab holding the block
   [[nodiscard]] char* end() const noexcept { return ptr + size; }
+  explicit operator bool() const noexcept { return ptr != nullptr; }
 };
 
 class coalescing_tree {
@@ -61,7 +64,7 @@ class coalescing_tree {
 
   /// Inserts `b`, merging it with free neighbours of the same slab. Returns false
   /// (and changes nothing) if `b` overlaps a block already free: a double free.
-  bool insert(free_block b) {
+  bool insert(free_block const& b) {
     // next: the first block ending after b starts; every block before it ends at
     // or before b.ptr, so only next can overlap.
     auto next = by_end_.upper_bound(b.ptr);
@@ -95,25 +98,25 @@ class coalescing_tree {
   }
 
   /// Whether `b` overlaps a block of the tree.
-  [[nodiscard]] bool overlaps(free_block b) const noexcept {
+  [[nodiscard]] bool overlaps(free_block const& b) const noexcept {
     auto const next = by_end_.upper_bound(b.ptr);
     return next != by_end_.end() && next->second.ptr < b.end();
   }
 
   /// Removes the smallest block of at least `size` bytes (lowest address among
   /// equals), returns its first `size` bytes and keeps the rest free.
-  std::optional<free_block> take_best_fit(std::size_t size) { return take_fit(size, true); }
+  free_block take_best_fit(std::size_t size) { return take_fit(size, true); }
 
   /// Removes a block of exactly `size` bytes (the lowest address), if there is one.
-  std::optional<free_block> take_exact(std::size_t size) {
+  free_block take_exact(std::size_t size) {
     auto it = by_size_.lower_bound({size, nullptr});
-    if (it == by_size_.end() || it->first != size) return std::nullopt;
+    if (it == by_size_.end() || it->first != size) return {};
     return take_best_fit(size);
   }
 
   /// Removes the smallest block of at least `size` bytes (lowest address among
   /// equals) whole, without splitting it.
-  std::optional<free_block> take_whole_best_fit(std::size_t size) { return take_fit(size, false); }
+  free_block take_whole_best_fit(std::size_t size) { return take_fit(size, false); }
 
   /// Removes exactly the free block starting at `ptr`; false if there is none.
   bool remove(char* ptr) {
@@ -192,9 +195,9 @@ class coalescing_tree {
 
  private:
   /// take_best_fit (`split`: the block's first `size` bytes) or take_whole_best_fit.
-  std::optional<free_block> take_fit(std::size_t size, bool split) {
+  free_block take_fit(std::size_t size, bool split) {
     auto it = by_size_.lower_bound({size, nullptr});
-    if (it == by_size_.end()) return std::nullopt;
+    if (it == by_size_.end()) return {};
     auto const [block_size, ptr] = *it;
     auto const a = by_end_.find(ptr + block_size);
     std::size_t const taken = split ? size : block_size;
@@ -225,7 +228,7 @@ class coalescing_tree {
     return static_cast<std::size_t>(a->first - a->second.ptr);
   }
 
-  void emplace(free_block b) {
+  void emplace(free_block const& b) {
     if (spare_ends_.empty()) {
       by_end_.emplace(b.end(), record{b.ptr, b.slab});
     } else {
@@ -310,7 +313,7 @@ class coalescing_free_list {
 
   /// Files a freed block. Returns false (and changes nothing) if it overlaps a block
   /// already free: a double free.
-  bool insert(free_block b) {
+  bool insert(free_block const& b) {
     if (overlaps_cached(b) || tree_.overlaps(b)) return false;
     if (quick_n_ == quick_slots) {
       // The oldest goes to the tree (where it coalesces); the newest stays at hand.
@@ -323,32 +326,32 @@ class coalescing_free_list {
   /// A block of a batch (stream_free_lists' reclaimed memory): straight into the tree,
   /// where it coalesces, past the cache (kept for the frees of the hot path). One
   /// overlapping a free block is dropped.
-  void add(free_block b) {
+  void add(free_block const& b) {
     if (!overlaps_cached(b)) static_cast<void>(tree_.insert(b));
   }
 
   /// The smallest block of at least `size` bytes (exact sizes from the cache first,
   /// newest first), split: its first `size` bytes are returned, the rest stays free.
-  std::optional<free_block> take_best_fit(std::size_t size) {
+  free_block take_best_fit(std::size_t size) {
     if (auto b = take_cached(size)) return b;
     // A larger cached block may fit better than the tree's best: decide on everything.
     bool const larger_cached = std::any_of(quick_.begin(), quick_.begin() + quick_n_,
                                            [size](free_block const& c) { return c.size > size; });
     if (larger_cached) flush();
     if (auto b = tree_.take_best_fit(size)) return b;
-    if (quick_n_ == 0) return std::nullopt;
+    if (quick_n_ == 0) return {};
     flush();  // smaller cached blocks, coalesced with their neighbours, may fit
     return tree_.take_best_fit(size);
   }
 
   /// A block of exactly `size` bytes (cache first, then the tree), if there is one.
-  std::optional<free_block> take_exact(std::size_t size) {
+  free_block take_exact(std::size_t size) {
     if (auto b = take_cached(size)) return b;
     return tree_.take_exact(size);
   }
 
   /// The smallest block of at least `size` bytes whole, without splitting it.
-  std::optional<free_block> take_whole_best_fit(std::size_t size) {
+  free_block take_whole_best_fit(std::size_t size) {
     flush();
     return tree_.take_whole_best_fit(size);
   }
@@ -420,12 +423,12 @@ class coalescing_free_list {
     for (std::size_t i = 0; i < quick_n_; ++i) n += quick_[i].size;
     return n;
   }
-  [[nodiscard]] bool overlaps_cached(free_block b) const noexcept {
+  [[nodiscard]] bool overlaps_cached(free_block const& b) const noexcept {
     return std::any_of(quick_.begin(), quick_.begin() + quick_n_,
-                       [b](free_block const& c) { return c.ptr < b.end() && b.ptr < c.end(); });
+                       [&b](free_block const& c) { return c.ptr < b.end() && b.ptr < c.end(); });
   }
   /// The newest cached block of exactly `size` bytes, taken out of the cache.
-  std::optional<free_block> take_cached(std::size_t size) noexcept {
+  free_block take_cached(std::size_t size) noexcept {
     for (std::size_t i = quick_n_; i-- > 0;) {
       if (quick_[i].size == size) {
         free_block const b = quick_[i];
@@ -433,14 +436,14 @@ class coalescing_free_list {
         return b;
       }
     }
-    return std::nullopt;
+    return {};
   }
   void remove_cached(std::size_t i) const noexcept {
     for (std::size_t j = i + 1; j < quick_n_; ++j) quick_[j - 1] = quick_[j];
     --quick_n_;
   }
   /// A cached block into the tree (the cache never holds a block that overlaps it).
-  void to_tree(free_block b) const {
+  void to_tree(free_block const& b) const {
     bool const ok = tree_.insert(b);
     GPUMEM_ASSERT(ok, "free list: a cached block overlapped the tree");
     static_cast<void>(ok);
