@@ -77,6 +77,45 @@ TEST(CoalescingFreeList, BestFitSplitsAndPrefersLowAddresses) {
   EXPECT_FALSE(l.remove(mem + 4096));
 }
 
+// The list skips the overlap checks when the block filed is the one it handed out
+// last (nothing filed since): every other filing must still refuse a double free.
+TEST(CoalescingFreeList, TheBlockHandedOutLastGoesBackAndADoubleFreeIsStillRefused) {
+  alignas(256) static char mem[8192];
+  detail::coalescing_free_list l;
+  ASSERT_TRUE(l.insert({mem, 8192, mem}));
+  auto const a = l.take_best_fit(1024);
+  ASSERT_EQ(a.ptr, mem);
+  EXPECT_TRUE(l.insert(a));   // handed out last: back without a check
+  EXPECT_FALSE(l.insert(a));  // the same block again: a double free
+  EXPECT_EQ(l.total_bytes(), 8192U);
+
+  // A filing after the take ends the proof: the block, made free by it, is refused.
+  auto const b = l.take_best_fit(1024);
+  ASSERT_EQ(b.ptr, mem);
+  l.add(b);                   // a double free arriving in a batch
+  EXPECT_FALSE(l.insert(b));  // must not be filed twice
+  EXPECT_EQ(l.total_bytes(), 8192U);
+
+  auto const c = l.take_best_fit(1024);
+  ASSERT_EQ(c.ptr, mem);
+  detail::coalescing_free_list other;
+  ASSERT_TRUE(other.insert(c));  // freed on another stream, gathered here
+  l.merge_from(std::move(other));
+  EXPECT_FALSE(l.insert(c));
+  EXPECT_FALSE(l.reissue(c));  // nor handed out again while free
+  EXPECT_EQ(l.total_bytes(), 8192U);
+
+  // reissue: a block freed but never filed (a deferred free) is handed out again
+  // at once, and then counts as handed out last.
+  auto const d = l.take_best_fit(2048);
+  ASSERT_TRUE(d);
+  EXPECT_TRUE(l.reissue(d));
+  EXPECT_TRUE(l.insert(d));
+  EXPECT_FALSE(l.insert(d));
+  EXPECT_EQ(l.total_bytes(), 8192U);
+  EXPECT_EQ(l.block_count(), 1U);
+}
+
 TEST(CoalescingFreeList, MergeAndRemoveRegions) {
   alignas(256) static char mem[8192];
   detail::coalescing_free_list a;

@@ -27,7 +27,9 @@
 // cache, a request the cache cannot match exactly and every query of the whole list
 // (largest(), for_each..., merges) go to the tree, after the cache was flushed
 // into it where the answer depends on coalescing. Double frees are still refused:
-// an insert checks the cache and the tree for overlap.
+// an insert checks the cache and the tree for overlap, unless the list can prove
+// the block is not free here: it is the block the list handed out last, and
+// nothing was filed since (the free-after-allocate of the hot path).
 //
 // Not thread-safe: the owner (one stream's entry) guards it with its mutex.
 
@@ -314,7 +316,8 @@ class coalescing_free_list {
   /// Files a freed block. Returns false (and changes nothing) if it overlaps a block
   /// already free: a double free.
   bool insert(free_block const& b) {
-    if (overlaps_cached(b) || tree_.overlaps(b)) return false;
+    if (!is_lent(b) && (overlaps_cached(b) || tree_.overlaps(b))) return false;
+    lent_ptr_ = nullptr;
     if (quick_n_ == quick_slots) {
       // The oldest goes to the tree (where it coalesces); the newest stays at hand.
       to_tree(quick_[0]);
@@ -327,33 +330,33 @@ class coalescing_free_list {
   /// where it coalesces, past the cache (kept for the frees of the hot path). One
   /// overlapping a free block is dropped.
   void add(free_block const& b) {
+    lent_ptr_ = nullptr;
     if (!overlaps_cached(b)) static_cast<void>(tree_.insert(b));
+  }
+
+  /// Hands out again at once a block that was freed but never filed here (a
+  /// stream's deferred free): false if it overlaps a free block of the list (a
+  /// double free: it must not be handed out).
+  [[nodiscard]] bool reissue(free_block const& b) noexcept {
+    if (!is_lent(b) && (overlaps_cached(b) || tree_.overlaps(b))) return false;
+    lend(b);
+    return true;
   }
 
   /// The smallest block of at least `size` bytes (exact sizes from the cache first,
   /// newest first), split: its first `size` bytes are returned, the rest stays free.
-  free_block take_best_fit(std::size_t size) {
-    if (auto b = take_cached(size)) return b;
-    // A larger cached block may fit better than the tree's best: decide on everything.
-    bool const larger_cached = std::any_of(quick_.begin(), quick_.begin() + quick_n_,
-                                           [size](free_block const& c) { return c.size > size; });
-    if (larger_cached) flush();
-    if (auto b = tree_.take_best_fit(size)) return b;
-    if (quick_n_ == 0) return {};
-    flush();  // smaller cached blocks, coalesced with their neighbours, may fit
-    return tree_.take_best_fit(size);
-  }
+  free_block take_best_fit(std::size_t size) { return lend(best_fit(size)); }
 
   /// A block of exactly `size` bytes (cache first, then the tree), if there is one.
   free_block take_exact(std::size_t size) {
-    if (auto b = take_cached(size)) return b;
-    return tree_.take_exact(size);
+    if (auto b = take_cached(size)) return lend(b);
+    return lend(tree_.take_exact(size));
   }
 
   /// The smallest block of at least `size` bytes whole, without splitting it.
   free_block take_whole_best_fit(std::size_t size) {
     flush();
-    return tree_.take_whole_best_fit(size);
+    return lend(tree_.take_whole_best_fit(size));
   }
 
   /// Removes exactly the free block starting at `ptr`; false if there is none.
@@ -365,6 +368,7 @@ class coalescing_free_list {
   /// Moves every block of `other` here (coalescing); `other` ends empty.
   /// Overlapping blocks (a double free across streams) are dropped.
   void merge_from(coalescing_free_list&& other) {
+    lent_ptr_ = nullptr;
     flush();
     other.flush();
     tree_.merge_from(std::move(other.tree_));
@@ -418,6 +422,28 @@ class coalescing_free_list {
   }
 
  private:
+  free_block best_fit(std::size_t size) {
+    if (auto b = take_cached(size)) return b;
+    // A larger cached block may fit better than the tree's best: decide on everything.
+    bool const larger_cached = std::any_of(quick_.begin(), quick_.begin() + quick_n_,
+                                           [size](free_block const& c) { return c.size > size; });
+    if (larger_cached) flush();
+    if (auto b = tree_.take_best_fit(size)) return b;
+    if (quick_n_ == 0) return {};
+    flush();  // smaller cached blocks, coalesced with their neighbours, may fit
+    return tree_.take_best_fit(size);
+  }
+  /// Remembers a block handed out (lent_ptr_); returns it.
+  free_block lend(free_block const& b) noexcept {
+    if (b) {
+      lent_ptr_ = b.ptr;
+      lent_size_ = b.size;
+    }
+    return b;
+  }
+  [[nodiscard]] bool is_lent(free_block const& b) const noexcept {
+    return b.ptr == lent_ptr_ && b.size == lent_size_ && b.ptr != nullptr;
+  }
   [[nodiscard]] std::size_t quick_bytes() const noexcept {
     std::size_t n = 0;
     for (std::size_t i = 0; i < quick_n_; ++i) n += quick_[i].size;
@@ -457,6 +483,11 @@ class coalescing_free_list {
   mutable coalescing_tree tree_;
   mutable std::array<free_block, quick_slots> quick_{};  ///< oldest first
   mutable std::size_t quick_n_ = 0;
+  /// The block handed out last, while nothing was filed since (null: none). It is
+  /// then not free here, so filing it back needs no overlap check: a range becomes
+  /// free here only by a filing (insert, add, merge_from), and each one clears it.
+  char* lent_ptr_ = nullptr;
+  std::size_t lent_size_ = 0;
 };
 
 }  // namespace gpumem::detail
