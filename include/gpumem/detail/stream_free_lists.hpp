@@ -610,10 +610,16 @@ class stream_free_lists {
   /// borrows: the hint it replaces may have kept a borrowed entry alive.
   lookup_hint& lookup(stream_ref s) {
     end_borrows();
-    auto const id = identify(s);
+    // The key without identify()'s call, but for the per-thread default stream.
+    auto key = stream_key(s);
+    if (key == per_thread_stream_handle) key = identify(s).key;
     auto& hint = lookup_hints()[instance_ % thread_cache_slots];
     auto const generation = generation_.load(std::memory_order_acquire);  // before the lookup
-    if (hint.instance == instance_ && hint.key == id.key && hint.generation == generation) return hint;
+    if (hint.instance == instance_ && hint.key == key && hint.generation == generation) return hint;
+    return refresh(hint, identify(s), generation);
+  }
+  /// lookup()'s miss: the entry found or made, named by the hint from now on.
+  [[gnu::noinline]] lookup_hint& refresh(lookup_hint& hint, stream_identity const& id, std::uint64_t generation) {
     entry_ptr e = find_or_add(id);
     hint = {instance_, generation, id.key, std::move(e)};
     return hint;
