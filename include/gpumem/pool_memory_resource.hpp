@@ -64,8 +64,13 @@
 // Thread safety: every member is thread-safe. Threads working on different
 // streams contend on no common lock in allocate/deallocate (one mutex per stream's
 // free list, one for the clean list, eight pending shards; the stream table and the
-// slab table are read under shared locks). Growth and reclamation take a separate
-// growth mutex. release() and info() lock everything.
+// slab table are read under shared locks). The thread that owns a stream's list
+// (the first to free on the stream, until it exits) frees without taking its lock:
+// the block waits in the list's one-block slot for the next holder of the lock,
+// which files it (or, allocating the same size, takes it back), so a thread's
+// allocate+free pair on its stream takes one lock (stream_free_lists.hpp).
+// Growth and reclamation take a separate growth mutex. release() and info() lock
+// everything.
 //
 // Complexity: allocate/deallocate O(log n) in the number of free blocks of the list
 // used (best fit from a size-ordered set, coalescing through an address map); a

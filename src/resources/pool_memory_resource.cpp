@@ -76,7 +76,7 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
     }
     frontier = g.ptr + g.bytes;
     auto& clean = lists().clean();
-    std::lock_guard lock{clean.mutex};
+    std::lock_guard lock{clean};
     clean.list.add({g.ptr, g.bytes, g.region});
   }
 
@@ -121,7 +121,12 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
     }
     try {
       auto const e = lists().borrow(s);  // nothing below re-enters a resource
-      std::lock_guard lock{e->mutex};
+      // The stream's owner leaves it for the next holder of the lock (the hot path:
+      // no lock). Others, and the owner when the slot is taken, file it now. (The
+      // block is built twice, not once in a local: stored to the stack and copied
+      // from there with wider loads, it cost a store-forwarding stall.)
+      if (lists().owns(e) && e->defer({p, size, slab.base})) return;
+      std::lock_guard lock{*e};
       // false: overlaps a free block (a double free); ignored, the pool stays consistent.
       static_cast<void>(e->list.insert({p, size, slab.base}));
     } catch (...) {
@@ -129,9 +134,18 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
     }
   }
 
-  /// Best fit from one list.
+  /// Best fit from one list; first the stream's deferred free, handed out again
+  /// if it fits exactly (a program's free-then-allocate cycle), else filed.
   static char* take(entry& e, std::size_t size) {
-    std::lock_guard lock{e.mutex};
+    std::lock_guard lock{e.mutex};  // not the entry's own lock(): that would file the deferred free
+    if (e.has_deferred()) {
+      detail::free_block const d = e.deferred_block;
+      if (d.size == size && e.list.reissue(d)) {
+        e.take_deferred();
+        return d.ptr;
+      }
+      e.settle();  // filed; a double free (it overlaps free memory) is dropped there
+    }
     return e.list.take_best_fit(size).ptr;
   }
 
@@ -146,7 +160,7 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
     detail::free_block b;
     {
       auto& clean = lists().clean();
-      std::lock_guard lock{clean.mutex};
+      std::lock_guard lock{clean};
       b = clean.list.take_whole_best_fit(size);
     }
     return b ? serve_whole(e, b, size) : nullptr;
@@ -155,7 +169,7 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
   /// Files a whole clean block in the stream's list `e` and serves the request
   /// from it: the rest stays next to what the stream frees, so they coalesce.
   static char* serve_whole(entry& e, detail::free_block const& b, std::size_t size) {
-    std::lock_guard lock{e.mutex};
+    std::lock_guard lock{e};
     static_cast<void>(e.list.insert(b));
     auto const got = e.list.take_best_fit(size);
     GPUMEM_ASSERT(got, "pool: a whole clean block could not serve its request");
@@ -183,7 +197,7 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
   GPUMEM_COLD char* reclaim_then_take(std::size_t size) {
     {
       auto& clean = lists().clean();
-      std::lock_guard lock{clean.mutex};
+      std::lock_guard lock{clean};
       if (auto b = clean.list.take_exact(size)) return b.ptr;
     }
     {
@@ -288,7 +302,7 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
   std::size_t frontier_bytes(entry* e, std::size_t size) {
     if (granularity == 0 || frontier == nullptr) return 0;
     entry& from = e != nullptr ? *e : lists().clean();
-    std::lock_guard lock{from.mutex};
+    std::lock_guard lock{from};
     return std::min(from.list.bytes_ending_at(frontier), size - 1);
   }
 
@@ -305,7 +319,7 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
     if (!g) return nullptr;
     frontier = g.ptr + g.bytes;
     entry& to = e != nullptr ? *e : lists().clean();
-    std::lock_guard lock{to.mutex};
+    std::lock_guard lock{to};
     to.list.add({g.ptr, g.bytes, g.region});  // into the tree: it coalesces with the tail now
     return to.list.take_best_fit(size).ptr;
   }

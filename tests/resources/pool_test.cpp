@@ -531,6 +531,129 @@ TEST(Pool, PerThreadDefaultStreamReusesWithinItsThread) {
   EXPECT_EQ(arena.allocations().size(), 1U);
 }
 
+// ---- deferred frees ------------------------------------------------------------------
+// The thread that owns a stream's list (the first to free there, until it exits)
+// leaves its latest free in the list's one-block slot without taking the lock; the
+// next holder of the lock files it, or the next allocation hands it out again.
+
+TEST(Pool, ADeferredFreeCountsAsFreeAndIsReleased) {
+  test::arena_test_resource arena{4 * MiB};
+  pool_memory_resource pool{&arena, opts(0)};
+  void* p = pool.allocate(MiB);  // the whole first slab
+  ASSERT_EQ(pool.pool_size(), MiB);
+  pool.deallocate(p, MiB);  // deferred: in the slot, not in the list
+  auto const i = pool.info();
+  EXPECT_EQ(i.used_bytes, 0U);
+  EXPECT_EQ(i.free_bytes, MiB);
+  EXPECT_EQ(i.largest_free_block, MiB);
+  EXPECT_EQ(pool.release(), MiB);
+  EXPECT_EQ(arena.live_bytes(), 0U);
+}
+
+TEST(Pool, ADoubleFreeOfADeferredBlockIsRefused) {
+  test::arena_test_resource arena{4 * MiB};
+  pool_memory_resource pool{&arena, opts(MiB)};
+  void* a = pool.allocate(4 * KiB);
+  pool.deallocate(a, 4 * KiB);  // deferred
+  pool.deallocate(a, 4 * KiB);  // the slot is taken: filed under the lock, and refused
+  void* b = pool.allocate(4 * KiB);
+  void* c = pool.allocate(4 * KiB);
+  EXPECT_EQ(b, a);
+  EXPECT_NE(c, a);
+
+  // Deferred while already free in the list: the slot takes it unchecked, so the
+  // next allocation checks it before handing it out, and drops it.
+  pool.deallocate(b, 4 * KiB);       // deferred
+  void* d = pool.allocate(8 * KiB);  // another size: the deferred block is filed
+  pool.deallocate(b, 4 * KiB);       // the double free, deferred into the empty slot
+  void* e = pool.allocate(4 * KiB);
+  void* f = pool.allocate(4 * KiB);
+  EXPECT_EQ(e, a);
+  EXPECT_NE(f, e);  // not handed out twice
+  EXPECT_EQ(pool.info().used_bytes, 20 * KiB);
+  for (void* q : {c, e, f}) pool.deallocate(q, 4 * KiB);
+  pool.deallocate(d, 8 * KiB);
+  EXPECT_EQ(pool.info().used_bytes, 0U);
+  EXPECT_EQ(pool.info().largest_free_block, MiB);
+}
+
+TEST(Pool, AnotherThreadOnTheStreamTakesADeferredFreeAndFilesItsOwnUnderTheLock) {
+  test::arena_test_resource arena{4 * MiB};
+  pool_memory_resource pool{&arena, opts(MiB)};
+  void* p = pool.allocate(4 * KiB);
+  pool.deallocate(p, 4 * KiB);  // this thread owns the legacy stream's list: deferred
+  std::thread other{[&] {
+    void* q = pool.allocate(4 * KiB);  // the same stream: usable at once
+    EXPECT_EQ(q, p);
+    pool.deallocate(q, 4 * KiB);  // not the owner: filed under the lock ...
+    pool.deallocate(q, 4 * KiB);  // ... where a double free is refused
+  }};
+  other.join();
+  EXPECT_EQ(pool.allocate(4 * KiB), p);
+  void* r = pool.allocate(4 * KiB);
+  EXPECT_NE(r, p);
+  EXPECT_EQ(pool.info().used_bytes, 8 * KiB);
+  pool.deallocate(p, 4 * KiB);
+  pool.deallocate(r, 4 * KiB);
+}
+
+TEST(Pool, ThreadsComingAndGoingOnOneStreamNeverShareABlock) {
+  // Each round's threads share the legacy stream; the slot's ownership passes from
+  // an exited thread to the next one to free there. info() and release() run all
+  // along (for ThreadSanitizer, and release() gives back only slabs free whole: a
+  // block it took for free while a thread held it would show as corrupted tags or
+  // as the arena's bad frees).
+  test::arena_test_resource arena{256 * MiB};
+  pool_memory_resource pool{&arena, opts(0)};
+  std::atomic<long> corrupt{0};
+  std::atomic<bool> done{false};
+  std::thread observer{[&] {
+    while (!done.load()) {
+      static_cast<void>(pool.info());
+      static_cast<void>(pool.release());
+    }
+  }};
+  for (int round = 0; round < 6; ++round) {
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; ++t) {
+      threads.emplace_back([&, round, t] {
+        std::mt19937 rng{static_cast<unsigned>(round * 16 + t)};
+        constexpr std::size_t sizes[] = {256, 4 * KiB, 64 * KiB};
+        std::vector<live_block> live;
+        auto tag = static_cast<unsigned char>(t * 64);
+        for (int i = 0; i < 2000; ++i) {
+          if (live.size() < 2 || rng() % 2 == 0) {
+            std::size_t const n = sizes[rng() % 3];
+            auto* p = static_cast<unsigned char*>(pool.allocate(n));
+            std::memset(p, ++tag, n);
+            live.push_back({p, n, tag});
+          } else {
+            // Mostly the newest (a free the next allocation may take back), else any.
+            std::size_t const k = rng() % 4 == 0 ? rng() % live.size() : live.size() - 1;
+            if (!intact(live[k])) corrupt.fetch_add(1);
+            pool.deallocate(live[k].p, live[k].bytes);
+            live[k] = live.back();
+            live.pop_back();
+          }
+        }
+        for (auto const& b : live) {
+          if (!intact(b)) corrupt.fetch_add(1);
+          pool.deallocate(b.p, b.bytes);
+        }
+      });
+    }
+    for (auto& th : threads) th.join();
+  }
+  done = true;
+  observer.join();
+  EXPECT_EQ(corrupt.load(), 0);
+  EXPECT_EQ(pool.info().used_bytes, 0U);
+  static_cast<void>(pool.release());
+  EXPECT_EQ(pool.pool_size(), 0U);
+  EXPECT_EQ(arena.live_bytes(), 0U);
+  EXPECT_EQ(arena.bad_frees(), 0U);
+}
+
 // ---- stream ordering on a device (the simulated one, or a real GPU) -------------------
 
 class PoolOnDevice : public ::testing::Test {
@@ -822,6 +945,34 @@ TEST_F(PoolOnSim, ReleaseOrdersASlabFreedOnTwoStreams) {
   auto const on = frees[0].stream;
   EXPECT_TRUE(on == reinterpret_cast<std::uintptr_t>(a_) || on == reinterpret_cast<std::uintptr_t>(b_));
   EXPECT_EQ(pool.pool_size(), 0U);
+}
+
+TEST_F(PoolOnSim, AnotherStreamGathersADeferredFreeInsteadOfGrowing) {
+  pool_memory_resource pool{&arena_, opts(MiB, MiB)};  // one slab, no room to grow
+  void* p = pool.allocate(MiB, ref(a_));
+  pool.deallocate(p, MiB, ref(a_));  // deferred in A's slot
+  auto const before = snapshot();
+  EXPECT_EQ(pool.allocate(MiB, ref(b_)), p);  // gathered from A, ordered after it
+  EXPECT_EQ(since(before).record, 1);
+  EXPECT_EQ(since(before).wait, 1);
+  EXPECT_EQ(arena_.allocations().size(), 1U);
+  pool.deallocate(p, MiB, ref(b_));
+}
+
+TEST_F(PoolOnSim, ADestroyedStreamsDeferredFreeNeverServesANewStreamWithItsHandleUnordered) {
+  pool_memory_resource pool{&arena_, opts(MiB, MiB)};  // one slab: the block is all there is
+  CUstream c = make_stream();
+  void* p = pool.allocate(MiB, ref(c));
+  pool.deallocate(p, MiB, ref(c));  // deferred in c's slot
+  auto before = snapshot();
+  pool.stream_destroyed(ref(c));  // as if c died and the driver handed its handle out again
+  EXPECT_EQ(since(before).record, 1);
+  before = snapshot();
+  EXPECT_EQ(pool.allocate(MiB, ref(c)), p);  // the "new" c gets it behind the old one's event
+  EXPECT_EQ(since(before).wait, 1);
+  pool.deallocate(p, MiB, ref(c));
+  pool.stream_destroyed(ref(c));
+  ASSERT_EQ(detail::driver().cuStreamDestroy(c), CUDA_SUCCESS);
 }
 
 TEST_F(PoolOnSim, EightThreadsOnTheirOwnStreamsFreeingEachOthersBlocks) {

@@ -1,7 +1,8 @@
 // stream_free_lists on its own: the borrowed-entry rule, checked in debug builds
 // (an entry from borrow() used after a lookup or an upstream call aborts), the
-// pending accounting that reclaim() checks, and the move stamps that keep a
-// request from failing while free memory is between two lists.
+// pending accounting that reclaim() checks, the move stamps that keep a
+// request from failing while free memory is between two lists, and deferred
+// frees (who may defer, and that every holder of an entry's lock files them).
 
 #include <gpumem/detail/coalescing_free_list.hpp>
 #include <gpumem/detail/stream_free_lists.hpp>
@@ -12,6 +13,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <mutex>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -123,6 +125,104 @@ TEST(StreamFreeLists, WaitForMovesReturnsOnlyOnceTheMovesUnderWayEnded) {
   lists.wait_for_moves(lists.moves());
   EXPECT_TRUE(ended.load());
   mover.join();
+}
+
+// ---- deferred frees ------------------------------------------------------------
+
+TEST(StreamFreeLists, TheFirstThreadToFreeOnAStreamOwnsItsEntryUntilItExits) {
+  lists_type lists;
+  auto const s = stream(0x1000);
+  alignas(256) static char mem[4096];
+  std::atomic<int> step{0};
+  bool a_owns = false;
+  bool a_deferred = false;
+  std::thread a{[&] {
+    auto const e = lists.borrow(s);
+    a_owns = lists.owns(e);
+    a_deferred = e->defer({mem, 1024, mem});  // left in the slot as the thread exits
+    step = 1;
+    while (step.load() != 2) std::this_thread::yield();
+  }};
+  while (step.load() != 1) std::this_thread::yield();
+  EXPECT_TRUE(a_owns);
+  EXPECT_TRUE(a_deferred);
+  bool b_owns = true;
+  std::thread b{[&] { b_owns = lists.owns(lists.borrow(s)); }};
+  b.join();
+  EXPECT_FALSE(b_owns);                       // a live owner keeps it
+  EXPECT_FALSE(lists.owns(lists.borrow(s)));  // this thread neither
+  step = 2;
+  a.join();
+
+  // The owner exited: the next thread to free there claims the entry; its slot
+  // still holds the exited owner's block, so it files under the lock instead.
+  bool c_owns = false;
+  bool c_deferred = true;
+  std::thread c{[&] {
+    auto const e = lists.borrow(s);
+    c_owns = lists.owns(e);
+    c_deferred = e->defer({mem + 2048, 1024, mem});
+  }};
+  c.join();
+  EXPECT_TRUE(c_owns);
+  EXPECT_FALSE(c_deferred);
+  auto const e = lists.get(s);
+  std::lock_guard lock{*e};
+  EXPECT_EQ(e->list.total_bytes(), 1024U);  // the exited owner's free, filed by the lock
+}
+
+TEST(StreamFreeLists, LockingAnEntryFilesItsDeferredFreeAndDropsADoubleFree) {
+  lists_type lists;
+  auto const e = lists.borrow(stream(0x1000));
+  ASSERT_TRUE(lists.owns(e));
+  alignas(256) static char mem[4096];
+  ASSERT_TRUE(e->defer({mem, 1024, mem}));
+  EXPECT_FALSE(e->defer({mem + 1024, 1024, mem}));  // one block at a time
+  EXPECT_TRUE(e->has_deferred());
+  EXPECT_EQ(e->list.total_bytes(), 0U);
+  {
+    std::lock_guard lock{*e};
+    EXPECT_FALSE(e->has_deferred());
+    EXPECT_EQ(e->list.total_bytes(), 1024U);
+  }
+  ASSERT_TRUE(e->defer({mem, 1024, mem}));  // freed again: a double free
+  ASSERT_TRUE(e->try_lock());
+  EXPECT_FALSE(e->has_deferred());
+  EXPECT_EQ(e->list.total_bytes(), 1024U);  // dropped, not filed twice
+  e->unlock();
+}
+
+TEST(StreamFreeLists, EveryObserverSeesADeferredFree) {
+  lists_type lists;
+  alignas(256) static char mem[8192];
+  auto const defer = [&](std::uintptr_t h, char* p) {
+    auto const e = lists.borrow(stream(h));
+    ASSERT_TRUE(lists.owns(e));
+    ASSERT_TRUE(e->defer({p, 1024, mem}));
+  };
+  defer(0x1000, mem);
+  EXPECT_EQ(lists.stream_bytes(), 1024U);  // what growth and reclamation weigh
+  defer(0x2000, mem + 2048);
+  lists.with_all_locked([&](lists_type::locked_view& v) {  // info(), release()
+    std::size_t total = 0;
+    for (auto const* e : v.entries) total += e->list.free_bytes();
+    EXPECT_EQ(total, 2048U);
+  });
+  // A destroyed stream's list leaves with its deferred free (to a batch, or to the
+  // quarantine where no event can order it); a stream seen later with the same
+  // handle starts empty.
+  defer(0x3000, mem + 4096);
+  lists.stream_destroyed(stream(0x3000));
+  lists.with_all_locked([&](lists_type::locked_view& v) {
+    std::size_t gone = v.quarantine.free_bytes();
+    for (auto const& b : v.foreign) gone += b.list.free_bytes();
+    EXPECT_EQ(gone, 1024U);
+    for (auto const* e : v.entries) EXPECT_NE(e->id.key, 0x3000U);
+  });
+  auto const fresh = lists.borrow(stream(0x3000));
+  EXPECT_FALSE(fresh->has_deferred());
+  std::lock_guard lock{*fresh};
+  EXPECT_TRUE(fresh->list.empty());
 }
 
 #ifndef NDEBUG

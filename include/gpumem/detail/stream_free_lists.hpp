@@ -34,6 +34,28 @@
 // it, so it orders after it through the legacy stream
 // (stream_identity::record_handle()).
 //
+// Deferred frees. The common case is one thread per stream, freeing a block and
+// asking for one of the same size next. The entry's owner (the first thread to
+// free on the stream, until it exits; then the next thread to free there claims
+// it) may leave its latest stream-ordered free in the entry's one-block slot
+// without taking the lock (entry::defer()): a release store, no atomic
+// read-modify-write. Every holder of the entry's lock files it first (locking an
+// entry settles it, with the double-free check any free gets), except the
+// resource's allocation path, which may hand it out again at once if it fits
+// exactly and overlaps no free block. So an allocate+free pair takes one lock
+// instead of two, and since every lock holder settles before anything else, no
+// observer (info, release, reclaim, gathers, a destroyed stream, the last looks
+// before out of memory, growth decisions) can tell a deferred block from one filed
+// when it was freed. The slot lives in the entry: it goes wherever the stream's
+// list goes (a destroyed stream's batch, under the event recorded there) and never
+// serves a later stream with the same handle.
+// The protocol: only the owner writes the block, and only after reading `deferred`
+// false (acquire: a reader that emptied the slot is done with it), then stores
+// true (release); a holder of the lock reads the block only after reading it true
+// (acquire), and stores false (release) when done. Ownership moves only from an
+// exited thread (owned_entries), never from a live one: a live owner may be between
+// its check and its store, so two writers could meet in the slot.
+//
 // Locking (lock order, outermost first): the owner's growth mutex (held by
 // reclaim() callers) -> table_mutex_ (shared for lookups and gathers, exclusive to
 // add/drop a stream) -> entry mutexes (several only in with_all_locked(), in
@@ -108,6 +130,45 @@ inline std::uint64_t& borrow_epoch() noexcept {
 }
 #endif
 
+/// The calling thread's tag as an owner of free-list entries (entry::owner):
+/// owner_tag_none until it claims one, owner_tag_exited once it exits. Neither
+/// is ever an entry's owner (0, or a thread tag: small), so a thread in either
+/// state defers nothing.
+inline constexpr std::uint64_t owner_tag_none = ~std::uint64_t{0};
+inline constexpr std::uint64_t owner_tag_exited = ~std::uint64_t{0} - 1;
+inline thread_local std::uint64_t tl_owner_tag = owner_tag_none;
+
+/// The entries the calling thread owns, given up as it exits so that the next
+/// thread to free on their streams can claim them. Holds each entry's owner word
+/// through a weak pointer: the entry may be gone first.
+class owned_entries {
+ public:
+  using owner_word = std::atomic<std::uint64_t>;
+  owned_entries() = default;
+  owned_entries(owned_entries const&) = delete;
+  owned_entries& operator=(owned_entries const&) = delete;
+  ~owned_entries() {
+    std::uint64_t const me = tl_owner_tag;
+    tl_owner_tag = owner_tag_exited;  // frees from later thread-exit destructors take the lock
+    for (auto& w : words_) {
+      if (auto word = w.lock()) {
+        auto expected = me;
+        // release: this thread's deferred frees happen before the next owner's
+        word->compare_exchange_strong(expected, 0, std::memory_order_release, std::memory_order_relaxed);
+      }
+    }
+  }
+  /// Records an owner word (before the claim); throws bad_alloc without host memory.
+  void add(std::weak_ptr<owner_word> w) {
+    if (words_.size() == words_.capacity()) std::erase_if(words_, [](auto const& x) { return x.expired(); });
+    words_.push_back(std::move(w));
+  }
+
+ private:
+  std::vector<std::weak_ptr<owner_word>> words_;
+};
+inline thread_local owned_entries tl_owned_entries;
+
 /// Ends the validity of every entry this thread borrowed (borrowed_entry): call it
 /// before anything that may re-enter a resource (an upstream call). Free in
 /// release builds.
@@ -149,13 +210,64 @@ class stream_free_lists {
  public:
   using block_type = typename List::block_type;
 
+  /// One stream's free memory. Lockable: locking the entry itself (std::lock_guard
+  /// on it) also settles its deferred free (see "Deferred frees"), so every holder
+  /// sees all of it. Only an allocation path that may hand the deferred block out
+  /// directly locks `mutex` alone (has_deferred(), take_deferred()); a resource
+  /// that never defers may too.
   struct entry {
     explicit entry(stream_identity i, bool is_clean = false) : id{i}, clean{is_clean} {}
     stream_identity const id;
     bool const clean;  ///< the clean list: never recorded on, never waits
     spin_mutex mutex;
+    std::atomic<bool> deferred{false};    ///< deferred_block holds a free (the protocol above)
+    std::atomic<std::uint64_t> owner{0};  ///< the thread that may defer (its tl_owner_tag); 0: none
+    block_type deferred_block{};
     List list;        ///< guarded by mutex
     CUevent event{};  ///< guarded by mutex
+
+    void lock() noexcept {
+      mutex.lock();
+      settle();
+    }
+    [[nodiscard]] bool try_lock() noexcept {
+      if (!mutex.try_lock()) return false;
+      settle();
+      return true;
+    }
+    void unlock() noexcept { mutex.unlock(); }
+
+    /// The owner's free without the lock (stream_free_lists::owns() first): `b`
+    /// waits in the slot for the next holder of the lock. False if the slot is
+    /// taken: file `b` under the lock instead.
+    [[nodiscard]] bool defer(block_type const& b) noexcept {
+      if (deferred.load(std::memory_order_acquire)) return false;
+      deferred_block = b;  // no one reads it while `deferred` is false
+      deferred.store(true, std::memory_order_release);
+      return true;
+    }
+    /// Under mutex: whether a deferred free waits (deferred_block is then stable
+    /// until take_deferred()).
+    [[nodiscard]] bool has_deferred() const noexcept { return deferred.load(std::memory_order_acquire); }
+    /// Under mutex, after has_deferred(): empties the slot, its block read and
+    /// handed out or filed by the caller.
+    void take_deferred() noexcept { deferred.store(false, std::memory_order_release); }
+    /// Under mutex: files the deferred free, if any (dropped if it overlaps a free
+    /// block: a double free).
+    void settle() noexcept {
+      if (!has_deferred()) return;
+      block_type const b = deferred_block;
+      take_deferred();
+      try {
+        if constexpr (requires(List & l) { l.insert(b); }) {
+          static_cast<void>(list.insert(b));  // as a free under the lock would have been
+        } else {
+          list.add(b);
+        }
+      } catch (...) {
+        // No host memory for the bookkeeping: the block is lost to reuse (never corrupts).
+      }
+    }
   };
   using entry_ptr = std::shared_ptr<entry>;
 
@@ -201,6 +313,15 @@ class stream_free_lists {
     return borrowed_entry<entry>{e};
   }
 
+  /// Whether the calling thread may defer() frees into `e`, borrowed from this
+  /// object just before (no lookup since): it owns it, or claims it now because
+  /// no thread does (none has freed there yet, or the owner exited).
+  [[nodiscard]] bool owns(borrowed_entry<entry> const& e) noexcept {
+    std::uint64_t const owner = e->owner.load(std::memory_order_relaxed);
+    if (owner == tl_owner_tag) return true;  // only this thread stores its own tag
+    return owner == 0 && claim(*e);
+  }
+
   /// The clean list's entry (lives as long as this object).
   [[nodiscard]] entry& clean() noexcept { return *clean_; }
 
@@ -232,7 +353,7 @@ class stream_free_lists {
     {
       std::shared_lock lock{table_mutex_};
       for (auto const& [key, e] : table_) {
-        std::lock_guard elock{e->mutex};
+        std::lock_guard elock{*e};
         total += e->list.free_bytes();
       }
     }
@@ -282,7 +403,7 @@ class stream_free_lists {
       // covers() under the entry's lock: a thread destroying the stream takes this
       // lock (stream_destroyed) before the driver destroys it, so the driver may be
       // asked about the stream here only while it still exists.
-      std::lock_guard elock{e->mutex};
+      std::lock_guard elock{*e};
       if (e->list.empty()) continue;
       // A non-blocking stream the tracker does not know is not ordered by the
       // barrier: its blocks stay in stream order.
@@ -309,7 +430,7 @@ class stream_free_lists {
 
     // 3. Everything taken is clean now.
     {
-      std::lock_guard lock{clean_->mutex};
+      std::lock_guard lock{*clean_};
       add_in_runs(clean_->list, pending);
       for (auto& [e, l] : lists) clean_->list.merge_from(std::move(l));
       for (auto& b : batches) clean_->list.merge_from(std::move(b.list));
@@ -404,7 +525,7 @@ class stream_free_lists {
     bool any = take_foreign(taker, bytes, mode, gathered);
     if (!any || mode == gather_mode::everything) any = take_from_streams(taker, bytes, mode, gathered) || any;
     if (any) {
-      std::lock_guard lock{taker.mutex};
+      std::lock_guard lock{taker};
       taker.list.merge_from(std::move(gathered));
     }
     return any;
@@ -430,7 +551,7 @@ class stream_free_lists {
       std::shared_lock lock{table_mutex_};
       for (auto const& [key, victim] : table_) {
         if (victim.get() == &taker) continue;
-        std::lock_guard vlock{victim->mutex};
+        std::lock_guard vlock{*victim};
         if (!victim->list.has_spare()) continue;
         CUstream const from = victim->id.record_handle();
         if (may_be_capturing(from)) continue;
@@ -441,7 +562,7 @@ class stream_free_lists {
       }
     }
     if (any) {
-      std::lock_guard lock{taker.mutex};
+      std::lock_guard lock{taker};
       taker.list.merge_from(std::move(gathered));
     }
     return any;
@@ -460,7 +581,7 @@ class stream_free_lists {
       table_.erase(it);
       generation_.fetch_add(1, std::memory_order_release);  // invalidates every thread's hint
     }
-    std::lock_guard lock{e->mutex};
+    std::lock_guard lock{*e};  // settles its deferred free: it goes with the rest
     CUevent ev = std::exchange(e->event, nullptr);
     if (e->list.empty()) {
       destroy_event(ev);
@@ -582,12 +703,12 @@ class stream_free_lists {
     }
     std::sort(keep.begin() + 1, keep.end(),
               [](entry_ptr const& a, entry_ptr const& b) { return a->id.key < b->id.key; });
-    std::vector<std::unique_lock<spin_mutex>> locks;
+    std::vector<std::unique_lock<entry>> locks;
     locks.reserve(keep.size());
     locked_view view{{}, foreign_, quarantine_};
     view.entries.reserve(keep.size());
     for (auto const& e : keep) {
-      locks.emplace_back(e->mutex);
+      locks.emplace_back(*e);
       view.entries.push_back(e.get());
     }
     std::lock_guard flock{foreign_mutex_};
@@ -618,6 +739,24 @@ class stream_free_lists {
     if (hint.instance == instance_ && hint.key == key && hint.generation == generation) return hint;
     return refresh(hint, identify(s), generation);
   }
+  /// owns()'s claim of an unowned entry: recorded for the thread's exit first
+  /// (which needs the entry's shared pointer: the hint that borrow() used).
+  [[gnu::noinline]] bool claim(entry& e) noexcept {
+    if (e.clean || tl_owner_tag == owner_tag_exited) return false;
+    auto const& hint = lookup_hints()[instance_ % thread_cache_slots];
+    if (hint.instance != instance_ || hint.e.get() != &e) return false;
+    if (tl_owner_tag == owner_tag_none) tl_owner_tag = this_thread_tag();
+    try {
+      tl_owned_entries.add(std::shared_ptr<std::atomic<std::uint64_t>>{hint.e, &e.owner});
+    } catch (...) {
+      return false;  // no host memory to record it: no claim, the frees take the lock
+    }
+    std::uint64_t expected = 0;
+    // acquire: the previous owner's deferred frees (it released the word as it exited)
+    return e.owner.compare_exchange_strong(expected, tl_owner_tag, std::memory_order_acquire,
+                                           std::memory_order_relaxed);
+  }
+
   /// lookup()'s miss: the entry found or made, named by the hint from now on.
   [[gnu::noinline]] lookup_hint& refresh(lookup_hint& hint, stream_identity const& id, std::uint64_t generation) {
     entry_ptr e = find_or_add(id);
@@ -677,7 +816,7 @@ class stream_free_lists {
     bool any = false;
     for (auto const& [key, victim] : table_) {
       if (victim.get() == &taker) continue;
-      std::lock_guard vlock{victim->mutex};
+      std::lock_guard vlock{*victim};
       if (victim->list.empty() || (mode == gather_mode::first_fit && !victim->list.can_serve(bytes))) continue;
       CUstream const from = victim->id.record_handle();
       if (may_be_capturing(from)) continue;
@@ -703,7 +842,7 @@ class stream_free_lists {
       pending_blocks_.fetch_sub(pending.size(), std::memory_order_relaxed);
     }
     for (auto& [e, l] : lists) {
-      std::lock_guard lock{e->mutex};
+      std::lock_guard lock{*e};
       try {
         e->list.merge_from(std::move(l));
       } catch (...) {}
