@@ -192,6 +192,19 @@ class csv_log_writer {
   /// Longest incompleteness marker line, '\n' included.
   static constexpr std::size_t marker_bytes = 192;
 
+  /// Test seam: points of a truncation repair at which a test holds a thread to
+  /// force an interleaving. The hook runs inside the SIGBUS handler for the
+  /// first two, so it must be async-signal-safe. Never set outside tests.
+  enum class repair_point : std::uint8_t {
+    fault_caught,     ///< SIGBUS handler, a fault in a log's mapping: before it maps an anonymous page there
+    fault_overlaid,   ///< SIGBUS handler: after it did, before it returns
+    truncation_seen,  ///< a repair found the file shorter than allocated (growth lock held)
+    resumed,          ///< a repair let reservations go on again; the file is not whole yet
+    remapped,         ///< a repair mapped the log's windows from the file again (growth lock held)
+  };
+  using repair_hook_fn = void (*)(repair_point) noexcept;
+  static void set_repair_hook_for_testing(repair_hook_fn hook) noexcept;
+
   struct shared_state;  // the page shared across fork (implementation detail)
 
  private:

@@ -92,6 +92,13 @@ const char* error_text(int err) noexcept {
   return d != nullptr ? d : "unknown error";
 }
 
+// Test seam (csv_log_writer::set_repair_hook_for_testing); null outside tests.
+std::atomic<csv_log_writer::repair_hook_fn> repair_hook{nullptr};
+
+void at_repair_point(csv_log_writer::repair_point p) noexcept {
+  if (auto* h = repair_hook.load(std::memory_order_acquire); h != nullptr) [[unlikely]] { h(p); }
+}
+
 // Set while a thread repairs a log: a fault seen meanwhile is left to the repair.
 thread_local bool tl_recovering = false;
 
@@ -210,6 +217,7 @@ struct log_fault_guard {
         // The page is past the end of the file (truncated under us) or could not
         // be backed: let the store land in anonymous memory, and tell the writer.
         void* const p = reinterpret_cast<void*>(addr & ~(page - 1));
+        at_repair_point(csv_log_writer::repair_point::fault_caught);
         void* const r = ::mmap(p, page, PROT_READ | PROT_WRITE, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (r != p) break;  // cannot repair: treat as not ours
         if (w != nullptr) {
@@ -217,6 +225,7 @@ struct log_fault_guard {
           w->helper_wake_.fetch_add(1, std::memory_order_release);
           futex_wake(&w->helper_wake_);
         }
+        at_repair_point(csv_log_writer::repair_point::fault_overlaid);
         errno = saved_errno;
         return;
       }
@@ -248,6 +257,10 @@ struct log_fault_guard {
 };
 
 // ---------------------------------------------------------------------------
+
+void csv_log_writer::set_repair_hook_for_testing(repair_hook_fn hook) noexcept {
+  repair_hook.store(hook, std::memory_order_release);
+}
 
 void csv_log_writer::notify_stderr(std::string_view line) noexcept {
   log_message(log_level::warn, "%.*s", static_cast<int>(line.size()), line.data());
@@ -589,6 +602,7 @@ void csv_log_writer::recover() noexcept {
         (void)::mmap(w, window_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd_,
                      static_cast<off_t>(k * window_bytes));
       }
+      at_repair_point(repair_point::remapped);
       faulted_.store(false, std::memory_order_release);
       wake_helper();  // it re-populates from the write offset
     }
@@ -609,6 +623,7 @@ bool csv_log_writer::recover_locked(std::uint64_t& kept) noexcept {
   struct stat st {};
   if (::fstat(fd_, &st) != 0 || static_cast<std::uint64_t>(st.st_size) >= cap) return false;
   auto const size = static_cast<std::uint64_t>(st.st_size);
+  at_repair_point(repair_point::truncation_seen);
   // Rows go on after what is left, behind a marker. Everything that can be is
   // prepared first; then for a few atomic operations reservations are paused
   // (writers wait) while the epoch moves on: a row reserved before and stored
@@ -644,6 +659,7 @@ bool csv_log_writer::recover_locked(std::uint64_t& kept) noexcept {
   }
   std::uint64_t cur = s->tail.load();
   while (!s->tail.compare_exchange_weak(cur, (lost ? restart + marker_len : restart) | (cur & closed_bit))) {}
+  if (lost) at_repair_point(repair_point::resumed);
   if (allocate_file(fd_, 0, cap) != 0 && ::ftruncate(fd_, static_cast<off_t>(cap)) != 0) {
     // Cannot even restore the size: no row can be stored until it grows again.
     s->capacity.store(std::min(size, restart), std::memory_order_release);
