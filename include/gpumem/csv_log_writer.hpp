@@ -75,15 +75,28 @@
 //   was cut, and the log goes on right after what is left of the file, behind
 //   a marker line (in the next page if the file now ends inside one: the gap
 //   becomes a '#' filler line; a row cut in the middle is ended there, and
-//   readers skip it as malformed). Rows written before the truncation are gone,
-//   as the truncating program wanted. A row in flight during the repair is
-//   stored again, or lost and counted; writers wait (yielding, at most 20 ms)
-//   during the few atomic operations the repair pauses reservations for. Rows
-//   stored between the truncation and its discovery into the page that then
-//   holds the end of the file are lost uncounted (at most a page of rows, and
-//   only when the file was cut to a size that is not a page multiple). A
-//   program that installs its own SIGBUS handler after the first writer opened
-//   replaces this guard (its handler then sees the log's faults).
+//   readers skip it as malformed). Every repair maps all of the log's windows
+//   from the file again, which undoes the anonymous pages. Rows written before
+//   the truncation are gone, as the truncating program wanted.
+//   Rows in flight: the handler counts each anonymous page before it maps it
+//   and again after; a writer reads the count before and after its copy, so a
+//   copy that may have gone to an anonymous page (its own fault or another
+//   thread's, whenever the page was mapped relative to a repair) is never taken
+//   for stored. Such a row is copied again once its writer has made sure the
+//   file is whole and no window holds an anonymous page; if the log restarted
+//   since the row was reserved, its place belongs to later rows and it is lost
+//   and counted instead. Writers wait (yielding, at most 20 ms) during the few
+//   atomic operations a repair pauses reservations for, and for another
+//   thread's handler that is mapping its page; past that the row is counted.
+//   What is not covered: rows stored between the truncation and its discovery
+//   into the page that then holds the end of the file are lost uncounted (at
+//   most a page of rows, and only when the file was cut to a size that is not
+//   a page multiple); and a writer held up between reserving its row and
+//   copying it for the whole repair, and until later rows reach the old place
+//   of its row, overwrites some of them (its own row is counted, the damaged
+//   ones become malformed lines). A program that installs its own SIGBUS
+//   handler after the first writer opened replaces this guard (its handler
+//   then sees the log's faults).
 // - The file is renamed or deleted: rows keep going to the open file.
 //
 // fork: the write offset, the growth lock and the counters live in a shared
@@ -222,6 +235,10 @@ class csv_log_writer {
   /// Copies a reserved row in; `epoch` is shared_state::epoch at reservation.
   void store(std::uint64_t offset, char const* data, std::size_t len, std::uint32_t epoch) noexcept;
   void copy_out(std::uint64_t offset, char const* data, std::size_t len) noexcept;
+  /// store()'s slow path: the copy may have gone to an anonymous page, or the log
+  /// restarted since the row was reserved. Repairs, then stores the row again or
+  /// counts it.
+  void store_again(std::uint64_t offset, char const* data, std::size_t len, std::uint32_t epoch) noexcept;
   /// Counts a row not stored; the first one the file had no room for is announced.
   void count_dropped(bool lost_page) noexcept;
   /// The marker line for the counters now; its length (0 if it does not fit).
@@ -230,7 +247,8 @@ class csv_log_writer {
   /// must stay free after it; `close` also closes the log in the same step.
   bool append_marker(std::uint64_t keep, bool close) noexcept;
   /// After a fault in the mapping or when the file is found shorter than
-  /// allocated: re-allocates, restarts after what is left, remaps.
+  /// allocated: re-allocates, restarts after what is left, and maps every window
+  /// from the file again (which undoes the SIGBUS handler's anonymous pages).
   void recover() noexcept;
   bool recover_locked(std::uint64_t& kept) noexcept;
   void finish(bool unmap) noexcept;
@@ -257,8 +275,17 @@ class csv_log_writer {
   /// Window k maps file bytes [k*W, (k+1)*W) in this process; set under the
   /// growth lock, read lock-free by writers.
   std::atomic<char*> windows_[max_windows]{};
-  /// Set by the SIGBUS handler: a page of this process's mapping was replaced.
-  std::atomic<bool> faulted_{false};
+  /// Pages of this process's mapping the SIGBUS handler replaced by anonymous ones.
+  /// Low half: overlays begun (counted before the page is mapped); high half: the
+  /// overlays undone (a repair's remap undid every overlay made up to that count).
+  /// Equal halves: no page is anonymous. A writer reads it before and after its
+  /// copy: a change, or unequal halves, means the copy may have gone to such a page.
+  std::atomic<std::uint64_t> overlays_{0};
+  /// Overlays whose anonymous page is mapped (counted after the mmap).
+  std::atomic<std::uint32_t> overlays_made_{0};
+  /// Times a repair mapped the windows from the file again (the helper then
+  /// populates them afresh).
+  std::atomic<std::uint32_t> remaps_{0};
   std::uint64_t final_bytes_{};  ///< bytes_written() after close()
   std::uint64_t final_dropped_{};
   std::uint32_t final_truncations_{};

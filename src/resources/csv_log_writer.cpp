@@ -92,15 +92,19 @@ const char* error_text(int err) noexcept {
   return d != nullptr ? d : "unknown error";
 }
 
+// csv_log_writer::overlays_: the low half counts the overlays begun, the high half
+// the overlays a repair undid.
+constexpr std::uint64_t overlays_begun_mask = 0xffff'ffff;
+constexpr bool no_overlay(std::uint64_t overlays) noexcept {
+  return (overlays & overlays_begun_mask) == overlays >> 32;
+}
+
 // Test seam (csv_log_writer::set_repair_hook_for_testing); null outside tests.
 std::atomic<csv_log_writer::repair_hook_fn> repair_hook{nullptr};
 
 void at_repair_point(csv_log_writer::repair_point p) noexcept {
   if (auto* h = repair_hook.load(std::memory_order_acquire); h != nullptr) [[unlikely]] { h(p); }
 }
-
-// Set while a thread repairs a log: a fault seen meanwhile is left to the repair.
-thread_local bool tl_recovering = false;
 
 [[noreturn]] void throw_log_error(std::string const& path, std::string const& what) {
   throw logic_error{"gpumem: cannot write the allocation log '" + path + "': " + what};
@@ -178,7 +182,21 @@ struct log_fault_guard {
       sa.sa_mask = old.sa_mask;  // what the program's handler would have blocked
       previous = old;
       ::sigaction(SIGBUS, &sa, nullptr);
+      ::pthread_atfork(nullptr, nullptr, &after_fork_in_child);
     });
+  }
+
+  // Only the forking thread lives on in a child: an overlay another thread's
+  // handler had begun is mapped there already or never will be. Count it as made,
+  // or a repair in the child could never undo it and its writers would wait on it.
+  static void after_fork_in_child() noexcept {
+    auto const n = used.load(std::memory_order_acquire);
+    for (std::size_t i = 0; i < n; ++i) {
+      if (begin[i].load(std::memory_order_acquire) <= claimed) continue;
+      if (csv_log_writer* w = owner[i].load(std::memory_order_acquire); w != nullptr) {
+        w->overlays_made_.store(static_cast<std::uint32_t>(w->overlays_.load() & overlays_begun_mask));
+      }
+    }
   }
 
   // Lock-free (claim a slot with a CAS): a fork while another thread registers
@@ -216,15 +234,22 @@ struct log_fault_guard {
         csv_log_writer* w = owner[i].load(std::memory_order_acquire);
         // The page is past the end of the file (truncated under us) or could not
         // be backed: let the store land in anonymous memory, and tell the writer.
+        // Counted before the page is mapped (a writer whose copy lands there sees
+        // the count move) and after (a repair undoes only what it knows is mapped).
         void* const p = reinterpret_cast<void*>(addr & ~(page - 1));
+        if (w != nullptr) {
+          auto v = w->overlays_.load(std::memory_order_relaxed);
+          while (!w->overlays_.compare_exchange_weak(v, (v & ~overlays_begun_mask) | ((v + 1) & overlays_begun_mask))) {
+          }
+        }
         at_repair_point(csv_log_writer::repair_point::fault_caught);
         void* const r = ::mmap(p, page, PROT_READ | PROT_WRITE, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (r != p) break;  // cannot repair: treat as not ours
         if (w != nullptr) {
-          w->faulted_.store(true, std::memory_order_release);
+          w->overlays_made_.fetch_add(1);  // even if it failed: a repair then merely remaps once more
           w->helper_wake_.fetch_add(1, std::memory_order_release);
           futex_wake(&w->helper_wake_);
         }
+        if (r != p) break;  // cannot repair: treat as not ours
         at_repair_point(csv_log_writer::repair_point::fault_overlaid);
         errno = saved_errno;
         return;
@@ -424,27 +449,41 @@ void csv_log_writer::store(std::uint64_t offset, char const* data, std::size_t l
       return;
     }
   }
+  // Read before the copy: a copy that may go to an anonymous page finds one
+  // outstanding here, or the count moved by the time it is done.
+  auto const overlays = overlays_.load(std::memory_order_acquire);
   copy_out(offset, data, len);
-  if (faulted_.load(std::memory_order_acquire) || shared_->epoch.load() != epoch) [[unlikely]] {
-    // A page of the mapping was lost (the file was truncated). If the row's place
-    // is still its own (reserved after the log restarted), repair and store it
-    // again; else it is lost, and counted.
-    bool kept = false;
-    if (!tl_recovering && shared_->epoch.load() == epoch) {
-      recover();
-      if (shared_->epoch.load() == epoch) {
-        copy_out(offset, data, len);
-        kept = !faulted_.load(std::memory_order_acquire);
-      }
-    }
-    if (!kept) {
-      count_dropped(true);
-      if (!tl_recovering && faulted_.load(std::memory_order_acquire)) recover();
-    }
+  if (overlays_.load(std::memory_order_acquire) != overlays || !no_overlay(overlays) || shared_->epoch.load() != epoch)
+      [[unlikely]] {
+    store_again(offset, data, len, epoch);
     return;
   }
   // Crossed a grain boundary: the helper populates the next pages before we get there.
   if (((offset ^ end) >> prefault_grain_shift) != 0 && populate_on_.load(std::memory_order_relaxed)) { wake_helper(); }
+}
+
+// Copied while the file was truncated under us, or while a page of the mapping was
+// anonymous. If the row's place is still its own (the log did not restart since it
+// was reserved), repair and store it again until a copy is known to reach the file;
+// else it is lost, and counted. Either way no page stays anonymous.
+void csv_log_writer::store_again(std::uint64_t offset, char const* data, std::size_t len,
+                                 std::uint32_t epoch) noexcept {
+  auto const give_up = coarse_now_ns() + pause_wait_ns;
+  for (;;) {
+    recover();  // the file whole again, every window mapped from it
+    auto const overlays = overlays_.load(std::memory_order_acquire);
+    // Checked after the repair: one that restarted the log gave the place away.
+    if (shared_->epoch.load() != epoch) break;
+    if (no_overlay(overlays)) {
+      copy_out(offset, data, len);
+      if (overlays_.load(std::memory_order_acquire) == overlays && shared_->epoch.load() == epoch) return;
+    }
+    // Not settled for that long: truncated again and again, or a remap keeps failing.
+    if (coarse_now_ns() > give_up) break;
+    if (!no_overlay(overlays)) ::sched_yield();  // another thread's handler is still mapping its page
+  }
+  count_dropped(true);
+  if (!no_overlay(overlays_.load(std::memory_order_acquire))) recover();
 }
 
 void csv_log_writer::copy_out(std::uint64_t offset, char const* data, std::size_t len) noexcept {
@@ -487,7 +526,6 @@ bool csv_log_writer::make_room(std::uint64_t need, bool ahead) noexcept {
                 static_cast<std::uint64_t>(st.st_size) < s->capacity.load(std::memory_order_relaxed);
     if (!truncated) return grow_locked(need, ahead);
   }
-  faulted_.store(true, std::memory_order_release);
   recover();
   return make_room(need, ahead);
 }
@@ -589,25 +627,32 @@ bool csv_log_writer::append_marker(std::uint64_t keep, bool close) noexcept {
 void csv_log_writer::recover() noexcept {
   std::uint64_t kept = 0;
   bool lost = false;
-  tl_recovering = true;
   {
     grow_lock lock{&shared_->grow};
     lost = recover_locked(kept);
-    if (faulted_.load(std::memory_order_acquire) || lost) {
-      // Replace pages the SIGBUS handler swapped out (and any page still mapped
-      // from before) by the file's.
+    if (lost || !no_overlay(overlays_.load())) {
+      // Replace the pages the SIGBUS handler made anonymous (and any page still
+      // mapped from before) by the file's. Every overlay counted as made by now
+      // was mapped before this remap, which undoes it; one mapped after it is
+      // counted after this read, and keeps the log marked for the next repair
+      // (its writer's, at the latest).
+      auto const made = overlays_made_.load();
+      bool remapped = true;
       for (std::size_t k = 0; k < max_windows; ++k) {
         char* w = windows_[k].load(std::memory_order_relaxed);
         if (w == nullptr) continue;
-        (void)::mmap(w, window_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd_,
-                     static_cast<off_t>(k * window_bytes));
+        remapped &= ::mmap(w, window_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd_,
+                           static_cast<off_t>(k * window_bytes)) == w;
       }
       at_repair_point(repair_point::remapped);
-      faulted_.store(false, std::memory_order_release);
-      wake_helper();  // it re-populates from the write offset
+      if (remapped) {
+        auto v = overlays_.load();
+        while (!overlays_.compare_exchange_weak(v, (std::uint64_t{made} << 32) | (v & overlays_begun_mask))) {}
+      }
+      remaps_.fetch_add(1, std::memory_order_relaxed);
+      wake_helper();  // it populates the windows again from the write offset
     }
   }
-  tl_recovering = false;
   if (!lost) return;
   notify("the allocation log '" + path_ + "' was truncated by another program while in use (to " +
          std::to_string(kept) + " bytes): its earlier rows are gone; logging goes on after a line that says so");
@@ -724,16 +769,22 @@ void csv_log_writer::stop_helper() noexcept {
 void csv_log_writer::helper_loop() noexcept {
   shared_state* const s = shared_;
   std::uint64_t done = 0;  // [0, done) populated in this process
+  std::uint32_t remaps = remaps_.load(std::memory_order_relaxed);
   std::int64_t next_poll = 0;
+  bool populate_faulted = false;
   while (!helper_stop_.load(std::memory_order_relaxed)) {
     auto const seen = helper_wake_.load(std::memory_order_acquire);
-    // A page fault in the mapping, or (polled) a file cut shorter than allocated.
+    // A page of the mapping made anonymous, a fault while populating, or (polled)
+    // a file cut shorter than allocated.
     auto const now = coarse_now_ns();
-    if (faulted_.load(std::memory_order_acquire) || now >= next_poll) {
+    if (populate_faulted || !no_overlay(overlays_.load(std::memory_order_acquire)) || now >= next_poll) {
+      populate_faulted = false;
       next_poll = now + truncation_poll_ns;
-      auto const before = s->truncations.load(std::memory_order_relaxed);
       recover();
-      if (s->truncations.load(std::memory_order_relaxed) != before) done = 0;
+    }
+    if (auto const r = remaps_.load(std::memory_order_relaxed); r != remaps) {
+      remaps = r;
+      done = 0;  // the windows were mapped afresh: populated pages are gone
     }
     auto const raw_tail = s->tail.load(std::memory_order_relaxed);
     if ((raw_tail & closed_bit) != 0) break;
@@ -750,7 +801,7 @@ void csv_log_writer::helper_loop() noexcept {
         if (populate(from, to)) {
           done = to;
         } else if (errno == EFAULT) {
-          faulted_.store(true, std::memory_order_release);  // past the end of the file: truncated
+          populate_faulted = true;  // past the end of the file: truncated
           continue;
         } else {
           populate_on_.store(false, std::memory_order_relaxed);  // kernel without it: writers fault pages in

@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include <fcntl.h>
+#include <sched.h>
 #include <setjmp.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
@@ -19,11 +20,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -654,6 +659,250 @@ TEST(CsvLogWriterHostile, RepeatedTruncationsInAForkedChildAndACutMidRow) {
   auto const dropped = marker_dropped(log.last_line);
   EXPECT_GE(dropped, 0) << log.last_line;
   EXPECT_LE(dropped, 4) << log.last_line;
+}
+
+// ---------------------------------------------------------------------------
+// Forced interleavings of a repair (csv_log_writer::repair_point): a hook holds a
+// thread at a named point until another thread reaches the next one, so a race
+// that takes the right microseconds in the wild happens on every run.
+
+std::atomic<int> g_stage{0};
+std::atomic<bool> g_stuck{false};  // a wait gave up: the interleaving was not reached
+thread_local bool t_held_writer = false;
+
+// Async-signal-safe (it runs in the SIGBUS handler): atomics, clock_gettime, sched_yield.
+void wait_stage(int stage) noexcept {
+  timespec start{};
+  ::clock_gettime(CLOCK_MONOTONIC, &start);
+  while (g_stage.load() < stage) {
+    timespec now{};
+    ::clock_gettime(CLOCK_MONOTONIC, &now);
+    if (now.tv_sec - start.tv_sec > 30) {  // not a timing assertion: a broken script must not hang CI
+      g_stuck.store(true);
+      return;
+    }
+    ::sched_yield();
+  }
+}
+
+bool advance(int from, int to) noexcept { return g_stage.compare_exchange_strong(from, to); }
+
+/// Pages of `path`'s mappings in this process that map something else: gaps in the
+/// file offsets they cover, counted from 0 (the log's windows map consecutive
+/// ranges of the file, so they cover it from 0 without a gap unless a page was
+/// overlaid). -1 when the file is not mapped at all.
+long long pages_overlaid_in_mapping(std::string const& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return -1;
+  auto const name = "/" + std::filesystem::path{path}.filename().string();
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> ranges;  // file offsets mapped
+  std::ifstream maps{"/proc/self/maps"};
+  for (std::string line; std::getline(maps, line);) {
+    unsigned long long begin = 0, end = 0, offset = 0, inode = 0;
+    char perms[8] = {};
+    unsigned major = 0, minor = 0;
+    if (std::sscanf(line.c_str(), "%llx-%llx %7s %llx %x:%x %llu", &begin, &end, perms, &offset, &major, &minor,
+                    &inode) != 7) {
+      continue;
+    }
+    if (inode != st.st_ino || !line.ends_with(name)) continue;
+    ranges.emplace_back(offset, offset + (end - begin));
+  }
+  if (ranges.empty()) return -1;
+  std::sort(ranges.begin(), ranges.end());
+  std::uint64_t covered = 0;
+  std::uint64_t gaps = 0;
+  for (auto const& [from, to] : ranges) {
+    if (from > covered) gaps += from - covered;
+    covered = std::max(covered, to);
+  }
+  return static_cast<long long>(gaps / 4096);
+}
+
+// Waits until the helper thread has allocated the file a MiB or more past the
+// write offset (it grows it 4 MiB ahead): then no growth is under way when the
+// test truncates the file, and the helper grows it no further before the log
+// has moved on by a MiB. False if that did not happen.
+bool wait_until_allocated_ahead(csv_log_writer const& w) {
+  for (int i = 0; i < 30000; ++i) {
+    struct stat st {};
+    if (::stat(w.path().c_str(), &st) == 0 &&
+        static_cast<std::uint64_t>(st.st_size) >= w.bytes_written() + (std::uint64_t{1} << 20)) {
+      return true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds{1});
+  }
+  return false;
+}
+
+// Exit codes of the forced-interleaving children.
+constexpr int exit_not_reached = 4;     // the hooks' script did not play out
+constexpr int exit_overlaid_base = 10;  // + pages still overlaid after the faulting row returned
+
+// Checks the file a forced-interleaving child left: the header, no NUL, no bad
+// line, the rows of writer 2 numbered from `first` on, in order, and every row
+// written after the truncation either in the file or counted in the marker.
+void expect_later_rows_kept_or_counted(std::string const& path, std::size_t first, std::size_t written_after) {
+  auto const log = test::read_csv_log(path);
+  EXPECT_EQ(log.header + "\n", csv_log_header);
+  EXPECT_EQ(log.nul_bytes, 0u);
+  EXPECT_EQ(log.bad_lines, 0u);
+  std::size_t expect = first;
+  for (auto const& row : log.rows) {
+    ASSERT_EQ(row[0], "2");
+    ASSERT_EQ(std::stoul(row[4]), expect) << "rows " << expect << " to " << std::stoul(row[4]) - 1 << " are missing";
+    ++expect;
+  }
+  ASSERT_FALSE(log.metadata.empty());
+  EXPECT_EQ(log.last_line, log.metadata.back());
+  EXPECT_NE(log.last_line.find("reason=truncated by another program"), std::string::npos) << log.last_line;
+  EXPECT_EQ(static_cast<long long>(log.rows.size()) + marker_dropped(log.last_line),
+            static_cast<long long>(written_after))
+      << log.last_line << "; " << log.rows.size() << " rows";
+}
+
+// A writer's fault on a truncated page is caught, but its anonymous page is mapped
+// only after the repair (here the helper thread's) mapped the windows from the
+// file again. The row was reserved before the truncation was repaired, so it is
+// lost and counted; the page must not stay anonymous: the later rows walk over it
+// again (the log restarts at the top of the file) and would vanish uncounted.
+TEST(CsvLogWriterHostile, AFaultOverlaidAfterTheRepairRemappedLosesNoLaterRow) {
+  test::temp_file tmp;
+  constexpr std::size_t before = 3000;  // ~320 KB: the later rows pass the faulting page again
+  constexpr std::size_t after = 4000;
+  auto const r = in_child([&] {
+    csv_log_writer w{tmp.path(), &capture_note};
+    for (std::size_t i = 0; i < before; ++i) w.write(numbered_row(1, i));
+    if (!wait_until_allocated_ahead(w)) return exit_not_reached;
+    csv_log_writer::set_repair_hook_for_testing([](csv_log_writer::repair_point p) noexcept {
+      using rp = csv_log_writer::repair_point;
+      if (p == rp::truncation_seen) wait_stage(1);  // the repair begins once the writer faulted
+      if (p == rp::fault_caught && t_held_writer && advance(0, 1)) wait_stage(2);  // ... held until the remap
+      if (p == rp::remapped && advance(1, 2)) wait_stage(3);                       // ... then overlaid
+      if (p == rp::fault_overlaid && t_held_writer) advance(2, 3);
+    });
+    truncate_file(tmp.path());
+    // The first row after the truncation faults; the helper finds the truncation by itself.
+    std::thread{[&] {
+      t_held_writer = true;
+      w.write(numbered_row(2, 0));
+    }}.join();
+    csv_log_writer::set_repair_hook_for_testing(nullptr);
+    if (g_stuck.load() || g_stage.load() != 3) return exit_not_reached;
+    auto const overlaid = pages_overlaid_in_mapping(tmp.path());
+    for (std::size_t i = 1; i < after; ++i) w.write(numbered_row(2, i));
+    w.close();
+    return overlaid == 0 ? 0 : exit_overlaid_base + static_cast<int>(std::clamp(overlaid, -1LL, 100LL));
+  });
+  ASSERT_TRUE(WIFEXITED(r.status)) << describe(r.status);
+  ASSERT_NE(WEXITSTATUS(r.status), exit_not_reached) << "the forced interleaving did not happen";
+  EXPECT_EQ(WEXITSTATUS(r.status), 0) << "pages of the log's mapping still anonymous after the repair: "
+                                      << WEXITSTATUS(r.status) - exit_overlaid_base;
+  // Row 2/0 was reserved before the repair: lost and counted.
+  expect_later_rows_kept_or_counted(tmp.path(), 1, after);
+}
+
+// As CI once saw it: the repair (the helper's) lets reservations go on before the
+// file is whole again; a row reserved right then, at the new top of the file,
+// faults, and its anonymous page is mapped only after the repair's remap. Its
+// writer must store it again into the file, and the rows after it (the same page)
+// must reach the file.
+TEST(CsvLogWriterHostile, ARowReservedDuringTheRepairFaultingAfterItsRemapIsStoredAgain) {
+  test::temp_file tmp;
+  constexpr std::size_t before = 3000;
+  constexpr std::size_t after = 3000;
+  auto const r = in_child([&] {
+    csv_log_writer w{tmp.path(), &capture_note};
+    for (std::size_t i = 0; i < before; ++i) w.write(numbered_row(1, i));
+    if (!wait_until_allocated_ahead(w)) return exit_not_reached;
+    csv_log_writer::set_repair_hook_for_testing([](csv_log_writer::repair_point p) noexcept {
+      using rp = csv_log_writer::repair_point;
+      if (p == rp::resumed && advance(0, 1)) wait_stage(2);                        // the writer goes now
+      if (p == rp::fault_caught && t_held_writer && advance(1, 2)) wait_stage(3);  // held until the remap
+      if (p == rp::remapped && advance(2, 3)) wait_stage(4);                       // ... then overlaid
+      if (p == rp::fault_overlaid && t_held_writer) advance(3, 4);
+    });
+    std::thread writer{[&] {
+      t_held_writer = true;
+      wait_stage(1);
+      w.write(numbered_row(2, 0));
+    }};
+    truncate_file(tmp.path());  // the helper finds it (nobody else writes meanwhile)
+    writer.join();
+    csv_log_writer::set_repair_hook_for_testing(nullptr);
+    if (g_stuck.load() || g_stage.load() != 4) return exit_not_reached;
+    auto const overlaid = pages_overlaid_in_mapping(tmp.path());
+    for (std::size_t i = 1; i < after; ++i) w.write(numbered_row(2, i));
+    w.close();
+    return overlaid == 0 ? 0 : exit_overlaid_base + static_cast<int>(std::clamp(overlaid, -1LL, 100LL));
+  });
+  ASSERT_TRUE(WIFEXITED(r.status)) << describe(r.status);
+  ASSERT_NE(WEXITSTATUS(r.status), exit_not_reached) << "the forced interleaving did not happen";
+  EXPECT_EQ(WEXITSTATUS(r.status), 0) << "pages of the log's mapping still anonymous after the repair: "
+                                      << WEXITSTATUS(r.status) - exit_overlaid_base;
+  expect_later_rows_kept_or_counted(tmp.path(), 0, after);
+  auto const log = test::read_csv_log(tmp.path());
+  EXPECT_EQ(marker_dropped(log.last_line), 0) << log.last_line;  // row 2/0 was reserved after the restart
+}
+
+// fork() while another thread's SIGBUS handler is between counting its overlay
+// and mapping it: in the child that thread is gone, and its overlay either mapped
+// already or never will be. The child's rows must reach the file (not wait on it).
+TEST(CsvLogWriterHostile, AForkWhileAnotherThreadMapsItsPageLeavesTheChildLogging) {
+  test::temp_file tmp;
+  constexpr std::size_t before = 3000;
+  constexpr std::size_t child_rows = 20;
+  constexpr std::size_t after = 1000;
+  auto const r = in_child([&] {
+    csv_log_writer w{tmp.path(), &capture_note};
+    for (std::size_t i = 0; i < before; ++i) w.write(numbered_row(1, i));
+    if (!wait_until_allocated_ahead(w)) return exit_not_reached;
+    csv_log_writer::set_repair_hook_for_testing([](csv_log_writer::repair_point p) noexcept {
+      using rp = csv_log_writer::repair_point;
+      if (p == rp::truncation_seen) wait_stage(1);  // the repair begins once the writer faulted
+      if (p == rp::fault_caught && t_held_writer && advance(0, 1)) wait_stage(3);  // held past the fork
+      if (p == rp::remapped) advance(1, 2);  // the helper repaired the truncation meanwhile
+    });
+    truncate_file(tmp.path());
+    std::thread held{[&] {
+      t_held_writer = true;
+      w.write(numbered_row(2, 0));  // reserved before the repair: lost, counted
+    }};
+    wait_stage(2);
+    auto const dropped = w.dropped_rows();
+    pid_t const pid = ::fork();
+    if (pid == 0) {
+      for (std::size_t i = 0; i < child_rows; ++i) w.write(numbered_row(3, i));
+      ::_exit(w.dropped_rows() == dropped ? 0 : 1);
+    }
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    g_stage.store(3);
+    held.join();
+    csv_log_writer::set_repair_hook_for_testing(nullptr);
+    if (g_stuck.load()) return exit_not_reached;
+    auto const overlaid = pages_overlaid_in_mapping(tmp.path());
+    for (std::size_t i = 1; i <= after; ++i) w.write(numbered_row(2, i));
+    w.close();
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return 3;  // the child dropped rows (or died)
+    return overlaid == 0 ? 0 : exit_overlaid_base + static_cast<int>(std::clamp(overlaid, -1LL, 100LL));
+  });
+  ASSERT_TRUE(WIFEXITED(r.status)) << describe(r.status);
+  ASSERT_NE(WEXITSTATUS(r.status), exit_not_reached) << "the forced interleaving did not happen";
+  EXPECT_NE(WEXITSTATUS(r.status), 3) << "the forked child dropped its rows";
+  EXPECT_EQ(WEXITSTATUS(r.status), 0);
+  auto const log = test::read_csv_log(tmp.path());
+  EXPECT_EQ(log.header + "\n", csv_log_header);
+  EXPECT_EQ(log.nul_bytes, 0u);
+  EXPECT_EQ(log.bad_lines, 0u);
+  std::map<std::string, std::size_t> next{{"2", 1}, {"3", 0}};
+  for (auto const& row : log.rows) {
+    ASSERT_TRUE(next.contains(row[0])) << "writer " << row[0];
+    ASSERT_EQ(std::stoul(row[4]), next[row[0]]++) << "writer " << row[0];
+  }
+  EXPECT_EQ(next["3"], child_rows);
+  EXPECT_EQ(next["2"], after + 1);
+  EXPECT_EQ(marker_dropped(log.last_line), 1) << log.last_line;  // row 2/0
 }
 
 // RLIMIT_FSIZE stands in for a full disk (fallocate fails as on a full file
