@@ -45,7 +45,8 @@
 // last row (space allocated ahead), and a row whose writer died mid-copy leaves
 // a NUL hole or an incomplete line; skip lines that contain NUL or do not have
 // 13 fields. An orderly close() (or exit, via an atexit hook) truncates the file
-// to the bytes written: no NULs remain.
+// to the bytes written: no NULs remain (except where another program's
+// truncation erased rows during a growth of the file, see below).
 //
 // Hostile conditions (the log never kills or stops the program):
 // - Another process writes the same path: the first writer holds an exclusive
@@ -88,15 +89,27 @@
 //   and counted instead. Writers wait (yielding, at most 20 ms) during the few
 //   atomic operations a repair pauses reservations for, and for another
 //   thread's handler that is mapping its page; past that the row is counted.
+//   A truncation that lands while the file is being grown, between the check
+//   that it is whole and the allocation, is undone by the growth: the file is as
+//   long as before, with zeros where the erased rows were, and the rows go on
+//   where they are (none stored since is lost: a store that faulted before the
+//   growth is stored again). When the file was cut inside its header (": > log"
+//   and copytruncate cut it to nothing), the check of the header that follows
+//   every growth finds it: the header is written again, a marker line follows
+//   the rows, and the file keeps NUL bytes where the erased rows were (the
+//   disk blocks are freed).
 //   What is not covered: rows stored between the truncation and its discovery
 //   into the page that then holds the end of the file are lost uncounted (at
 //   most a page of rows, and only when the file was cut to a size that is not
-//   a page multiple); and a writer held up between reserving its row and
-//   copying it for the whole repair, and until later rows reach the old place
-//   of its row, overwrites some of them (its own row is counted, the damaged
-//   ones become malformed lines). A program that installs its own SIGBUS
-//   handler after the first writer opened replaces this guard (its handler
-//   then sees the log's faults).
+//   a page multiple); a cut past the header that a growth undid is not noticed
+//   (NUL bytes where the erased rows were, no marker), and a row being copied
+//   at the moment of such a cut, and still being copied after the growth, keeps
+//   only its end (a malformed line, not counted); and a writer held up between
+//   reserving its row and copying it for the whole repair, and until later rows
+//   reach the old place of its row, overwrites some of them (its own row is
+//   counted, the damaged ones become malformed lines). A program that installs
+//   its own SIGBUS handler after the first writer opened replaces this guard
+//   (its handler then sees the log's faults).
 // - The file is renamed or deleted: rows keep going to the open file.
 //
 // fork: the write offset, the growth lock and the counters live in a shared
@@ -205,8 +218,8 @@ class csv_log_writer {
   /// Longest incompleteness marker line, '\n' included.
   static constexpr std::size_t marker_bytes = 192;
 
-  /// Test seam: points of a truncation repair at which a test holds a thread to
-  /// force an interleaving. The hook runs inside the SIGBUS handler for the
+  /// Test seam: points of a truncation repair (and of a growth) at which a test
+  /// holds a thread, or truncates the file, to force an interleaving. The hook runs inside the SIGBUS handler for the
   /// first two, so it must be async-signal-safe. Never set outside tests.
   enum class repair_point : std::uint8_t {
     fault_caught,     ///< SIGBUS handler, a fault in a log's mapping: before it maps an anonymous page there
@@ -214,6 +227,7 @@ class csv_log_writer {
     truncation_seen,  ///< a repair found the file shorter than allocated (growth lock held)
     resumed,          ///< a repair let reservations go on again; the file is not whole yet
     remapped,         ///< a repair mapped the log's windows from the file again (growth lock held)
+    growing,          ///< a growth found the file whole and is about to allocate more (growth lock held)
   };
   using repair_hook_fn = void (*)(repair_point) noexcept;
   static void set_repair_hook_for_testing(repair_hook_fn hook) noexcept;
@@ -245,12 +259,17 @@ class csv_log_writer {
   std::size_t format_marker(char (&line)[marker_bytes]) const noexcept;
   /// Reserves and writes the marker line; `keep` bytes of the allocated file
   /// must stay free after it; `close` also closes the log in the same step.
-  bool append_marker(std::uint64_t keep, bool close) noexcept;
+  /// `through_file`: written with pwrite, not through the mapping (the helper
+  /// thread never stores into the mapping).
+  bool append_marker(std::uint64_t keep, bool close, bool through_file = false) noexcept;
   /// After a fault in the mapping or when the file is found shorter than
   /// allocated: re-allocates, restarts after what is left, and maps every window
   /// from the file again (which undoes the SIGBUS handler's anonymous pages).
   void recover() noexcept;
   bool recover_locked(std::uint64_t& kept) noexcept;
+  /// Under the growth lock: the header at the start of the file is not what was
+  /// written (the file was cut inside it).
+  [[nodiscard]] bool header_cut() const noexcept;
   void finish(bool unmap) noexcept;
   static void finish_all_at_exit() noexcept;  // atexit hook over the live writers
   void start_helper() noexcept;

@@ -524,10 +524,39 @@ bool csv_log_writer::make_room(std::uint64_t need, bool ahead) noexcept {
     struct stat st {};
     truncated = ::fstat(fd_, &st) == 0 &&
                 static_cast<std::uint64_t>(st.st_size) < s->capacity.load(std::memory_order_relaxed);
-    if (!truncated) return grow_locked(need, ahead);
+    if (!truncated) {
+      at_repair_point(repair_point::growing);
+      if (!grow_locked(need, ahead)) return false;
+      // A truncation between the check above and the growth is undone by it: the
+      // file is as long as before, zeros where the erased rows were. No row stored
+      // since is lost (a store that faulted before the growth is stored again),
+      // so the rows go on where they are; only the header shows a cut inside it:
+      // it is written again, and a marker says what happened.
+      if (!header_cut()) return true;
+      (void)!::pwrite(fd_, csv_log_header.data(), csv_log_header.size(), 0);
+      s->truncations.fetch_add(1, std::memory_order_relaxed);
+      // Through the file, not the mapping: the helper may be the one here.
+      append_marker(marker_max, false, true);
+    }
   }
-  recover();
-  return make_room(need, ahead);
+  if (truncated) {
+    recover();
+    return make_room(need, ahead);
+  }
+  notify("the allocation log '" + path_ +
+         "' was truncated by another program while in use: its earlier rows are gone (the file holds NUL bytes "
+         "where they were); a line in the log says so");
+  return true;
+}
+
+bool csv_log_writer::header_cut() const noexcept {
+  // Only once the header was stored: the constructor's first growth comes before it.
+  if ((shared_->tail.load() & offset_mask) < csv_log_header.size()) return false;
+  char head[csv_log_header.size()];
+  auto const n = ::pread(fd_, head, sizeof head, 0);
+  // A read that fails says nothing.
+  return n >= 0 &&
+         (static_cast<std::size_t>(n) < sizeof head || std::memcmp(head, csv_log_header.data(), sizeof head) != 0);
 }
 
 bool csv_log_writer::grow_locked(std::uint64_t need, bool ahead) noexcept {
@@ -602,7 +631,7 @@ std::size_t csv_log_writer::format_marker(char (&line)[marker_bytes]) const noex
   return n <= 0 || static_cast<std::size_t>(n) >= sizeof line ? 0 : static_cast<std::size_t>(n);
 }
 
-bool csv_log_writer::append_marker(std::uint64_t keep, bool close) noexcept {
+bool csv_log_writer::append_marker(std::uint64_t keep, bool close, bool through_file) noexcept {
   shared_state* const s = shared_;
   char line[marker_bytes];
   auto const len = format_marker(line);
@@ -620,7 +649,11 @@ bool csv_log_writer::append_marker(std::uint64_t keep, bool close) noexcept {
       break;
     }
   }
-  store(off, line, len, epoch);
+  if (through_file) {
+    (void)!::pwrite(fd_, line, len, static_cast<off_t>(off));
+  } else {
+    store(off, line, len, epoch);
+  }
   return true;
 }
 
