@@ -118,6 +118,7 @@ class block_stack {
 
   void push(block_ref b) { blocks_.push_back(b); }
   void add(block_ref b) { push(b); }
+  void add_all(std::vector<block_ref> const& blocks) { blocks_.insert(blocks_.end(), blocks.begin(), blocks.end()); }
   /// Makes room for n more pushes, so that they cannot throw.
   void reserve_extra(std::size_t n) { blocks_.reserve(blocks_.size() + n); }
   std::optional<block_ref> pop() noexcept {

@@ -71,7 +71,7 @@ TEST(StreamFreeLists, PendingNeighboursAreFiledAsRuns) {
   batch.push_back({b + 256, 512, b});
   batch.push_back({a + 40 * 256, 256, a});  // alone
   coalescing_free_list runs;
-  lists_type::add_in_runs(runs, batch);
+  runs.add_all(batch);
   coalescing_free_list one_by_one;
   for (auto const& blk : batch) one_by_one.add(blk);
   using blocks = std::vector<std::pair<std::ptrdiff_t, std::size_t>>;
@@ -87,7 +87,7 @@ TEST(StreamFreeLists, ATwiceFiledPendingBlockNeverCorruptsTheList) {
   alignas(256) static char mem[8 * 256];
   std::vector<free_block> batch{{mem, 256, mem}, {mem + 256, 256, mem}, {mem + 256, 256, mem}, {mem + 512, 256, mem}};
   coalescing_free_list list;
-  lists_type::add_in_runs(list, batch);
+  list.add_all(batch);
   EXPECT_LE(list.total_bytes(), 3U * 256);
   EXPECT_GE(list.total_bytes(), 256U);
   list.for_each([&](free_block const& blk) {

@@ -111,8 +111,9 @@ struct free_region {
 template <class List>
 concept stream_free_list = std::default_initializable<List> && std::movable<List> &&
     requires(List& l, List const& cl, typename List::block_type b, std::size_t n) {
-  l.add(b);                    // a freed block; overlapping ones are dropped
-  l.merge_from(std::move(l));  // leaves the source empty
+  l.add(b);                                             // a freed block; overlapping ones are dropped
+  l.add_all(std::vector<typename List::block_type>{});  // a reclaimed batch, the same way
+  l.merge_from(std::move(l));                           // leaves the source empty
   { cl.can_serve(n) } -> std::convertible_to<bool>;
   { cl.empty() } -> std::convertible_to<bool>;
   { cl.free_bytes() } -> std::convertible_to<std::size_t>;
@@ -431,7 +432,7 @@ class stream_free_lists {
     // 3. Everything taken is clean now.
     {
       std::lock_guard lock{*clean_};
-      add_in_runs(clean_->list, pending);
+      clean_->list.add_all(pending);
       for (auto& [e, l] : lists) clean_->list.merge_from(std::move(l));
       for (auto& b : batches) clean_->list.merge_from(std::move(b.list));
       on_clean(clean_->list);
@@ -440,36 +441,6 @@ class stream_free_lists {
     pending_bytes_.fetch_sub(pending_taken, std::memory_order_relaxed);
     pending_blocks_.fetch_sub(pending.size(), std::memory_order_relaxed);
     return true;
-  }
-
-  /// Adds `blocks` to `list`, neighbours of one slab joined first: a program that
-  /// frees what it allocated from one clean block frees neighbours one after the
-  /// other (in address order or its reverse), and one coalescing insert per run of
-  /// neighbours costs a fraction of one per block (a reclaim moves thousands).
-  static void add_in_runs(List& list, std::vector<block_type> const& blocks) {
-    if constexpr (requires(block_type b) {
-                    b.ptr + b.size;
-                    b.slab;
-                  }) {
-      std::size_t i = 0;
-      while (i < blocks.size()) {
-        block_type run = blocks[i];
-        for (++i; i < blocks.size() && blocks[i].slab == run.slab; ++i) {
-          auto const& b = blocks[i];
-          if (b.ptr == run.ptr + run.size) {
-            run.size += b.size;
-          } else if (b.ptr + b.size == run.ptr) {
-            run.ptr = b.ptr;
-            run.size += b.size;
-          } else {
-            break;
-          }
-        }
-        list.add(run);
-      }
-    } else {
-      for (auto const& b : blocks) list.add(b);
-    }
   }
 
   /// Stamps of the moves of free memory from one list to another made without the
