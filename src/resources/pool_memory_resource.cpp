@@ -238,8 +238,11 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
     std::size_t const preferred = std::max(min_growth, std::min(pool / growth_divisor, growth_cap));
     // Over an upstream that maps growths one after another (vmm_memory_resource), a
     // free block at the end of the last growth joins the new memory: grow by the rest.
+    // That block counts toward the preferred step too, so a growth never leaves more
+    // free at the frontier than a step would (measured on a PyTorch MLP's log: the
+    // last growth before the peak mapped 14 MiB where 4 MiB served).
     std::size_t const tail = frontier_bytes(e, size);
-    std::size_t const step = growth_step(size - tail, preferred);
+    std::size_t const step = growth_step(size - tail, preferred - std::min(preferred, tail));
     if (step != 0) {
       if (char* p = grow_and_serve(e, step, size)) return p;
     }

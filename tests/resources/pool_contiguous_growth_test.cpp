@@ -59,6 +59,29 @@ TEST(PoolContiguousGrowth, GrowsByWhatTheFreeTailLacks) {
   EXPECT_EQ(arena.live_bytes(), 0U);
 }
 
+// The preferred step (1/64 of the pool) counts the free tail: a request the tail
+// almost serves grows the pool by what it lacks, not by another whole step.
+TEST(PoolContiguousGrowth, TheFreeTailCountsTowardThePreferredStep) {
+  test::arena_test_resource arena{2048 * MiB};
+  arena.contiguous(2 * MiB);
+  pool_memory_resource pool{&arena, opts(0)};
+  void* a = pool.allocate(1000 * MiB);
+  void* b = pool.allocate(10 * MiB);  // a step of 1/64 of the pool: 16 MiB
+  EXPECT_EQ(pool.pool_size(), 1016 * MiB);
+  pool.deallocate(b, 10 * MiB);  // 16 MiB free at the end
+  void* c = pool.allocate(20 * MiB);
+  EXPECT_EQ(c, b);
+  // 4 MiB more serve it; the 16 MiB tail already is a whole step.
+  EXPECT_EQ(pool.pool_size(), 1020 * MiB);
+  EXPECT_EQ(sizes_of(arena.allocations()), (std::vector<std::size_t>{1000 * MiB, 16 * MiB, 4 * MiB}));
+  // With less free at the end, the step is topped up to 1/64 of the pool again.
+  void* d = pool.allocate(MiB);  // 1020 / 64 = 15.9 MiB, rounded up to 16
+  EXPECT_EQ(pool.pool_size(), 1036 * MiB);
+  pool.deallocate(d, MiB);
+  pool.deallocate(c, 20 * MiB);
+  pool.deallocate(a, 1000 * MiB);
+}
+
 TEST(PoolContiguousGrowth, WithoutItAdjacentSlabsStayApart) {
   test::arena_test_resource arena{256 * MiB};  // adjacent allocations, but separate ones
   pool_memory_resource pool{&arena, opts(0)};
