@@ -65,9 +65,8 @@
 // entry or shard mutex at a time. Entry and shard locks are spin_mutex: taken on
 // every allocate and free, almost never contended.
 //
-// Invariants, checked in debug builds (GPUMEM_ASSERT): pending_bytes() is the sum
-// of the pending shards' bytes whenever no reclaim() is under way (checked as each
-// reclaim() starts); reclaims never overlap; an entry obtained with borrow() is not
+// Invariants, checked in debug builds (GPUMEM_ASSERT): each pending shard's count
+// is its number of blocks (checked as each reclaim() starts); reclaims never overlap; an entry obtained with borrow() is not
 // used after this thread's next lookup or upstream call (borrowed_entry).
 
 #include <gpumem/detail/assert.hpp>
@@ -334,17 +333,23 @@ class stream_free_lists {
     try {
       std::lock_guard lock{sh.mutex};
       sh.blocks.push_back(b);
-      sh.bytes += bytes;
-      // Under the shard's lock, so the total never lags the shards (checked by reclaim()).
-      pending_bytes_.fetch_add(bytes, std::memory_order_relaxed);
-      pending_blocks_.fetch_add(1, std::memory_order_relaxed);  // same cache line, already held
+      sh.add(bytes, 1);
     } catch (...) { return false; }
     return true;
   }
-  /// Bytes freed with synchronous semantics and not yet reclaimed.
-  [[nodiscard]] std::size_t pending_bytes() const noexcept { return pending_bytes_.load(std::memory_order_relaxed); }
+  /// Bytes freed with synchronous semantics and not yet reclaimed (a reclaim's
+  /// batch leaves the count as it is taken, while the growth mutex is held).
+  [[nodiscard]] std::size_t pending_bytes() const noexcept {
+    std::size_t n = 0;
+    for (auto const& sh : pending_shards_) n += sh.bytes.load(std::memory_order_relaxed);
+    return n;
+  }
   /// How many blocks those are.
-  [[nodiscard]] std::size_t pending_blocks() const noexcept { return pending_blocks_.load(std::memory_order_relaxed); }
+  [[nodiscard]] std::size_t pending_blocks() const noexcept {
+    std::size_t n = 0;
+    for (auto const& sh : pending_shards_) n += sh.blocks_n.load(std::memory_order_relaxed);
+    return n;
+  }
 
   /// Bytes free in stream lists and foreign batches: memory a stream-ordered
   /// allocation could reach with events, and a synchronous one only by reclaim().
@@ -389,8 +394,8 @@ class stream_free_lists {
         }
         sh.blocks.clear();
       }
-      pending_taken += sh.bytes;
-      sh.bytes = 0;
+      pending_taken += sh.bytes.load(std::memory_order_relaxed);
+      sh.clear_counts();
     }
     std::vector<entry_ptr> entries;
     {
@@ -438,8 +443,6 @@ class stream_free_lists {
       on_clean(clean_->list);
     }
     for (auto& b : batches) destroy_event(b.event);
-    pending_bytes_.fetch_sub(pending_taken, std::memory_order_relaxed);
-    pending_blocks_.fetch_sub(pending.size(), std::memory_order_relaxed);
     return true;
   }
 
@@ -806,11 +809,9 @@ class stream_free_lists {
       auto& sh = pending_shards_[0];
       std::lock_guard lock{sh.mutex};
       sh.blocks.insert(sh.blocks.end(), pending.begin(), pending.end());
-      sh.bytes += pending_bytes;
+      sh.add(pending_bytes, pending.size());
     } catch (...) {
       // No host memory: those blocks are lost to reuse (never handed out early).
-      pending_bytes_.fetch_sub(pending_bytes, std::memory_order_relaxed);
-      pending_blocks_.fetch_sub(pending.size(), std::memory_order_relaxed);
     }
     for (auto& [e, l] : lists) {
       std::lock_guard lock{*e};
@@ -828,8 +829,8 @@ class stream_free_lists {
   }
 
   /// Debug builds: marks a reclaim() under way (reclaims must not overlap: their
-  /// callers hold a growth mutex) and, as it starts, checks that pending_bytes()
-  /// is the shards' sum. Nothing in release builds.
+  /// callers hold a growth mutex) and, as it starts, checks each pending shard's
+  /// count. Nothing in release builds.
   class reclaim_scope {
    public:
     explicit reclaim_scope([[maybe_unused]] stream_free_lists& lists) noexcept {
@@ -854,17 +855,14 @@ class stream_free_lists {
   };
 
 #ifndef NDEBUG
-  /// pending_bytes_ equals the shards' sum: add_pending changes both under a
-  /// shard's lock, and only reclaim() (not under way here) takes bytes out.
+  /// Each shard counts its blocks: add_pending and reclaim() change both under the
+  /// shard's lock.
   void check_pending_locked_all() noexcept {
-    std::array<std::unique_lock<spin_mutex>, pending_shard_count> locks;
-    std::size_t sum = 0;
-    for (std::size_t i = 0; i < pending_shard_count; ++i) {
-      locks[i] = std::unique_lock{pending_shards_[i].mutex};
-      sum += pending_shards_[i].bytes;
+    for (auto& sh : pending_shards_) {
+      std::lock_guard lock{sh.mutex};
+      GPUMEM_ASSERT(sh.blocks.size() == sh.blocks_n.load(std::memory_order_relaxed),
+                    "stream_free_lists: a pending shard's count disagrees with its blocks");
     }
-    GPUMEM_ASSERT(sum == pending_bytes_.load(std::memory_order_relaxed),
-                  "stream_free_lists: pending bytes disagree with the pending shards");
   }
 #endif
 
@@ -873,10 +871,23 @@ class stream_free_lists {
     return index % pending_shard_count;
   }
 
+  // The counts change only under the shard's lock, so a plain load and store do
+  // (no read-modify-write: a free takes one atomic instruction, the lock's);
+  // readers sum the shards without locking.
   struct alignas(64) pending_shard {
     spin_mutex mutex;
     std::vector<block_type> blocks;
-    std::size_t bytes = 0;
+    std::atomic<std::size_t> bytes{0};
+    std::atomic<std::size_t> blocks_n{0};
+
+    void add(std::size_t n, std::size_t count) noexcept {
+      bytes.store(bytes.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+      blocks_n.store(blocks_n.load(std::memory_order_relaxed) + count, std::memory_order_relaxed);
+    }
+    void clear_counts() noexcept {
+      bytes.store(0, std::memory_order_relaxed);
+      blocks_n.store(0, std::memory_order_relaxed);
+    }
   };
   static constexpr std::size_t pending_shard_count = 8;
   /// Key 0 is no stream's (stream_key never returns 0), so the clean entry sorts first.
@@ -893,8 +904,6 @@ class stream_free_lists {
   std::atomic<std::size_t> foreign_count_{0};  // foreign_.size(), read without the lock
   List quarantine_;                            // guarded by foreign_mutex_
   std::array<pending_shard, pending_shard_count> pending_shards_{};
-  std::atomic<std::size_t> pending_bytes_{0};     ///< changed under a shard's lock
-  std::atomic<std::size_t> pending_blocks_{0};    ///< likewise
   std::atomic<std::uint64_t> moves_started_{0};   ///< move_scope; see moves()
   std::atomic<std::uint64_t> moves_finished_{0};  ///< move_scope; see moves()
 #ifndef NDEBUG
