@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Real frameworks under gpumem on a GPU machine: PyTorch (caching allocator off),
+# Real frameworks under gpumem on a GPU machine: PyTorch (caching allocator off;
+# and on, with expandable segments, under a limit),
 # CuPy (pool off), Numba, JAX (XLA's arena, and its per-buffer allocator) — each
 # checks its results and, through the shim's counters, that the chain served its
 # allocations. Then the PyTorch MLP benchmark
@@ -31,6 +32,13 @@ ref=$(PYTORCH_NO_CUDA_MEMORY_CACHING=1 python3 "$fw/torch_step.py" | sed -n 's/^
 echo "  pytorch reference loss (no shim): $ref"
 PYTORCH_NO_CUDA_MEMORY_CACHING=1 "$run" -- python3 "$fw/torch_step.py" "$ref" 2>&1 | tee "$out/fw-pytorch.log"
 verdict pytorch "${PIPESTATUS[0]}"
+# PyTorch's caching allocator with expandable segments creates and maps its own
+# memory: counted and held to the limit, results unchanged.
+es_conf="PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
+ref_es=$(env "$es_conf" python3 "$fw/torch_expandable_check.py" | sed -n 's/^TORCH-EXPANDABLE loss=\([^ ]*\).*/\1/p')
+env "$es_conf" GPUMEM_LIMIT=2GiB "$run" -- python3 "$fw/torch_expandable_check.py" --limit $((2 << 30)) \
+  --expected-loss "$ref_es" 2>&1 | tee "$out/fw-pytorch-expandable.log"
+verdict pytorch-expandable-segments-limited "${PIPESTATUS[0]}"
 "$run" -- python3 "$fw/cupy_check.py" --expect-shim 2>&1 | tee "$out/fw-cupy.log"; verdict cupy "${PIPESTATUS[0]}"
 "$run" -- python3 "$fw/numba_check.py" --expect-shim 2>&1 | tee "$out/fw-numba.log"; verdict numba "${PIPESTATUS[0]}"
 # JAX: XLA's arena and its platform allocator create their own memory (limited,
