@@ -5,6 +5,7 @@
 // frees (who may defer, and that every holder of an entry's lock files them).
 
 #include <gpumem/detail/coalescing_free_list.hpp>
+#include <gpumem/detail/driver_api.hpp>
 #include <gpumem/detail/stream_free_lists.hpp>
 
 #include <gtest/gtest.h>
@@ -210,19 +211,28 @@ TEST(StreamFreeLists, EveryObserverSeesADeferredFree) {
   });
   // A destroyed stream's list leaves with its deferred free (to a batch, or to the
   // quarantine where no event can order it); a stream seen later with the same
-  // handle starts empty.
-  defer(0x3000, mem + 4096);
-  lists.stream_destroyed(stream(0x3000));
+  // handle starts empty. A real stream: stream_destroyed() records an event on it,
+  // and a real driver crashes on a made-up handle.
+  ASSERT_EQ(ensure_context(), CUDA_SUCCESS);
+  CUstream real{};
+  ASSERT_EQ(driver().cuStreamCreate(&real, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  auto const key = reinterpret_cast<std::uintptr_t>(real);
+  defer(key, mem + 4096);
+  lists.stream_destroyed(stream_ref{real});
   lists.with_all_locked([&](lists_type::locked_view& v) {
     std::size_t gone = v.quarantine.free_bytes();
     for (auto const& b : v.foreign) gone += b.list.free_bytes();
     EXPECT_EQ(gone, 1024U);
-    for (auto const* e : v.entries) EXPECT_NE(e->id.key, 0x3000U);
+    for (auto const* e : v.entries) EXPECT_NE(e->id.key, key);
   });
-  auto const fresh = lists.borrow(stream(0x3000));
+  auto const fresh = lists.borrow(stream_ref{real});
   EXPECT_FALSE(fresh->has_deferred());
-  std::lock_guard lock{*fresh};
-  EXPECT_TRUE(fresh->list.empty());
+  {
+    std::lock_guard lock{*fresh};
+    EXPECT_TRUE(fresh->list.empty());
+  }
+  lists.stream_destroyed(stream_ref{real});
+  EXPECT_EQ(driver().cuStreamDestroy(real), CUDA_SUCCESS);
 }
 
 #ifndef NDEBUG
