@@ -66,8 +66,9 @@
 // every allocate and free, almost never contended.
 //
 // Invariants, checked in debug builds (GPUMEM_ASSERT): each pending shard's count
-// is its number of blocks (checked as each reclaim() starts); reclaims never overlap; an entry obtained with borrow() is not
-// used after this thread's next lookup or upstream call (borrowed_entry).
+// is its number of blocks (checked as each reclaim() starts); reclaims never
+// overlap; an entry obtained with borrow() is not used after this thread's next
+// lookup or upstream call (borrowed_entry).
 
 #include <gpumem/detail/assert.hpp>
 #include <gpumem/detail/driver_api.hpp>
