@@ -9,9 +9,11 @@
 
 #include <array>
 #include <atomic>
+#include <iterator>
+#include <map>
+#include <memory>
 #include <mutex>
 #include <new>
-#include <optional>
 #include <unordered_map>
 
 namespace gpumem::shim {
@@ -20,19 +22,31 @@ namespace {
 using create_fn = CUresult (*)(CUmemGenericAllocationHandle*, std::size_t, CUmemAllocationProp const*,
                                unsigned long long);
 using release_fn = CUresult (*)(CUmemGenericAllocationHandle);
+using map_fn = CUresult (*)(CUdeviceptr, std::size_t, std::size_t, CUmemGenericAllocationHandle, unsigned long long);
+using unmap_fn = CUresult (*)(CUdeviceptr, std::size_t);
 
-struct record {
+/// One creation's charge, held by its handle until released and by each mapping
+/// until unmapped; the last hold gives it back (CUDA frees the memory then).
+struct charge {
   std::size_t bytes = 0;
   int device = -1;
   /// The limit it counts against, or null. A chain retired by a device reset keeps
   /// its adaptors alive, so the pointer stays valid; created memory survives the
   /// reset and stays charged there, not to the device's next chain.
   limiting_resource_adaptor* charged = nullptr;
+  int holds = 1;  ///< the handle's, and one per mapping (under the table's mutex)
+};
+using charge_ptr = std::shared_ptr<charge>;
+
+struct mapping {
+  std::size_t size = 0;
+  charge_ptr of;
 };
 
 struct table {
   std::mutex mtx;
-  std::unordered_map<CUmemGenericAllocationHandle, record> live;
+  std::unordered_map<CUmemGenericAllocationHandle, charge_ptr> live;  ///< handles not yet released
+  std::map<CUdeviceptr, mapping> mapped;                              ///< mappings of tracked handles
   std::array<created_totals, max_devices> per_device{};
 };
 
@@ -62,34 +76,29 @@ void tell_once(int device, std::size_t bytes) noexcept {
           bytes, device);
 }
 
-/// `fresh`: a new handle, not one put back after a refused release.
-bool remember(CUmemGenericAllocationHandle h, record const& r, bool fresh = true) noexcept {
+/// A new handle's charge into the table. False (nothing recorded) without host memory.
+bool remember(CUmemGenericAllocationHandle h, charge const& c) noexcept {
   auto& t = created();
   try {
+    auto p = std::make_shared<charge>(c);
     std::lock_guard lock{t.mtx};
-    t.live.insert_or_assign(h, r);
-    auto& d = t.per_device[static_cast<std::size_t>(r.device)];
+    t.live.insert_or_assign(h, std::move(p));
+    auto& d = t.per_device[static_cast<std::size_t>(c.device)];
     ++d.handles;
-    if (fresh) ++d.created;
-    d.bytes += r.bytes;
+    ++d.created;
+    d.bytes += c.bytes;
     if (d.bytes > d.peak) d.peak = d.bytes;
     return true;
-  } catch (...) {
-    return false;  // no host memory for the record
-  }
+  } catch (...) { return false; }
 }
 
-std::optional<record> forget(CUmemGenericAllocationHandle h) noexcept {
-  auto& t = created();
-  std::lock_guard lock{t.mtx};
-  auto const it = t.live.find(h);
-  if (it == t.live.end()) return std::nullopt;
-  record const r = it->second;
-  t.live.erase(it);
-  auto& d = t.per_device[static_cast<std::size_t>(r.device)];
+/// Ends one hold; the last one gives the charge back. Caller holds the table's mutex.
+void drop_hold_locked(table& t, charge& c) noexcept {
+  if (--c.holds != 0) return;
+  auto& d = t.per_device[static_cast<std::size_t>(c.device)];
   --d.handles;
-  d.bytes -= r.bytes;
-  return r;
+  d.bytes -= c.bytes;
+  if (c.charged != nullptr) c.charged->discharge(c.bytes);
 }
 
 }  // namespace
@@ -132,7 +141,7 @@ CUresult create_tracked(CUmemGenericAllocationHandle* handle, std::size_t bytes,
     if (lim != nullptr) lim->discharge(bytes);
     return failed(bytes, dev, start, r);
   }
-  if (!remember(*handle, record{bytes, dev, lim})) {
+  if (!remember(*handle, charge{bytes, dev, lim})) {
     // Untracked from here: its release will find nothing to give back.
     if (lim != nullptr) lim->discharge(bytes);
     return CUDA_SUCCESS;
@@ -148,18 +157,77 @@ CUresult release_tracked(CUmemGenericAllocationHandle handle) noexcept {
   if (f == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
   if (!active()) return f(handle);
   auto const start = event_clock();
+  auto& t = created();
   // Out of the table before CUDA may hand the same handle to another thread's create.
-  auto const r = forget(handle);
+  charge_ptr c;
+  {
+    std::lock_guard lock{t.mtx};
+    if (auto const it = t.live.find(handle); it != t.live.end()) {
+      c = std::move(it->second);
+      t.live.erase(it);
+    }
+  }
   CUresult const result = f(handle);
-  if (!r) return result;  // not one we saw created: CUDA's answer alone
+  if (!c) return result;  // not one we saw created: CUDA's answer alone
+  std::lock_guard lock{t.mtx};
   if (result != CUDA_SUCCESS) {
-    if (!remember(handle, *r, false) && r->charged != nullptr) r->charged->discharge(r->bytes);
+    try {
+      t.live.emplace(handle, c);
+    } catch (...) {
+      drop_hold_locked(t, *c);  // no host memory to keep following it: given back
+    }
     return result;
   }
-  if (r->charged != nullptr) r->charged->discharge(r->bytes);
+  drop_hold_locked(t, *c);  // the memory stays charged while a mapping holds it
   state().stats.passthrough_frees.add();
-  log_event(event{log_action::free, as_pointer(handle), r->bytes, nullptr, r->device, "cuMemRelease", start, result});
+  log_event(event{log_action::free, as_pointer(handle), c->bytes, nullptr, c->device, "cuMemRelease", start, result});
   return result;
+}
+
+CUresult map_tracked(CUdeviceptr ptr, std::size_t size, std::size_t offset, CUmemGenericAllocationHandle handle,
+                     unsigned long long flags) noexcept {
+  auto const f = real<map_fn>(hook_id::h_cuMemMap);
+  if (f == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
+  CUresult const r = f(ptr, size, offset, handle, flags);
+  if (r != CUDA_SUCCESS || !active()) return r;
+  auto& t = created();
+  std::lock_guard lock{t.mtx};
+  auto const it = t.live.find(handle);
+  if (it == t.live.end()) return r;  // memory gpumem did not see created (its own pool's, say)
+  try {
+    if (t.mapped.try_emplace(ptr, mapping{size, it->second}).second) ++it->second->holds;
+  } catch (...) {
+    // No host memory to follow the mapping: the charge goes back with the handle.
+  }
+  return r;
+}
+
+CUresult unmap_tracked(CUdeviceptr ptr, std::size_t size) noexcept {
+  auto const f = real<unmap_fn>(hook_id::h_cuMemUnmap);
+  if (f == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!active()) return f(ptr, size);
+  auto& t = created();
+  // The mappings inside the range leave the table first (another thread may map
+  // the range again once CUDA unmapped it) and come back if CUDA refuses.
+  std::map<CUdeviceptr, mapping> ending;
+  {
+    std::lock_guard lock{t.mtx};
+    auto it = t.mapped.lower_bound(ptr);
+    while (it != t.mapped.end() && it->first - ptr < size) {
+      auto const next = std::next(it);
+      ending.insert(t.mapped.extract(it));  // moves the node: no allocation
+      it = next;
+    }
+  }
+  CUresult const r = f(ptr, size);
+  if (ending.empty()) return r;
+  std::lock_guard lock{t.mtx};
+  if (r != CUDA_SUCCESS) {
+    t.mapped.merge(ending);
+    return r;
+  }
+  for (auto& [va, m] : ending) drop_hold_locked(t, *m.of);
+  return r;
 }
 
 created_totals created_on(int device) noexcept {
@@ -173,6 +241,7 @@ void reset_created_after_fork() noexcept {
   auto& t = created();
   new (&t.mtx) std::mutex{};  // a parent thread may have held it at fork()
   t.live.clear();
+  t.mapped.clear();
   t.per_device = {};
 }
 

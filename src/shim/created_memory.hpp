@@ -11,6 +11,10 @@
 //   "cuMemRelease"; the Pointer column holds the allocation handle, the Size
 //   column the bytes), and the exit report sums it per device;
 // - cudaMemGetInfo under a limit counts it as in use.
+// CUDA frees such memory once its handle is released AND every mapping of it is
+// unmapped; programs often release the handle right after mapping it. So the
+// charge (limit, counts) lasts until both: cuMemMap and cuMemUnmap are hooked to
+// follow the mappings of the handles seen created.
 // Memory created on the host (a location other than a device) is not device
 // memory: handed to CUDA untouched. The limit lives in the device's chain, which a
 // create builds only while the device's primary context is current (building it
@@ -18,11 +22,10 @@
 // created in a context the program made, before any chain of that device existed,
 // is counted and logged but not limited.
 //
-// The limit is given back at cuMemRelease, even if a mapping still holds the
-// memory until its cuMemUnmap (CUDA frees it only then).
-//
-// Thread safety: any thread. The table of handles has one mutex: creating
-// physical memory is a rare, slow driver call.
+// Thread safety: any thread. The tables of handles and mappings share one mutex:
+// creating and mapping physical memory are rare, slow driver calls. A program that
+// maps a handle while another of its threads releases it may leave that memory
+// uncounted from then on (CUDA's own answer to such a race is undefined).
 
 #include <cuda.h>
 
@@ -34,12 +37,18 @@ namespace gpumem::shim {
 /// The real cuMemCreate with the limit, the retry and the record around it.
 CUresult create_tracked(CUmemGenericAllocationHandle* handle, std::size_t bytes, CUmemAllocationProp const* prop,
                         unsigned long long flags) noexcept;
-/// The real cuMemRelease; a tracked handle is forgotten (and its charge given back)
-/// once CUDA accepted the release.
+/// The real cuMemRelease; a tracked handle is forgotten once CUDA accepted the
+/// release, and its charge given back if no mapping holds the memory.
 CUresult release_tracked(CUmemGenericAllocationHandle handle) noexcept;
+/// The real cuMemMap; a mapping of a tracked handle holds its charge.
+CUresult map_tracked(CUdeviceptr ptr, std::size_t size, std::size_t offset, CUmemGenericAllocationHandle handle,
+                     unsigned long long flags) noexcept;
+/// The real cuMemUnmap; the mappings it ends stop holding their charges (the last
+/// hold of a released handle gives its charge back).
+CUresult unmap_tracked(CUdeviceptr ptr, std::size_t size) noexcept;
 
 struct created_totals {
-  std::uint64_t handles = 0;  ///< live now
+  std::uint64_t handles = 0;  ///< live now: not released, or still mapped
   std::size_t bytes = 0;      ///< live now
   std::size_t peak = 0;       ///< most bytes live at once
   std::uint64_t created = 0;  ///< handles ever created

@@ -212,6 +212,12 @@ GPUMEM_HOOK(CUresult, cuMemCreate,
   return create_tracked(handle, bytes, prop, flags);
 }
 GPUMEM_HOOK(CUresult, cuMemRelease, (CUmemGenericAllocationHandle handle)) { return release_tracked(handle); }
+GPUMEM_HOOK(CUresult, cuMemMap,
+            (CUdeviceptr ptr, std::size_t size, std::size_t offset, CUmemGenericAllocationHandle handle,
+             unsigned long long flags)) {
+  return map_tracked(ptr, size, offset, handle, flags);
+}
+GPUMEM_HOOK(CUresult, cuMemUnmap, (CUdeviceptr ptr, std::size_t size)) { return unmap_tracked(ptr, size); }
 
 GPUMEM_HOOK(CUresult, cuMemAllocPitch_v2,
             (CUdeviceptr * dptr, std::size_t* pitch, std::size_t width, std::size_t height, unsigned int elem)) {

@@ -28,7 +28,8 @@ namespace gpumem::shim {
   X(cuStreamDestroy_v2) X(cuStreamBeginCapture) X(cuStreamBeginCapture_ptsz)                  \
   X(cuStreamBeginCapture_v2) X(cuStreamBeginCapture_v2_ptsz) X(cuStreamBeginCaptureToGraph)   \
   X(cuStreamBeginCaptureToGraph_ptsz) X(cuStreamEndCapture) X(cuStreamEndCapture_ptsz)        \
-  X(cuDevicePrimaryCtxReset) X(cuDevicePrimaryCtxReset_v2) X(cuMemCreate) X(cuMemRelease)
+  X(cuDevicePrimaryCtxReset) X(cuDevicePrimaryCtxReset_v2) X(cuMemCreate) X(cuMemRelease)      \
+  X(cuMemMap) X(cuMemUnmap)
 // clang-format on
 
 // Runtime entry points (exported by a shared libcudart).

@@ -6,7 +6,8 @@
  *                   several cudaVersions and with the per-thread-stream flag.
  *   drv_app vmm   : device memory the program creates and maps itself (cuMemCreate,
  *                   as XLA does), run with GPUMEM_LIMIT=64MiB: the limit covers it
- *                   and pooled allocations together.
+ *                   and pooled allocations together, and memory released while
+ *                   still mapped until its unmap.
  *   drv_app vmm_own_context : the same call while a context the program made
  *                   (cuCtxCreate) is current: counted, but no chain is built for it,
  *                   so gpumem never makes the device's primary context. */
@@ -160,10 +161,22 @@ static void created_by_the_program(void) {
   APP_CHECK_EQ(create(&big, 48 * mib, &prop, 0), CUDA_SUCCESS);
   APP_CHECK_EQ(release(big), CUDA_SUCCESS);
   APP_CHECK_EQ(release_alloc(d), CUDA_SUCCESS);
+  /* Released while mapped (XLA and CUDA's samples do so): CUDA keeps the memory
+     until the unmap, and so does the limit. */
+  CUmemGenericAllocationHandle kept = 0;
+  APP_CHECK_EQ(create(&kept, 32 * mib, &prop, 0), CUDA_SUCCESS);
+  APP_CHECK_EQ(((reserve_fn)dlsym(lib, "cuMemAddressReserve"))(&va, 32 * mib, 0, 0, 0), CUDA_SUCCESS);
+  APP_CHECK_EQ(((map_fn)dlsym(lib, "cuMemMap"))(va, 32 * mib, 0, kept, 0), CUDA_SUCCESS);
+  APP_CHECK_EQ(release(kept), CUDA_SUCCESS);
+  APP_CHECK_EQ(create(&big, 48 * mib, &prop, 0), CUDA_ERROR_OUT_OF_MEMORY);
+  APP_CHECK_EQ(((unmap_fn)dlsym(lib, "cuMemUnmap"))(va, 32 * mib), CUDA_SUCCESS);
+  APP_CHECK_EQ(((addr_free_fn)dlsym(lib, "cuMemAddressFree"))(va, 32 * mib), CUDA_SUCCESS);
+  APP_CHECK_EQ(create(&big, 48 * mib, &prop, 0), CUDA_SUCCESS);
+  APP_CHECK_EQ(release(big), CUDA_SUCCESS);
   gpumem_shim_stats st = app_stats();
-  APP_CHECK_EQ(st.passthrough_allocations, 2);
-  APP_CHECK_EQ(st.passthrough_frees, 2);
-  APP_CHECK_EQ(st.failed_allocations, 2);
+  APP_CHECK_EQ(st.passthrough_allocations, 4);
+  APP_CHECK_EQ(st.passthrough_frees, 4);
+  APP_CHECK_EQ(st.failed_allocations, 3);
 }
 
 typedef CUresult (*ctx_create_fn)(CUcontext*, CUctxCreateParams*, unsigned, CUdevice);
