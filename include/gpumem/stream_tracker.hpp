@@ -18,10 +18,13 @@
 //   3. every tracked non-blocking stream waits on E_L. Later work on blocking
 //      streams waits for L implicitly; a non-blocking stream created later waits on
 //      E_L when stream_created() registers it.
+// Step 1 skips a non-blocking stream whose work has all run (cuStreamQuery): it
+// cannot touch a block freed before the barrier any more.
 // After barrier() returns true, any block freed (on the host) before the call may
-// be handed to any new owner on any stream at once. Cost: 3k+1 driver calls for k
-// non-blocking streams, no host wait; on the GPU it joins the streams once, as a
-// device synchronization would (which real cudaFree does on every call).
+// be handed to any new owner on any stream at once. Cost, for k non-blocking
+// streams of which b have work queued: k queries, 2b + k + 1 other driver calls,
+// no host wait; on the GPU it joins the streams once, as a device synchronization
+// would (which real cudaFree does on every call).
 //
 // Soundness depends on knowing every non-blocking stream of the device's primary
 // context: the shim registers each stream from its cuStreamCreate* hooks (the
@@ -88,7 +91,8 @@ class stream_tracker {
   [[nodiscard]] std::uint64_t barrier_count() const noexcept;
   /// Streams registered now (blocking and non-blocking).
   [[nodiscard]] std::size_t stream_count() const noexcept;
-  /// The non-blocking ones among them: each costs a barrier 3 driver calls.
+  /// The non-blocking ones among them: each costs a barrier a query and a wait,
+  /// and two calls more when it has work queued.
   [[nodiscard]] std::size_t non_blocking_stream_count() const noexcept;
 
   // -- Stream capture, process-wide -------------------------------------------------

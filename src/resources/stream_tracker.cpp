@@ -185,10 +185,14 @@ bool stream_tracker::barrier(std::span<CUevent const> also_after) noexcept {
   if (!ctx.ok()) return false;
   CUstream const legacy = CU_STREAM_LEGACY;
 
-  // 1. The legacy stream waits for every non-blocking stream, destroyed streams'
-  //    last work and the caller's events.
+  // 1. The legacy stream waits for every non-blocking stream that still has work
+  //    queued, destroyed streams' last work and the caller's events. A stream whose
+  //    work has all run needs no event (a query costs about half a record and a
+  //    wait): nothing it was given before the frees can still touch their blocks,
+  //    and what it is given later is a use after free, or ordered by step 3.
   for (auto& t : st->streams) {
-    if (t.non_blocking && detail::order_after(t.event, t.stream, legacy) != CUDA_SUCCESS) return false;
+    if (!t.non_blocking || d.cuStreamQuery(t.stream) == CUDA_SUCCESS) continue;
+    if (detail::order_after(t.event, t.stream, legacy) != CUDA_SUCCESS) return false;
   }
   for (CUevent ev : st->retired) {
     if (detail::wait_event(legacy, ev) != CUDA_SUCCESS) return false;

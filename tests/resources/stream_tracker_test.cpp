@@ -111,6 +111,24 @@ TEST_F(StreamTracker, BarrierOrdersLaterWorkOnEveryStreamAfterEarlierWork) {
   }
 }
 
+// A non-blocking stream whose work has all run cannot touch a freed block: the
+// barrier records no event on it (one on the busy stream, one on the legacy
+// stream), yet later work on it still follows the busy stream's earlier work.
+TEST_F(StreamTracker, AnIdleStreamCostsNoEventYetIsStillOrdered) {
+  CUstream idle = make(CU_STREAM_NON_BLOCKING);
+  CUstream busy = make(CU_STREAM_NON_BLOCKING);
+  auto& old_work = new_flag();
+  mark(busy, old_work);
+  auto& sim = test::sim_control::get();
+  auto const records = sim.call_count("cuEventRecord");
+  ASSERT_TRUE(tracker().barrier());
+  EXPECT_EQ(sim.call_count("cuEventRecord") - records, 2);
+  auto& seen = new_seen();
+  check_after(idle, old_work, seen);
+  ASSERT_EQ(detail::driver().cuStreamSynchronize(idle), CUDA_SUCCESS);
+  EXPECT_EQ(seen.load(), 1) << "later work on the idle stream ran before the busy stream's earlier work";
+}
+
 TEST_F(StreamTracker, BarrierCoversBlockingStreamsWithoutRegistration) {
   CUstream blocking = make(0, /*track=*/false);
   CUstream b = make(CU_STREAM_NON_BLOCKING);
