@@ -146,12 +146,13 @@ class stream_ordered_memory_resource {
 
   /// Waiting memory worth a barrier for a request of `size`: at least the request,
   /// and 1/32 of what the resource holds within `floor`..512 MiB. Barriers stay rare
-  /// (each costs the host a query and a wait per non-blocking stream, two calls more
-  /// for each with work queued, and PyTorch makes 32 of them: 10-50 us on an H100), and memory waiting for one never makes the
-  /// resource grow by more than 1/32. Measured on an H100 with the pool: against
-  /// 2..8 MiB, 8..32 MiB took a PyTorch MLP from 1319 barriers to 480; against
-  /// 8..32 MiB, 8..512 MiB took a transformer with varying shapes from 7374 to 3090
-  /// with 0.3% more peak reserved memory (35.4 GiB).
+  /// (each costs the host a query and a wait per non-blocking stream, two calls
+  /// more for each with work queued, and PyTorch makes 32 streams: 10-50 us on an
+  /// H100), and memory waiting for one never makes the resource grow by more than
+  /// 1/32. Measured on an H100 with the pool: against 2..8 MiB, 8..32 MiB took a
+  /// PyTorch MLP from 1319 barriers to 480; against 8..32 MiB, 8..512 MiB took a
+  /// transformer with varying shapes from 7374 to 3090 with 0.3% more peak reserved
+  /// memory (35.4 GiB).
   [[nodiscard]] std::size_t reclaim_threshold(std::size_t size, std::size_t floor = reclaim_floor) const noexcept {
     constexpr std::size_t divisor = 32;
     constexpr std::size_t cap = std::size_t{512} << 20;
