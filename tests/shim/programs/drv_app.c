@@ -161,7 +161,7 @@ static void created_by_the_program(void) {
   APP_CHECK_EQ(create(&big, 48 * mib, &prop, 0), CUDA_SUCCESS);
   APP_CHECK_EQ(release(big), CUDA_SUCCESS);
   APP_CHECK_EQ(release_alloc(d), CUDA_SUCCESS);
-  /* Released while mapped (XLA and CUDA's samples do so): CUDA keeps the memory
+  /* Released while mapped (a pattern CUDA's programming guide shows): CUDA keeps the memory
      until the unmap, and so does the limit. */
   CUmemGenericAllocationHandle kept = 0;
   APP_CHECK_EQ(create(&kept, 32 * mib, &prop, 0), CUDA_SUCCESS);
