@@ -61,6 +61,7 @@ class binning_memory_resource final : public device_memory_resource {
   [[nodiscard]] resource_info do_info() const override;
   void do_stream_destroyed(stream_ref stream) noexcept override;
   [[nodiscard]] bool do_owns(void const* p) const noexcept override;
+  [[nodiscard]] bool do_deallocate_calls_driver() const noexcept override;
 
   /// Each distinct bin resource once.
   [[nodiscard]] std::vector<device_memory_resource*> distinct_bins() const;

@@ -28,6 +28,7 @@ namespace gpumem {
 inline constexpr std::size_t allocation_alignment = 256;
 
 [[nodiscard]] constexpr std::size_t align_up(std::size_t v, std::size_t a) noexcept { return (v + a - 1) & ~(a - 1); }
+[[nodiscard]] constexpr std::size_t align_down(std::size_t v, std::size_t a) noexcept { return v & ~(a - 1); }
 [[nodiscard]] constexpr bool is_aligned(std::size_t v, std::size_t a) noexcept { return (v & (a - 1)) == 0; }
 
 /// What a resource (and the chain below it) holds, for cudaMemGetInfo, reports and
@@ -95,6 +96,15 @@ class device_memory_resource {
     return do_extends(earlier_end, next);
   }
 
+  /// Whether deallocate() may call the CUDA driver, and so needs the context of the
+  /// resource's device current (the shim makes it current for a free only then: a
+  /// pool's free only files the block, so its hot path skips the context lookup).
+  /// True unless the resource knows better: pool_memory_resource and
+  /// fixed_size_memory_resource false, binning_memory_resource whether any of its
+  /// bins or its upstream does; adaptors forward (logging_resource_adaptor: true,
+  /// it may look up the device). Never throws.
+  [[nodiscard]] bool deallocate_calls_driver() const noexcept { return do_deallocate_calls_driver(); }
+
   [[nodiscard]] bool is_equal(device_memory_resource const& other) const noexcept {
     return this == &other || do_is_equal(other);
   }
@@ -144,6 +154,7 @@ class device_memory_resource {
   [[nodiscard]] virtual bool do_owns(void const*) const noexcept { return false; }
   [[nodiscard]] virtual std::size_t do_contiguous_granularity() const noexcept { return 0; }
   [[nodiscard]] virtual bool do_extends(void const*, void const*) const noexcept { return false; }
+  [[nodiscard]] virtual bool do_deallocate_calls_driver() const noexcept { return true; }
   [[nodiscard]] virtual bool do_is_equal(device_memory_resource const&) const noexcept { return false; }
 };
 

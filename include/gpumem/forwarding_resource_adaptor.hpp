@@ -2,7 +2,8 @@
 // forwarding_resource_adaptor: the base of the adaptors (limiting, logging,
 // statistics, tracking). It holds the upstream resource and forwards to it what an
 // adaptor leaves as it is: release(), info(), owns(), stream_destroyed(),
-// contiguous_granularity() and extends(). A
+// contiguous_granularity(), extends() and deallocate_calls_driver() (so an adaptor's
+// own do_deallocate must not call the driver, or override that too). A
 // derived adaptor implements do_allocate and do_deallocate (passing the calls on
 // to get_upstream() itself) and may override the others.
 //
@@ -32,6 +33,9 @@ class forwarding_resource_adaptor : public device_memory_resource {
   }
   [[nodiscard]] bool do_extends(void const* earlier_end, void const* next) const noexcept override {
     return upstream_->extends(earlier_end, next);
+  }
+  [[nodiscard]] bool do_deallocate_calls_driver() const noexcept override {
+    return upstream_->deallocate_calls_driver();
   }
 
   device_memory_resource* upstream_;

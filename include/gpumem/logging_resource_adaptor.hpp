@@ -37,6 +37,8 @@ class logging_resource_adaptor final : public forwarding_resource_adaptor {
  private:
   void* do_allocate(std::size_t bytes, stream_ref stream) override;
   void do_deallocate(void* p, std::size_t bytes, stream_ref stream) noexcept override;
+  /// A free asks the driver for the current device when no call context names it.
+  [[nodiscard]] bool do_deallocate_calls_driver() const noexcept override { return true; }
 
   /// Writes one row; the event runs from `start_ticks` (detail::log_ticks()) to now.
   void log(log_action action, void const* p, std::size_t bytes, stream_ref stream, std::uint64_t start_ticks,

@@ -9,7 +9,10 @@
 // - Stream B takes memory freed on A only after B is ordered after A: at the
 //   moment B takes it the pool records A's (one, reusable) event and makes B wait
 //   on it (cuStreamWaitEvent). No event is recorded per free, and the host never
-//   blocks. B then owns A's whole free list (the wait covers all of it).
+//   blocks. B then owns A's whole free list (the wait covers all of it), unless
+//   A took from B last and A's list is one block: then A keeps its front (small
+//   requests; coalescing_free_list::share_into), so a thread taking turns between
+//   two streams settles after one take each way.
 // - stream_destroyed(s) records one event on s and moves s's free blocks to a
 //   "foreign" batch guarded by that event.
 // - A capturing stream is never recorded on or made to wait: the pool grows instead.
@@ -132,6 +135,8 @@ class pool_memory_resource final : public device_memory_resource {
   void do_stream_destroyed(stream_ref stream) noexcept override;
   /// p inside one of the pool's slabs (or a caching upstream's memory).
   [[nodiscard]] bool do_owns(void const* p) const noexcept override;
+  /// A free only files the block in a list: no driver call.
+  [[nodiscard]] bool do_deallocate_calls_driver() const noexcept override { return false; }
 
   std::unique_ptr<impl> impl_;
 };

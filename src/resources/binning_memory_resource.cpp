@@ -64,6 +64,12 @@ void binning_memory_resource::do_deallocate(void* p, std::size_t bytes, stream_r
   resource_for(bytes)->deallocate(p, bytes, stream);
 }
 
+bool binning_memory_resource::do_deallocate_calls_driver() const noexcept {
+  // A free goes to the bin of its size, or to the upstream above the largest bin.
+  return upstream_->deallocate_calls_driver() ||
+         std::any_of(bins_.begin(), bins_.end(), [](auto const& bin) { return bin.second->deallocate_calls_driver(); });
+}
+
 std::vector<device_memory_resource*> binning_memory_resource::distinct_bins() const {
   std::vector<device_memory_resource*> out;
   out.reserve(bins_.size());

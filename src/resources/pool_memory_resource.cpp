@@ -16,8 +16,6 @@
 namespace gpumem {
 namespace {
 
-constexpr std::size_t align_down(std::size_t v, std::size_t a) noexcept { return v & ~(a - 1); }
-
 /// Largest request any pool can accept: align_up of anything larger overflows.
 constexpr std::size_t largest_request = align_down(std::numeric_limits<std::size_t>::max(), allocation_alignment);
 

@@ -41,6 +41,7 @@ device_chain* build(int device, CUresult& err) noexcept {
     }
     if (d.cuDeviceGetDefaultMemPool != nullptr) (void)d.cuDeviceGetDefaultMemPool(&dc->default_pool, dev);
     dc->chain = config::build_chain(state().settings, device);
+    dc->free_calls_driver = dc->chain->top().deallocate_calls_driver();
     message(level::info, "device %d: %s", device, dc->chain->describe().c_str());
     return dc.release();
   } catch (config::config_error const& e) {

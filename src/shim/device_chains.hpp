@@ -27,6 +27,9 @@ struct device_chain {
   std::unique_ptr<config::resource_chain> chain;
   CUcontext primary = nullptr;          ///< retained primary context of `device`
   CUmemoryPool default_pool = nullptr;  ///< the device's default cuMemPool (FromPoolAsync)
+  /// Whether a free through the chain may call the driver (and so needs `primary`
+  /// current: scoped_chain_context); false for a chain with a pool on top.
+  bool free_calls_driver = true;
 };
 
 /// The chain of `device`, built if needed (the calling thread's current context must

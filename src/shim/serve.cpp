@@ -17,6 +17,7 @@
 #include <gpumem/stream_tracker.hpp>
 
 #include <algorithm>
+#include <optional>
 
 namespace gpumem::shim {
 namespace {
@@ -167,7 +168,12 @@ free_outcome free_registered(void* p, CUstream stream, bool stream_ordered, cons
   }
   device_chain& c = *a.chain;
   {
-    scoped_chain_context ctx{c};
+    // The chain's context, when another is current and the free may reach the driver
+    // (a pool's free only files the block: no context lookup on the hot path). Without
+    // it, the capture check of a free on stream 0 reads the caller's legacy stream,
+    // the one such a free names.
+    std::optional<scoped_chain_context> ctx;
+    if (c.free_calls_driver) ctx.emplace(c);
     scoped_relaxed_capture relaxed;
     if (stream_ordered && stream_capturing(stream)) {
       // Freeing on a capturing stream: no event may be recorded there. The block

@@ -7,6 +7,7 @@
 
 #include <gpumem/async_memory_resource.hpp>
 #include <gpumem/binning_memory_resource.hpp>
+#include <gpumem/call_context.hpp>
 #include <gpumem/cuda_memory_resource.hpp>
 #include <gpumem/detail/driver_api.hpp>
 #include <gpumem/fixed_size_memory_resource.hpp>
@@ -31,6 +32,7 @@
 #include <mutex>
 #include <random>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 namespace gpumem {
@@ -252,6 +254,36 @@ TYPED_TEST(Conformance, SizesFromOneByteUpAreAlignedAndHoldData) {
     EXPECT_TRUE(is_aligned(reinterpret_cast<std::uintptr_t>(p), allocation_alignment)) << bytes;
     EXPECT_TRUE(test::fill_and_check(p, bytes, static_cast<unsigned char>(bytes % 251 + 1))) << bytes;
     this->mr().deallocate(p, bytes);
+  }
+}
+
+// The shim makes the device's context current for a free only when the chain says
+// its deallocate may call the driver: the leaves do; the caching resources (and
+// the adaptors over them) promise not to, and keep the promise on every kind of
+// free: stream-ordered, on a stream the resource never saw, and synchronous.
+TYPED_TEST(Conformance, DeallocateCallsTheDriverOnlyWhereItSaysSo) {
+  auto& r = this->mr();
+  bool const may_call = !TypeParam::has_upstream || std::is_same_v<TypeParam, logging_factory>;
+  EXPECT_EQ(r.deallocate_calls_driver(), may_call);
+  if (r.deallocate_calls_driver() || !this->sim.present()) return;
+  CUstream const s = this->new_stream();
+  CUstream const other = this->new_stream();
+  std::size_t const n = this->cap(1024);
+  void* a = r.allocate(n, stream_ref{s});
+  void* b = r.allocate(n, stream_ref{s});
+  void* c = r.allocate(n, stream_ref{s});
+  long const before = this->sim.call_count("*");
+  r.deallocate(a, n, stream_ref{s});
+  r.deallocate(b, n, stream_ref{other});
+  {
+    scoped_synchronous_call sync;
+    r.deallocate(c, n, stream_ref{s});
+  }
+  EXPECT_EQ(this->sim.call_count("*"), before);
+  this->sync(s);
+  for (CUstream x : {s, other}) {
+    r.stream_destroyed(stream_ref{x});
+    EXPECT_EQ(detail::driver().cuStreamDestroy(x), CUDA_SUCCESS);
   }
 }
 

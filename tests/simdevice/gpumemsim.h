@@ -24,7 +24,7 @@ size_t gpumemsim_live_bytes(int device);
  *  synchronized (captured work is not run). */
 void gpumemsim_run_all(void);
 /** How many times an exported entry point ran, by its exported name
- *  ("cuMemAlloc_v2", "cuStreamWaitEvent", ...); 0 if never. */
+ *  ("cuMemAlloc_v2", "cuStreamWaitEvent", ...); 0 if never. "*": all of them. */
 long gpumemsim_call_count(const char* entry);
 /** Resize one device; ignored (with a message on stderr) while anything is live. */
 void gpumemsim_set_device_memory(int device, size_t bytes);

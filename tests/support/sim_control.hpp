@@ -40,7 +40,8 @@ class sim_control {
   void run_all() const noexcept {
     if (run_all_ != nullptr) run_all_();
   }
-  /// Calls of one exported entry point so far ("cuMemAlloc_v2"); 0 without the sim.
+  /// Calls of one exported entry point so far ("cuMemAlloc_v2"; "*": every entry
+  /// point together); 0 without the sim.
   [[nodiscard]] long call_count(char const* entry) const noexcept {
     return call_count_ != nullptr ? call_count_(entry) : 0;
   }

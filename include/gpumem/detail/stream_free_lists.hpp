@@ -29,7 +29,11 @@
 // design: a destroyed stream's batch waits on the event recorded at destruction
 // (or not at all once it completed); a live stream's event is recorded at that
 // moment and the taker waits on it. The wait covers the victim's whole list, so all
-// of it moves. A capturing stream is never recorded on or made to wait. The
+// of it moves, except between two streams taking from each other in turn (the
+// victim's last take was from the taker): then a list that can be cut
+// (List::share_into) and is one free block keeps the front of it, so the two settle
+// instead of trading the whole list back and forth, an event and a wait per
+// allocation. A capturing stream is never recorded on or made to wait. The
 // per-thread default stream has one entry per thread; another thread cannot name
 // it, so it orders after it through the legacy stream
 // (stream_identity::record_handle()).
@@ -226,6 +230,9 @@ class stream_free_lists {
     block_type deferred_block{};
     List list;        ///< guarded by mutex
     CUevent event{};  ///< guarded by mutex
+    /// The entry whose list this one took last (gather_into; compared, never
+    /// dereferenced: it may be gone). Guarded by mutex.
+    entry const* took_from{};
 
     void lock() noexcept {
       mutex.lock();
@@ -497,11 +504,13 @@ class stream_free_lists {
     std::optional<move_scope> moving;
     if (mode != gather_mode::everything) moving.emplace(*this);
     List gathered;
+    entry const* source = nullptr;
     bool any = take_foreign(taker, bytes, mode, gathered);
-    if (!any || mode == gather_mode::everything) any = take_from_streams(taker, bytes, mode, gathered) || any;
+    if (!any || mode == gather_mode::everything) any = take_from_streams(taker, bytes, mode, gathered, source) || any;
     if (any) {
       std::lock_guard lock{taker};
       taker.list.merge_from(std::move(gathered));
+      taker.took_from = source;
     }
     return any;
   }
@@ -786,7 +795,23 @@ class stream_free_lists {
     return any;
   }
 
-  bool take_from_streams(entry& taker, std::size_t bytes, gather_mode mode, List& out) {
+  /// first_fit's move of `victim`'s list into `out`. Two streams taking each other's
+  /// memory in turn (the victim's last take was from the taker) may share it instead
+  /// (List::share_into): each keeps part, and they settle where each take would
+  /// otherwise move the whole list back, an event record and a wait per allocation.
+  /// Other takes move everything, so free memory stays together, where it coalesces.
+  static void take_list(entry& victim, entry const& taker, std::size_t bytes, List& out) {
+    if constexpr (requires(List & l) { l.share_into(l, bytes); }) {
+      if (victim.took_from == &taker) {
+        victim.list.share_into(out, bytes);
+        return;
+      }
+    }
+    out.merge_from(std::move(victim.list));
+  }
+
+  /// `source`: the one stream taken from in first_fit mode (else null).
+  bool take_from_streams(entry& taker, std::size_t bytes, gather_mode mode, List& out, entry const*& source) {
     std::shared_lock lock{table_mutex_};
     bool any = false;
     for (auto const& [key, victim] : table_) {
@@ -796,9 +821,14 @@ class stream_free_lists {
       CUstream const from = victim->id.record_handle();
       if (may_be_capturing(from)) continue;
       if (order_after(victim->event, from, taker.id.handle) != CUDA_SUCCESS) continue;
-      out.merge_from(std::move(victim->list));
       any = true;
-      if (mode == gather_mode::first_fit) break;
+      if (mode == gather_mode::everything) {
+        out.merge_from(std::move(victim->list));
+        continue;
+      }
+      source = victim.get();
+      take_list(*victim, taker, bytes, out);
+      break;
     }
     return any;
   }

@@ -186,6 +186,11 @@ std::atomic<long>& call_counter(char const* entry) noexcept {
 long call_count(char const* entry) noexcept {
   auto& c = all_counters();
   std::lock_guard lock(c.mutex);
+  if (std::string_view{entry} == "*") {
+    long total = 0;
+    for (auto const& [name, n] : c.by_name) total += n.load(std::memory_order_relaxed);
+    return total;
+  }
   auto it = c.by_name.find(entry);
   return it == c.by_name.end() ? 0 : it->second.load(std::memory_order_relaxed);
 }
