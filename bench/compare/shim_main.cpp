@@ -151,20 +151,33 @@ std::vector<std::string> replay_each_log_alone(options const& o) {
 }
 
 void latency(settings const& st, sample_writer& out, stream_set const& streams) {
-  for (std::uint64_t const size : st.latency_sizes) {
-    for (family const f : families) {
-      auto pair = [&] { return one_pair(f, size, streams[0]); };
-      pair_timing const t = pair_latency(pair, st.target(0.02, 0.005));
-      cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
-      if (t.failed) {
-        static_cast<void>(cudaGetLastError());
-        out.note("latency", st.row(f), "allocation of " + size_label(size) + " failed");
-        continue;
-      }
-      json_object params;
-      params.add("size", size);
-      out.sample("latency", st.row(f), params, "ns_per_pair", t.ns_per_pair);
+  // Times `pair` (family f, `size` bytes, over `stream_count` streams) and writes its
+  // sample, or a note when an allocation failed.
+  auto const measure = [&](family f, std::uint64_t size, int stream_count, auto&& pair) {
+    pair_timing const t = pair_latency(pair, st.target(0.02, 0.005));
+    cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    if (t.failed) {
+      static_cast<void>(cudaGetLastError());
+      out.note("latency", st.row(f),
+               "allocation of " + size_label(size) + (stream_count > 1 ? " on two streams" : "") + " failed");
+      return;
     }
+    json_object params;
+    params.add("size", size);
+    if (stream_count > 1) params.add("streams", stream_count);
+    out.sample("latency", st.row(f), params, "ns_per_pair", t.ns_per_pair);
+  };
+  for (std::uint64_t const size : st.latency_sizes) {
+    for (family const f : families) measure(f, size, 1, [&] { return one_pair(f, size, streams[0]); });
+  }
+  // The stream-ordered pairs again, one thread taking turns between two streams (a
+  // compute and a copy stream, say), as gpumem_compare's latency measurement does.
+  for (std::uint64_t const size : {std::uint64_t{256}, std::uint64_t{1} << 20}) {
+    bool on_first = false;
+    measure(families[1], size, 2, [&] {
+      on_first = !on_first;
+      return one_pair(families[1], size, on_first ? streams[0] : streams[1]);
+    });
   }
 }
 
