@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <random>
 #include <string>
@@ -44,7 +45,8 @@ char* as_char(void* p) { return static_cast<char*>(p); }
 // ---- the free list alone -------------------------------------------------------
 
 TEST(CoalescingFreeList, MergesNeighboursOfOneSlabOnly) {
-  alignas(256) static char mem[8192];
+  // Room past slab 2, so the refused block running off its end stays inside the array.
+  alignas(256) static char mem[8192 + 512];
   char* const s1 = mem;         // slab 1: [0, 4096)
   char* const s2 = mem + 4096;  // slab 2: [4096, 8192), adjacent to slab 1
   detail::coalescing_free_list l;
@@ -860,6 +862,98 @@ TEST_F(PoolOnDevice, TakerRunsOnlyAfterTheFreeingStreamsWork) {
   ASSERT_EQ(detail::driver().cuStreamSynchronize(b_), CUDA_SUCCESS);
   EXPECT_EQ(o.seen, 42);  // B waited for A's write
   pool.deallocate(q, 256, ref(b_));
+}
+
+// Queued work standing in for kernels: `stamp` writes a block's tag at both ends
+// when its stream reaches it, `check` counts a block whose ends no longer hold the
+// tag its stream's earlier stamp wrote (another stream's work reached it first).
+struct queued_block {
+  unsigned char* p;
+  std::size_t bytes;
+  unsigned char tag;
+  std::atomic<long>* corrupt;
+  static void stamp(void* d) {
+    auto* b = static_cast<queued_block*>(d);
+    b->p[0] = b->tag;
+    b->p[b->bytes - 1] = b->tag;
+  }
+  static void check(void* d) {
+    auto* b = static_cast<queued_block*>(d);
+    if (b->p[0] != b->tag || b->p[b->bytes - 1] != b->tag) b->corrupt->fetch_add(1);
+  }
+};
+
+// Several threads taking turns between the same two streams, so one stream's list
+// keeps being taken by the other and the taker often gets only the back of a single
+// free block (the pool's sharing between two streams): no two live blocks overlap,
+// and work queued on a block's stream before its free always runs before work that
+// the block's next owner queues on the other stream.
+TEST_F(PoolOnDevice, ThreadsTakingTurnsBetweenTwoStreamsNeverOverlapOrOvertake) {
+  // Room enough that the pool never gives memory back: this host arena would hand
+  // it out again at once, unordered after the streams' work (a device would not).
+  test::arena_test_resource arena{512 * MiB};
+  pool_memory_resource pool{&arena, opts(0)};
+  auto const launch = detail::driver().cuLaunchHostFunc;
+  std::atomic<long> corrupt{0};
+  std::atomic<long> overlaps{0};
+  std::mutex live_mutex;
+  std::map<std::uintptr_t, std::uintptr_t> live_ranges;  // start -> end, every thread's
+  auto const claim = [&](unsigned char* p, std::size_t n) {
+    auto const lo = reinterpret_cast<std::uintptr_t>(p);
+    std::lock_guard lock{live_mutex};
+    auto next = live_ranges.lower_bound(lo);
+    if (next != live_ranges.end() && next->first < lo + n) overlaps.fetch_add(1);
+    if (next != live_ranges.begin() && std::prev(next)->second > lo) overlaps.fetch_add(1);
+    live_ranges[lo] = lo + n;
+  };
+  auto const unclaim = [&](unsigned char* p) {
+    std::lock_guard lock{live_mutex};
+    live_ranges.erase(reinterpret_cast<std::uintptr_t>(p));
+  };
+  constexpr int thread_count = 4;
+  constexpr int rounds = 1000;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < thread_count; ++t) {
+    threads.emplace_back([&, t] {
+      ASSERT_EQ(detail::ensure_context(), CUDA_SUCCESS);
+      std::mt19937 rng{static_cast<unsigned>(7 + t)};
+      std::deque<queued_block> queued;  // stable addresses until the streams drained
+      struct held {
+        queued_block* b;
+        CUstream s;
+      };
+      std::vector<held> live;
+      unsigned char tag = static_cast<unsigned char>(t * 64);
+      auto const release_one = [&](std::size_t k) {
+        held const h = live[k];
+        live[k] = live.back();
+        live.pop_back();
+        ASSERT_EQ(launch(h.s, &queued_block::check, h.b), CUDA_SUCCESS);
+        unclaim(h.b->p);
+        pool.deallocate(h.b->p, h.b->bytes, ref(h.s));
+      };
+      for (int i = 0; i < rounds; ++i) {
+        CUstream const s = (i + t) % 2 == 0 ? a_ : b_;  // taking turns
+        // Mostly what the sharing serves (up to 1 MiB), now and then more.
+        std::size_t const n = rng() % 8 == 0 ? 3 * MiB : 1 + rng() % MiB;
+        auto* p = static_cast<unsigned char*>(pool.allocate(n, ref(s)));
+        claim(p, n);
+        queued.push_back({p, n, ++tag, &corrupt});
+        ASSERT_EQ(launch(s, &queued_block::stamp, &queued.back()), CUDA_SUCCESS);
+        live.push_back({&queued.back(), s});
+        // Free one or two: the list the next turn's stream takes from.
+        while (live.size() > 2 || (!live.empty() && rng() % 3 == 0)) release_one(rng() % live.size());
+      }
+      while (!live.empty()) release_one(0);
+      ASSERT_EQ(detail::driver().cuStreamSynchronize(a_), CUDA_SUCCESS);
+      ASSERT_EQ(detail::driver().cuStreamSynchronize(b_), CUDA_SUCCESS);
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(overlaps.load(), 0);
+  EXPECT_EQ(corrupt.load(), 0);
+  EXPECT_EQ(pool.info().used_bytes, 0U);
+  EXPECT_TRUE(arena.deallocations().empty());
 }
 
 TEST_F(PoolOnDevice, AnotherThreadsPerThreadStreamIsOrderedThroughTheLegacyStream) {
