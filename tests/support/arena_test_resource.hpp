@@ -9,7 +9,13 @@
 //
 // contiguous(g): it then stands for vmm_memory_resource, reporting granularity g
 // and that an allocation extends the live one ending where it starts.
+//
+// waits_for_streams(true): a free first waits for its stream
+// (cuStreamSynchronize), as vmm_memory_resource does before it unmaps, so memory
+// given back is handed out again only after the work the caller ordered before
+// it. Off by default: it needs a driver and real stream handles.
 
+#include <gpumem/detail/driver_api.hpp>
 #include <gpumem/device_memory_resource.hpp>
 
 #include <sys/mman.h>
@@ -63,6 +69,13 @@ class arena_test_resource final : public device_memory_resource {
   [[nodiscard]] char* base() const noexcept { return base_; }
   /// Report contiguous growth with granularity `g` (0: none, the default).
   void contiguous(std::size_t g) noexcept { granularity_ = g; }
+  /// Wait for a free's stream before its memory can be handed out again.
+  void waits_for_streams(bool on) noexcept { waits_for_streams_ = on; }
+  /// Frees whose stream could not be synchronized (their memory is never reused).
+  [[nodiscard]] std::size_t failed_waits() const {
+    std::lock_guard lock{mutex_};
+    return failed_waits_;
+  }
 
  private:
   void* do_allocate(std::size_t bytes, stream_ref s) override {
@@ -85,6 +98,11 @@ class arena_test_resource final : public device_memory_resource {
   }
 
   void do_deallocate(void* ptr, std::size_t bytes, stream_ref s) noexcept override {
+    if (waits_for_streams_ && detail::driver().cuStreamSynchronize(to_cu(s)) != CUDA_SUCCESS) {
+      std::lock_guard lock{mutex_};
+      ++failed_waits_;
+      return;
+    }
     std::lock_guard lock{mutex_};
     auto* p = static_cast<char*>(ptr);
     auto it = live_.find(p);
@@ -130,6 +148,8 @@ class arena_test_resource final : public device_memory_resource {
 
   std::size_t capacity_;
   std::size_t granularity_ = 0;
+  bool waits_for_streams_ = false;
+  std::size_t failed_waits_{};
   char* base_{};
   mutable std::mutex mutex_;
   std::map<char*, std::size_t> holes_;  // free ranges, address order
