@@ -60,7 +60,7 @@ struct family {
   char const* name;  ///< "cudaMalloc" or "cudaMallocAsync"
   bool async;
 };
-constexpr family families[] = {{"cudaMalloc", false}, {"cudaMallocAsync", true}};
+constexpr family families[] = {{"cudaMalloc", false}, {"cudaMallocAsync", true}};  // sync first, then async
 
 bool one_pair(family f, std::size_t bytes, cudaStream_t s) {
   void* p = nullptr;
@@ -172,11 +172,12 @@ void latency(settings const& st, sample_writer& out, stream_set const& streams) 
   }
   // The stream-ordered pairs again, one thread taking turns between two streams (a
   // compute and a copy stream, say), as gpumem_compare's latency measurement does.
+  family const stream_ordered = families[1];
   for (std::uint64_t const size : {std::uint64_t{256}, std::uint64_t{1} << 20}) {
     bool on_first = false;
-    measure(families[1], size, 2, [&] {
+    measure(stream_ordered, size, 2, [&] {
       on_first = !on_first;
-      return one_pair(families[1], size, on_first ? streams[0] : streams[1]);
+      return one_pair(stream_ordered, size, on_first ? streams[0] : streams[1]);
     });
   }
 }
