@@ -183,6 +183,11 @@ def table(header, rows):
 
 # ---------------------------------------------------------------------------- contenders
 
+def is_log_row(name):
+    """A shim row measured with the allocation log on ("shim safe log: cudaMalloc")."""
+    return name.split(":")[0].endswith(" log")
+
+
 def family_of(name, contender_meta):
     info = contender_meta.get(name)
     if info and info.get("family") in FAMILY_ORDER:
@@ -249,7 +254,7 @@ def configs_of(samples, measurement, has=None):
     return list(configs.values())
 
 
-@section("latency")
+@section("latency", keep=lambda name: not is_log_row(name))
 def latency_section(summary, samples, meta, m, names):
     one_stream = [s for s in samples if s["measurement"] == m and "streams" not in s["params"]]
     sizes = values_of(one_stream, m, "size")
@@ -282,7 +287,7 @@ def latency_section(summary, samples, meta, m, names):
     if two:
         two_sizes = values_of(two, m, "size")
         two_rows = []
-        for name in ordered_contenders([s["contender"] for s in two], meta):
+        for name in ordered_contenders([s["contender"] for s in two if not is_log_row(s["contender"])], meta):
             row = [name]
             for size in two_sizes:
                 v = summary.median(m, name, {"size": size, "streams": 2}, "ns_per_pair")
@@ -497,6 +502,37 @@ def workload_section(summary, samples):
     return "\n".join(text)
 
 
+@section("latency", keep=is_log_row)
+def log_section(summary, samples, meta, m, names):
+    sizes = values_of([s for s in samples if s["measurement"] == m and s["contender"] in names], m, "size")
+    rows = []
+    for name in names:
+        label, _, family = name.partition(":")
+        base = label[: -len(" log")] + ":" + family
+        row = [base]
+        for size in sizes:
+            with_log = summary.median(m, name, {"size": size}, "ns_per_pair")
+            without = summary.median(m, base, {"size": size}, "ns_per_pair")
+            if with_log is None or without is None:
+                row.append("—")
+            else:
+                diff = with_log - without
+                added = ("+" if diff >= 0 else "−") + fmt_time_ns(abs(diff))
+                row.append(f"{fmt_time_ns(without)} → {fmt_time_ns(with_log)} ({added})")
+        rows.append(row)
+    return [
+        "## 6. What the allocation log adds",
+        "",
+        "The same pairs as the `shim …:` rows of §1, without and with the CSV allocation log "
+        "(`GPUMEM_LOG_FILE`: one row per allocation and per free, each in the page cache before the call "
+        f"returns, so it survives SIGKILL); in parentheses, the difference ({rounds_note(summary, samples, m)}). "
+        "The log's helper thread prepares the file's pages off the program's thread: where it must share "
+        "the program's only CPU (a process pinned to one core) the log costs more.",
+        "",
+        table(["pairs"] + [fmt_size(x) for x in sizes], rows),
+    ]
+
+
 # ---------------------------------------------------------------------------- plot
 
 PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#7f7f7f",
@@ -512,7 +548,7 @@ def latency_svg(summary, samples, meta, title):
     m = "latency"
     samples = [s for s in samples if s["measurement"] == m and "streams" not in s["params"]]
     sizes = values_of(samples, m, "size")
-    names = [n for n in contenders_in(samples, m, meta) if n != BASELINE]
+    names = [n for n in contenders_in(samples, m, meta) if n != BASELINE and not is_log_row(n)]
     series = []
     for name in names:
         pts = []
@@ -653,7 +689,8 @@ def main(argv=None):
                   lambda: random_section(summary, samples, contender_meta),
                   lambda: multistream_section(summary, samples, contender_meta),
                   lambda: replay_section(summary, samples, contender_meta, log_meta),
-                  lambda: workload_section(summary, samples)):
+                  lambda: workload_section(summary, samples),
+                  lambda: log_section(summary, samples, contender_meta)):
         text = build()
         if text:
             sections += ["", text]

@@ -17,7 +17,8 @@ for f in comparison.md samples.jsonl samples.csv samples.json latency-ratio.svg 
   check "$f written" "[ -s '$out/$f' ]"
 done
 for section in "## 1. Pair latency" "## 2. Scaling over threads" "Why two harnesses disagree" \
-               "## 3a. Random allocations" "## 3b. Multi-stream allocations" "## 4. Memory efficiency"; do
+               "## 3a. Random allocations" "## 3b. Multi-stream allocations" "## 4. Memory efficiency" \
+               "## 6. What the allocation log adds"; do
   check "comparison.md has '$section'" "grep -qF '$section' '$out/comparison.md'"
 done
 python3 - "$out/samples.jsonl" <<'PY' || fail=1
@@ -29,6 +30,7 @@ want = [(m, c) for m in ("latency", "scaling", "random", "multistream", "replay"
         for c in ("gpumem pool", "gpumem binning", "gpumem default chain", "cudaMallocAsync")]
 want += [(m, c) for m in ("latency", "scaling") for c in ("plain: cudaMalloc", "shim safe: cudaMalloc",
          "shim stream: cudaMallocAsync")]
+want += [("latency", c) for c in ("shim safe log: cudaMalloc", "shim safe log: cudaMallocAsync")]
 want += [("replay", c) for c in ("plain", "shim safe", "shim stream")]
 missing = [w for w in want if w not in have]
 bad = [s for s in samples if s["value"] is None or s["value"] < 0]

@@ -33,6 +33,9 @@ def fake_run():
             recs.append(sample("latency", "rmm pool", {"size": size}, "ns_per_pair", rmm, rep))
             recs.append(sample("latency", "cudaMallocAsync", {"size": size}, "ns_per_pair", drv, rep))
             recs.append(sample("latency", "shim stream: cudaMalloc", {"size": size}, "ns_per_pair", 2 * pool, rep))
+            recs.append(sample("latency", "shim safe: cudaMalloc", {"size": size}, "ns_per_pair", 3 * pool, rep))
+            recs.append(sample("latency", "shim safe log: cudaMalloc", {"size": size}, "ns_per_pair", 3 * pool + 200,
+                               rep))
         recs.append(sample("latency", "gpumem pool", {"size": 256, "streams": 2}, "ns_per_pair", 3000, rep))
         for threads, rate in ((1, 15e6), (16, 150e6)):
             p = {"size": 256, "threads": threads}
@@ -105,6 +108,14 @@ class ReportTest(unittest.TestCase):
         self.assertIn("6.46×", rows[1])  # 420 / 65
         self.assertIn("| cudaMallocAsync | 700 ns | 700 ns |", self.md)
 
+    def test_log_rows_have_their_own_table(self):
+        lat = self.md.split("## 1.")[1].split("\n## ")[0]
+        self.assertNotIn("log:", lat)
+        log = self.md.split("## 6. What the allocation log adds")[1]
+        self.assertIn("| shim safe: cudaMalloc | 195 ns → 395 ns (+200 ns) | 195 ns → 395 ns (+200 ns) |", log)
+        with open(os.path.join(self.out, "latency-ratio.svg")) as f:
+            self.assertNotIn("log:", f.read())
+
     def test_two_streams_table_apart_from_the_sizes(self):
         self.assertIn("| gpumem pool | 3.00 µs (46.2× one stream) |", self.md)
         self.assertEqual(self.row(["gpumem pool"])[1:], ["65 ns", "65 ns"])  # not mixed into the one-stream row
@@ -112,7 +123,8 @@ class ReportTest(unittest.TestCase):
     def test_row_order_gpumem_first_shim_last(self):
         lat = self.md.split("## 1.")[1].split("##")[0]
         names = [l.split("|")[1].strip() for l in lat.splitlines() if l.startswith("| ") and "---" not in l]
-        self.assertEqual(names[:5], ["contender", "gpumem pool", "rmm pool", "cudaMallocAsync", "shim stream: cudaMalloc"])
+        self.assertEqual(names[:6], ["contender", "gpumem pool", "rmm pool", "cudaMallocAsync", "shim safe: cudaMalloc",
+                                     "shim stream: cudaMalloc"])
 
     def test_scaling_ratio_to_one_thread_and_diagnosis(self):
         self.assertEqual(self.row(["256 B", "gpumem pool"])[2:], ["15.0 M/s", "150 M/s (10.0×)"])
@@ -152,7 +164,7 @@ class ReportTest(unittest.TestCase):
         ns = "{http://www.w3.org/2000/svg}"
         lines = tree.getroot().findall(f"{ns}polyline")
         titles = sorted(l.find(f"{ns}title").text for l in lines)
-        self.assertEqual(titles, ["cudaMallocAsync", "rmm pool", "shim stream: cudaMalloc"])
+        self.assertEqual(titles, ["cudaMallocAsync", "rmm pool", "shim safe: cudaMalloc", "shim stream: cudaMalloc"])
 
     def test_json_has_medians(self):
         with open(os.path.join(self.out, "samples.json")) as f:
