@@ -43,6 +43,7 @@ nvcc -O2 -arch="$arch" -cudart shared -o "$out/gpu_app_shared" "$here/tests/shim
 nvcc -O2 -cudart shared -Xcompiler -Wno-deprecated-declarations -o "$out/rt_app" \
   "$here/tests/shim/programs/rt_app.cpp" -ldl
 gcc -O2 -I"$cuda_inc" -o "$out/drv_app" "$here/tests/shim/programs/drv_app.c" -ldl
+gcc -O2 -I"$cuda_inc" -o "$out/ctx_app" "$here/tests/shim/programs/ctx_app.c" -ldl -lpthread
 nvcc -O2 -cudart shared -o "$out/disable_overhead" "$here/tests/shim/gpu/disable_overhead.cpp"
 nvcc -O2 -cudart shared -o "$out/alloc_latency" "$here/tests/shim/gpu/alloc_latency.cpp"
 set +e
@@ -79,6 +80,10 @@ check "rt_app-queries-limit" "MEMINFO free=50331648 total=67108864" "$P" GPUMEM_
 for sc in dlsym gpa; do
   check "drv_app-$sc" "PASS $sc" "$P" "$out/drv_app" "$sc"
 done
+# Memory of a context the program creates counts against the limit (64 MiB: 40 pooled,
+# 20 in the created context, 8 more refused); and the scenario holds without gpumem.
+check "ctx_app-limit" "MEMINFO primary free=4194304 total=67108864" "$P" GPUMEM_LIMIT=64MiB "$out/ctx_app" limit 67108864
+check "ctx_app-limit-plain" "PASS limit" "$out/ctx_app" limit
 if [ -x "$run" ]; then
   check "gpumem-run-report" "gpumem report" "$run" --report -- "$out/gpu_app_shared" served
   check "gpumem-run-log" "PASS served" "$run" --log "$out/log-%p-%d.csv" -- "$out/gpu_app_static" served

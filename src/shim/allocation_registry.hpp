@@ -120,9 +120,11 @@ enum class alloc_kind : std::uint8_t {
 inline constexpr std::uint32_t no_stack = ~std::uint32_t{0};
 
 struct allocation {
-  std::size_t bytes = 0;          ///< requested (pitch: pitch * height)
-  CUstream stream = nullptr;      ///< allocating stream (handles as the resources see them)
-  device_chain* chain = nullptr;  ///< owning chain; nullptr for pass-through kinds
+  std::size_t bytes = 0;      ///< requested (pitch: pitch * height)
+  CUstream stream = nullptr;  ///< allocating stream (handles as the resources see them)
+  /// Owning chain; for pass-through kinds the chain whose limit the allocation is
+  /// charged to (memory of a context the program created), else nullptr.
+  device_chain* chain = nullptr;
   int device = -1;
   alloc_kind kind = alloc_kind::sync;
   const char* entry = nullptr;     ///< entry point that allocated (leak reports)

@@ -11,6 +11,7 @@
 #include "hook_macros.hpp"
 #include "hook_table.hpp"
 #include "live_streams.hpp"
+#include "own_context_memory.hpp"
 #include "serve.hpp"
 #include "shim_state.hpp"
 
@@ -38,13 +39,24 @@ void* as_ptr(CUdeviceptr d) noexcept { return reinterpret_cast<void*>(static_cas
 
 CUresult not_loaded() noexcept { return CUDA_ERROR_NOT_INITIALIZED; }
 
-// A request served by CUDA itself, counted and registered.
+// A request served by CUDA itself, counted and registered; in a context the program
+// created, charged to the device's limit first (own_context_memory.hpp).
 template <class Call>
 CUresult pass_through_alloc(CUdeviceptr* dptr, std::size_t bytes, CUstream stream, alloc_kind kind, const char* entry,
                             Call&& call) noexcept {
   auto const start = event_clock();
+  device_chain* charged = nullptr;
+  if (kind == alloc_kind::passthrough) {
+    bool refused = false;
+    charged = charge_own_context(bytes, entry, refused);
+    if (refused) {
+      note_passthrough_allocation(nullptr, bytes, stream, kind, entry, CUDA_ERROR_OUT_OF_MEMORY, start);
+      return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+  }
   CUresult const r = call();
-  note_passthrough_allocation(r == CUDA_SUCCESS ? as_ptr(*dptr) : nullptr, bytes, stream, kind, entry, r, start);
+  note_passthrough_allocation(r == CUDA_SUCCESS ? as_ptr(*dptr) : nullptr, bytes, stream, kind, entry, r, start,
+                              charged);
   return r;
 }
 
@@ -79,7 +91,7 @@ CUresult free_impl(CUdeviceptr dptr, CUstream stream, bool stream_ordered, const
   } else if (auto const f = real<free_fn>(real_id)) {
     r = f(dptr);
   }
-  if (r != CUDA_SUCCESS && o.passthrough_allocation) restore_registration(as_ptr(dptr), o.taken);
+  settle_passthrough_free(as_ptr(dptr), o, r == CUDA_SUCCESS);
   note_passthrough_free(as_ptr(dptr), stream, entry, r, start);
   return r;
 }

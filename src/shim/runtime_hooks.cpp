@@ -101,7 +101,7 @@ cudaError_t free_async_impl(void* p, cudaStream_t s, hook_id id, bool ptsz, cons
   if (f == nullptr) return no_runtime;
   scoped_runtime_call marker{entry};
   cudaError_t const e = f(p, s);
-  if (e != cudaSuccess && o.passthrough_allocation) restore_registration(p, o.taken);
+  settle_passthrough_free(p, o, e == cudaSuccess);
   return e;
 }
 
@@ -173,7 +173,7 @@ GPUMEM_HOOK(cudaError_t, cudaFree, (void* p)) {
   if (f == nullptr) return no_runtime;
   scoped_runtime_call marker{"cudaFree"};
   cudaError_t const e = f(p);
-  if (e != cudaSuccess && o.passthrough_allocation) restore_registration(p, o.taken);
+  settle_passthrough_free(p, o, e == cudaSuccess);
   return e;
 }
 

@@ -6,6 +6,7 @@
 #include "event_log.hpp"
 #include "live_streams.hpp"
 #include "oom_snapshot.hpp"
+#include "own_context_memory.hpp"
 #include "shim_state.hpp"
 
 #include <gpumem/call_context.hpp>
@@ -194,6 +195,15 @@ free_outcome free_registered(void* p, CUstream stream, bool stream_ordered, cons
   return {true, CUDA_SUCCESS, false};
 }
 
+void settle_passthrough_free(void* p, free_outcome const& o, bool freed) noexcept {
+  if (!o.passthrough_allocation) return;
+  if (freed) {
+    own_context_freed(o.taken);
+  } else {
+    restore_registration(p, o.taken);
+  }
+}
+
 void restore_registration(void* p, allocation const& a) noexcept {
   // Never over a new live owner of the address; without host memory, a later free of
   // p goes to CUDA as an unknown pointer, which is CUDA's own answer for its memory.
@@ -201,25 +211,32 @@ void restore_registration(void* p, allocation const& a) noexcept {
 }
 
 void note_passthrough_allocation(void* p, std::size_t bytes, CUstream stream, alloc_kind kind, const char* entry,
-                                 CUresult result, std::int64_t start_ns) noexcept {
+                                 CUresult result, std::int64_t start_ns, device_chain* charged) noexcept {
   CUcontext ctx = nullptr;
   int const dev = current_device(ctx);
   auto& st = state().stats;
   if (result != CUDA_SUCCESS) {
+    uncharge_own_context(charged, bytes);
     st.failed_allocations.add();
     log_event(event{log_action::allocate_failure, nullptr, bytes, stream, dev, entry, start_ns, result});
     return;
   }
-  if (p == nullptr) return;  // a successful zero-byte request
+  if (p == nullptr) {  // a successful zero-byte request
+    uncharge_own_context(charged, bytes);
+    return;
+  }
   try {
     // Seen at both levels (a runtime hook and the driver hook the runtime called):
     // counted once.
     if (!registry().insert_if_absent(reinterpret_cast<std::uintptr_t>(p),
-                                     allocation{bytes, stream, nullptr, dev, kind, entry})) {
+                                     allocation{bytes, stream, charged, dev, kind, entry})) {
+      uncharge_own_context(charged, bytes);
       return;
     }
   } catch (...) {
-    // Unregistered, its free goes to CUDA as an unknown pointer: still correct.
+    // Unregistered, its free goes to CUDA as an unknown pointer: still correct (and
+    // nothing would give its charge back).
+    uncharge_own_context(charged, bytes);
   }
   st.passthrough_allocations.add();
   if (kind == alloc_kind::captured) st.captured_passthroughs.add();
@@ -261,9 +278,11 @@ CUresult pool_mem_info(std::size_t* free_bytes, std::size_t* total_bytes) noexce
         // In use = what the program holds (the limiter may sit below a pool and
         // count the pool's reservation too).
         t = lim->limit();
-        // What the program created itself counts too (created_memory.hpp).
+        // What the program created itself counts too (created_memory.hpp), and what it
+        // allocated in contexts it created (own_context_memory.hpp).
         auto const live = c->chain->live_stats().bytes().current;
-        std::size_t const used = (live > 0 ? static_cast<std::size_t>(live) : 0) + created_on(dev).bytes;
+        std::size_t const used = (live > 0 ? static_cast<std::size_t>(live) : 0) + created_on(dev).bytes +
+                                 own_context_bytes(dev);
         f = std::min(t > used ? t - used : 0, available);
       } else {
         f = available;

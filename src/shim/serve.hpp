@@ -66,6 +66,10 @@ struct free_outcome {
 /// Re-registers CUDA's memory whose free CUDA refused: a failed free never consumes
 /// the pointer's registration.
 void restore_registration(void* p, allocation const& a) noexcept;
+/// After CUDA answered a free the shim handed it (`o` from free_registered): a
+/// refused free of CUDA's memory re-registers it, an accepted one gives back its
+/// charge to a limit (own_context_memory.hpp).
+void settle_passthrough_free(void* p, free_outcome const& o, bool freed) noexcept;
 
 /// Frees `p` if the shim registered it. `stream_ordered`: cudaFreeAsync semantics on
 /// `stream`; else cudaFree semantics (call_context::synchronous in safe mode).
@@ -74,9 +78,11 @@ void restore_registration(void* p, allocation const& a) noexcept;
 free_outcome free_registered(void* p, CUstream stream, bool stream_ordered, const char* entry) noexcept;
 
 /// Counts and logs an allocation CUDA made for us (pass-through kinds), registering
-/// it on success so its free finds its way back.
+/// it on success so its free finds its way back. `charged`: the chain whose limit
+/// the allocation was charged to (charge_own_context), kept with its registration;
+/// given back here when the allocation failed or is already registered.
 void note_passthrough_allocation(void* p, std::size_t bytes, CUstream stream, alloc_kind kind, const char* entry,
-                                 CUresult result, std::int64_t start_ns) noexcept;
+                                 CUresult result, std::int64_t start_ns, device_chain* charged = nullptr) noexcept;
 /// Counts and logs a free handed to CUDA.
 void note_passthrough_free(void* p, CUstream stream, const char* entry, CUresult result,
                            std::int64_t start_ns) noexcept;

@@ -6,6 +6,7 @@
 #include "device_chains.hpp"
 #include "event_log.hpp"
 #include "live_streams.hpp"
+#include "own_context_memory.hpp"
 #include "report.hpp"
 
 #include <gpumem/config.hpp>
@@ -29,6 +30,7 @@ void on_fork_child() noexcept {
   reset_streams_after_fork();
   reset_parked_blocks_after_fork();
   reset_created_after_fork();
+  reset_own_context_after_fork();
   state().stats.reset();
 }
 

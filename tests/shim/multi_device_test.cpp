@@ -88,6 +88,21 @@ TEST(ShimContexts, CreatedContextsPassThroughAndNeverShareAPool) {
   EXPECT_EQ(s["violations"], 0);
 }
 
+// A hard cap holds for memory of contexts the program creates too: it is not pooled,
+// but charged to the device's limit while it lives (once the device's chain exists).
+TEST(ShimContexts, MemoryOfACreatedContextCountsAgainstTheLimit) {
+  auto const r = run_app("shim_ctx_app", {"limit", "67108864"}, {{"GPUMEM_LIMIT", "64MiB"}});
+  expect_pass(r, "limit");
+  EXPECT_NE(r.output.find("MEMINFO primary free=4194304 total=67108864"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("counts against gpumem's limit"), std::string::npos) << r.output;
+  EXPECT_EQ(parse_stats(r.output)["failed"], 1);
+}
+
+TEST(ShimContexts, TheLimitScenarioPassesWithoutTheShimToo) {
+  auto const r = run_process({program("shim_ctx_app"), "limit"}, {{"GPUMEM_SIM_STRICT", "1"}});
+  expect_pass(r, "limit");
+}
+
 TEST(ShimContexts, TheProgramPassesWithoutTheShimToo) {
   auto const r = run_process({program("shim_ctx_app"), "contexts"}, {{"GPUMEM_SIM_STRICT", "1"}});
   expect_pass(r, "contexts");

@@ -9,7 +9,15 @@
  * to CUDA, so no pool ever holds memory of two contexts. Checked through the
  * driver's own answer: CU_POINTER_ATTRIBUTE_CONTEXT of every pointer must be the
  * context that was current when it was allocated. LIMIT_BYTES (the GPUMEM_LIMIT the
- * run uses): cuMemGetInfo shows it in a primary context, the device in a created one. */
+ * run uses): cuMemGetInfo shows it in a primary context, the device in a created one.
+ *
+ *   ctx_app limit [LIMIT_BYTES]
+ *
+ * Memory allocated in a created context counts against the device's limit once the
+ * device's chain exists: with a 64 MiB limit and 40 MiB pooled, 20 MiB in a created
+ * context fit and 8 MiB more are refused (out of memory) until the 20 MiB are freed;
+ * cuMemGetInfo in the primary context counts them as in use. Before the chain exists
+ * (no allocation in the primary context yet) such memory is not limited. */
 #include "app_support.h"
 
 #include <cuda.h>
@@ -242,6 +250,71 @@ static void contexts(size_t limit) {
   }
 }
 
+/* Allocates `bytes` with `c` current; returns CUDA's answer. */
+static CUresult alloc_in(CUcontext c, CUdeviceptr* p, size_t bytes) {
+  APP_CHECK_EQ(cu.push(c), CUDA_SUCCESS);
+  CUresult const r = cu.alloc(p, bytes);
+  CUcontext popped = NULL;
+  APP_CHECK_EQ(cu.pop(&popped), CUDA_SUCCESS);
+  return r;
+}
+
+static void free_in(CUcontext c, CUdeviceptr p) {
+  APP_CHECK_EQ(cu.push(c), CUDA_SUCCESS);
+  APP_CHECK_EQ(cu.release(p), CUDA_SUCCESS);
+  CUcontext popped = NULL;
+  APP_CHECK_EQ(cu.pop(&popped), CUDA_SUCCESS);
+}
+
+static void limit(size_t limit) {
+  size_t const MiB = (size_t)1 << 20;
+  APP_CHECK_EQ(cu.init(0), CUDA_SUCCESS);
+  CUcontext prim = NULL, own = NULL, popped = NULL;
+  APP_CHECK_EQ(cu.primary_retain(&prim, 0), CUDA_SUCCESS);
+  APP_CHECK_EQ(cu.create(&own, NULL, 0, 0), CUDA_SUCCESS);
+  APP_CHECK_EQ(cu.pop(&popped), CUDA_SUCCESS);
+  int const limited = app_shim_active() && limit == 64 * MiB;
+  /* Before the device's chain exists: not limited. */
+  CUdeviceptr early = 0;
+  APP_CHECK_EQ(alloc_in(own, &early, 8 * MiB), CUDA_SUCCESS);
+  CUdeviceptr pooled = 0, a = 0, b = 0;
+  APP_CHECK_EQ(alloc_in(prim, &pooled, 40 * MiB), CUDA_SUCCESS); /* builds the chain */
+  APP_CHECK_EQ(alloc_in(own, &a, 20 * MiB), CUDA_SUCCESS);       /* 60 MiB of 64 */
+  CUresult const over = alloc_in(own, &b, 8 * MiB);
+  if (limited) {
+    APP_CHECK_EQ(over, CUDA_ERROR_OUT_OF_MEMORY);
+  } else {
+    APP_CHECK_EQ(over, CUDA_SUCCESS);
+    free_in(own, b);
+  }
+  size_t f = 0, t = 0;
+  APP_CHECK_EQ(cu.push(prim), CUDA_SUCCESS);
+  APP_CHECK_EQ(cu.info(&f, &t), CUDA_SUCCESS);
+  APP_CHECK_EQ(cu.pop(&popped), CUDA_SUCCESS);
+  printf("MEMINFO primary free=%zu total=%zu\n", f, t);
+  if (limited) {
+    APP_CHECK_EQ(t, 64 * MiB);
+    APP_CHECK_EQ(f, 4 * MiB); /* 40 MiB pooled and 20 MiB in the created context in use */
+  }
+  free_in(own, a); /* its charge goes back: the 8 MiB fit now */
+  APP_CHECK_EQ(alloc_in(own, &b, 8 * MiB), CUDA_SUCCESS);
+  free_in(own, b);
+  free_in(own, early);
+  free_in(prim, pooled);
+  APP_CHECK_EQ(cu.push(prim), CUDA_SUCCESS);
+  APP_CHECK_EQ(cu.info(&f, &t), CUDA_SUCCESS);
+  APP_CHECK_EQ(cu.pop(&popped), CUDA_SUCCESS);
+  printf("MEMINFO after free=%zu total=%zu\n", f, t);
+  if (limited) APP_CHECK_EQ(f, 64 * MiB);
+  APP_CHECK_EQ(cu.destroy(own), CUDA_SUCCESS);
+  APP_CHECK_EQ(cu.primary_release(0), CUDA_SUCCESS);
+  if (app_shim_active()) {
+    gpumem_shim_stats const st = app_stats();
+    APP_CHECK_EQ(st.failed_allocations, limited ? 1ULL : 0ULL);
+    APP_CHECK_EQ(st.live_allocations, 0);
+  }
+}
+
 int main(int argc, char** argv) {
   const char* scenario = argc > 1 ? argv[1] : "contexts";
   if (!load()) {
@@ -250,6 +323,8 @@ int main(int argc, char** argv) {
   }
   if (strcmp(scenario, "contexts") == 0) {
     contexts(argc > 2 ? (size_t)strtoull(argv[2], NULL, 10) : 0);
+  } else if (strcmp(scenario, "limit") == 0) {
+    limit(argc > 2 ? (size_t)strtoull(argv[2], NULL, 10) : 0);
   } else {
     fprintf(stderr, "unknown scenario %s\n", scenario);
     return 2;
