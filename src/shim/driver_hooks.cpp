@@ -55,8 +55,10 @@ CUresult pass_through_alloc(CUdeviceptr* dptr, std::size_t bytes, CUstream strea
     }
   }
   CUresult const r = call();
-  note_passthrough_allocation(r == CUDA_SUCCESS ? as_ptr(*dptr) : nullptr, bytes, stream, kind, entry, r, start,
-                              charged);
+  if (!note_passthrough_allocation(r == CUDA_SUCCESS ? as_ptr(*dptr) : nullptr, bytes, stream, kind, entry, r, start,
+                                   charged)) {
+    uncharge_own_context(charged, bytes);  // no registration holds the charge
+  }
   return r;
 }
 

@@ -210,37 +210,33 @@ void restore_registration(void* p, allocation const& a) noexcept {
   static_cast<void>(registry().restore(reinterpret_cast<std::uintptr_t>(p), a));
 }
 
-void note_passthrough_allocation(void* p, std::size_t bytes, CUstream stream, alloc_kind kind, const char* entry,
+bool note_passthrough_allocation(void* p, std::size_t bytes, CUstream stream, alloc_kind kind, const char* entry,
                                  CUresult result, std::int64_t start_ns, device_chain* charged) noexcept {
   CUcontext ctx = nullptr;
   int const dev = current_device(ctx);
   auto& st = state().stats;
   if (result != CUDA_SUCCESS) {
-    uncharge_own_context(charged, bytes);
     st.failed_allocations.add();
     log_event(event{log_action::allocate_failure, nullptr, bytes, stream, dev, entry, start_ns, result});
-    return;
+    return false;
   }
-  if (p == nullptr) {  // a successful zero-byte request
-    uncharge_own_context(charged, bytes);
-    return;
-  }
+  if (p == nullptr) return false;  // a successful zero-byte request
+  bool registered = false;
   try {
     // Seen at both levels (a runtime hook and the driver hook the runtime called):
     // counted once.
     if (!registry().insert_if_absent(reinterpret_cast<std::uintptr_t>(p),
                                      allocation{bytes, stream, charged, dev, kind, entry})) {
-      uncharge_own_context(charged, bytes);
-      return;
+      return false;
     }
+    registered = true;
   } catch (...) {
-    // Unregistered, its free goes to CUDA as an unknown pointer: still correct (and
-    // nothing would give its charge back).
-    uncharge_own_context(charged, bytes);
+    // Unregistered, its free goes to CUDA as an unknown pointer: still correct.
   }
   st.passthrough_allocations.add();
   if (kind == alloc_kind::captured) st.captured_passthroughs.add();
   log_event(event{log_action::allocate, p, bytes, stream, dev, entry, start_ns, CUDA_SUCCESS});
+  return registered;
 }
 
 void note_passthrough_free(void* p, CUstream stream, const char* entry, CUresult result,

@@ -79,9 +79,10 @@ free_outcome free_registered(void* p, CUstream stream, bool stream_ordered, cons
 
 /// Counts and logs an allocation CUDA made for us (pass-through kinds), registering
 /// it on success so its free finds its way back. `charged`: the chain whose limit
-/// the allocation was charged to (charge_own_context), kept with its registration;
-/// given back here when the allocation failed or is already registered.
-void note_passthrough_allocation(void* p, std::size_t bytes, CUstream stream, alloc_kind kind, const char* entry,
+/// the allocation was charged to (charge_own_context), kept with the registration.
+/// Returns whether this call registered it: if not (it failed, is already
+/// registered, or there was no host memory), nothing keeps `charged`.
+bool note_passthrough_allocation(void* p, std::size_t bytes, CUstream stream, alloc_kind kind, const char* entry,
                                  CUresult result, std::int64_t start_ns, device_chain* charged = nullptr) noexcept;
 /// Counts and logs a free handed to CUDA.
 void note_passthrough_free(void* p, CUstream stream, const char* entry, CUresult result,
