@@ -55,7 +55,8 @@
 //   Two writers in one process on one path behave the same way. A forked child
 //   shares its parent's writer (one file, rows never interleaved mid-row) and
 //   is not a conflict. A writer that opens a path nobody holds any more empties
-//   it, as a rerun does. Files on a file system without flock are not protected.
+//   it, as a rerun does (and removes a "<path>.journal" its last writer left,
+//   row_journal.hpp). Files on a file system without flock are not protected.
 // - Disk full, quota, RLIMIT_FSIZE: the file cannot be allocated further. Rows
 //   that do not fit are dropped and counted (never a NUL gap: a row's space is
 //   reserved only where the file is allocated); the notifier says so once, the
@@ -126,6 +127,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -196,6 +198,23 @@ class csv_log_writer {
   void write(log_row const& row) noexcept;
   /// Appends pre-formatted bytes (whole lines).
   void append(char const* data, std::size_t len) noexcept;
+  /// Called by append_batch() once the bytes' place in the file is reserved,
+  /// before they are written there (row_journal notes where its batch goes).
+  using reserved_fn = void (*)(void* context, std::uint64_t offset) noexcept;
+  /// Appends many rows at once (tens of KiB) with pwrite instead of through the
+  /// mapping: whole new pages are then filled without being zeroed first, and the
+  /// calling thread never faults (it may block signals). Calls
+  /// `on_reserved(context, offset)` first. False when the bytes (`rows` rows)
+  /// were not stored: the log is closed, or they are counted as dropped.
+  bool append_batch(char const* data, std::size_t len, std::uint64_t rows, reserved_fn on_reserved,
+                    void* context) noexcept;
+  /// Whether the helper thread keeps pages ahead of the write offset populated
+  /// for writers that store through the mapping (on by default; a log filled by
+  /// append_batch() does not need it).
+  void populate_ahead(bool on) noexcept;
+  /// Counts `rows` lost before they reached the writer (row_journal's records
+  /// whose writer never finished them): the marker and close() report them.
+  void count_lost(std::uint64_t rows) noexcept;
 
   /// Schedules write-back of the written pages (msync MS_ASYNC). Not needed for
   /// crash safety, only against a machine crash.
@@ -242,6 +261,10 @@ class csv_log_writer {
   /// file cannot grow (disk full; then it backs off for a while).
   /// `ahead`: the helper's guess; its failure neither backs off nor counts.
   bool make_room(std::uint64_t need, bool ahead) noexcept;
+  /// Reserves `len` bytes at the write offset (growing the file if needed); its
+  /// offset, and the epoch then, or nothing when they cannot be stored (counted,
+  /// unless the log is closed).
+  std::optional<std::uint64_t> reserve(std::size_t len, std::uint32_t& epoch) noexcept;
   bool grow_locked(std::uint64_t need, bool ahead) noexcept;
   bool map_windows_locked(std::uint64_t end) noexcept;
   /// Waits while a repair pauses reservations; false if that takes too long.

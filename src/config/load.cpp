@@ -29,11 +29,11 @@ namespace {
 constexpr std::string_view env_source = "environment";
 
 /// The variables gpumem reads (for the did-you-mean of unknown ones).
-constexpr std::array<std::string_view, 17> known_variables{
-    "GPUMEM_CONFIG",       "GPUMEM_DISABLE",       "GPUMEM_RESOURCE",       "GPUMEM_POOL_SIZE", "GPUMEM_POOL_MAX",
-    "GPUMEM_LIMIT",        "GPUMEM_LOG_FILE",      "GPUMEM_LOG_LEVEL",      "GPUMEM_SYNC_MODE", "GPUMEM_ON_ERROR",
-    "GPUMEM_REPORT",       "GPUMEM_REPORT_FILE",   "GPUMEM_DEFERRED_FLUSH", "GPUMEM_SHIM",      "GPUMEM_STACKS",
-    "GPUMEM_STACK_SAMPLE", "GPUMEM_STACK_MIN_SIZE"};
+constexpr std::array<std::string_view, 18> known_variables{
+    "GPUMEM_CONFIG",       "GPUMEM_DISABLE",        "GPUMEM_RESOURCE",       "GPUMEM_POOL_SIZE", "GPUMEM_POOL_MAX",
+    "GPUMEM_LIMIT",        "GPUMEM_LOG_FILE",       "GPUMEM_LOG_LEVEL",      "GPUMEM_SYNC_MODE", "GPUMEM_ON_ERROR",
+    "GPUMEM_REPORT",       "GPUMEM_REPORT_FILE",    "GPUMEM_DEFERRED_FLUSH", "GPUMEM_SHIM",      "GPUMEM_STACKS",
+    "GPUMEM_STACK_SAMPLE", "GPUMEM_STACK_MIN_SIZE", "GPUMEM_LOG_QUEUE"};
 /// Variables of other gpumem components (the simulated device, the test harness).
 constexpr std::array<std::string_view, 3> foreign_prefixes{"GPUMEM_SIM_", "GPUMEM_BUILD_DIR", "GPUMEM_SOURCE_DIR"};
 
@@ -307,6 +307,7 @@ settings load(environment const& env) {
       s.sync = *v == "safe" ? sync_mode::safe : sync_mode::stream;
     }
     if (auto const* v = o.path_template("GPUMEM_LOG_FILE")) { s.log_file = *v; }
+    if (auto const v = o.boolean("GPUMEM_LOG_QUEUE")) { s.log_queue = *v; }
     if (auto const* v = o.choice("GPUMEM_LOG_LEVEL", log_level_choices)) { s.log_level = parse_log_level(*v).value(); }
     if (auto const* v = o.path_template("GPUMEM_REPORT_FILE")) {
       s.report_file = *v;

@@ -147,7 +147,7 @@ class parser {
     toml::table* t = node.as_table();
     if (t == nullptr) { wrong_type(node, "gpumem", "a table", "write [gpumem] followed by its keys"); }
     static constexpr std::string_view valid =
-        "valid: sync_mode, log_file, log_level, on_error, report, report_file, stacks, stack_sample, "
+        "valid: sync_mode, log_file, log_queue, log_level, on_error, report, report_file, stacks, stack_sample, "
         "stack_min_size, deferred_flush";
     // on_error first, so a later mistake in this table already honours it.
     if (toml::node const* e = t->get("on_error")) {
@@ -162,6 +162,8 @@ class parser {
         s.sync = get_choice(v, key, "safe|stream") == "safe" ? sync_mode::safe : sync_mode::stream;
       } else if (name == "log_file") {
         s.log_file = get_template(v, key);
+      } else if (name == "log_queue") {
+        s.log_queue = get_bool(v, key);
       } else if (name == "log_level") {
         s.log_level = parse_log_level(get_choice(v, key, log_level_choices)).value();
       } else if (name == "on_error") {

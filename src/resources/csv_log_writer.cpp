@@ -362,6 +362,8 @@ void csv_log_writer::open_file() {
     ::close(fd_);
     throw_log_error(path_, error_text(err));
   }
+  // Rows a crashed writer of this path left queued belong to the log just emptied.
+  (void)::unlink((path_ + ".journal").c_str());
   if (path_ != requested_path_) {
     notify("the allocation log '" + requested_path_ + "' is in use by another process; this process (pid " +
            std::to_string(owner_pid_) + ") logs to '" + path_ + "'");
@@ -395,34 +397,68 @@ void csv_log_writer::write(log_row const& row) noexcept {
 }
 
 void csv_log_writer::append(char const* data, std::size_t len) noexcept {
+  if (std::uint32_t epoch = 0; auto const off = reserve(len, epoch)) store(*off, data, len, epoch);
+}
+
+bool csv_log_writer::append_batch(char const* data, std::size_t len, std::uint64_t rows, reserved_fn on_reserved,
+                                  void* context) noexcept {
+  std::uint32_t epoch = 0;
+  auto const off = reserve(len, epoch);
+  if (!off) {  // counted as one row, unless closed
+    if (shared_ != nullptr && (shared_->tail.load() & closed_bit) == 0 && rows > 1) count_lost(rows - 1);
+    return false;
+  }
+  if (on_reserved != nullptr) on_reserved(context, *off);
+  std::uint64_t at = *off;
+  while (len != 0) {
+    ssize_t const w = ::pwrite(fd_, data, len, static_cast<off_t>(at));
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {  // allocated, so not for want of room: an I/O error
+      count_lost(rows);
+      return false;
+    }
+    data += w;
+    len -= static_cast<std::size_t>(w);
+    at += static_cast<std::uint64_t>(w);
+  }
+  return true;
+}
+
+void csv_log_writer::populate_ahead(bool on) noexcept {
+  populate_on_.store(on && helper_started_, std::memory_order_relaxed);
+}
+
+void csv_log_writer::count_lost(std::uint64_t rows) noexcept {
+  if (shared_ != nullptr && rows != 0) shared_->dropped.fetch_add(rows, std::memory_order_relaxed);
+}
+
+std::optional<std::uint64_t> csv_log_writer::reserve(std::size_t len, std::uint32_t& epoch) noexcept {
   shared_state* const s = shared_;
-  if (s == nullptr || len == 0) return;
+  if (s == nullptr || len == 0) return std::nullopt;
   // Sequentially consistent (free on x86: the CAS is a full barrier anyway): a
   // reservation that succeeds before a repair pauses the log read the epoch from
   // before it, one after the repair the epoch from after.
   std::uint64_t off = s->tail.load();
-  std::uint32_t epoch = 0;
   for (;;) {
     if ((off & (closed_bit | paused_bit)) != 0) [[unlikely]] {
-      if ((off & closed_bit) != 0) return;  // closed: not stored
+      if ((off & closed_bit) != 0) return std::nullopt;  // closed: not stored
       if (!wait_unpaused(off)) {
         count_dropped(true);
-        return;
+        return std::nullopt;
       }
       continue;
     }
     if (off + len + kept_room > s->capacity.load(std::memory_order_acquire)) [[unlikely]] {
       if (!make_room(off + len + kept_room, false)) {
         count_dropped(false);
-        return;
+        return std::nullopt;
       }
       off = s->tail.load();
       continue;
     }
     epoch = s->epoch.load();
-    if (s->tail.compare_exchange_weak(off, off + len)) break;
+    if (s->tail.compare_exchange_weak(off, off + len)) return off;
   }
-  store(off, data, len, epoch);
 }
 
 // A repair pauses reservations for a few atomic operations; should its thread be

@@ -10,6 +10,7 @@
 #include <gpumem/detail/log_clock.hpp>
 #include <gpumem/detail/os_thread.hpp>
 #include <gpumem/error.hpp>
+#include <gpumem/row_journal.hpp>
 #include <gpumem/statistics_resource_adaptor.hpp>
 
 #include <sys/stat.h>
@@ -38,6 +39,7 @@ void notify_shim(std::string_view line) noexcept {
 // One log and, when stacks are recorded, the stack table beside it.
 struct log_sink {
   std::unique_ptr<csv_log_writer> log;
+  std::unique_ptr<row_journal> queue;  // settings.log_queue: rows formatted by a helper thread
   std::unique_ptr<stack_file> stacks;  // "<log>.stacks"; null when stacks are off
   unsigned index = 0;                  // the stack file's bit in stack_table's masks
   std::atomic<std::uint32_t> truncations_seen{0};
@@ -73,6 +75,14 @@ log_sink* sink_for(int device) noexcept {
     if (w == nullptr) {
       auto sink = std::make_unique<log_sink>();
       sink->log = std::make_unique<csv_log_writer>(path, &notify_shim);
+      if (state().settings.log_queue) {
+        try {
+          sink->queue = std::make_unique<row_journal>(*sink->log);
+        } catch (std::exception const& e) {  // rows are then formatted by the threads that log them
+          message(level::warn, "%s; rows are written directly",
+                  e.what() + (std::strncmp(e.what(), "gpumem: ", 8) == 0 ? 8 : 0));
+        }
+      }
       // Beside the file actually written ("<path>.<pid>" when another process holds
       // the path), so a log and its stacks stay a pair.
       if (stacks_enabled() && s.sinks.size() < 64) {
@@ -200,7 +210,7 @@ void log_event(event const& e) noexcept {
               .result = e.result == CUDA_SUCCESS ? nullptr : result_name(e.result),
               .reserved = reserved_bytes(e.device),
               .stack = stack.id};
-  w->write(row);
+  if (sink->queue == nullptr || !sink->queue->push(row)) w->write(row);
 }
 
 }  // namespace gpumem::shim

@@ -12,7 +12,9 @@
 //
 // Cost per row: two cycle-counter reads (event_clock() at entry, one at the end;
 // detail::log_clock), the formatting and one compare-and-swap; no clock_gettime
-// except once a millisecond per thread.
+// except once a millisecond per thread. With settings.log_queue the formatting
+// and the copy move to a helper thread: the row is a 64-byte record in the log's
+// journal (row_journal.hpp).
 //
 // Stacks (settings.stacks > 0): the stack of an event is written to "<log>.stacks"
 // (stack_file.hpp) before the row that refers to it.

@@ -212,6 +212,13 @@ TEST(Load, GlobalOverrides) {
   EXPECT_FALSE(gc::load(env_of({{"GPUMEM_REPORT", "0"}})).report);
 }
 
+TEST(Load, LogQueueFromTheEnvironment) {
+  EXPECT_FALSE(gc::load(env_of({})).log_queue) << "off unless asked for";
+  EXPECT_TRUE(gc::load(env_of({{"GPUMEM_LOG_QUEUE", "1"}})).log_queue);
+  EXPECT_FALSE(gc::load(env_of({{"GPUMEM_LOG_QUEUE", "no"}})).log_queue);
+  EXPECT_NE(error_of(env_of({{"GPUMEM_LOG_QUEUE", "sometimes"}})).find("GPUMEM_LOG_QUEUE"), std::string::npos);
+}
+
 struct env_error_case {
   std::string name;
   std::string var;

@@ -142,6 +142,12 @@ TEST(ParseToml, BinningForms) {
   EXPECT_EQ(bins_of("bins = [\"256B\", 768, \"4KiB\"]\n"), (std::vector<std::size_t>{256, 768, 4096}));
 }
 
+TEST(ParseToml, LogQueue) {
+  EXPECT_TRUE(gc::parse_toml("[gpumem]\nlog_queue = true\n", "q.toml").log_queue);
+  EXPECT_FALSE(gc::parse_toml("[gpumem]\nlog_queue = false\n", "q.toml").log_queue);
+  EXPECT_THROW((void)gc::parse_toml("[gpumem]\nlog_queue = 1\n", "q.toml"), gc::config_error);
+}
+
 TEST(ParseToml, FileWithoutChainKeepsTheDefaultChain) {
   gc::settings const s = gc::parse_toml("[gpumem]\nreport = true\n", "only-options.toml");
   EXPECT_TRUE(s.report);
@@ -212,9 +218,10 @@ INSTANTIATE_TEST_SUITE_P(
         error_case{"entry_not_table", "chain = [1]\n",
                    E + "1:10: chain[0]: expected a table, got an integer (write each entry as [[chain]])"},
         // [gpumem] keys.
-        error_case{"unknown_gpumem_key", "[gpumem]\nsync_mod = \"safe\"\n",
-                   E + "2:1: gpumem.sync_mod: unknown key \"sync_mod\" (valid: sync_mode, log_file, log_level, "
-                       "on_error, report, report_file, stacks, stack_sample, stack_min_size, deferred_flush)"},
+        error_case{
+            "unknown_gpumem_key", "[gpumem]\nsync_mod = \"safe\"\n",
+            E + "2:1: gpumem.sync_mod: unknown key \"sync_mod\" (valid: sync_mode, log_file, log_queue, log_level, "
+                "on_error, report, report_file, stacks, stack_sample, stack_min_size, deferred_flush)"},
         error_case{"stacks_range", "[gpumem]\nstacks = 129\n",
                    E + "2:10: gpumem.stacks: 129 is out of range (0 (off) or the frames to record per allocation, 1 "
                        "to 128)"},

@@ -5,7 +5,10 @@
 #include "shim_process.hpp"
 #include "support/csv_log_reader.hpp"
 
+#include <gpumem/row_journal.hpp>
+
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <csignal>
 #include <cstdio>
@@ -35,14 +38,24 @@ log_counts count_actions(csv_log_contents const& log) {
 
 class LogSurvival : public ::testing::TestWithParam<std::pair<char const*, int>> {};
 
-TEST_P(LogSurvival, EveryCompletedEventIsInTheLog) {
-  auto const [how, signal] = GetParam();
-  std::string const log = ::testing::TempDir() + "gpumem-survival-" + how + ".csv";
+// Runs the dying program; `queue`: with GPUMEM_LOG_QUEUE=1 (rows formatted by a
+// helper thread, the last of them left in the journal for recover_journal).
+void expect_every_event(char const* how, int signal, bool queue) {
+  std::string const log = ::testing::TempDir() + "gpumem-survival-" + how + (queue ? "-queued" : "") + ".csv";
   std::remove(log.c_str());
-  auto const r = run_process({program("shim_rt_app"), "die", how},
-                             {{"LD_PRELOAD", shim_path()}, {"GPUMEM_LOG_FILE", log}});
+  std::remove((log + ".journal").c_str());
+  auto const r = run_process(
+      {program("shim_rt_app"), "die", how},
+      {{"LD_PRELOAD", shim_path()}, {"GPUMEM_LOG_FILE", log}, {"GPUMEM_LOG_QUEUE", queue ? "1" : "0"}});
   ASSERT_NE(r.output.find("EVENTS 61"), std::string::npos) << r.output;
   EXPECT_EQ(r.exit_code, 128 + signal) << r.output;
+  if (queue) {
+    journal_recovery const rec = recover_journal(log);
+    EXPECT_TRUE(rec.found) << "the journal outlives the process that wrote it";
+    EXPECT_TRUE(rec.error.empty()) << rec.error;
+    EXPECT_EQ(rec.lost, 0U);
+    EXPECT_NE(::access((log + ".journal").c_str(), F_OK), 0) << "the journal is removed once recovered";
+  }
   auto const contents = read_csv_log(log);
   EXPECT_EQ(contents.header.rfind("Thread,Time,Action,Pointer,Size,Stream,", 0), 0U) << contents.header;
   EXPECT_EQ(contents.bad_lines, 0U);
@@ -52,6 +65,12 @@ TEST_P(LogSurvival, EveryCompletedEventIsInTheLog) {
   EXPECT_EQ(c.free, 20);
   EXPECT_EQ(c.failure, 1);
   std::remove(log.c_str());
+}
+
+TEST_P(LogSurvival, EveryCompletedEventIsInTheLog) { expect_every_event(GetParam().first, GetParam().second, false); }
+
+TEST_P(LogSurvival, EveryCompletedEventIsInTheQueuedLogOnceRecovered) {
+  expect_every_event(GetParam().first, GetParam().second, true);
 }
 
 INSTANTIATE_TEST_SUITE_P(Deaths, LogSurvival,

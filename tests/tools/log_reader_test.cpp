@@ -5,7 +5,14 @@
 #include "tools/synthetic_log.hpp"
 #include "tools/tool_test_support.hpp"
 
+#include <gpumem/csv_log_writer.hpp>
+#include <gpumem/row_journal.hpp>
+
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <csignal>
 
 using namespace gpumem::tools;
 using namespace std::string_literals;
@@ -219,6 +226,31 @@ TEST(LogReader, ReadsAFile) {
   EXPECT_EQ(r.events(), 1u);
   EXPECT_EQ(r.lines(), 2u);
   EXPECT_FALSE(r.ended_abruptly());
+}
+
+TEST(LogReader, CompletesALogWhoseWriterDiedWithRowsQueued) {
+  gpumem::test::temp_file tmp;
+  pid_t const child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {  // queues 5 rows (no helper thread formats them) and dies
+    auto* log = new gpumem::csv_log_writer{tmp.path()};
+    auto* journal = new gpumem::row_journal{*log, false};
+    for (int i = 0; i < 5; ++i) {
+      (void)journal->push(gpumem::log_row{
+          .thread_id = 9, .time_ns = 1'700'000'000'000'000'000 + i, .pointer = log, .size = 64, .device = 0});
+    }
+    ::kill(::getpid(), SIGKILL);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  log_reader r{tmp.path()};
+  ASSERT_TRUE(r.readable());
+  log_event ev;
+  while (r.next(ev)) {}
+  EXPECT_EQ(r.events(), 5u);
+  ASSERT_EQ(r.warnings().size(), 1u);
+  EXPECT_NE(r.warnings()[0].text().find("added 5 rows that the process writing it had queued in"), std::string::npos)
+      << r.warnings()[0].text();
 }
 
 TEST(LogReader, ParsesAndFormatsTimeOfDay) {

@@ -55,7 +55,9 @@ class log_reader {
   static constexpr std::size_t max_string_bytes = 256;
   static constexpr std::size_t max_strings = 4096;
 
-  /// Opens the file at `path` ("-": standard input) and reads its header.
+  /// Opens the file at `path` ("-": standard input) and reads its header. A log
+  /// whose writer died with rows queued in "<path>.journal" is completed first
+  /// (recover_journal, row_journal.hpp), with a warning that says so.
   explicit log_reader(std::string path);
   /// Reads a log held in memory, which must outlive the reader; `name` is used in
   /// diagnostics.
@@ -94,6 +96,9 @@ class log_reader {
   [[nodiscard]] bool ended_abruptly() const noexcept { return ended_abruptly_; }
 
  private:
+  /// Adds the rows a dead writer left in "<path>.journal" to the log (a warning
+  /// says so); see row_journal.hpp.
+  void complete_from_journal();
   enum class line_end : std::uint8_t {
     newline,        ///< a complete line
     end_of_file,    ///< the file ends without a newline

@@ -1,6 +1,7 @@
 // Streaming CSV allocation-log reader: read(2) into a fixed buffer, lines split
 // with memchr, fields with memchr, numbers with std::from_chars (no iostreams):
 // millions of lines per second in a few MiB of memory.
+#include <gpumem/row_journal.hpp>
 #include <gpumem/tools/log_reader.hpp>
 #include <gpumem/tools/number_parse.hpp>
 
@@ -109,6 +110,7 @@ log_reader::log_reader(std::string path) : path_{std::move(path)} {
     path_ = "(standard input)";
     fd_ = STDIN_FILENO;
   } else {
+    complete_from_journal();
     fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd_ < 0) {
       fail(0, fmt::format("cannot read: {}", std::strerror(errno)));
@@ -129,6 +131,21 @@ log_reader::log_reader(std::string path) : path_{std::move(path)} {
   storage_ = std::make_unique_for_overwrite<char[]>(capacity_);
   data_ = storage_.get();
   read_header();
+}
+
+// A writer that queued rows (log_queue) and died left the last of them in
+// "<log>.journal": they belong at the end of the log, so add them before reading.
+void log_reader::complete_from_journal() {
+  journal_recovery const r = recover_journal(path_);
+  if (!r.found) return;
+  if (r.writer_alive) {
+    warn(0, "a process is still writing this log; its last rows are queued in " + path_ + ".journal and are not read");
+  } else if (!r.error.empty()) {
+    warn(0, "rows queued by the process that wrote it could not be added: " + r.error);
+  } else {
+    warn(0, fmt::format("added {} rows that the process writing it had queued in {}.journal when it died{}", r.rows,
+                        path_, r.lost == 0 ? "" : fmt::format(" ({} rows it was storing are lost)", r.lost)));
+  }
 }
 
 log_reader::log_reader(std::string_view text, std::string name) : path_{std::move(name)} {

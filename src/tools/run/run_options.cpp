@@ -21,13 +21,14 @@ struct option_spec {
   std::string_view choices;  // "a|b|c" for choice; "lo|hi" for count
 };
 
-constexpr std::array<option_spec, 14> options{{
+constexpr std::array<option_spec, 15> options{{
     {"config", "GPUMEM_CONFIG", option_spec::text, {}},
     {"resource", "GPUMEM_RESOURCE", option_spec::choice, "pool|cuda-pool|binning|async|cuda|managed"},
     {"pool-size", "GPUMEM_POOL_SIZE", option_spec::size, {}},
     {"pool-max", "GPUMEM_POOL_MAX", option_spec::size, {}},
     {"limit", "GPUMEM_LIMIT", option_spec::size, {}},
     {"log", "GPUMEM_LOG_FILE", option_spec::text, {}},
+    {"log-queue", "GPUMEM_LOG_QUEUE", option_spec::flag, {}},
     {"log-level", "GPUMEM_LOG_LEVEL", option_spec::choice, "trace|debug|info|warn|error|off"},
     {"sync-mode", "GPUMEM_SYNC_MODE", option_spec::choice, "safe|stream"},
     {"report-file", "GPUMEM_REPORT_FILE", option_spec::text, {}},
@@ -174,6 +175,10 @@ Options (each sets the variable shown; the variables work without gpumem-run too
   --pool-max SIZE      maximum pool size                           GPUMEM_POOL_MAX
   --limit SIZE         cap on device memory the program may hold   GPUMEM_LIMIT
   --log FILE           CSV log of every allocation and free        GPUMEM_LOG_FILE
+  --log-queue          format log rows on a helper thread (less work
+                       per allocation); after a crash the last rows
+                       wait in FILE.journal until gpumem-report or
+                       gpumem-replay reads FILE                    GPUMEM_LOG_QUEUE
   --log-level L        trace | debug | info | warn | error | off   GPUMEM_LOG_LEVEL
   --sync-mode M        safe (default): memory freed by cudaFree is
                        reused only after all earlier work on every

@@ -1,0 +1,134 @@
+#pragma once
+// row_journal: log rows queued for a helper thread to format, kept in a file so
+// that a crash loses none of them.
+//
+// csv_log_writer formats each row on the thread that logs it: about 100 bytes
+// of text and a page of the log's file touched every ~40 rows. A row_journal
+// takes that off the calling thread. A row becomes one 64-byte binary record in
+// a ring of records mapped from "<log>.journal" (MAP_SHARED: once stored, the
+// record is in the page cache and outlives the process, SIGKILL included). A
+// helper thread ("gpumem-logfmt") formats the records, in ring order, into the
+// CSV log through csv_log_writer::append. The ring's pages are reused, so after
+// the first lap the calling thread writes to resident, already-dirty pages: no
+// page fault, no system call.
+//
+// Cost on the calling thread: one fetch_add on the ring's head, a 64-byte store,
+// and, once per ring_slots/8 rows, a futex wake of the helper.
+//
+// Ordering: rows reach the CSV in the order their records were reserved, the
+// order rows would have had without the journal.
+//
+// A full ring (the helper fell behind): the calling thread formats the oldest
+// records itself (one thread at a time) until its record has room. A record
+// reserved but not stored for 1 s (its thread stopped between the two) is given
+// up, counted as lost in the log's marker; should its thread store it later,
+// after the ring came round, the row may be lost or show another row's fields.
+//
+// After a crash the CSV lacks the rows still in the ring (at most a few ms of
+// them while the helper keeps up). recover_journal() appends them: gpumem-report
+// and gpumem-replay call it on the logs they read, and say so. A record whose
+// writer died while storing it is counted in the CSV's incompleteness marker.
+// Records carry the entry-point and result names as indices into a name table
+// in the journal's header, so recovery needs nothing from the dead process.
+//
+// Not queued (push() answers false and the caller writes the row directly): in
+// a forked child (the ring is the parent's), after close() or exit, rows whose
+// fields do not fit a record (a duration over 4.29 s, a device past 127, more
+// than 255 distinct names or one of 64 characters or more). Such a row may reach
+// the log ahead of rows queued before it.
+//
+// Thread safety: push() from any number of threads; close() not concurrently
+// with push() on other threads (exit is handled: rows pushed after the exit
+// hook drained the ring are written directly).
+
+#include <gpumem/csv_log_writer.hpp>
+
+#include <pthread.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace gpumem {
+
+class row_journal {
+ public:
+  /// Records in the ring (64 bytes each: 4 MiB).
+  static constexpr std::uint64_t ring_slots = std::uint64_t{1} << 16;
+
+  /// Creates (or empties) "<log.path()>.journal" and starts the helper thread
+  /// (`with_helper` false, for tests: only callers that find the ring full, and
+  /// close(), format rows). Throws logic_error naming the file and the reason
+  /// when it cannot be made. `log` must outlive the journal.
+  explicit row_journal(csv_log_writer& log, bool with_helper = true);
+  ~row_journal();  ///< close()
+  row_journal(row_journal const&) = delete;
+  row_journal& operator=(row_journal const&) = delete;
+  row_journal(row_journal&&) = delete;
+  row_journal& operator=(row_journal&&) = delete;
+
+  /// Queues `row`; false when it was not (see the file comment): write it then.
+  /// row.entry and row.result must be strings that never change (literals).
+  [[nodiscard]] bool push(log_row const& row) noexcept;
+
+  /// Formats every queued row into the log now, then queues no more, stops the
+  /// helper and removes the journal file. Idempotent.
+  void close() noexcept;
+
+  /// The journal file.
+  [[nodiscard]] std::string const& path() const noexcept { return path_; }
+  /// Records formatted into the log so far (by the helper or by full-ring callers).
+  [[nodiscard]] std::uint64_t rows_formatted() const noexcept;
+
+  struct file_header;  // the journal file's first bytes (implementation detail)
+  struct record;       // one queued row (implementation detail)
+
+ private:
+  void start_helper() noexcept;
+  void helper_loop() noexcept;
+  /// Formats a batch of published records from the ring's tail into the log;
+  /// the caller holds drain_mutex_. False: nothing was ready.
+  bool drain_batch_locked() noexcept;
+  /// Formats everything queued up to `until` (all of it at close and exit).
+  void drain_until(std::uint64_t until) noexcept;
+  /// The record's name index for `name` (0 for nullptr); 255: the table is full.
+  std::uint8_t name_index(const char* name) noexcept;
+  static void close_all_at_exit() noexcept;
+
+  csv_log_writer* log_;
+  std::string path_;
+  int fd_{-1};
+  int owner_pid_{};
+  file_header* header_{};
+  record* ring_{};
+  std::size_t mapped_bytes_{};
+  pthread_mutex_t drain_mutex_ = PTHREAD_MUTEX_INITIALIZER;  ///< one formatter at a time
+  pthread_mutex_t names_mutex_ = PTHREAD_MUTEX_INITIALIZER;  ///< adding to the name table
+  /// Name pointers of this process by index (the file holds their text).
+  std::atomic<const char*> names_[256]{};
+  std::atomic<bool> closed_{false};
+  std::atomic<bool> helper_stop_{false};
+  alignas(4) std::atomic<std::uint32_t> helper_wake_{0};  ///< futex word
+  pthread_t helper_thread_{};
+  bool helper_started_{false};
+  row_journal* next_live_{};  ///< registry for the exit hook
+  row_journal* prev_live_{};
+};
+
+/// What recover_journal() did.
+struct journal_recovery {
+  bool found = false;        ///< a journal was beside the log
+  bool writer_alive = false; ///< its writer still holds the log: nothing done
+  std::uint64_t rows = 0;    ///< rows appended to the log
+  std::uint64_t lost = 0;    ///< records their writer died while storing (counted in the marker)
+  std::string error;         ///< why it could not be recovered ("" when it was, or nothing to do)
+};
+
+/// When "<log_path>.journal" is beside the log and no process writes the log any
+/// more (its lock is free): appends the rows the journal still held to the log
+/// (after the last complete row; a marker line follows when records were lost),
+/// ends the log there, and removes the journal. Never throws.
+journal_recovery recover_journal(std::string const& log_path) noexcept;
+
+}  // namespace gpumem

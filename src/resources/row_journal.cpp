@@ -1,0 +1,585 @@
+// row_journal: log rows as 64-byte records in a file-backed ring, formatted into
+// the CSV log by a helper thread (include/gpumem/row_journal.hpp says what it
+// guarantees).
+//
+// Ring protocol. `head` counts records reserved, `tail` records formatted (or
+// given up on). A writer takes index i = head++, waits until i < tail + slots
+// (its slot's previous record is formatted), stores the fields, then the stamp
+// (lap of i and thread id) with release: a stamp whose lap matches the index is
+// the record's "published" mark. Only the holder of drain_mutex_ formats, in
+// index order, and moves `tail`. The file's zero-filled start (lap 0) is never
+// a valid lap.
+//
+// Crash recovery needs to know which records already reached the CSV. The
+// formatter notes the batch it copies (first record, count, bytes, and the
+// offset append() reserved for it) in the header before the copy and moves
+// `tail` after it; a batch noted but not followed by its `tail` is formatted
+// again into its place (a row's length does not depend on the time zone: the
+// Time column is fixed-width).
+
+#include <gpumem/detail/os_thread.hpp>
+#include <gpumem/error.hpp>
+#include <gpumem/row_journal.hpp>
+
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <new>
+#include <string_view>
+#include <vector>
+
+#include <sched.h>
+
+namespace gpumem {
+
+namespace {
+
+constexpr char journal_magic[8] = {'G', 'P', 'U', 'M', 'J', 'R', 'N', '1'};
+constexpr std::uint32_t header_bytes = 20480;  // 5 pages: counters, then the name table
+constexpr std::size_t name_bytes = 64;         // a name and its NUL
+constexpr std::size_t max_names = 255;         // indices 1..255; 0 = none
+constexpr std::uint8_t no_index = 0xff;        // name_index(): the table is full
+constexpr std::size_t batch_buffer = 32768;    // rows formatted per copy into the log
+constexpr std::int64_t publish_wait_ns = 1'000'000'000;  // a reserved record not stored for this long is given up
+constexpr std::uint64_t wake_every = row_journal::ring_slots / 8;
+constexpr std::int64_t max_idle_ms = 64;  // the helper looks at least this often
+
+std::int64_t now_ns() noexcept {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+constexpr std::uint64_t lap_of(std::uint64_t index) noexcept {
+  return ((index / row_journal::ring_slots) + 1) & 0xffff'ffffU;
+}
+
+void futex_wake(std::atomic<std::uint32_t>* word) noexcept {
+  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
+}
+
+void futex_wait(std::atomic<std::uint32_t>* word, std::uint32_t seen, std::int64_t timeout_ms) noexcept {
+  timespec ts{static_cast<time_t>(timeout_ms / 1000), static_cast<long>(timeout_ms % 1000) * 1'000'000};
+  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), FUTEX_WAIT_PRIVATE, seen, &ts, nullptr, 0);
+}
+
+const char* error_text(int err) noexcept {
+  const char* d = strerrordesc_np(err);
+  return d != nullptr ? d : "unknown error";
+}
+
+// Live journals, for the exit hook and the fork handler (plain globals: usable
+// during exit whatever the order of static destructors).
+pthread_mutex_t registry_mutex = PTHREAD_MUTEX_INITIALIZER;
+row_journal* registry_head = nullptr;
+pthread_once_t hooks_once = PTHREAD_ONCE_INIT;
+
+}  // namespace
+
+struct row_journal::file_header {
+  char magic[8];
+  std::uint32_t header_size;
+  std::uint32_t record_size;
+  std::uint64_t slots;
+  std::int32_t owner_pid;
+  alignas(64) std::atomic<std::uint64_t> head;  ///< records reserved
+  alignas(64) std::atomic<std::uint64_t> tail;  ///< records formatted or given up (drainer only)
+  /// The batch being copied into the log (drainer only): records
+  /// [batch_first, batch_first + batch_count), batch_bytes of text at batch_offset.
+  /// batch_count is stored last (and cleared after `tail` moved): 0 = none.
+  std::atomic<std::uint64_t> batch_first;
+  std::atomic<std::uint64_t> batch_bytes;
+  std::atomic<std::uint64_t> batch_offset;
+  std::atomic<std::uint64_t> batch_count;
+  std::atomic<std::uint32_t> names;  ///< entries of name_text in use
+  alignas(64) char name_text[max_names][name_bytes];
+};
+static_assert(sizeof(row_journal::file_header) <= header_bytes);
+static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
+
+struct row_journal::record {
+  std::atomic<std::uint64_t> stamp;  ///< lap << 32 | thread id; stored last
+  std::int64_t time_ns;
+  std::uint64_t pointer;
+  std::uint64_t size;
+  std::uint64_t stream;
+  std::int64_t reserved;
+  std::uint64_t stack;
+  std::uint32_t duration_ns;
+  std::int8_t device;
+  std::uint8_t action;
+  std::uint8_t entry;   ///< name index; 0: the action's name
+  std::uint8_t result;  ///< name index; 0: CUDA_SUCCESS
+};
+static_assert(sizeof(row_journal::record) == 64);
+
+namespace {
+
+// The row a record stands for; `names` gives a name index's text.
+template <class Names>
+log_row row_of(row_journal::record const& r, std::uint64_t stamp, Names const& names) noexcept {
+  return log_row{.thread_id = stamp & 0xffff'ffffU,
+                 .time_ns = r.time_ns,
+                 .utc_offset_s = detail::local_utc_offset(r.time_ns),
+                 .action = static_cast<log_action>(r.action),
+                 .pointer = reinterpret_cast<void const*>(r.pointer),
+                 .size = r.size,
+                 .stream = r.stream,
+                 .device = r.device,
+                 .entry = names(r.entry),
+                 .duration_ns = r.duration_ns,
+                 .result = names(r.result),
+                 .reserved = r.reserved,
+                 .stack = r.stack};
+}
+
+}  // namespace
+
+row_journal::row_journal(csv_log_writer& log, bool with_helper)
+    : log_{&log}, path_{log.path() + ".journal"}, owner_pid_{::getpid()} {
+  fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd_ < 0) throw logic_error{"gpumem: cannot create the log's journal '" + path_ + "': " + error_text(errno)};
+  mapped_bytes_ = header_bytes + ring_slots * sizeof(record);
+  // Allocated now: a full disk shows here, not as SIGBUS on a later store.
+  if (int const r = ::posix_fallocate(fd_, 0, static_cast<off_t>(mapped_bytes_)); r != 0) {
+    ::close(fd_);
+    ::unlink(path_.c_str());
+    throw logic_error{"gpumem: cannot allocate the log's journal '" + path_ + "': " + error_text(r)};
+  }
+  void* p = ::mmap(nullptr, mapped_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd_, 0);
+  if (p == MAP_FAILED) {
+    int const err = errno;
+    ::close(fd_);
+    ::unlink(path_.c_str());
+    throw logic_error{"gpumem: cannot map the log's journal '" + path_ + "': " + error_text(err)};
+  }
+  header_ = new (p) file_header{};
+  std::memcpy(header_->magic, journal_magic, sizeof journal_magic);
+  header_->header_size = header_bytes;
+  header_->record_size = sizeof(record);
+  header_->slots = ring_slots;
+  header_->owner_pid = owner_pid_;
+  ring_ = reinterpret_cast<record*>(static_cast<char*>(p) + header_bytes);
+
+  // After the log's own exit hook was registered (the log exists): runs before it.
+  pthread_once(&hooks_once, [] {
+    std::atexit(&row_journal::close_all_at_exit);
+    // A forked child has the ring's mapping but not the helper: it writes directly.
+    ::pthread_atfork(nullptr, nullptr, [] {
+      for (auto* j = registry_head; j != nullptr; j = j->next_live_) {
+        j->closed_.store(true, std::memory_order_relaxed);
+        j->helper_started_ = false;
+      }
+    });
+  });
+  pthread_mutex_lock(&registry_mutex);
+  next_live_ = registry_head;
+  if (registry_head != nullptr) registry_head->prev_live_ = this;
+  registry_head = this;
+  pthread_mutex_unlock(&registry_mutex);
+  if (with_helper) start_helper();
+}
+
+row_journal::~row_journal() {
+  pthread_mutex_lock(&registry_mutex);
+  if (prev_live_ != nullptr)
+    prev_live_->next_live_ = next_live_;
+  else if (registry_head == this)
+    registry_head = next_live_;
+  if (next_live_ != nullptr) next_live_->prev_live_ = prev_live_;
+  pthread_mutex_unlock(&registry_mutex);
+  close();
+}
+
+std::uint8_t row_journal::name_index(const char* name) noexcept {
+  if (name == nullptr) return 0;
+  for (std::size_t i = 1; i <= max_names; ++i) {
+    const char* const n = names_[i].load(std::memory_order_acquire);
+    if (n == name) return static_cast<std::uint8_t>(i);
+    if (n == nullptr) break;
+  }
+  pthread_mutex_lock(&names_mutex_);
+  std::uint8_t index = no_index;
+  std::size_t i = 1;
+  for (; i <= max_names; ++i) {
+    const char* const n = names_[i].load(std::memory_order_relaxed);
+    if (n == name) {
+      index = static_cast<std::uint8_t>(i);
+      break;
+    }
+    if (n == nullptr) break;
+  }
+  if (index == no_index && i < max_names && std::strlen(name) < name_bytes) {
+    // The text first (for recovery), then the pointer that makes it usable.
+    std::strncpy(header_->name_text[i - 1], name, name_bytes - 1);
+    header_->names.store(static_cast<std::uint32_t>(i), std::memory_order_release);
+    names_[i].store(name, std::memory_order_release);
+    index = static_cast<std::uint8_t>(i);
+  }
+  pthread_mutex_unlock(&names_mutex_);
+  return index;
+}
+
+bool row_journal::push(log_row const& row) noexcept {
+  if (closed_.load(std::memory_order_relaxed)) [[unlikely]] return false;
+  if (row.duration_ns > UINT32_MAX || row.device < INT8_MIN || row.device > INT8_MAX || row.thread_id > UINT32_MAX)
+      [[unlikely]] {
+    return false;
+  }
+  std::uint8_t const entry = name_index(row.entry);
+  std::uint8_t const result = name_index(row.result);
+  if (entry == no_index || result == no_index) [[unlikely]] return false;
+
+  file_header* const h = header_;
+  std::uint64_t const i = h->head.fetch_add(1, std::memory_order_relaxed);
+  if (i - h->tail.load(std::memory_order_acquire) >= ring_slots) [[unlikely]] {
+    // Full: format the oldest records here until this one has a slot. Bounded:
+    // the formatter gives up on a record its writer never stores.
+    while (i - h->tail.load(std::memory_order_acquire) >= ring_slots) {
+      if (pthread_mutex_trylock(&drain_mutex_) == 0) {
+        (void)drain_batch_locked();
+        pthread_mutex_unlock(&drain_mutex_);
+      } else {
+        ::sched_yield();
+      }
+    }
+  }
+  record& r = ring_[i & (ring_slots - 1)];
+  r.time_ns = row.time_ns;
+  r.pointer = reinterpret_cast<std::uintptr_t>(row.pointer);
+  r.size = row.size;
+  r.stream = row.stream;
+  r.reserved = row.reserved;
+  r.stack = row.stack;
+  r.duration_ns = static_cast<std::uint32_t>(row.duration_ns);
+  r.device = static_cast<std::int8_t>(row.device);
+  r.action = static_cast<std::uint8_t>(row.action);
+  r.entry = entry;
+  r.result = result;
+  r.stamp.store(lap_of(i) << 32U | row.thread_id, std::memory_order_release);
+  if ((i & (wake_every - 1)) == 0) [[unlikely]] {
+    helper_wake_.fetch_add(1, std::memory_order_release);
+    futex_wake(&helper_wake_);
+  }
+  // Closed (at exit) while this record was being stored: the final drain may have
+  // passed it; format it now.
+  if (closed_.load()) [[unlikely]] drain_until(i + 1);
+  return true;
+}
+
+bool row_journal::drain_batch_locked() noexcept {
+  file_header* const h = header_;
+  std::uint64_t const t = h->tail.load(std::memory_order_relaxed);
+  std::uint64_t const head = h->head.load(std::memory_order_acquire);
+  if (t == head) return false;
+  auto const names = [this](std::uint8_t k) noexcept { return names_[k].load(std::memory_order_acquire); };
+  char buf[batch_buffer];
+  std::size_t len = 0;
+  std::uint64_t n = 0;
+  while (t + n < head && len + max_row_bytes <= sizeof buf) {
+    record const& r = ring_[(t + n) & (ring_slots - 1)];
+    std::uint64_t stamp = r.stamp.load(std::memory_order_acquire);
+    if (stamp >> 32U != lap_of(t + n)) {
+      if (n != 0) break;  // format what is ready; this one comes next time
+      // Reserved, not stored yet: its writer is between the two. Wait, but not
+      // forever: a writer that never comes back must not stop the log.
+      auto const give_up = now_ns() + publish_wait_ns;
+      while ((stamp = r.stamp.load(std::memory_order_acquire)) >> 32U != lap_of(t) && now_ns() < give_up) {
+        ::sched_yield();
+      }
+      if (stamp >> 32U != lap_of(t)) {
+        h->tail.store(t + 1, std::memory_order_release);
+        log_->count_lost(1);
+        return true;
+      }
+    }
+    len += format_row(buf + len, row_of(r, stamp, names));
+    ++n;
+  }
+  if (n == 0) return false;
+  h->batch_first.store(t, std::memory_order_relaxed);
+  h->batch_bytes.store(len, std::memory_order_relaxed);
+  struct note {
+    file_header* h;
+    std::uint64_t n;
+  } noted{h, n};
+  (void)log_->append_batch(
+      buf, len, n,
+      [](void* context, std::uint64_t offset) noexcept {
+        auto* b = static_cast<note*>(context);
+        b->h->batch_offset.store(offset, std::memory_order_relaxed);
+        b->h->batch_count.store(b->n, std::memory_order_release);
+      },
+      &noted);
+  h->tail.store(t + n, std::memory_order_release);
+  h->batch_count.store(0, std::memory_order_release);
+  return true;
+}
+
+void row_journal::drain_until(std::uint64_t until) noexcept {
+  pthread_mutex_lock(&drain_mutex_);
+  while (header_ != nullptr && header_->tail.load(std::memory_order_relaxed) < until && drain_batch_locked()) {}
+  pthread_mutex_unlock(&drain_mutex_);
+}
+
+std::uint64_t row_journal::rows_formatted() const noexcept {
+  return header_ == nullptr ? 0 : header_->tail.load(std::memory_order_acquire);
+}
+
+void row_journal::start_helper() noexcept {
+  // Every signal meant for the program goes to the program's threads. This
+  // thread never stores into the log's mapping (append_batch writes with pwrite),
+  // so no SIGBUS of a truncated log can reach it.
+  sigset_t all{};
+  sigset_t old{};
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  int const r = pthread_create(
+      &helper_thread_, nullptr,
+      [](void* self) -> void* {
+        static_cast<row_journal*>(self)->helper_loop();
+        return nullptr;
+      },
+      this);
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  helper_started_ = r == 0;
+  if (r != 0) {
+    closed_.store(true, std::memory_order_relaxed);  // no formatter: rows are written directly
+    return;
+  }
+  pthread_setname_np(helper_thread_, "gpumem-logfmt");
+  log_->populate_ahead(false);  // rows arrive by pwrite: pages populated ahead would only be zeroed for nothing
+}
+
+void row_journal::helper_loop() noexcept {
+  std::int64_t idle_ms = 1;
+  while (!helper_stop_.load(std::memory_order_acquire)) {
+    auto const seen = helper_wake_.load(std::memory_order_acquire);
+    bool drained = false;
+    for (;;) {  // a batch at a time: a caller with a full ring may take a turn
+      pthread_mutex_lock(&drain_mutex_);
+      bool const more = header_ != nullptr && drain_batch_locked();
+      pthread_mutex_unlock(&drain_mutex_);
+      if (!more) break;
+      drained = true;
+    }
+    // Quick to look again while rows flow, rarely while the program logs nothing.
+    idle_ms = drained ? 1 : std::min<std::int64_t>(idle_ms * 2, max_idle_ms);
+    futex_wait(&helper_wake_, seen, idle_ms);
+  }
+}
+
+void row_journal::close_all_at_exit() noexcept {
+  pthread_mutex_lock(&registry_mutex);
+  for (auto* j = registry_head; j != nullptr; j = j->next_live_) {
+    // A forked child (the ring is its parent's) or a journal closed already.
+    if (::getpid() != j->owner_pid_ || j->header_ == nullptr) continue;
+    j->closed_.store(true);
+    j->drain_until(j->header_->head.load());
+    j->helper_stop_.store(true, std::memory_order_release);  // not joined: exit ends it
+    j->helper_wake_.fetch_add(1, std::memory_order_release);
+    futex_wake(&j->helper_wake_);
+    // The file stays mapped (a thread still running may store a record and then
+    // format it itself), but nothing in it is pending: it can go.
+    ::unlink(j->path_.c_str());
+  }
+  pthread_mutex_unlock(&registry_mutex);
+}
+
+void row_journal::close() noexcept {
+  if (header_ == nullptr) return;
+  bool const owner = ::getpid() == owner_pid_;
+  if (owner) {
+    closed_.store(true);
+    drain_until(header_->head.load());
+    if (helper_started_) {
+      helper_stop_.store(true, std::memory_order_release);
+      helper_wake_.fetch_add(1, std::memory_order_release);
+      futex_wake(&helper_wake_);
+      pthread_join(helper_thread_, nullptr);
+      helper_started_ = false;
+    }
+    ::unlink(path_.c_str());
+  }
+  ::munmap(header_, mapped_bytes_);
+  header_ = nullptr;
+  ring_ = nullptr;
+  ::close(fd_);
+  fd_ = -1;
+}
+
+// ---------------------------------------------------------------------------
+// Recovery: the rows a dead writer's journal still held.
+
+namespace {
+
+class fd_guard {
+ public:
+  explicit fd_guard(int fd) noexcept : fd_{fd} {}
+  ~fd_guard() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  fd_guard(fd_guard const&) = delete;
+  fd_guard& operator=(fd_guard const&) = delete;
+  [[nodiscard]] int get() const noexcept { return fd_; }
+
+ private:
+  int fd_;
+};
+
+// Offset just past the last byte that is not NUL (the end of what the writer
+// stored; after a crash the file is allocated, as NULs, past it).
+std::uint64_t stored_end(int fd, std::uint64_t size) {
+  std::vector<char> buf(std::size_t{1} << 16);
+  std::uint64_t end = size;
+  while (end > 0) {
+    auto const n = static_cast<std::size_t>(std::min<std::uint64_t>(end, buf.size()));
+    if (::pread(fd, buf.data(), n, static_cast<off_t>(end - n)) != static_cast<ssize_t>(n)) return end;
+    for (std::size_t k = n; k > 0; --k) {
+      if (buf[k - 1] != '\0') return end - n + k;
+    }
+    end -= n;
+  }
+  return 0;
+}
+
+bool write_all(int fd, char const* data, std::size_t len, std::uint64_t offset) {
+  while (len != 0) {
+    ssize_t const w = ::pwrite(fd, data, len, static_cast<off_t>(offset));
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    data += w;
+    len -= static_cast<std::size_t>(w);
+    offset += static_cast<std::uint64_t>(w);
+  }
+  return true;
+}
+
+}  // namespace
+
+journal_recovery recover_journal(std::string const& log_path) noexcept {
+  journal_recovery out;
+  try {
+    std::string const jpath = log_path + ".journal";
+    fd_guard jfd{::open(jpath.c_str(), O_RDONLY | O_CLOEXEC)};
+    if (jfd.get() < 0) {
+      if (errno != ENOENT) out.error = "cannot open '" + jpath + "': " + error_text(errno);
+      out.found = errno != ENOENT;
+      return out;
+    }
+    out.found = true;
+    fd_guard lfd{::open(log_path.c_str(), O_RDWR | O_CLOEXEC)};
+    if (lfd.get() < 0) {
+      out.error = "cannot open '" + log_path + "': " + error_text(errno);
+      return out;
+    }
+    // The writer holds this lock as long as it lives (csv_log_writer).
+    if (::flock(lfd.get(), LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
+      out.writer_alive = true;
+      return out;
+    }
+    struct stat js {};
+    struct stat ls {};
+    if (::fstat(jfd.get(), &js) != 0 || ::fstat(lfd.get(), &ls) != 0) {
+      out.error = std::string{"cannot read the files' sizes: "} + error_text(errno);
+      return out;
+    }
+    auto const want = header_bytes + row_journal::ring_slots * sizeof(row_journal::record);
+    if (static_cast<std::uint64_t>(js.st_size) != want) {
+      out.error = "'" + jpath + "' is not a journal of this gpumem version (" + std::to_string(js.st_size) + " bytes)";
+      return out;
+    }
+    void* p = ::mmap(nullptr, want, PROT_READ, MAP_SHARED, jfd.get(), 0);
+    if (p == MAP_FAILED) {
+      out.error = "cannot map '" + jpath + "': " + error_text(errno);
+      return out;
+    }
+    struct unmap {
+      void* p;
+      std::size_t n;
+      ~unmap() { ::munmap(p, n); }
+    } const unmap_guard{p, want};
+    auto const* h = static_cast<row_journal::file_header const*>(p);
+    if (std::memcmp(h->magic, journal_magic, sizeof journal_magic) != 0 || h->header_size != header_bytes ||
+        h->record_size != sizeof(row_journal::record) || h->slots != row_journal::ring_slots) {
+      out.error = "'" + jpath + "' is not a journal of this gpumem version";
+      return out;
+    }
+    auto const* ring = reinterpret_cast<row_journal::record const*>(static_cast<char const*>(p) + header_bytes);
+    std::uint32_t const name_count = std::min<std::uint32_t>(h->names.load(), max_names);
+    auto const names = [&](std::uint8_t k) noexcept -> const char* {
+      if (k == 0 || k > name_count) return nullptr;  // a name never stored: the action's / CUDA_SUCCESS
+      return h->name_text[k - 1];
+    };
+    std::uint64_t tail = h->tail.load();
+    std::uint64_t const head = h->head.load();
+    if (head < tail || head - tail > row_journal::ring_slots + (std::uint64_t{1} << 20)) {
+      out.error = "'" + jpath + "' is damaged (head " + std::to_string(head) + ", tail " + std::to_string(tail) + ")";
+      return out;
+    }
+    std::uint64_t end = stored_end(lfd.get(), static_cast<std::uint64_t>(ls.st_size));
+    std::string text;
+    auto format = [&](std::uint64_t i) {
+      auto const& r = ring[i & (row_journal::ring_slots - 1)];
+      auto const stamp = r.stamp.load();
+      if (stamp >> 32U != lap_of(i)) return false;
+      char row[max_row_bytes];
+      text.append(row, format_row(row, row_of(r, stamp, names)));
+      return true;
+    };
+    // A batch the formatter was copying when the process died: into its place.
+    if (std::uint64_t const n = h->batch_count.load(); n != 0 && h->batch_first.load() == tail) {
+      for (std::uint64_t i = tail; i < tail + n; ++i) (void)format(i);
+      auto const offset = h->batch_offset.load();
+      if (text.size() == h->batch_bytes.load() && offset <= static_cast<std::uint64_t>(ls.st_size)) {
+        if (!write_all(lfd.get(), text.data(), text.size(), offset)) {
+          out.error = "cannot write '" + log_path + "': " + error_text(errno);
+          return out;
+        }
+        end = std::max(end, offset + text.size());
+        tail += n;
+        out.rows += n;
+      }
+      text.clear();
+    }
+    if (end > 0) {  // a row cut short when the process died: end it (readers skip it)
+      char last = '\n';
+      if (::pread(lfd.get(), &last, 1, static_cast<off_t>(end - 1)) == 1 && last != '\n') text.push_back('\n');
+    }
+    for (std::uint64_t i = tail; i < head; ++i) {
+      if (format(i)) {
+        ++out.rows;
+      } else {
+        ++out.lost;
+      }
+    }
+    if (out.lost != 0) {
+      text += std::string{csv_log_incomplete_prefix} + "dropped_rows=" + std::to_string(out.lost) +
+              ",reason=the process died while storing these rows\n";
+    }
+    if (!write_all(lfd.get(), text.data(), text.size(), end) ||
+        ::ftruncate(lfd.get(), static_cast<off_t>(end + text.size())) != 0) {
+      out.error = "cannot write '" + log_path + "': " + error_text(errno);
+      return out;
+    }
+    ::unlink(jpath.c_str());
+    return out;
+  } catch (std::exception const& e) {
+    out.error = e.what();
+    return out;
+  }
+}
+
+}  // namespace gpumem
