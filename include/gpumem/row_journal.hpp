@@ -118,15 +118,16 @@ class row_journal {
 
 /// What recover_journal() did.
 struct journal_recovery {
-  bool found = false;        ///< a journal was beside the log
-  bool writer_alive = false; ///< its writer still holds the log: nothing done
-  std::uint64_t rows = 0;    ///< rows appended to the log
-  std::uint64_t lost = 0;    ///< records their writer died while storing (counted in the marker)
-  std::string error;         ///< why it could not be recovered ("" when it was, or nothing to do)
+  bool found = false;         ///< a journal was beside the log
+  bool writer_alive = false;  ///< its writer still holds the log: nothing done
+  std::uint64_t rows = 0;     ///< rows appended to the log
+  std::uint64_t lost = 0;     ///< records their writer died while storing (counted in the marker)
+  std::string error;          ///< why it could not be recovered ("" when it was, or nothing to do)
 };
 
 /// When "<log_path>.journal" is beside the log and no process writes the log any
-/// more (its lock is free): appends the rows the journal still held to the log
+/// more (its lock is free; when the journal's process is gone, up to 5 s are
+/// given for the lock to go with it): appends the rows the journal still held to the log
 /// (after the last complete row; a marker line follows when records were lost),
 /// ends the log there, and removes the journal. Never throws.
 journal_recovery recover_journal(std::string const& log_path) noexcept;

@@ -32,6 +32,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -47,11 +48,11 @@ namespace gpumem {
 namespace {
 
 constexpr char journal_magic[8] = {'G', 'P', 'U', 'M', 'J', 'R', 'N', '1'};
-constexpr std::uint32_t header_bytes = 20480;  // 5 pages: counters, then the name table
-constexpr std::size_t name_bytes = 64;         // a name and its NUL
-constexpr std::size_t max_names = 255;         // indices 1..255; 0 = none
-constexpr std::uint8_t no_index = 0xff;        // name_index(): the table is full
-constexpr std::size_t batch_buffer = 32768;    // rows formatted per copy into the log
+constexpr std::uint32_t header_bytes = 20480;            // 5 pages: counters, then the name table
+constexpr std::size_t name_bytes = 64;                   // a name and its NUL
+constexpr std::size_t max_names = 255;                   // indices 1..255; 0 = none
+constexpr std::uint8_t no_index = 0xff;                  // name_index(): the table is full
+constexpr std::size_t batch_buffer = 32768;              // rows formatted per copy into the log
 constexpr std::int64_t publish_wait_ns = 1'000'000'000;  // a reserved record not stored for this long is given up
 constexpr std::uint64_t wake_every = row_journal::ring_slots / 8;
 constexpr std::int64_t max_idle_ms = 64;  // the helper looks at least this often
@@ -107,6 +108,7 @@ struct row_journal::file_header {
   alignas(64) char name_text[max_names][name_bytes];
 };
 static_assert(sizeof(row_journal::file_header) <= header_bytes);
+static_assert(offsetof(row_journal::file_header, owner_pid) == 24);  // recover_journal reads it before mapping
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
 
 struct row_journal::record {
@@ -233,14 +235,16 @@ std::uint8_t row_journal::name_index(const char* name) noexcept {
 }
 
 bool row_journal::push(log_row const& row) noexcept {
-  if (closed_.load(std::memory_order_relaxed)) [[unlikely]] return false;
+  if (closed_.load(std::memory_order_relaxed)) [[unlikely]]
+    return false;
   if (row.duration_ns > UINT32_MAX || row.device < INT8_MIN || row.device > INT8_MAX || row.thread_id > UINT32_MAX)
       [[unlikely]] {
     return false;
   }
   std::uint8_t const entry = name_index(row.entry);
   std::uint8_t const result = name_index(row.result);
-  if (entry == no_index || result == no_index) [[unlikely]] return false;
+  if (entry == no_index || result == no_index) [[unlikely]]
+    return false;
 
   file_header* const h = header_;
   std::uint64_t const i = h->head.fetch_add(1, std::memory_order_relaxed);
@@ -275,7 +279,8 @@ bool row_journal::push(log_row const& row) noexcept {
   }
   // Closed (at exit) while this record was being stored: the final drain may have
   // passed it; format it now.
-  if (closed_.load()) [[unlikely]] drain_until(i + 1);
+  if (closed_.load()) [[unlikely]]
+    drain_until(i + 1);
   return true;
 }
 
@@ -439,6 +444,10 @@ class fd_guard {
   int fd_;
 };
 
+constexpr off_t owner_pid_at = 24;    // file_header::owner_pid
+constexpr int lock_wait_polls = 250;  // 5 s for a dead writer's lock to go
+constexpr useconds_t lock_poll_us = 20'000;
+
 // Offset just past the last byte that is not NUL (the end of what the writer
 // stored; after a crash the file is allocated, as NULs, past it).
 std::uint64_t stored_end(int fd, std::uint64_t size) {
@@ -485,10 +494,24 @@ journal_recovery recover_journal(std::string const& log_path) noexcept {
       out.error = "cannot open '" + log_path + "': " + error_text(errno);
       return out;
     }
-    // The writer holds this lock as long as it lives (csv_log_writer).
+    // The writer holds this lock as long as it lives (csv_log_writer). A writer
+    // that was just killed may hold it a little longer: its mapping of the file
+    // goes only when its address space does, which a driver (CUDA's) can keep
+    // for a moment after the process was reaped. So while the journal's owner
+    // is gone, wait for the lock a while.
     if (::flock(lfd.get(), LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
-      out.writer_alive = true;
-      return out;
+      std::int32_t owner = 0;
+      bool const known = ::pread(jfd.get(), &owner, sizeof owner, owner_pid_at) == sizeof owner && owner > 0;
+      bool const gone = known && ::kill(owner, 0) != 0 && errno == ESRCH;
+      bool locked = false;
+      for (int i = 0; gone && i < lock_wait_polls && !locked; ++i) {
+        ::usleep(lock_poll_us);
+        locked = ::flock(lfd.get(), LOCK_EX | LOCK_NB) == 0;
+      }
+      if (!locked) {
+        out.writer_alive = true;
+        return out;
+      }
     }
     struct stat js {};
     struct stat ls {};
