@@ -15,6 +15,8 @@
 
 #include <gpumem/csv_log_writer.hpp>
 #include <gpumem/detail/file_kind.hpp>
+#include <gpumem/detail/file_space.hpp>
+#include <gpumem/detail/os_thread.hpp>
 #include <gpumem/diagnostics.hpp>
 #include <gpumem/error.hpp>
 
@@ -137,22 +139,6 @@ class grow_lock {
 pthread_mutex_t registry_mutex = PTHREAD_MUTEX_INITIALIZER;
 csv_log_writer* registry_head = nullptr;
 pthread_once_t atexit_once = PTHREAD_ONCE_INIT;
-
-// Allocates file bytes [from, from + len). fallocate reserves the blocks now, so
-// a full disk fails here (the row is dropped) instead of as SIGBUS on a later
-// store. Never beyond RLIMIT_FSIZE: exceeding it would raise SIGXFSZ, which
-// kills a program that did not ask for it.
-int allocate_file(int fd, std::uint64_t from, std::uint64_t len) noexcept {
-  rlimit lim{};
-  if (::getrlimit(RLIMIT_FSIZE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY && from + len > lim.rlim_cur) {
-    return EFBIG;
-  }
-  int const r = ::posix_fallocate(fd, static_cast<off_t>(from), static_cast<off_t>(len));
-  if (r == EOPNOTSUPP || r == ENOSYS || r == EINVAL) {  // no fallocate: size only (no reservation)
-    return ::ftruncate(fd, static_cast<off_t>(from + len)) == 0 ? 0 : errno;
-  }
-  return r;
-}
 
 }  // namespace
 
@@ -402,26 +388,38 @@ void csv_log_writer::append(char const* data, std::size_t len) noexcept {
 
 bool csv_log_writer::append_batch(char const* data, std::size_t len, std::uint64_t rows, reserved_fn on_reserved,
                                   void* context) noexcept {
-  std::uint32_t epoch = 0;
-  auto const off = reserve(len, epoch);
-  if (!off) {  // counted as one row, unless closed
-    if (shared_ != nullptr && (shared_->tail.load() & closed_bit) == 0 && rows > 1) count_lost(rows - 1);
-    return false;
-  }
-  if (on_reserved != nullptr) on_reserved(context, *off);
-  std::uint64_t at = *off;
-  while (len != 0) {
-    ssize_t const w = ::pwrite(fd_, data, len, static_cast<off_t>(at));
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) {  // allocated, so not for want of room: an I/O error
-      count_lost(rows);
+  if (shared_ == nullptr) return false;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    // A truncation since the last batch is repaired first (header, marker, new
+    // offset): a pwrite past the end of a cut file would leave a hole of NULs
+    // where the header was. One fstat under the growth lock per batch.
+    recover();
+    std::uint32_t epoch = 0;
+    auto const off = reserve(len, epoch);
+    if (!off) {  // counted as one row, unless closed
+      if ((shared_->tail.load() & closed_bit) == 0 && rows > 1) count_lost(rows - 1);
       return false;
     }
-    data += w;
-    len -= static_cast<std::size_t>(w);
-    at += static_cast<std::uint64_t>(w);
+    if (on_reserved != nullptr) on_reserved(context, *off);
+    std::uint64_t at = *off;
+    char const* p = data;
+    std::size_t left = len;
+    while (left != 0) {
+      ssize_t const w = ::pwrite(fd_, p, left, static_cast<off_t>(at));
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) {  // allocated, so not for want of room: an I/O error
+        count_lost(rows);
+        return false;
+      }
+      p += w;
+      left -= static_cast<std::size_t>(w);
+      at += static_cast<std::uint64_t>(w);
+    }
+    // A repair that restarted the log meanwhile gave the place to later rows.
+    if (shared_->epoch.load() == epoch) return true;
   }
-  return true;
+  count_lost(rows);
+  return false;
 }
 
 void csv_log_writer::populate_ahead(bool on) noexcept {
@@ -600,10 +598,10 @@ bool csv_log_writer::grow_locked(std::uint64_t need, bool ahead) noexcept {
   auto const cap = s->capacity.load(std::memory_order_relaxed);
   auto const chunk = std::clamp(cap, min_chunk, max_chunk);
   auto target = std::max(round_up(need, chunk), cap + chunk);
-  int err = allocate_file(fd_, cap, target - cap);
+  int err = detail::allocate_file(fd_, cap, target - cap);
   if (err == ENOSPC || err == EFBIG || err == EDQUOT) {  // take what there is
     target = round_up(need, page_bytes);
-    err = allocate_file(fd_, cap, target - cap);
+    err = detail::allocate_file(fd_, cap, target - cap);
   }
   if (err == 0 && !map_windows_locked(target)) err = errno != 0 ? errno : ENOMEM;
   // Growing ahead (the helper) is a guess: its failure leaves the last bytes to
@@ -774,7 +772,7 @@ bool csv_log_writer::recover_locked(std::uint64_t& kept) noexcept {
   std::uint64_t cur = s->tail.load();
   while (!s->tail.compare_exchange_weak(cur, (lost ? restart + marker_len : restart) | (cur & closed_bit))) {}
   if (lost) at_repair_point(repair_point::resumed);
-  if (allocate_file(fd_, 0, cap) != 0 && ::ftruncate(fd_, static_cast<off_t>(cap)) != 0) {
+  if (detail::allocate_file(fd_, 0, cap) != 0 && ::ftruncate(fd_, static_cast<off_t>(cap)) != 0) {
     // Cannot even restore the size: no row can be stored until it grows again.
     s->capacity.store(std::min(size, restart), std::memory_order_release);
   }
@@ -799,26 +797,15 @@ bool csv_log_writer::recover_locked(std::uint64_t& kept) noexcept {
 }
 
 void csv_log_writer::start_helper() noexcept {
-  // All signals blocked in the helper: the program's handlers never run on it.
-  sigset_t all;
-  sigset_t old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old);
   populate_on_.store(true, std::memory_order_relaxed);
-  int const r = pthread_create(
-      &helper_thread_, nullptr,
+  helper_started_ = detail::start_quiet_thread(
+      helper_thread_, "gpumem-log",
       [](void* self) -> void* {
         static_cast<csv_log_writer*>(self)->helper_loop();
         return nullptr;
       },
       this);
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
-  helper_started_ = r == 0;
-  if (r != 0) {
-    populate_on_.store(false, std::memory_order_relaxed);  // writers fault pages in themselves
-    return;
-  }
-  pthread_setname_np(helper_thread_, "gpumem-log");
+  if (!helper_started_) populate_on_.store(false, std::memory_order_relaxed);  // writers fault pages in themselves
 }
 
 void csv_log_writer::stop_helper() noexcept {

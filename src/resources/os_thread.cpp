@@ -1,6 +1,7 @@
 #include <gpumem/detail/os_thread.hpp>
 
 #include <pthread.h>
+#include <signal.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -48,6 +49,18 @@ std::int32_t local_utc_offset(std::int64_t time_ns) noexcept {
   if (localtime_r(&t, &local) != nullptr) offset = local.tm_gmtoff;
   if (hour >= 0) cached.store((hour << 20) | (offset + bias), std::memory_order_relaxed);
   return static_cast<std::int32_t>(offset);
+}
+
+bool start_quiet_thread(pthread_t& thread, const char* name, void* (*body)(void*), void* arg) noexcept {
+  sigset_t all;
+  sigset_t old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);  // inherited by the new thread
+  int const r = pthread_create(&thread, nullptr, body, arg);
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  if (r != 0) return false;
+  pthread_setname_np(thread, name);
+  return true;
 }
 
 }  // namespace gpumem::detail

@@ -17,6 +17,7 @@
 // again into its place (a row's length does not depend on the time zone: the
 // Time column is fixed-width).
 
+#include <gpumem/detail/file_space.hpp>
 #include <gpumem/detail/os_thread.hpp>
 #include <gpumem/error.hpp>
 #include <gpumem/row_journal.hpp>
@@ -154,8 +155,9 @@ row_journal::row_journal(csv_log_writer& log, bool with_helper)
   fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd_ < 0) throw logic_error{"gpumem: cannot create the log's journal '" + path_ + "': " + error_text(errno)};
   mapped_bytes_ = header_bytes + ring_slots * sizeof(record);
-  // Allocated now: a full disk shows here, not as SIGBUS on a later store.
-  if (int const r = ::posix_fallocate(fd_, 0, static_cast<off_t>(mapped_bytes_)); r != 0) {
+  // Allocated now: a full disk (or RLIMIT_FSIZE) shows here, not as SIGBUS (or
+  // SIGXFSZ) later.
+  if (int const r = detail::allocate_file(fd_, 0, mapped_bytes_); r != 0) {
     ::close(fd_);
     ::unlink(path_.c_str());
     throw logic_error{"gpumem: cannot allocate the log's journal '" + path_ + "': " + error_text(r)};
@@ -344,27 +346,19 @@ std::uint64_t row_journal::rows_formatted() const noexcept {
 }
 
 void row_journal::start_helper() noexcept {
-  // Every signal meant for the program goes to the program's threads. This
-  // thread never stores into the log's mapping (append_batch writes with pwrite),
-  // so no SIGBUS of a truncated log can reach it.
-  sigset_t all{};
-  sigset_t old{};
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old);
-  int const r = pthread_create(
-      &helper_thread_, nullptr,
+  // The thread never stores into the log's mapping (append_batch writes with
+  // pwrite), so no SIGBUS of a truncated log can be raised on it.
+  helper_started_ = detail::start_quiet_thread(
+      helper_thread_, "gpumem-logfmt",
       [](void* self) -> void* {
         static_cast<row_journal*>(self)->helper_loop();
         return nullptr;
       },
       this);
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
-  helper_started_ = r == 0;
-  if (r != 0) {
+  if (!helper_started_) {
     closed_.store(true, std::memory_order_relaxed);  // no formatter: rows are written directly
     return;
   }
-  pthread_setname_np(helper_thread_, "gpumem-logfmt");
   log_->populate_ahead(false);  // rows arrive by pwrite: pages populated ahead would only be zeroed for nothing
 }
 

@@ -40,19 +40,20 @@ long long marker_dropped(std::string const& line) {
   return at == std::string::npos ? -1 : std::stoll(line.substr(at + 13));
 }
 
-std::map<std::string, std::string> shim_env(std::string const& log) {
-  return {{"LD_PRELOAD", shim_path()}, {"GPUMEM_LOG_FILE", log}};
+// `queue`: rows formatted by the log's helper thread (GPUMEM_LOG_QUEUE=1).
+std::map<std::string, std::string> shim_env(std::string const& log, bool queue = false) {
+  return {{"LD_PRELOAD", shim_path()}, {"GPUMEM_LOG_FILE", log}, {"GPUMEM_LOG_QUEUE", queue ? "1" : "0"}};
 }
 
 // Starts `processes` copies of "shim_log_app sync <pairs>" on one log path, lets
 // them open the log together and keeps them all running until every one has
 // logged (ranks of one job overlap). Returns each one's exit code and output.
-std::vector<process_result> run_overlapping(int processes, long pairs, std::string const& log) {
+std::vector<process_result> run_overlapping(int processes, long pairs, std::string const& log, bool queue) {
   int go[2];
   int logged[2];
   int done[2];
   if (pipe(go) != 0 || pipe(logged) != 0 || pipe(done) != 0) return {};
-  auto env = shim_env(log);
+  auto env = shim_env(log, queue);
   std::vector<std::string> env_strings;
   for (char** e = environ; *e != nullptr; ++e) {
     std::string const kv{*e};
@@ -136,12 +137,17 @@ std::vector<process_result> run_overlapping(int processes, long pairs, std::stri
 // torchrun with one --log for four ranks, or two jobs given the same name, three
 // times: nobody dies; each process's rows are complete in a well-formed file of
 // its own, and each process that moved says where.
-TEST(ShimLog, ProcessesSharingOneLogPathNeverDieAndEachKeepsItsRows) {
+// Each hostile condition with rows formatted in place and with rows queued.
+class ShimLogModes : public ::testing::TestWithParam<bool> {};
+INSTANTIATE_TEST_SUITE_P(, ShimLogModes, ::testing::Values(false, true),
+                         [](auto const& info) { return info.param ? "queued" : "in_place"; });
+
+TEST_P(ShimLogModes, ProcessesSharingOneLogPathNeverDieAndEachKeepsItsRows) {
   constexpr int processes = 4;
   constexpr long pairs = 1500;
   for (int run = 0; run < 3; ++run) {
     temp_file tmp{"alloc.csv"};
-    auto const results = run_overlapping(processes, pairs, tmp.path());
+    auto const results = run_overlapping(processes, pairs, tmp.path(), GetParam());
     ASSERT_EQ(results.size(), static_cast<std::size_t>(processes));
     int moved = 0;
     std::set<std::string> named_files{tmp.path()};
@@ -176,17 +182,18 @@ TEST(ShimLog, ProcessesSharingOneLogPathNeverDieAndEachKeepsItsRows) {
       EXPECT_EQ(threads.size(), 1U) << e.path();  // one process per file (its main thread)
       writers.insert(threads.begin(), threads.end());
     }
-    EXPECT_EQ(files, named_files);  // every file is one the warnings named
+    EXPECT_EQ(files, named_files);  // every file is one the warnings named (no journal is left)
     EXPECT_EQ(writers.size(), static_cast<std::size_t>(processes));
   }
 }
 
 // ": > alloc.csv" (or logrotate's copytruncate) while the program runs.
-TEST(ShimLog, TruncatedWhileRunningTheProgramGoesOnAndLaterRowsAreKept) {
+TEST_P(ShimLogModes, TruncatedWhileRunningTheProgramGoesOnAndLaterRowsAreKept) {
+  bool const queued = GetParam();
   temp_file tmp{"alloc.csv"};
   constexpr long pairs = 4000;
   auto const r = run_process({program("shim_log_app"), "truncate", std::to_string(pairs), tmp.path()},
-                             shim_env(tmp.path()));
+                             shim_env(tmp.path(), queued));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("PASS truncate"), std::string::npos) << r.output;
   EXPECT_EQ(
@@ -203,23 +210,34 @@ TEST(ShimLog, TruncatedWhileRunningTheProgramGoesOnAndLaterRowsAreKept) {
   EXPECT_EQ(log.nul_bytes, 0U);
   EXPECT_EQ(log.bad_lines, 0U);
   // The second half's rows (the first row after the truncation may be lost, and
-  // is then counted).
+  // is then counted). Queued, rows of the first half still in the queue when the
+  // file was cut reach the file after it, and are kept too.
   auto const after = static_cast<std::size_t>(2 * (pairs - pairs / 2));
   EXPECT_GE(log.rows.size(), after - 1);
-  EXPECT_LE(log.rows.size(), after);
+  EXPECT_LE(log.rows.size(), queued ? static_cast<std::size_t>(2 * pairs) : after);
   ASSERT_FALSE(log.metadata.empty());
   EXPECT_EQ(log.last_line, log.metadata.back());
-  EXPECT_EQ(marker_dropped(log.last_line), static_cast<long long>(after - log.rows.size())) << log.last_line;
+  if (!queued) {
+    EXPECT_EQ(marker_dropped(log.last_line), static_cast<long long>(after - log.rows.size())) << log.last_line;
+  }
   EXPECT_NE(log.last_line.find("reason=truncated by another program while in use"), std::string::npos);
 }
 
 // A full disk, as RLIMIT_FSIZE (the same failure of fallocate, no mount needed).
-TEST(ShimLog, DiskFullIsReportedOnceCountedAtExitAndMarkedInTheLog) {
+// Queued, the 4 MiB journal does not fit under the limit either: it is refused
+// (never SIGXFSZ), the rows are formatted in place, and the rest is the same.
+TEST_P(ShimLogModes, DiskFullIsReportedOnceCountedAtExitAndMarkedInTheLog) {
   temp_file tmp{"alloc.csv"};
   constexpr long limit = 64 << 10;
   constexpr long pairs = 3000;  // ~700 KB of rows
   auto const r = run_process({program("shim_log_app"), "fsize", std::to_string(limit), std::to_string(pairs)},
-                             shim_env(tmp.path()));
+                             shim_env(tmp.path(), GetParam()));
+  if (GetParam()) {
+    EXPECT_EQ(count(r.output, "gpumem: cannot allocate the log's journal '" + tmp.path() +
+                                  ".journal': File too large; rows are written directly"),
+              1U)
+        << r.output;
+  }
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("PASS fsize"), std::string::npos) << r.output;
   struct stat st {};

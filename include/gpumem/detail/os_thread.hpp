@@ -2,6 +2,8 @@
 // Cheap per-row facts about the calling thread and the clock, for log rows and
 // allocation records.
 
+#include <pthread.h>
+
 #include <cstdint>
 #include <ctime>
 
@@ -30,5 +32,11 @@ namespace gpumem::detail {
 /// once per wall-clock hour (process-wide cache), so a DST change is picked up
 /// within the hour and no row pays for the time-zone lookup.
 [[nodiscard]] std::int32_t local_utc_offset(std::int64_t time_ns) noexcept;
+
+/// Starts a helper thread of gpumem's own, named `name` (at most 15 characters),
+/// with every signal blocked: the program's signal handlers never run on it, and
+/// signals meant for the program go to the program's threads. False when no
+/// thread could be started.
+[[nodiscard]] bool start_quiet_thread(pthread_t& thread, const char* name, void* (*body)(void*), void* arg) noexcept;
 
 }  // namespace gpumem::detail

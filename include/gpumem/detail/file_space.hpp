@@ -1,0 +1,17 @@
+#pragma once
+// Disk space for the files gpumem writes inside other people's processes (the
+// allocation log, its journal).
+
+#include <cstdint>
+
+namespace gpumem::detail {
+
+/// Allocates file bytes [from, from + len) of `fd`: blocks are reserved now, so a
+/// full disk fails here (an error code) rather than as SIGBUS on a later store
+/// through a mapping. Never past RLIMIT_FSIZE: growing a file beyond it raises
+/// SIGXFSZ, which kills a program that did not ask for it (EFBIG instead). On a
+/// file system without fallocate the size is set instead (nothing reserved).
+/// 0 or an errno value.
+[[nodiscard]] int allocate_file(int fd, std::uint64_t from, std::uint64_t len) noexcept;
+
+}  // namespace gpumem::detail

@@ -1,0 +1,23 @@
+#include <gpumem/detail/file_space.hpp>
+
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+namespace gpumem::detail {
+
+int allocate_file(int fd, std::uint64_t from, std::uint64_t len) noexcept {
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_FSIZE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY && from + len > lim.rlim_cur) {
+    return EFBIG;
+  }
+  int const r = ::posix_fallocate(fd, static_cast<off_t>(from), static_cast<off_t>(len));
+  if (r == EOPNOTSUPP || r == ENOSYS || r == EINVAL) {  // no fallocate: size only (no reservation)
+    return ::ftruncate(fd, static_cast<off_t>(from + len)) == 0 ? 0 : errno;
+  }
+  return r;
+}
+
+}  // namespace gpumem::detail
