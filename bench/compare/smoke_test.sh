@@ -30,7 +30,8 @@ want = [(m, c) for m in ("latency", "scaling", "random", "multistream", "replay"
         for c in ("gpumem pool", "gpumem binning", "gpumem default chain", "cudaMallocAsync")]
 want += [(m, c) for m in ("latency", "scaling") for c in ("plain: cudaMalloc", "shim safe: cudaMalloc",
          "shim stream: cudaMallocAsync")]
-want += [("latency", c) for c in ("shim safe log: cudaMalloc", "shim safe log: cudaMallocAsync")]
+want += [("latency", c) for c in ("shim safe log: cudaMalloc", "shim safe log: cudaMallocAsync",
+                                  "shim safe log queued: cudaMalloc", "shim safe log queued: cudaMallocAsync")]
 want += [("replay", c) for c in ("plain", "shim safe", "shim stream")]
 missing = [w for w in want if w not in have]
 bad = [s for s in samples if s["value"] is None or s["value"] < 0]

@@ -36,6 +36,8 @@ def fake_run():
             recs.append(sample("latency", "shim safe: cudaMalloc", {"size": size}, "ns_per_pair", 3 * pool, rep))
             recs.append(sample("latency", "shim safe log: cudaMalloc", {"size": size}, "ns_per_pair", 3 * pool + 200,
                                rep))
+            recs.append(sample("latency", "shim safe log queued: cudaMalloc", {"size": size}, "ns_per_pair",
+                               3 * pool + 100, rep))
         recs.append(sample("latency", "gpumem pool", {"size": 256, "streams": 2}, "ns_per_pair", 3000, rep))
         for threads, rate in ((1, 15e6), (16, 150e6)):
             p = {"size": 256, "threads": threads}
@@ -111,8 +113,11 @@ class ReportTest(unittest.TestCase):
     def test_log_rows_have_their_own_table(self):
         lat = self.md.split("## 1.")[1].split("\n## ")[0]
         self.assertNotIn("log:", lat)
+        self.assertNotIn("log queued:", lat)
         log = self.md.split("## 6. What the allocation log adds")[1]
         self.assertIn("| shim safe: cudaMalloc | 195 ns → 395 ns (+200 ns) | 195 ns → 395 ns (+200 ns) |", log)
+        self.assertIn("| shim safe: cudaMalloc (rows queued) | 195 ns → 295 ns (+100 ns) | 195 ns → 295 ns (+100 ns) |",
+                      log)
         with open(os.path.join(self.out, "latency-ratio.svg")) as f:
             self.assertNotIn("log:", f.read())
 
