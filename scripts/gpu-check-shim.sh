@@ -87,6 +87,13 @@ check "ctx_app-limit-plain" "PASS limit" "$out/ctx_app" limit
 if [ -x "$run" ]; then
   check "gpumem-run-report" "gpumem report" "$run" --report -- "$out/gpu_app_shared" served
   check "gpumem-run-log" "PASS served" "$run" --log "$out/log-%p-%d.csv" -- "$out/gpu_app_static" served
+  # Rows queued for the log's helper thread: every row reaches the log at exit,
+  # and the journal beside it is gone.
+  rm -f "$out"/qlog.csv*
+  check "gpumem-run-log-queue" "PASS served" "$run" --log "$out/qlog.csv" --log-queue -- "$out/gpu_app_static" served
+  if [ -f "$out/qlog.csv.journal" ] || ! grep -q "^Thread," "$out/qlog.csv" || [ "$(grep -c ',allocate,' "$out/qlog.csv")" -lt 1 ]; then
+    fail=$((fail + 1)); echo "FAIL  gpumem-run-log-queue: journal left behind or rows missing ($out/qlog.csv)"
+  fi
 fi
 if python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" >/dev/null 2>&1; then
   # PyTorch with its own cache off: every tensor allocation reaches the shim
