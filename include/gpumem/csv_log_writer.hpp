@@ -203,7 +203,8 @@ class csv_log_writer {
   using reserved_fn = void (*)(void* context, std::uint64_t offset) noexcept;
   /// Appends many rows at once (tens of KiB) with pwrite instead of through the
   /// mapping: whole new pages are then filled without being zeroed first, and the
-  /// calling thread never faults (it may block signals). Calls
+  /// calling thread never faults (it may block signals). A truncation of the file
+  /// since the last batch is repaired first (one fstat per batch). Calls
   /// `on_reserved(context, offset)` first. False when the bytes (`rows` rows)
   /// were not stored: the log is closed, or they are counted as dropped.
   bool append_batch(char const* data, std::size_t len, std::uint64_t rows, reserved_fn on_reserved,

@@ -8,9 +8,11 @@
 // a ring of records mapped from "<log>.journal" (MAP_SHARED: once stored, the
 // record is in the page cache and outlives the process, SIGKILL included). A
 // helper thread ("gpumem-logfmt") formats the records, in ring order, into the
-// CSV log through csv_log_writer::append. The ring's pages are reused, so after
-// the first lap the calling thread writes to resident, already-dirty pages: no
-// page fault, no system call.
+// CSV log in batches of up to 32 KiB (csv_log_writer::append_batch, with pwrite:
+// whole pages of the log are filled without first being zeroed). The ring's 4 MiB
+// are allocated and populated up front and reused lap after lap, so the calling
+// thread makes no system call and takes no page fault (except, rarely, a minor
+// one after the kernel wrote a ring page back to disk).
 //
 // Cost on the calling thread: one fetch_add on the ring's head, a 64-byte store,
 // and, once per ring_slots/8 rows, a futex wake of the helper.
@@ -24,9 +26,11 @@
 // up, counted as lost in the log's marker; should its thread store it later,
 // after the ring came round, the row may be lost or show another row's fields.
 //
-// After a crash the CSV lacks the rows still in the ring (at most a few ms of
-// them while the helper keeps up). recover_journal() appends them: gpumem-report
-// and gpumem-replay call it on the logs they read, and say so. A record whose
+// After a crash the CSV lacks the rows still in the ring (at most 64 ms of them
+// while the helper keeps up: it looks at least every 64 ms); so does a process
+// that ends with _exit() or quick_exit(), which skip the exit hook that formats
+// what is left. recover_journal() appends them: gpumem-report and gpumem-replay
+// call it on the logs they read, and say so. A record whose
 // writer died while storing it is counted in the CSV's incompleteness marker.
 // Records carry the entry-point and result names as indices into a name table
 // in the journal's header, so recovery needs nothing from the dead process.
