@@ -493,12 +493,14 @@ journal_recovery recover_journal(std::string const& log_path) noexcept {
     // goes only when its address space does, which a driver (CUDA's) can keep
     // for a moment after the process was reaped. So while the journal's owner
     // is gone, wait for the lock a while.
-    if (::flock(lfd.get(), LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
+    // On a file system without flock the journal's process alone tells.
+    if (::flock(lfd.get(), LOCK_EX | LOCK_NB) != 0) {
+      bool const busy = errno == EWOULDBLOCK;
       std::int32_t owner = 0;
       bool const known = ::pread(jfd.get(), &owner, sizeof owner, owner_pid_at) == sizeof owner && owner > 0;
       bool const gone = known && ::kill(owner, 0) != 0 && errno == ESRCH;
-      bool locked = false;
-      for (int i = 0; gone && i < lock_wait_polls && !locked; ++i) {
+      bool locked = !busy && gone;
+      for (int i = 0; busy && gone && i < lock_wait_polls && !locked; ++i) {
         ::usleep(lock_poll_us);
         locked = ::flock(lfd.get(), LOCK_EX | LOCK_NB) == 0;
       }
