@@ -204,7 +204,8 @@ class csv_log_writer {
   /// Appends many rows at once (tens of KiB) with pwrite instead of through the
   /// mapping: whole new pages are then filled without being zeroed first, and the
   /// calling thread never faults (it may block signals). A truncation of the file
-  /// since the last batch is repaired first (one fstat per batch). Calls
+  /// since the last batch is repaired first (one fstat per batch), and one during
+  /// the write is found by its cut header after it (one pread per batch). Calls
   /// `on_reserved(context, offset)` first. False when the bytes (`rows` rows)
   /// were not stored: the log is closed, or they are counted as dropped.
   bool append_batch(char const* data, std::size_t len, std::uint64_t rows, reserved_fn on_reserved,
@@ -294,6 +295,11 @@ class csv_log_writer {
   /// Under the growth lock: the header at the start of the file is not what was
   /// written (the file was cut inside it).
   [[nodiscard]] bool header_cut() const noexcept;
+  /// Under the growth lock: when the header was cut (by a truncation that a later
+  /// growth or pwrite undid), writes it again and a marker line; true if it did.
+  bool rewrite_cut_header_locked() noexcept;
+  /// Says that the log was found cut inside its header (after the lock is released).
+  void notify_header_cut() const noexcept;
   void finish(bool unmap) noexcept;
   static void finish_all_at_exit() noexcept;  // atexit hook over the live writers
   void start_helper() noexcept;

@@ -415,6 +415,14 @@ bool csv_log_writer::append_batch(char const* data, std::size_t len, std::uint64
       left -= static_cast<std::size_t>(w);
       at += static_cast<std::uint64_t>(w);
     }
+    // A truncation between the repair above and this write: the write made the
+    // file as long as before, NULs before it, the header among them.
+    bool cut = false;
+    {
+      grow_lock lock{&shared_->grow};
+      cut = (shared_->tail.load() & closed_bit) == 0 && rewrite_cut_header_locked();
+    }
+    if (cut) notify_header_cut();
     // A repair that restarted the log meanwhile gave the place to later rows.
     if (shared_->epoch.load() == epoch) return true;
   }
@@ -566,21 +574,30 @@ bool csv_log_writer::make_room(std::uint64_t need, bool ahead) noexcept {
       // since is lost (a store that faulted before the growth is stored again),
       // so the rows go on where they are; only the header shows a cut inside it:
       // it is written again, and a marker says what happened.
-      if (!header_cut()) return true;
-      (void)!::pwrite(fd_, csv_log_header.data(), csv_log_header.size(), 0);
-      s->truncations.fetch_add(1, std::memory_order_relaxed);
-      // Through the file, not the mapping: the helper may be the one here.
-      append_marker(marker_max, false, true);
+      if (!rewrite_cut_header_locked()) return true;
     }
   }
   if (truncated) {
     recover();
     return make_room(need, ahead);
   }
+  notify_header_cut();
+  return true;
+}
+
+bool csv_log_writer::rewrite_cut_header_locked() noexcept {
+  if (!header_cut()) return false;
+  (void)!::pwrite(fd_, csv_log_header.data(), csv_log_header.size(), 0);
+  shared_->truncations.fetch_add(1, std::memory_order_relaxed);
+  // Through the file, not the mapping: the helper may be the one here.
+  append_marker(marker_max, false, true);
+  return true;
+}
+
+void csv_log_writer::notify_header_cut() const noexcept {
   notify("the allocation log '" + path_ +
          "' was truncated by another program while in use: its earlier rows are gone (the file holds NUL bytes "
          "where they were); a line in the log says so");
-  return true;
 }
 
 bool csv_log_writer::header_cut() const noexcept {

@@ -196,24 +196,27 @@ TEST_P(ShimLogModes, TruncatedWhileRunningTheProgramGoesOnAndLaterRowsAreKept) {
                              shim_env(tmp.path(), queued));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("PASS truncate"), std::string::npos) << r.output;
-  EXPECT_EQ(
-      count(r.output, "gpumem: the allocation log '" + tmp.path() +
-                          "' was truncated by another program while in use (to 0 bytes): its earlier rows are gone"),
-      1U)
-      << r.output;
+  // In place, the next row's store finds the cut. Queued, the helper's next batch
+  // does, or, when the cut lands during a batch's write (which then fills the file
+  // up to its place with NULs), the header found cut after it.
+  std::string const seen = "gpumem: the allocation log '" + tmp.path() +
+                           (queued ? "' was truncated by another program while in use"
+                                   : "' was truncated by another program while in use (to 0 bytes): its earlier "
+                                     "rows are gone");
+  EXPECT_EQ(count(r.output, seen), 1U) << r.output;
   EXPECT_EQ(count(r.output, "gpumem: the allocation log '" + tmp.path() +
                                 "' is incomplete (truncated by another program while in use): "),
             1U)
       << r.output;
   auto const log = read_csv_log(tmp.path());
   EXPECT_EQ(log.header + "\n", csv_log_header);
-  EXPECT_EQ(log.nul_bytes, 0U);
-  EXPECT_EQ(log.bad_lines, 0U);
+  if (!queued) EXPECT_EQ(log.nul_bytes, 0U);
+  EXPECT_LE(log.bad_lines, queued ? 1U : 0U);  // queued: the row after a NUL run may be taken for a torn one
   // The second half's rows (the first row after the truncation may be lost, and
   // is then counted). Queued, rows of the first half still in the queue when the
   // file was cut reach the file after it, and are kept too.
   auto const after = static_cast<std::size_t>(2 * (pairs - pairs / 2));
-  EXPECT_GE(log.rows.size(), after - 1);
+  EXPECT_GE(log.rows.size(), after - (queued ? 2 : 1));
   EXPECT_LE(log.rows.size(), queued ? static_cast<std::size_t>(2 * pairs) : after);
   ASSERT_FALSE(log.metadata.empty());
   EXPECT_EQ(log.last_line, log.metadata.back());
