@@ -91,6 +91,7 @@ class row_journal {
  private:
   void start_helper() noexcept;
   void helper_loop() noexcept;
+  void wake_helper() noexcept;
   /// Formats a batch of published records from the ring's tail into the log;
   /// the caller holds drain_mutex_. False: nothing was ready.
   bool drain_batch_locked() noexcept;

@@ -401,19 +401,9 @@ bool csv_log_writer::append_batch(char const* data, std::size_t len, std::uint64
       return false;
     }
     if (on_reserved != nullptr) on_reserved(context, *off);
-    std::uint64_t at = *off;
-    char const* p = data;
-    std::size_t left = len;
-    while (left != 0) {
-      ssize_t const w = ::pwrite(fd_, p, left, static_cast<off_t>(at));
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) {  // allocated, so not for want of room: an I/O error
-        count_lost(rows);
-        return false;
-      }
-      p += w;
-      left -= static_cast<std::size_t>(w);
-      at += static_cast<std::uint64_t>(w);
+    if (!detail::pwrite_all(fd_, data, len, *off)) {  // allocated, so not for want of room: an I/O error
+      count_lost(rows);
+      return false;
     }
     // A truncation between the repair above and this write: the write made the
     // file as long as before, NULs before it, the header among them.

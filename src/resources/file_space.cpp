@@ -20,4 +20,16 @@ int allocate_file(int fd, std::uint64_t from, std::uint64_t len) noexcept {
   return r;
 }
 
+bool pwrite_all(int fd, char const* data, std::size_t len, std::uint64_t offset) noexcept {
+  while (len != 0) {
+    ssize_t const w = ::pwrite(fd, data, len, static_cast<off_t>(offset));
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    data += w;
+    len -= static_cast<std::size_t>(w);
+    offset += static_cast<std::uint64_t>(w);
+  }
+  return true;
+}
+
 }  // namespace gpumem::detail

@@ -275,10 +275,8 @@ bool row_journal::push(log_row const& row) noexcept {
   r.entry = entry;
   r.result = result;
   r.stamp.store(lap_of(i) << 32U | row.thread_id, std::memory_order_release);
-  if ((i & (wake_every - 1)) == 0) [[unlikely]] {
-    helper_wake_.fetch_add(1, std::memory_order_release);
-    futex_wake(&helper_wake_);
-  }
+  if ((i & (wake_every - 1)) == 0) [[unlikely]]
+    wake_helper();
   // Closed (at exit) while this record was being stored: the final drain may have
   // passed it; format it now.
   if (closed_.load()) [[unlikely]]
@@ -362,6 +360,11 @@ void row_journal::start_helper() noexcept {
   log_->populate_ahead(false);  // rows arrive by pwrite: pages populated ahead would only be zeroed for nothing
 }
 
+void row_journal::wake_helper() noexcept {
+  helper_wake_.fetch_add(1, std::memory_order_release);
+  futex_wake(&helper_wake_);
+}
+
 void row_journal::helper_loop() noexcept {
   std::int64_t idle_ms = 1;
   while (!helper_stop_.load(std::memory_order_acquire)) {
@@ -388,8 +391,7 @@ void row_journal::close_all_at_exit() noexcept {
     j->closed_.store(true);
     j->drain_until(j->header_->head.load());
     j->helper_stop_.store(true, std::memory_order_release);  // not joined: exit ends it
-    j->helper_wake_.fetch_add(1, std::memory_order_release);
-    futex_wake(&j->helper_wake_);
+    j->wake_helper();
     // The file stays mapped (a thread still running may store a record and then
     // format it itself), but nothing in it is pending: it can go.
     ::unlink(j->path_.c_str());
@@ -405,8 +407,7 @@ void row_journal::close() noexcept {
     drain_until(header_->head.load());
     if (helper_started_) {
       helper_stop_.store(true, std::memory_order_release);
-      helper_wake_.fetch_add(1, std::memory_order_release);
-      futex_wake(&helper_wake_);
+      wake_helper();
       pthread_join(helper_thread_, nullptr);
       helper_started_ = false;
     }
@@ -456,18 +457,6 @@ std::uint64_t stored_end(int fd, std::uint64_t size) {
     end -= n;
   }
   return 0;
-}
-
-bool write_all(int fd, char const* data, std::size_t len, std::uint64_t offset) {
-  while (len != 0) {
-    ssize_t const w = ::pwrite(fd, data, len, static_cast<off_t>(offset));
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return false;
-    data += w;
-    len -= static_cast<std::size_t>(w);
-    offset += static_cast<std::uint64_t>(w);
-  }
-  return true;
 }
 
 }  // namespace
@@ -563,7 +552,7 @@ journal_recovery recover_journal(std::string const& log_path) noexcept {
       for (std::uint64_t i = tail; i < tail + n; ++i) (void)format(i);
       auto const offset = h->batch_offset.load();
       if (text.size() == h->batch_bytes.load() && offset <= static_cast<std::uint64_t>(ls.st_size)) {
-        if (!write_all(lfd.get(), text.data(), text.size(), offset)) {
+        if (!detail::pwrite_all(lfd.get(), text.data(), text.size(), offset)) {
           out.error = "cannot write '" + log_path + "': " + error_text(errno);
           return out;
         }
@@ -588,7 +577,7 @@ journal_recovery recover_journal(std::string const& log_path) noexcept {
       text += std::string{csv_log_incomplete_prefix} + "dropped_rows=" + std::to_string(out.lost) +
               ",reason=the process died while storing these rows\n";
     }
-    if (!write_all(lfd.get(), text.data(), text.size(), end) ||
+    if (!detail::pwrite_all(lfd.get(), text.data(), text.size(), end) ||
         ::ftruncate(lfd.get(), static_cast<off_t>(end + text.size())) != 0) {
       out.error = "cannot write '" + log_path + "': " + error_text(errno);
       return out;

@@ -2,6 +2,7 @@
 // Disk space for the files gpumem writes inside other people's processes (the
 // allocation log, its journal).
 
+#include <cstddef>
 #include <cstdint>
 
 namespace gpumem::detail {
@@ -13,5 +14,9 @@ namespace gpumem::detail {
 /// file system without fallocate the size is set instead (nothing reserved).
 /// 0 or an errno value.
 [[nodiscard]] int allocate_file(int fd, std::uint64_t from, std::uint64_t len) noexcept;
+
+/// Writes all `len` bytes at `offset` (pwrite, again after a short write or
+/// EINTR). False on an error (errno says which).
+[[nodiscard]] bool pwrite_all(int fd, char const* data, std::size_t len, std::uint64_t offset) noexcept;
 
 }  // namespace gpumem::detail
