@@ -122,6 +122,8 @@
 // destructor) must not race with write() on other threads; write() after close()
 // stores nothing.
 
+#include <gpumem/detail/live_list.hpp>
+
 #include <pthread.h>
 
 #include <atomic>
@@ -170,6 +172,13 @@ inline constexpr std::string_view csv_log_incomplete_prefix = "#gpumem incomplet
 /// max_row_bytes), returns its length. Pure: no locale, no allocation, no
 /// syscalls. Commas, quotes and control characters in entry/result become '_'.
 std::size_t format_row(char* out, log_row const& row) noexcept;
+
+/// Formats the incompleteness marker, "#gpumem incomplete,dropped_rows=<dropped>,
+/// reason=<reason>\n", into `out` (`capacity` bytes), returns its length. Commas
+/// and line breaks in `reason` become spaces; a reason too long is cut. 0 when
+/// `capacity` cannot hold the line without its reason.
+std::size_t format_incomplete_marker(char* out, std::size_t capacity, std::uint64_t dropped,
+                                     std::string_view reason) noexcept;
 
 class csv_log_writer {
  public:
@@ -257,6 +266,7 @@ class csv_log_writer {
 
  private:
   friend struct log_fault_guard;  // the SIGBUS handler (csv_log_writer.cpp)
+  friend class detail::live_list<csv_log_writer>;
 
   void open_file();
   /// Makes [0, need) allocated in the file (and mapped here); false when the
@@ -338,7 +348,7 @@ class csv_log_writer {
   std::uint64_t final_bytes_{};  ///< bytes_written() after close()
   std::uint64_t final_dropped_{};
   std::uint32_t final_truncations_{};
-  csv_log_writer* next_live_{};  ///< registry for the atexit hook
+  csv_log_writer* next_live_{};  ///< on the live writers' list, for the atexit hook
   csv_log_writer* prev_live_{};
   pthread_t helper_thread_{};
   bool helper_started_{false};            ///< by this process (owner_pid_); a forked child has no helper

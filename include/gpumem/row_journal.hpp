@@ -46,6 +46,7 @@
 // hook drained the ring are written directly).
 
 #include <gpumem/csv_log_writer.hpp>
+#include <gpumem/detail/live_list.hpp>
 
 #include <pthread.h>
 
@@ -89,6 +90,7 @@ class row_journal {
   struct record;       // one queued row (implementation detail)
 
  private:
+  friend class detail::live_list<row_journal>;
   void start_helper() noexcept;
   void helper_loop() noexcept;
   void wake_helper() noexcept;
@@ -117,7 +119,7 @@ class row_journal {
   alignas(4) std::atomic<std::uint32_t> helper_wake_{0};  ///< futex word
   pthread_t helper_thread_{};
   bool helper_started_{false};
-  row_journal* next_live_{};  ///< registry for the exit hook
+  row_journal* next_live_{};  ///< on the live journals' list, for the exit hook and fork
   row_journal* prev_live_{};
 };
 

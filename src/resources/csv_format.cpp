@@ -363,4 +363,23 @@ std::size_t format_row(char* out, log_row const& row) noexcept {
   return static_cast<std::size_t>(o - out);
 }
 
+std::size_t format_incomplete_marker(char* out, std::size_t capacity, std::uint64_t dropped,
+                                     std::string_view reason) noexcept {
+  constexpr std::string_view dropped_key = "dropped_rows=";
+  constexpr std::string_view reason_key = ",reason=";
+  // The fixed part, the count's at most 20 digits, the line break.
+  if (capacity < csv_log_incomplete_prefix.size() + dropped_key.size() + 20 + reason_key.size() + 1) return 0;
+  char* o = put_text(out, csv_log_incomplete_prefix);
+  o = put_text(o, dropped_key);
+  o = put_u64(o, dropped);
+  o = put_text(o, reason_key);
+  std::size_t const room = capacity - static_cast<std::size_t>(o - out) - 1;
+  for (std::size_t i = 0; i < reason.size() && i < room; ++i) {
+    char const c = reason[i];
+    *o++ = c == ',' || c == '\n' || c == '\r' ? ' ' : c;
+  }
+  *o++ = '\n';
+  return static_cast<std::size_t>(o - out);
+}
+
 }  // namespace gpumem

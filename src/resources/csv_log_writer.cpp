@@ -16,19 +16,19 @@
 #include <gpumem/csv_log_writer.hpp>
 #include <gpumem/detail/file_kind.hpp>
 #include <gpumem/detail/file_space.hpp>
+#include <gpumem/detail/futex.hpp>
+#include <gpumem/detail/live_list.hpp>
 #include <gpumem/detail/os_thread.hpp>
 #include <gpumem/diagnostics.hpp>
 #include <gpumem/error.hpp>
 
 #include <fcntl.h>
-#include <linux/futex.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -88,12 +88,6 @@ std::int64_t coarse_now_ns() noexcept {
 
 std::uint64_t round_up(std::uint64_t v, std::uint64_t to) noexcept { return (v + to - 1) / to * to; }
 
-// The error's description, untranslated and thread-safe (unlike strerror).
-const char* error_text(int err) noexcept {
-  const char* d = strerrordesc_np(err);
-  return d != nullptr ? d : "unknown error";
-}
-
 // csv_log_writer::overlays_: the low half counts the overlays begun, the high half
 // the overlays a repair undid.
 constexpr std::uint64_t overlays_begun_mask = 0xffff'ffff;
@@ -112,15 +106,6 @@ void at_repair_point(csv_log_writer::repair_point p) noexcept {
   throw logic_error{"gpumem: cannot write the allocation log '" + path + "': " + what};
 }
 
-void futex_wake(std::atomic<std::uint32_t>* word) noexcept {
-  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
-}
-
-void futex_wait(std::atomic<std::uint32_t>* word, std::uint32_t seen, std::int64_t timeout_ns) noexcept {
-  timespec ts{static_cast<time_t>(timeout_ns / 1'000'000'000), static_cast<long>(timeout_ns % 1'000'000'000)};
-  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), FUTEX_WAIT_PRIVATE, seen, &ts, nullptr, 0);
-}
-
 class grow_lock {
  public:
   explicit grow_lock(pthread_mutex_t* m) noexcept : m_{m} {
@@ -134,10 +119,8 @@ class grow_lock {
   pthread_mutex_t* m_;
 };
 
-// Registry of open writers for the atexit hook (plain globals: usable during
-// exit, whatever the order of static destructors).
-pthread_mutex_t registry_mutex = PTHREAD_MUTEX_INITIALIZER;
-csv_log_writer* registry_head = nullptr;
+// Open writers, for the atexit hook.
+detail::live_list<csv_log_writer> live_writers;
 pthread_once_t atexit_once = PTHREAD_ONCE_INIT;
 
 }  // namespace
@@ -233,7 +216,7 @@ struct log_fault_guard {
         if (w != nullptr) {
           w->overlays_made_.fetch_add(1);  // even if it failed: a repair then merely remaps once more
           w->helper_wake_.fetch_add(1, std::memory_order_release);
-          futex_wake(&w->helper_wake_);
+          detail::futex_wake(&w->helper_wake_);
         }
         if (r != p) break;  // cannot repair: treat as not ours
         at_repair_point(csv_log_writer::repair_point::fault_overlaid);
@@ -289,7 +272,7 @@ csv_log_writer::csv_log_writer(std::string path, notify_fn notifier)
   if (page == MAP_FAILED) {
     int const err = errno;
     ::close(fd_);
-    throw_log_error(path_, std::string{"cannot map its state: "} + error_text(err));
+    throw_log_error(path_, std::string{"cannot map its state: "} + detail::error_text(err));
   }
   shared_ = new (page) shared_state{};
   pthread_mutexattr_t attr;
@@ -303,17 +286,13 @@ csv_log_writer::csv_log_writer(std::string path, notify_fn notifier)
   if (!make_room(csv_log_header.size() + kept_room, false)) {
     int const err = shared_->grow_errno.load(std::memory_order_relaxed);
     finish(true);
-    throw_log_error(path_, std::string{"cannot allocate room for it: "} + error_text(err != 0 ? err : ENOSPC));
+    throw_log_error(path_, std::string{"cannot allocate room for it: "} + detail::error_text(err != 0 ? err : ENOSPC));
   }
   append(csv_log_header.data(), csv_log_header.size());
   start_helper();
 
   pthread_once(&atexit_once, [] { std::atexit(&csv_log_writer::finish_all_at_exit); });
-  pthread_mutex_lock(&registry_mutex);
-  next_live_ = registry_head;
-  if (registry_head != nullptr) registry_head->prev_live_ = this;
-  registry_head = this;
-  pthread_mutex_unlock(&registry_mutex);
+  live_writers.add(this);
 }
 
 // Opens the requested path, or "<path>.<pid>" when another writer holds it, and
@@ -322,7 +301,7 @@ void csv_log_writer::open_file() {
   auto open_locked = [this](std::string const& p, bool& busy) {
     busy = false;
     int const fd = ::open(p.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd < 0) throw_log_error(p, error_text(errno));
+    if (fd < 0) throw_log_error(p, detail::error_text(errno));
     struct stat st {};
     if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
       ::close(fd);
@@ -346,7 +325,7 @@ void csv_log_writer::open_file() {
   if (::ftruncate(fd_, 0) != 0) {
     int const err = errno;
     ::close(fd_);
-    throw_log_error(path_, error_text(err));
+    throw_log_error(path_, detail::error_text(err));
   }
   // Rows a crashed writer of this path left queued belong to the log just emptied.
   (void)::unlink((path_ + ".journal").c_str());
@@ -357,24 +336,16 @@ void csv_log_writer::open_file() {
 }
 
 csv_log_writer::~csv_log_writer() {
-  pthread_mutex_lock(&registry_mutex);
-  if (prev_live_ != nullptr)
-    prev_live_->next_live_ = next_live_;
-  else if (registry_head == this)
-    registry_head = next_live_;
-  if (next_live_ != nullptr) next_live_->prev_live_ = prev_live_;
-  pthread_mutex_unlock(&registry_mutex);
+  live_writers.remove(this);
   close();
 }
 
 void csv_log_writer::finish_all_at_exit() noexcept {
-  pthread_mutex_lock(&registry_mutex);
-  for (auto* w = registry_head; w != nullptr; w = w->next_live_) {
+  live_writers.for_each([](csv_log_writer* w) {
     // Keep the mappings: a thread still running at exit may be mid-copy.
     w->populate_on_.store(false, std::memory_order_relaxed);
     w->finish(false);  // the helper sees the closed log and ends
-  }
-  pthread_mutex_unlock(&registry_mutex);
+  });
 }
 
 void csv_log_writer::write(log_row const& row) noexcept {
@@ -532,7 +503,7 @@ void csv_log_writer::copy_out(std::uint64_t offset, char const* data, std::size_
 
 void csv_log_writer::wake_helper() noexcept {
   helper_wake_.fetch_add(1, std::memory_order_release);
-  futex_wake(&helper_wake_);
+  detail::futex_wake(&helper_wake_);
 }
 
 bool csv_log_writer::make_room(std::uint64_t need, bool ahead) noexcept {
@@ -644,13 +615,13 @@ void csv_log_writer::count_dropped(bool lost_page) noexcept {
   // for it is there, then on stderr.
   append_marker(marker_max, false);
   int const err = s->grow_errno.load(std::memory_order_relaxed);
-  notify("the allocation log '" + path_ + "' cannot grow (" + error_text(err != 0 ? err : ENOSPC) +
+  notify("the allocation log '" + path_ + "' cannot grow (" + detail::error_text(err != 0 ? err : ENOSPC) +
          "): rows are dropped from now on and counted; the log will end with a '#gpumem incomplete' line");
 }
 
 std::size_t csv_log_writer::format_marker(char (&line)[marker_bytes]) const noexcept {
   shared_state* const s = shared_;
-  // The reason: what went wrong, without commas (the marker's separators).
+  // The reason: what went wrong.
   char reason[reason_max + 1] = {};
   std::size_t rn = 0;
   auto add = [&](const char* text) {
@@ -658,18 +629,14 @@ std::size_t csv_log_writer::format_marker(char (&line)[marker_bytes]) const noex
       reason[rn++] = ';';
       reason[rn++] = ' ';
     }
-    for (; *text != '\0' && rn < reason_max; ++text) reason[rn++] = *text == ',' || *text == '\n' ? ' ' : *text;
+    for (; *text != '\0' && rn < reason_max; ++text) reason[rn++] = *text;
   };
   if (s->truncations.load(std::memory_order_relaxed) != 0) {
     add("truncated by another program while in use: earlier rows are lost");
   }
-  if (int const err = s->grow_errno.load(std::memory_order_relaxed); err != 0) add(error_text(err));
+  if (int const err = s->grow_errno.load(std::memory_order_relaxed); err != 0) add(detail::error_text(err));
   if (rn == 0) add("rows lost");
-  int const n = std::snprintf(line, sizeof line, "%.*sdropped_rows=%llu,reason=%.*s\n",
-                              static_cast<int>(csv_log_incomplete_prefix.size()), csv_log_incomplete_prefix.data(),
-                              static_cast<unsigned long long>(s->dropped.load(std::memory_order_relaxed)),
-                              static_cast<int>(rn), reason);
-  return n <= 0 || static_cast<std::size_t>(n) >= sizeof line ? 0 : static_cast<std::size_t>(n);
+  return format_incomplete_marker(line, sizeof line, s->dropped.load(std::memory_order_relaxed), {reason, rn});
 }
 
 bool csv_log_writer::append_marker(std::uint64_t keep, bool close, bool through_file) noexcept {
@@ -871,7 +838,7 @@ void csv_log_writer::helper_loop() noexcept {
         }
       }
     }
-    futex_wait(&helper_wake_, seen, truncation_poll_ns);
+    detail::futex_wait(&helper_wake_, seen, truncation_poll_ns);
   }
 }
 
@@ -931,7 +898,7 @@ void csv_log_writer::finish(bool unmap) noexcept {
       int const err = s->grow_errno.load(std::memory_order_relaxed);
       std::string why;
       if (s->truncations.load(std::memory_order_relaxed) != 0) why = "truncated by another program while in use";
-      if (err != 0) why += std::string{why.empty() ? "" : "; "} + error_text(err);
+      if (err != 0) why += std::string{why.empty() ? "" : "; "} + detail::error_text(err);
       notify("the allocation log '" + path_ + "' is incomplete (" + why + "): " + std::to_string(dropped) +
              " rows dropped; its last line says so");
     }

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
 
 namespace gpumem::detail {
 
@@ -30,6 +31,11 @@ bool pwrite_all(int fd, char const* data, std::size_t len, std::uint64_t offset)
     offset += static_cast<std::uint64_t>(w);
   }
   return true;
+}
+
+const char* error_text(int err) noexcept {
+  const char* d = strerrordesc_np(err);
+  return d != nullptr ? d : "unknown error";
 }
 
 }  // namespace gpumem::detail

@@ -18,17 +18,16 @@
 // Time column is fixed-width).
 
 #include <gpumem/detail/file_space.hpp>
+#include <gpumem/detail/futex.hpp>
 #include <gpumem/detail/os_thread.hpp>
 #include <gpumem/error.hpp>
 #include <gpumem/row_journal.hpp>
 
 #include <fcntl.h>
-#include <linux/futex.h>
 #include <signal.h>
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -68,24 +67,10 @@ constexpr std::uint64_t lap_of(std::uint64_t index) noexcept {
   return ((index / row_journal::ring_slots) + 1) & 0xffff'ffffU;
 }
 
-void futex_wake(std::atomic<std::uint32_t>* word) noexcept {
-  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
-}
+using detail::error_text;
 
-void futex_wait(std::atomic<std::uint32_t>* word, std::uint32_t seen, std::int64_t timeout_ms) noexcept {
-  timespec ts{static_cast<time_t>(timeout_ms / 1000), static_cast<long>(timeout_ms % 1000) * 1'000'000};
-  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), FUTEX_WAIT_PRIVATE, seen, &ts, nullptr, 0);
-}
-
-const char* error_text(int err) noexcept {
-  const char* d = strerrordesc_np(err);
-  return d != nullptr ? d : "unknown error";
-}
-
-// Live journals, for the exit hook and the fork handler (plain globals: usable
-// during exit whatever the order of static destructors).
-pthread_mutex_t registry_mutex = PTHREAD_MUTEX_INITIALIZER;
-row_journal* registry_head = nullptr;
+// Live journals, for the exit hook and the fork handler.
+detail::live_list<row_journal> live_journals;
 pthread_once_t hooks_once = PTHREAD_ONCE_INIT;
 
 }  // namespace
@@ -182,28 +167,18 @@ row_journal::row_journal(csv_log_writer& log, bool with_helper)
     std::atexit(&row_journal::close_all_at_exit);
     // A forked child has the ring's mapping but not the helper: it writes directly.
     ::pthread_atfork(nullptr, nullptr, [] {
-      for (auto* j = registry_head; j != nullptr; j = j->next_live_) {
+      live_journals.for_each_unlocked([](row_journal* j) {
         j->closed_.store(true, std::memory_order_relaxed);
         j->helper_started_ = false;
-      }
+      });
     });
   });
-  pthread_mutex_lock(&registry_mutex);
-  next_live_ = registry_head;
-  if (registry_head != nullptr) registry_head->prev_live_ = this;
-  registry_head = this;
-  pthread_mutex_unlock(&registry_mutex);
+  live_journals.add(this);
   if (with_helper) start_helper();
 }
 
 row_journal::~row_journal() {
-  pthread_mutex_lock(&registry_mutex);
-  if (prev_live_ != nullptr)
-    prev_live_->next_live_ = next_live_;
-  else if (registry_head == this)
-    registry_head = next_live_;
-  if (next_live_ != nullptr) next_live_->prev_live_ = prev_live_;
-  pthread_mutex_unlock(&registry_mutex);
+  live_journals.remove(this);
   close();
 }
 
@@ -362,7 +337,7 @@ void row_journal::start_helper() noexcept {
 
 void row_journal::wake_helper() noexcept {
   helper_wake_.fetch_add(1, std::memory_order_release);
-  futex_wake(&helper_wake_);
+  detail::futex_wake(&helper_wake_);
 }
 
 void row_journal::helper_loop() noexcept {
@@ -379,15 +354,14 @@ void row_journal::helper_loop() noexcept {
     }
     // Quick to look again while rows flow, rarely while the program logs nothing.
     idle_ms = drained ? 1 : std::min<std::int64_t>(idle_ms * 2, max_idle_ms);
-    futex_wait(&helper_wake_, seen, idle_ms);
+    detail::futex_wait(&helper_wake_, seen, idle_ms * 1'000'000);
   }
 }
 
 void row_journal::close_all_at_exit() noexcept {
-  pthread_mutex_lock(&registry_mutex);
-  for (auto* j = registry_head; j != nullptr; j = j->next_live_) {
+  live_journals.for_each([](row_journal* j) {
     // A forked child (the ring is its parent's) or a journal closed already.
-    if (::getpid() != j->owner_pid_ || j->header_ == nullptr) continue;
+    if (::getpid() != j->owner_pid_ || j->header_ == nullptr) return;
     j->closed_.store(true);
     j->drain_until(j->header_->head.load());
     j->helper_stop_.store(true, std::memory_order_release);  // not joined: exit ends it
@@ -395,8 +369,7 @@ void row_journal::close_all_at_exit() noexcept {
     // The file stays mapped (a thread still running may store a record and then
     // format it itself), but nothing in it is pending: it can go.
     ::unlink(j->path_.c_str());
-  }
-  pthread_mutex_unlock(&registry_mutex);
+  });
 }
 
 void row_journal::close() noexcept {
@@ -574,8 +547,9 @@ journal_recovery recover_journal(std::string const& log_path) noexcept {
       }
     }
     if (out.lost != 0) {
-      text += std::string{csv_log_incomplete_prefix} + "dropped_rows=" + std::to_string(out.lost) +
-              ",reason=the process died while storing these rows\n";
+      char marker[csv_log_writer::marker_bytes];
+      text.append(marker, format_incomplete_marker(marker, sizeof marker, out.lost,
+                                                   "the process died while storing these rows"));
     }
     if (!detail::pwrite_all(lfd.get(), text.data(), text.size(), end) ||
         ::ftruncate(lfd.get(), static_cast<off_t>(end + text.size())) != 0) {

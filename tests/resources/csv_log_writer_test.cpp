@@ -205,6 +205,24 @@ TEST(FormatRow, NamesAreSanitizedAndCut) {
   EXPECT_EQ(g[11], "9223372036854775807");
 }
 
+TEST(IncompleteMarker, NamesTheCountAndAReasonWithoutSeparators) {
+  char line[csv_log_writer::marker_bytes];
+  auto const n = format_incomplete_marker(line, sizeof line, 18446744073709551615ULL, "cut, twice\nand\rmore");
+  EXPECT_EQ((std::string{line, n}),
+            "#gpumem incomplete,dropped_rows=18446744073709551615,reason=cut  twice and more\n");
+}
+
+TEST(IncompleteMarker, ALongReasonIsCutToTheBufferAndTooSmallABufferGetsNothing) {
+  char line[64];
+  std::string const reason(200, 'x');
+  auto const n = format_incomplete_marker(line, sizeof line, 3, reason);
+  ASSERT_EQ(n, sizeof line);
+  std::string const text{line, n};
+  EXPECT_EQ(text.rfind("#gpumem incomplete,dropped_rows=3,reason=xxx", 0), 0U);
+  EXPECT_EQ(text.back(), '\n');
+  EXPECT_EQ(format_incomplete_marker(line, 40, 3, "why"), 0U);  // not room for the count's 20 digits
+}
+
 TEST(CsvLogWriter, WritesHeaderAndRowsAndTruncatesOnClose) {
   test::temp_file tmp;
   csv_log_writer w{tmp.path()};

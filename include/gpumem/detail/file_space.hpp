@@ -1,6 +1,6 @@
 #pragma once
-// Disk space for the files gpumem writes inside other people's processes (the
-// allocation log, its journal).
+// Disk space and writes for the files gpumem writes inside other people's
+// processes (the allocation log, its journal), and the text of their errors.
 
 #include <cstddef>
 #include <cstdint>
@@ -18,5 +18,9 @@ namespace gpumem::detail {
 /// Writes all `len` bytes at `offset` (pwrite, again after a short write or
 /// EINTR). False on an error (errno says which).
 [[nodiscard]] bool pwrite_all(int fd, char const* data, std::size_t len, std::uint64_t offset) noexcept;
+
+/// An errno value's description for messages: untranslated and thread-safe
+/// (unlike strerror), "unknown error" for a value it does not know.
+[[nodiscard]] const char* error_text(int err) noexcept;
 
 }  // namespace gpumem::detail
