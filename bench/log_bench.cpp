@@ -13,6 +13,11 @@
 //                  thread id, the local offset, then write()
 //   event_row_pages_ready  the same with the file's pages prepared ahead (the
 //                  helper thread's work kept off the clock)
+//   event_row_queued  the row queued in a row_journal (the log's --log-queue)
+//                  instead of written: what the calling thread pays while the
+//                  helper thread formats the rows beside it
+//   event_row_queued_no_helper  the same with no helper thread: the calling
+//                  thread's own cost alone, no core reading its records
 //
 // items_per_second is rows/s over all threads. The file goes to $TMPDIR (or /tmp)
 // and is removed after each run. The shim-level cost (cudaMalloc+cudaFree with
@@ -22,6 +27,7 @@
 #include <gpumem/csv_log_writer.hpp>
 #include <gpumem/detail/log_clock.hpp>
 #include <gpumem/detail/os_thread.hpp>
+#include <gpumem/row_journal.hpp>
 
 #include <benchmark/benchmark.h>
 
@@ -153,6 +159,36 @@ void event_row_pages_ready(benchmark::State& state) {
   std::remove(log_path().c_str());
 }
 BENCHMARK(event_row_pages_ready)->Iterations(30000)->ComputeStatistics("min", min_of);
+
+// Queued rows: fewer rows than the ring holds, so the calling thread never
+// formats one itself; what is left queued is formatted after the clock stops.
+void queued_rows(benchmark::State& state, bool with_helper) {
+  shared_writer = std::make_unique<gpumem::csv_log_writer>(log_path());
+  auto journal = std::make_unique<gpumem::row_journal>(*shared_writer, with_helper);
+  auto row = sample_row(0);
+  usleep(10000);
+  for (auto _ : state) {
+    auto const start = gpumem::detail::log_ticks();
+    auto const when = gpumem::detail::log_row_time(start);
+    row.thread_id = gpumem::detail::os_thread_id();
+    row.time_ns = when.start_ns;
+    row.utc_offset_s = gpumem::detail::local_utc_offset(when.start_ns);
+    row.duration_ns = when.duration_ns;
+    if (!journal->push(row)) shared_writer->write(row);
+  }
+  state.SetItemsProcessed(state.iterations());
+  journal.reset();
+  shared_writer.reset();
+  std::remove(log_path().c_str());
+}
+
+constexpr auto queued_iterations = static_cast<benchmark::IterationCount>(gpumem::row_journal::ring_slots * 7 / 8);
+
+void event_row_queued(benchmark::State& state) { queued_rows(state, true); }
+BENCHMARK(event_row_queued)->Iterations(queued_iterations)->ComputeStatistics("min", min_of);
+
+void event_row_queued_no_helper(benchmark::State& state) { queued_rows(state, false); }
+BENCHMARK(event_row_queued_no_helper)->Iterations(queued_iterations)->ComputeStatistics("min", min_of);
 
 }  // namespace
 

@@ -10,9 +10,9 @@
 // helper thread ("gpumem-logfmt") formats the records, in ring order, into the
 // CSV log in batches of up to 32 KiB (csv_log_writer::append_batch, with pwrite:
 // whole pages of the log are filled without first being zeroed). The ring's 4 MiB
-// are allocated and populated up front and reused lap after lap, so the calling
-// thread makes no system call and takes no page fault (except, rarely, a minor
-// one after the kernel wrote a ring page back to disk).
+// are allocated and mapped writable up front and reused lap after lap, so the
+// calling thread makes no system call and takes no page fault (except, rarely, a
+// minor one after the kernel wrote a ring page back to disk).
 //
 // Cost on the calling thread: one fetch_add on the ring's head, a 64-byte store,
 // and, once per ring_slots/8 rows, a futex wake of the helper.
@@ -74,7 +74,8 @@ class row_journal {
   row_journal& operator=(row_journal&&) = delete;
 
   /// Queues `row`; false when it was not (see the file comment): write it then.
-  /// row.entry and row.result must be strings that never change (literals).
+  /// row.entry and row.result must be strings that never change (literals);
+  /// row.utc_offset_s is not read (the formatter takes the offset at the row's time).
   [[nodiscard]] bool push(log_row const& row) noexcept;
 
   /// Formats every queued row into the log now, then queues no more, stops the

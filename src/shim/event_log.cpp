@@ -199,7 +199,7 @@ void log_event(event const& e) noexcept {
   auto const when = detail::log_row_time(static_cast<std::uint64_t>(e.start));
   log_row row{.thread_id = detail::os_thread_id(),
               .time_ns = when.start_ns,
-              .utc_offset_s = detail::local_utc_offset(when.start_ns),
+              .utc_offset_s = 0,  // a queued row gets its offset where it is formatted
               .action = e.action,
               .pointer = e.pointer,
               .size = e.size,
@@ -210,7 +210,9 @@ void log_event(event const& e) noexcept {
               .result = e.result == CUDA_SUCCESS ? nullptr : result_name(e.result),
               .reserved = reserved_bytes(e.device),
               .stack = stack.id};
-  if (sink->queue == nullptr || !sink->queue->push(row)) w->write(row);
+  if (sink->queue != nullptr && sink->queue->push(row)) return;
+  row.utc_offset_s = detail::local_utc_offset(when.start_ns);
+  w->write(row);
 }
 
 }  // namespace gpumem::shim
