@@ -14,8 +14,9 @@
 //   event_row_pages_ready  the same with the file's pages prepared ahead (the
 //                  helper thread's work kept off the clock)
 //   event_row_queued  the row queued in a row_journal (the log's --log-queue)
-//                  instead of written: what the calling thread pays while the
-//                  helper thread formats the rows beside it
+//                  instead of written, as the shim queues it (the start and end
+//                  ticks, converted by the formatter): what the calling thread
+//                  pays while the helper thread formats the rows beside it
 //   event_row_queued_no_helper  the same with no helper thread: the calling
 //                  thread's own cost alone, no core reading its records
 //
@@ -167,14 +168,10 @@ void queued_rows(benchmark::State& state, bool with_helper) {
   auto journal = std::make_unique<gpumem::row_journal>(*shared_writer, with_helper);
   auto row = sample_row(0);
   usleep(10000);
-  for (auto _ : state) {
+  for (auto _ : state) {  // as the shim queues a row: the two counter values, no conversion
     auto const start = gpumem::detail::log_ticks();
-    auto const when = gpumem::detail::log_row_time(start);
     row.thread_id = gpumem::detail::os_thread_id();
-    row.time_ns = when.start_ns;
-    row.utc_offset_s = gpumem::detail::local_utc_offset(when.start_ns);
-    row.duration_ns = when.duration_ns;
-    if (!journal->push(row)) shared_writer->write(row);
+    if (!journal->push(row, start, gpumem::detail::log_ticks())) shared_writer->write(row);
   }
   state.SetItemsProcessed(state.iterations());
   journal.reset();

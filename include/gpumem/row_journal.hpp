@@ -15,7 +15,10 @@
 // minor one after the kernel wrote a ring page back to disk).
 //
 // Cost on the calling thread: one fetch_add on the ring's head, a 64-byte store,
-// and, once per ring_slots/8 rows, a futex wake of the helper.
+// and, once per ring_slots/8 rows, a futex wake of the helper. A row pushed with
+// its start and end counter values (as the shim does) is not even converted to
+// the wall clock there: the formatter converts it, with an anchor it also keeps
+// in the journal's header for recovery.
 //
 // Ordering: rows reach the CSV in the order their records were reserved, the
 // order rows would have had without the journal.
@@ -47,6 +50,7 @@
 
 #include <gpumem/csv_log_writer.hpp>
 #include <gpumem/detail/live_list.hpp>
+#include <gpumem/detail/log_clock.hpp>
 
 #include <pthread.h>
 
@@ -77,6 +81,12 @@ class row_journal {
   /// row.entry and row.result must be strings that never change (literals);
   /// row.utc_offset_s is not read (the formatter takes the offset at the row's time).
   [[nodiscard]] bool push(log_row const& row) noexcept;
+  /// push() for a row that started at `start_ticks` and ended at `end_ticks`
+  /// (detail::log_ticks()); row.time_ns and row.duration_ns are not read. The
+  /// conversion to the wall clock is left to the formatter (one anchor per
+  /// batch, kept in the journal for recovery): the calling thread only stores
+  /// the two counter values. False also for an event longer than 2^32 ticks.
+  [[nodiscard]] bool push(log_row const& row, std::uint64_t start_ticks, std::uint64_t end_ticks) noexcept;
 
   /// Formats every queued row into the log now, then queues no more, stops the
   /// helper and removes the journal file. Idempotent.
@@ -95,6 +105,10 @@ class row_journal {
   void start_helper() noexcept;
   void helper_loop() noexcept;
   void wake_helper() noexcept;
+  bool push_record(log_row const& row, std::int64_t time, std::uint32_t duration, std::uint8_t flags) noexcept;
+  /// The formatter's tick anchor, stored in the header if it changed (the
+  /// caller holds drain_mutex_, or is the constructor).
+  detail::tick_anchor publish_anchor() noexcept;
   /// Formats a batch of published records from the ring's tail into the log;
   /// the caller holds drain_mutex_. False: nothing was ready.
   bool drain_batch_locked() noexcept;

@@ -195,15 +195,26 @@ std::uint64_t log_ticks_first() noexcept {
   return log_ticks();
 }
 
-row_time log_row_time(std::uint64_t start_ticks) noexcept {
-  std::uint64_t const end = log_ticks();
+row_time to_row_time(tick_anchor const& anchor, std::uint64_t start_ticks, std::int64_t elapsed_ticks) noexcept {
+  auto const from_anchor = static_cast<std::int64_t>(start_ticks - anchor.ticks);
+  return {anchor.real_ns + scale_signed(from_anchor, anchor.mult),
+          elapsed_ticks > 0 ? scale(static_cast<std::uint64_t>(elapsed_ticks), anchor.mult) : 0};
+}
+
+row_time log_row_time(std::uint64_t start_ticks, std::uint64_t end_ticks) noexcept {
   anchor& a = thread_anchor();
-  if (end - a.ticks >= a.life) [[unlikely]]
+  if (end_ticks - a.ticks >= a.life) [[unlikely]]
     reanchor(a);
-  auto const from_anchor = static_cast<std::int64_t>(start_ticks - a.ticks);
-  auto const elapsed = static_cast<std::int64_t>(end - start_ticks);
-  return {a.real_ns + scale_signed(from_anchor, a.mult),
-          elapsed > 0 ? scale(static_cast<std::uint64_t>(elapsed), a.mult) : 0};
+  return to_row_time({a.ticks, a.real_ns, a.mult}, start_ticks, static_cast<std::int64_t>(end_ticks - start_ticks));
+}
+
+row_time log_row_time(std::uint64_t start_ticks) noexcept { return log_row_time(start_ticks, log_ticks()); }
+
+tick_anchor log_tick_anchor() noexcept {
+  std::uint64_t const now = log_ticks();
+  anchor& a = thread_anchor();
+  if (now - a.ticks >= a.life) reanchor(a);
+  return {a.ticks, a.real_ns, a.mult};
 }
 
 tick_source log_tick_source() noexcept {

@@ -14,11 +14,14 @@
 // formatter notes the batch it copies (first record, count, bytes, and the
 // offset append() reserved for it) in the header before the copy and moves
 // `tail` after it; a batch noted but not followed by its `tail` is formatted
-// again into its place (a row's length does not depend on the time zone: the
-// Time column is fixed-width).
+// again into its place. The bytes come out the same: a row's length does not
+// depend on the time zone (the Time column is fixed-width), and the tick
+// anchor the batch was formatted with is in the header (stored before the
+// batch is noted).
 
 #include <gpumem/detail/file_space.hpp>
 #include <gpumem/detail/futex.hpp>
+#include <gpumem/detail/log_clock.hpp>
 #include <gpumem/detail/os_thread.hpp>
 #include <gpumem/error.hpp>
 #include <gpumem/row_journal.hpp>
@@ -51,7 +54,7 @@ namespace gpumem {
 
 namespace {
 
-constexpr char journal_magic[8] = {'G', 'P', 'U', 'M', 'J', 'R', 'N', '1'};
+constexpr char journal_magic[8] = {'G', 'P', 'U', 'M', 'J', 'R', 'N', '2'};
 constexpr std::uint32_t header_bytes = 20480;            // 5 pages: counters, then the name table
 constexpr std::size_t name_bytes = 64;                   // a name and its NUL
 constexpr std::size_t max_names = 255;                   // indices 1..255; 0 = none
@@ -60,6 +63,9 @@ constexpr std::size_t batch_buffer = 32768;              // rows formatted per c
 constexpr std::int64_t publish_wait_ns = 1'000'000'000;  // a reserved record not stored for this long is given up
 constexpr std::uint64_t wake_every = row_journal::ring_slots / 8;
 constexpr std::int64_t max_idle_ms = 64;  // the helper looks at least this often
+// record::action's top bit: time_ns and duration_ns hold log_ticks() values
+// (the start, and the ticks elapsed), converted when the record is formatted.
+constexpr std::uint8_t action_in_ticks = 0x80;
 
 std::int64_t now_ns() noexcept {
   timespec ts{};
@@ -109,6 +115,16 @@ struct row_journal::file_header {
   std::atomic<std::uint64_t> batch_offset;
   std::atomic<std::uint64_t> batch_count;
   std::atomic<std::uint32_t> names;  ///< entries of name_text in use
+  /// The tick conversion of the rows formatted last (and, after a crash, of the
+  /// rows left): anchors[anchor_current & 1]. The formatter writes the other
+  /// slot, then moves anchor_current, so a crash leaves a whole one.
+  struct anchor_slot {
+    std::atomic<std::uint64_t> ticks;
+    std::atomic<std::int64_t> real_ns;
+    std::atomic<std::uint64_t> mult;
+  };
+  alignas(64) anchor_slot anchors[2];
+  std::atomic<std::uint32_t> anchor_current;
   alignas(64) char name_text[max_names][name_bytes];
 };
 static_assert(sizeof(row_journal::file_header) <= header_bytes);
@@ -125,7 +141,7 @@ struct row_journal::record {
   std::uint64_t stack;
   std::uint32_t duration_ns;
   std::int8_t device;
-  std::uint8_t action;
+  std::uint8_t action;  ///< log_action, | action_in_ticks
   std::uint8_t entry;   ///< name index; 0: the action's name
   std::uint8_t result;  ///< name index; 0: CUDA_SUCCESS
 };
@@ -133,19 +149,25 @@ static_assert(sizeof(row_journal::record) == 64);
 
 namespace {
 
-// The row a record stands for; `names` gives a name index's text.
+// The row a record stands for; `names` gives a name index's text, `anchor`
+// converts a record in ticks.
 template <class Names>
-log_row row_of(row_journal::record const& r, std::uint64_t stamp, Names const& names) noexcept {
+log_row row_of(row_journal::record const& r, std::uint64_t stamp, Names const& names,
+               detail::tick_anchor const& anchor) noexcept {
+  detail::row_time when{r.time_ns, r.duration_ns};
+  if ((r.action & action_in_ticks) != 0) {
+    when = detail::to_row_time(anchor, static_cast<std::uint64_t>(r.time_ns), r.duration_ns);
+  }
   return log_row{.thread_id = stamp & 0xffff'ffffU,
-                 .time_ns = r.time_ns,
-                 .utc_offset_s = detail::local_utc_offset(r.time_ns),
-                 .action = static_cast<log_action>(r.action),
+                 .time_ns = when.start_ns,
+                 .utc_offset_s = detail::local_utc_offset(when.start_ns),
+                 .action = static_cast<log_action>(r.action & ~action_in_ticks),
                  .pointer = reinterpret_cast<void const*>(r.pointer),
                  .size = r.size,
                  .stream = r.stream,
                  .device = r.device,
                  .entry = names(r.entry),
-                 .duration_ns = r.duration_ns,
+                 .duration_ns = when.duration_ns,
                  .result = names(r.result),
                  .reserved = r.reserved,
                  .stack = r.stack};
@@ -179,6 +201,7 @@ row_journal::row_journal(csv_log_writer& log, bool with_helper)
   header_->record_size = sizeof(record);
   header_->slots = ring_slots;
   header_->owner_pid = owner_pid_;
+  (void)publish_anchor();  // recovery has one even if no row was ever formatted
   ring_ = reinterpret_cast<record*>(static_cast<char*>(p) + header_bytes);
 
   // After the log's own exit hook was registered (the log exists): runs before it.
@@ -231,12 +254,24 @@ std::uint8_t row_journal::name_index(const char* name) noexcept {
 }
 
 bool row_journal::push(log_row const& row) noexcept {
+  if (row.duration_ns > UINT32_MAX) [[unlikely]]
+    return false;
+  return push_record(row, row.time_ns, static_cast<std::uint32_t>(row.duration_ns), 0);
+}
+
+bool row_journal::push(log_row const& row, std::uint64_t start_ticks, std::uint64_t end_ticks) noexcept {
+  // Backwards (another core's counter, a hair behind): duration 0, as log_row_time gives.
+  std::uint64_t const elapsed = end_ticks > start_ticks ? end_ticks - start_ticks : 0;
+  if (elapsed > UINT32_MAX) [[unlikely]]
+    return false;
+  return push_record(row, static_cast<std::int64_t>(start_ticks), static_cast<std::uint32_t>(elapsed), action_in_ticks);
+}
+
+bool row_journal::push_record(log_row const& row, std::int64_t time, std::uint32_t duration,
+                              std::uint8_t flags) noexcept {
   if (closed_.load(std::memory_order_relaxed)) [[unlikely]]
     return false;
-  if (row.duration_ns > UINT32_MAX || row.device < INT8_MIN || row.device > INT8_MAX || row.thread_id > UINT32_MAX)
-      [[unlikely]] {
-    return false;
-  }
+  if (row.device < INT8_MIN || row.device > INT8_MAX || row.thread_id > UINT32_MAX) [[unlikely]] { return false; }
   std::uint8_t const entry = name_index(row.entry);
   std::uint8_t const result = name_index(row.result);
   if (entry == no_index || result == no_index) [[unlikely]]
@@ -257,15 +292,15 @@ bool row_journal::push(log_row const& row) noexcept {
     }
   }
   record& r = ring_[i & (ring_slots - 1)];
-  r.time_ns = row.time_ns;
+  r.time_ns = time;
   r.pointer = reinterpret_cast<std::uintptr_t>(row.pointer);
   r.size = row.size;
   r.stream = row.stream;
   r.reserved = row.reserved;
   r.stack = row.stack;
-  r.duration_ns = static_cast<std::uint32_t>(row.duration_ns);
+  r.duration_ns = duration;
   r.device = static_cast<std::int8_t>(row.device);
-  r.action = static_cast<std::uint8_t>(row.action);
+  r.action = static_cast<std::uint8_t>(static_cast<std::uint8_t>(row.action) | flags);
   r.entry = entry;
   r.result = result;
   r.stamp.store(lap_of(i) << 32U | row.thread_id, std::memory_order_release);
@@ -284,6 +319,9 @@ bool row_journal::drain_batch_locked() noexcept {
   std::uint64_t const head = h->head.load(std::memory_order_acquire);
   if (t == head) return false;
   auto const names = [this](std::uint8_t k) noexcept { return names_[k].load(std::memory_order_acquire); };
+  // The whole batch with one anchor, in the header before the batch is noted:
+  // recovery formats a batch cut short by a crash again, byte for byte.
+  detail::tick_anchor const anchor = publish_anchor();
   char buf[batch_buffer];
   std::size_t len = 0;
   std::uint64_t n = 0;
@@ -304,7 +342,7 @@ bool row_journal::drain_batch_locked() noexcept {
         return true;
       }
     }
-    len += format_row(buf + len, row_of(r, stamp, names));
+    len += format_row(buf + len, row_of(r, stamp, names, anchor));
     ++n;
   }
   if (n == 0) return false;
@@ -326,6 +364,33 @@ bool row_journal::drain_batch_locked() noexcept {
   h->batch_count.store(0, std::memory_order_release);
   return true;
 }
+
+detail::tick_anchor row_journal::publish_anchor() noexcept {
+  file_header* const h = header_;
+  detail::tick_anchor const a = detail::log_tick_anchor();
+  std::uint32_t const current = h->anchor_current.load(std::memory_order_relaxed);
+  auto const& in_use = h->anchors[current & 1U];
+  if (in_use.ticks.load(std::memory_order_relaxed) == a.ticks &&
+      in_use.real_ns.load(std::memory_order_relaxed) == a.real_ns &&
+      in_use.mult.load(std::memory_order_relaxed) == a.mult) {
+    return a;
+  }
+  auto& next = h->anchors[(current + 1) & 1U];
+  next.ticks.store(a.ticks, std::memory_order_relaxed);
+  next.real_ns.store(a.real_ns, std::memory_order_relaxed);
+  next.mult.store(a.mult, std::memory_order_relaxed);
+  h->anchor_current.store(current + 1, std::memory_order_release);
+  return a;
+}
+
+namespace {
+// The anchor in the header (the one its last batch was formatted with).
+detail::tick_anchor header_anchor(row_journal::file_header const& h) noexcept {
+  auto const& a = h.anchors[h.anchor_current.load(std::memory_order_acquire) & 1U];
+  return {a.ticks.load(std::memory_order_relaxed), a.real_ns.load(std::memory_order_relaxed),
+          a.mult.load(std::memory_order_relaxed)};
+}
+}  // namespace
 
 void row_journal::drain_until(std::uint64_t until) noexcept {
   pthread_mutex_lock(&drain_mutex_);
@@ -531,12 +596,17 @@ journal_recovery recover_journal(std::string const& log_path) noexcept {
     }
     std::uint64_t end = stored_end(lfd.get(), static_cast<std::uint64_t>(ls.st_size));
     std::string text;
+    // The anchor the last batch was formatted with: the same bytes for a batch
+    // formatted again; for later rows, times within the clock's rate error of
+    // the writer's (they were queued within about 64 ms of it).
+    detail::tick_anchor const anchor = header_anchor(*h);
     auto format = [&](std::uint64_t i) {
       auto const& r = ring[i & (row_journal::ring_slots - 1)];
       auto const stamp = r.stamp.load();
       if (stamp >> 32U != lap_of(i)) return false;
+      if ((r.action & action_in_ticks) != 0 && anchor.mult == 0) return false;  // no conversion: a damaged header
       char row[max_row_bytes];
-      text.append(row, format_row(row, row_of(r, stamp, names)));
+      text.append(row, format_row(row, row_of(r, stamp, names, anchor)));
       return true;
     };
     // A batch the formatter was copying when the process died: into its place.

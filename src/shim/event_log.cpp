@@ -196,22 +196,24 @@ void log_event(event const& e) noexcept {
     // Before the row: a row never refers to a stack its stack file lacks.
     write_stack_once(stack, *sink->stacks, sink->index);
   }
-  auto const when = detail::log_row_time(static_cast<std::uint64_t>(e.start));
+  auto const start = static_cast<std::uint64_t>(e.start);
+  std::uint64_t const end = detail::log_ticks();
   log_row row{.thread_id = detail::os_thread_id(),
-              .time_ns = when.start_ns,
-              .utc_offset_s = 0,  // a queued row gets its offset where it is formatted
               .action = e.action,
               .pointer = e.pointer,
               .size = e.size,
               .stream = reinterpret_cast<std::uintptr_t>(e.stream),
               .device = e.device,
               .entry = e.entry,
-              .duration_ns = when.duration_ns,
               .result = e.result == CUDA_SUCCESS ? nullptr : result_name(e.result),
               .reserved = reserved_bytes(e.device),
               .stack = stack.id};
-  if (sink->queue != nullptr && sink->queue->push(row)) return;
+  // Queued: the two counter values; the helper converts them to the wall clock.
+  if (sink->queue != nullptr && sink->queue->push(row, start, end)) return;
+  auto const when = detail::log_row_time(start, end);
+  row.time_ns = when.start_ns;
   row.utc_offset_s = detail::local_utc_offset(when.start_ns);
+  row.duration_ns = when.duration_ns;
   w->write(row);
 }
 

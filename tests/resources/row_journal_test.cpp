@@ -3,6 +3,7 @@
 // recover_journal, which completes the log exactly (no row twice, none lost
 // unless its writer died storing it, and then counted).
 #include <gpumem/csv_log_writer.hpp>
+#include <gpumem/detail/log_clock.hpp>
 #include <gpumem/row_journal.hpp>
 
 #include <support/csv_log_reader.hpp>
@@ -14,6 +15,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <csignal>
 #include <cstdint>
 #include <cstring>
@@ -158,8 +160,11 @@ TEST(RowJournal, AForkedChildWritesDirectly) {
 
 // A child opens a log with a journal (no helper: every row stays queued), pushes
 // `rows` rows and waits; `play_crash` runs while it is alive, then it is killed.
+// in_ticks: the rows are queued as the shim queues them, as two counter values
+// (the row's duration_ns ticks apart), for the formatter to convert.
 template <class WhileAlive>
-void crash_with_queued_rows(std::string const& path, std::uint64_t rows, WhileAlive while_alive) {
+void crash_with_queued_rows(std::string const& path, std::uint64_t rows, WhileAlive while_alive,
+                            bool in_ticks = false) {
   int ready[2];
   ASSERT_EQ(::pipe(ready), 0);
   pid_t const child = ::fork();
@@ -170,7 +175,9 @@ void crash_with_queued_rows(std::string const& path, std::uint64_t rows, WhileAl
       auto* log = new csv_log_writer{path};
       auto* journal = new row_journal{*log, false};
       for (std::uint64_t i = 0; i < rows; ++i) {
-        if (!journal->push(make_row(3000, i))) ::_exit(2);
+        log_row const row = make_row(3000, i);
+        std::uint64_t const start = detail::log_ticks();
+        if (!(in_ticks ? journal->push(row, start, start + row.duration_ns) : journal->push(row))) ::_exit(2);
       }
     } catch (...) { ::_exit(3); }
     char const c = 'r';
@@ -230,10 +237,15 @@ TEST(RowJournal, ARecordItsWriterNeverFinishedIsCountedLost) {
   EXPECT_EQ(log.last_line.rfind(std::string{csv_log_incomplete_prefix} + "dropped_rows=1,", 0), 0U) << log.last_line;
 }
 
-TEST(RowJournal, ABatchCutShortByTheCrashIsCompletedInPlace) {
+class RowJournalCrash : public ::testing::TestWithParam<bool> {};  // rows queued in ticks or in ns
+INSTANTIATE_TEST_SUITE_P(RowJournal, RowJournalCrash, ::testing::Values(false, true),
+                         [](auto const& info) { return info.param ? "ticks" : "ns"; });
+
+TEST_P(RowJournalCrash, ABatchCutShortByTheCrashIsCompletedInPlace) {
   temp_file a;
   temp_file b;
-  crash_with_queued_rows(a.path(), 100, [] {});
+  crash_with_queued_rows(
+      a.path(), 100, [] {}, GetParam());
   // The same crash recovered untouched: the expected log.
   std::filesystem::copy_file(a.path(), b.path());
   std::filesystem::copy_file(a.path() + ".journal", b.path() + ".journal");
@@ -260,6 +272,59 @@ TEST(RowJournal, ABatchCutShortByTheCrashIsCompletedInPlace) {
   journal_recovery const r = recover_journal(a.path());
   EXPECT_TRUE(r.error.empty()) << r.error;
   EXPECT_EQ(read_file(a.path()), expected) << "each row once, the cut batch completed where it began";
+}
+
+TEST(RowJournal, RowsQueuedInTicksGetTheirCountersWallClockTime) {
+  temp_file f;
+  std::vector<detail::row_time> want;
+  {
+    csv_log_writer log{f.path()};
+    row_journal journal{log};
+    for (std::uint64_t i = 0; i < 3000; ++i) {
+      std::uint64_t const start = detail::log_ticks();
+      std::uint64_t const end = start + 1000 + i;
+      ASSERT_TRUE(journal.push(make_row(1, i), start, end));
+      want.push_back(detail::log_row_time(start, end));  // the calling thread's own conversion
+      if (i % 500 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));  // new anchors on both sides
+    }
+    journal.close();
+    log.close();
+  }
+  auto const log = read_csv_log(f.path());
+  ASSERT_EQ(log.rows.size(), want.size());
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    auto const& r = log.rows[i];
+    ASSERT_EQ(std::stoull(r[4]), i);
+    // Two anchors of the same clock, each within about a microsecond of it.
+    EXPECT_NEAR(static_cast<double>(std::stoll(r[8])), static_cast<double>(want[i].start_ns), 100'000.0) << i;
+    EXPECT_NEAR(static_cast<double>(std::stoull(r[9])), static_cast<double>(want[i].duration_ns),
+                1.0 + 0.01 * static_cast<double>(want[i].duration_ns))
+        << i;
+  }
+}
+
+TEST(RowJournal, RowsQueuedInTicksAreRecoveredWithTheJournalsAnchor) {
+  temp_file f;
+  auto const before = std::chrono::system_clock::now();
+  crash_with_queued_rows(
+      f.path(), 1000, [] {}, true);
+  auto const after = std::chrono::system_clock::now();
+  journal_recovery const r = recover_journal(f.path());
+  EXPECT_TRUE(r.error.empty()) << r.error;
+  EXPECT_EQ(r.rows, 1000U);
+  auto const log = read_csv_log(f.path());
+  expect_rows(log, 1, 1000);
+  auto const ns = [](auto t) {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+  };
+  std::int64_t previous = 0;
+  for (auto const& row : log.rows) {
+    std::int64_t const t = std::stoll(row[8]);
+    EXPECT_GE(t, ns(before) - 1'000'000);  // the child's wall clock, not the rows' made-up TimeNs
+    EXPECT_LE(t, ns(after) + 1'000'000);
+    EXPECT_GE(t, previous);
+    previous = t;
+  }
 }
 
 TEST(RowJournal, RecoveryLeavesAForeignFileAlone) {

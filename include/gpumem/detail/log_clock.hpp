@@ -74,6 +74,24 @@ struct row_time {
   std::uint64_t duration_ns{};  ///< 0 if the counter went backwards
 };
 [[nodiscard]] row_time log_row_time(std::uint64_t start_ticks) noexcept;
+/// The same for an event that ended at `end_ticks` (log_ticks(), read just now).
+[[nodiscard]] row_time log_row_time(std::uint64_t start_ticks, std::uint64_t end_ticks) noexcept;
+
+/// The conversion of ticks to the wall clock that log_row_time() uses on the
+/// calling thread now: `real_ns` (CLOCK_REALTIME) at `ticks`, `mult` ns per
+/// tick in 32.32 fixed point. For ticks converted later or elsewhere (a helper
+/// thread formatting queued rows, another process recovering them). mult == 0:
+/// none.
+struct tick_anchor {
+  std::uint64_t ticks{};
+  std::int64_t real_ns{};
+  std::uint64_t mult{};
+};
+[[nodiscard]] tick_anchor log_tick_anchor() noexcept;
+/// An event's time by `anchor`: it started at `start_ticks` and lasted
+/// `elapsed_ticks` (negative: the counter went backwards; duration 0).
+[[nodiscard]] row_time to_row_time(tick_anchor const& anchor, std::uint64_t start_ticks,
+                                   std::int64_t elapsed_ticks) noexcept;
 
 /// The source in use (after the first log_ticks()), for tests and benchmarks.
 [[nodiscard]] tick_source log_tick_source() noexcept;
