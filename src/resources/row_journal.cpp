@@ -370,11 +370,14 @@ detail::tick_anchor row_journal::publish_anchor() noexcept {
   detail::tick_anchor const a = detail::log_tick_anchor();
   std::uint32_t const current = h->anchor_current.load(std::memory_order_relaxed);
   auto const& in_use = h->anchors[current & 1U];
-  if (in_use.ticks.load(std::memory_order_relaxed) == a.ticks &&
-      in_use.real_ns.load(std::memory_order_relaxed) == a.real_ns &&
-      in_use.mult.load(std::memory_order_relaxed) == a.mult) {
-    return a;
-  }
+  // Formatters take turns (the helper, callers finding the ring full), each with
+  // its own thread's anchor: keep the journal's while it is as recent, so rows
+  // change anchor (and may step by the anchors' difference, tens of ns) only
+  // when a newer one comes.
+  detail::tick_anchor const kept{in_use.ticks.load(std::memory_order_relaxed),
+                                 in_use.real_ns.load(std::memory_order_relaxed),
+                                 in_use.mult.load(std::memory_order_relaxed)};
+  if (kept.mult != 0 && kept.ticks >= a.ticks) return kept;
   auto& next = h->anchors[(current + 1) & 1U];
   next.ticks.store(a.ticks, std::memory_order_relaxed);
   next.real_ns.store(a.real_ns, std::memory_order_relaxed);

@@ -6,6 +6,7 @@
 #include "tools/tool_test_support.hpp"
 
 #include <gpumem/csv_log_writer.hpp>
+#include <gpumem/detail/log_clock.hpp>
 #include <gpumem/row_journal.hpp>
 
 #include <gtest/gtest.h>
@@ -250,6 +251,34 @@ TEST(LogReader, CompletesALogWhoseWriterDiedWithRowsQueued) {
   EXPECT_EQ(r.events(), 5u);
   ASSERT_EQ(r.warnings().size(), 1u);
   EXPECT_NE(r.warnings()[0].text().find("added 5 rows that the process writing it had queued in"), std::string::npos)
+      << r.warnings()[0].text();
+}
+
+TEST(LogReader, SaysAWriterDiedEvenWhenItsJournalHeldNothingNew) {
+  gpumem::test::temp_file tmp;
+  pid_t const child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {  // queues 3 rows, lets its helper format them all, and dies
+    auto* log = new gpumem::csv_log_writer{tmp.path()};
+    auto* journal = new gpumem::row_journal{*log};
+    for (int i = 0; i < 3; ++i) {
+      gpumem::log_row const row{.thread_id = 9, .pointer = log, .size = 64, .device = 0};
+      std::uint64_t const start = gpumem::detail::log_ticks();
+      (void)journal->push(row, start, start + 10);
+    }
+    for (int i = 0; i < 5000 && journal->rows_formatted() < 3; ++i) ::usleep(1000);
+    ::kill(::getpid(), SIGKILL);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  log_reader r{tmp.path()};
+  ASSERT_TRUE(r.readable());
+  log_event ev;
+  while (r.next(ev)) {}
+  EXPECT_EQ(r.events(), 3u);
+  ASSERT_EQ(r.warnings().size(), 1u);
+  EXPECT_NE(r.warnings()[0].text().find("died without exiting; every row it had queued was in the log already"),
+            std::string::npos)
       << r.warnings()[0].text();
 }
 
