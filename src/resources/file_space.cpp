@@ -1,11 +1,17 @@
 #include <gpumem/detail/file_space.hpp>
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23  // Linux 5.14; older kernels answer EINVAL
+#endif
 
 namespace gpumem::detail {
 
@@ -31,6 +37,13 @@ bool pwrite_all(int fd, char const* data, std::size_t len, std::uint64_t offset)
     offset += static_cast<std::uint64_t>(w);
   }
   return true;
+}
+
+void populate_for_writing(void* p, std::size_t bytes, populate_with how) noexcept {
+  if (how == populate_with::best && (::madvise(p, bytes, MADV_POPULATE_WRITE) == 0 || errno != EINVAL)) return;
+  auto* const word = static_cast<std::atomic<std::uint64_t>*>(p);
+  std::size_t const stride = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE)) / sizeof *word;
+  for (std::size_t i = 0; i < bytes / sizeof *word; i += stride) word[i].fetch_add(0, std::memory_order_relaxed);
 }
 
 const char* error_text(int err) noexcept {

@@ -19,6 +19,21 @@ namespace gpumem::detail {
 /// EINTR). False on an error (errno says which).
 [[nodiscard]] bool pwrite_all(int fd, char const* data, std::size_t len, std::uint64_t offset) noexcept;
 
+/// How populate_for_writing maps the pages: the best way the kernel offers, or
+/// (tests) the fallback for kernels before 5.14.
+enum class populate_with : std::uint8_t { best, stores };
+
+/// Maps every page of [p, p + bytes), a MAP_SHARED mapping of a file, writable
+/// and dirty now, so that later stores take no page fault in the caller's
+/// thread: populated for reading only (MAP_POPULATE), a page of a shared file
+/// mapping stays write-protected until its first store, whose fault (on ext4, a
+/// block conversion) lands on whoever stores first. One madvise
+/// (MADV_POPULATE_WRITE, Linux 5.14), else one atomic add of 0 per page. The
+/// content is unchanged. The whole range must lie within the file (a page past
+/// its end raises SIGBUS under the fallback); on another error the pages are
+/// left to fault later.
+void populate_for_writing(void* p, std::size_t bytes, populate_with how = populate_with::best) noexcept;
+
 /// An errno value's description for messages: untranslated and thread-safe
 /// (unlike strerror), "unknown error" for a value it does not know.
 [[nodiscard]] const char* error_text(int err) noexcept;
