@@ -229,36 +229,51 @@ TEST(LogReader, ReadsAFile) {
   EXPECT_FALSE(r.ended_abruptly());
 }
 
-TEST(LogReader, CompletesALogWhoseWriterDiedWithRowsQueued) {
-  gpumem::test::temp_file tmp;
+namespace {
+
+// Runs `write` in a child that then dies by SIGKILL (no exit hook runs).
+template <class Write>
+void write_and_die(Write write) {
   pid_t const child = ::fork();
   ASSERT_GE(child, 0);
-  if (child == 0) {  // queues 5 rows (no helper thread formats them) and dies
+  if (child == 0) {
+    write();
+    ::kill(::getpid(), SIGKILL);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+}
+
+// Reads every event of `path`; expects `events` of them and one warning, whose text it returns.
+std::string sole_warning_after_reading(std::string const& path, std::uint64_t events) {
+  log_reader r{path};
+  EXPECT_TRUE(r.readable());
+  log_event ev;
+  while (r.next(ev)) {}
+  EXPECT_EQ(r.events(), events);
+  EXPECT_EQ(r.warnings().size(), 1u);
+  return r.warnings().empty() ? std::string{} : r.warnings()[0].text();
+}
+
+}  // namespace
+
+TEST(LogReader, CompletesALogWhoseWriterDiedWithRowsQueued) {
+  gpumem::test::temp_file tmp;
+  write_and_die([&] {  // 5 rows queued; no helper thread formats them
     auto* log = new gpumem::csv_log_writer{tmp.path()};
     auto* journal = new gpumem::row_journal{*log, false};
     for (int i = 0; i < 5; ++i) {
       (void)journal->push(gpumem::log_row{
           .thread_id = 9, .time_ns = 1'700'000'000'000'000'000 + i, .pointer = log, .size = 64, .device = 0});
     }
-    ::kill(::getpid(), SIGKILL);
-  }
-  int status = 0;
-  ASSERT_EQ(::waitpid(child, &status, 0), child);
-  log_reader r{tmp.path()};
-  ASSERT_TRUE(r.readable());
-  log_event ev;
-  while (r.next(ev)) {}
-  EXPECT_EQ(r.events(), 5u);
-  ASSERT_EQ(r.warnings().size(), 1u);
-  EXPECT_NE(r.warnings()[0].text().find("added 5 rows that the process writing it had queued in"), std::string::npos)
-      << r.warnings()[0].text();
+  });
+  std::string const said = sole_warning_after_reading(tmp.path(), 5);
+  EXPECT_NE(said.find("added 5 rows that the process writing it had queued in"), std::string::npos) << said;
 }
 
 TEST(LogReader, SaysAWriterDiedEvenWhenItsJournalHeldNothingNew) {
   gpumem::test::temp_file tmp;
-  pid_t const child = ::fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {  // queues 3 rows, lets its helper format them all, and dies
+  write_and_die([&] {  // 3 rows queued, all formatted by the helper before the end
     auto* log = new gpumem::csv_log_writer{tmp.path()};
     auto* journal = new gpumem::row_journal{*log};
     for (int i = 0; i < 3; ++i) {
@@ -267,19 +282,10 @@ TEST(LogReader, SaysAWriterDiedEvenWhenItsJournalHeldNothingNew) {
       (void)journal->push(row, start, start + 10);
     }
     for (int i = 0; i < 5000 && journal->rows_formatted() < 3; ++i) ::usleep(1000);
-    ::kill(::getpid(), SIGKILL);
-  }
-  int status = 0;
-  ASSERT_EQ(::waitpid(child, &status, 0), child);
-  log_reader r{tmp.path()};
-  ASSERT_TRUE(r.readable());
-  log_event ev;
-  while (r.next(ev)) {}
-  EXPECT_EQ(r.events(), 3u);
-  ASSERT_EQ(r.warnings().size(), 1u);
-  EXPECT_NE(r.warnings()[0].text().find("died without exiting; every row it had queued was in the log already"),
-            std::string::npos)
-      << r.warnings()[0].text();
+  });
+  std::string const said = sole_warning_after_reading(tmp.path(), 3);
+  EXPECT_NE(said.find("died without exiting; every row it had queued was in the log already"), std::string::npos)
+      << said;
 }
 
 TEST(LogReader, ParsesAndFormatsTimeOfDay) {
