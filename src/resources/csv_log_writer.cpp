@@ -215,8 +215,7 @@ struct log_fault_guard {
         void* const r = ::mmap(p, page, PROT_READ | PROT_WRITE, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (w != nullptr) {
           w->overlays_made_.fetch_add(1);  // even if it failed: a repair then merely remaps once more
-          w->helper_wake_.fetch_add(1, std::memory_order_release);
-          detail::futex_wake(&w->helper_wake_);
+          w->wake_helper();                // an atomic add and a futex wake: async-signal-safe
         }
         if (r != p) break;  // cannot repair: treat as not ours
         at_repair_point(csv_log_writer::repair_point::fault_overlaid);

@@ -161,12 +161,10 @@ void refine_rate(std::uint64_t now) noexcept {
 #endif
 }
 
-// Per thread: the wall clock at a known tick count. `life` starts at 0, so the
-// first row of a thread anchors it.
+// Per thread: the wall clock at a known tick count, re-read once `life` ticks
+// have passed. `life` starts at 0, so the first row of a thread anchors it.
 struct anchor {
-  std::uint64_t ticks = 0;
-  std::int64_t real_ns = 0;
-  std::uint64_t mult = 0;
+  tick_anchor at;
   std::uint64_t life = 0;
 };
 // Out of line: one __tls_get_addr per row in a shared library, not one per use.
@@ -192,11 +190,19 @@ struct anchor {
     std::uint64_t const width = t1 >= t0 ? t1 - t0 : ~std::uint64_t{0} - 1;  // backwards: kept only if alone
     if (width >= best_width) continue;
     best_width = width;
-    a.ticks = t0 + (t1 - t0) / 2;
-    a.real_ns = real;
+    a.at.ticks = t0 + (t1 - t0) / 2;
+    a.at.real_ns = real;
   }
-  a.mult = g_cal.mult.load(std::memory_order_relaxed);
+  a.at.mult = g_cal.mult.load(std::memory_order_relaxed);
   a.life = life;
+}
+
+// The calling thread's anchor, re-read first when its life has passed by `now`.
+tick_anchor const& current_anchor(std::uint64_t now) noexcept {
+  anchor& a = thread_anchor();
+  if (now - a.at.ticks >= a.life) [[unlikely]]
+    reanchor(a);
+  return a.at;
 }
 
 }  // namespace
@@ -213,20 +219,12 @@ row_time to_row_time(tick_anchor const& anchor, std::uint64_t start_ticks, std::
 }
 
 row_time log_row_time(std::uint64_t start_ticks, std::uint64_t end_ticks) noexcept {
-  anchor& a = thread_anchor();
-  if (end_ticks - a.ticks >= a.life) [[unlikely]]
-    reanchor(a);
-  return to_row_time({a.ticks, a.real_ns, a.mult}, start_ticks, static_cast<std::int64_t>(end_ticks - start_ticks));
+  return to_row_time(current_anchor(end_ticks), start_ticks, static_cast<std::int64_t>(end_ticks - start_ticks));
 }
 
 row_time log_row_time(std::uint64_t start_ticks) noexcept { return log_row_time(start_ticks, log_ticks()); }
 
-tick_anchor log_tick_anchor() noexcept {
-  std::uint64_t const now = log_ticks();
-  anchor& a = thread_anchor();
-  if (now - a.ticks >= a.life) reanchor(a);
-  return {a.ticks, a.real_ns, a.mult};
-}
+tick_anchor log_tick_anchor() noexcept { return current_anchor(log_ticks()); }
 
 tick_source log_tick_source() noexcept {
   return static_cast<tick_source>(g_tick_source.load(std::memory_order_relaxed));

@@ -349,27 +349,6 @@ bool row_journal::drain_batch_locked() noexcept {
   return true;
 }
 
-detail::tick_anchor row_journal::publish_anchor() noexcept {
-  file_header* const h = header_;
-  detail::tick_anchor const a = detail::log_tick_anchor();
-  std::uint32_t const current = h->anchor_current.load(std::memory_order_relaxed);
-  auto const& in_use = h->anchors[current & 1U];
-  // Formatters take turns (the helper, callers finding the ring full), each with
-  // its own thread's anchor: keep the journal's while it is as recent, so rows
-  // change anchor (and may step by the anchors' difference, tens of ns) only
-  // when a newer one comes.
-  detail::tick_anchor const kept{in_use.ticks.load(std::memory_order_relaxed),
-                                 in_use.real_ns.load(std::memory_order_relaxed),
-                                 in_use.mult.load(std::memory_order_relaxed)};
-  if (kept.mult != 0 && kept.ticks >= a.ticks) return kept;
-  auto& next = h->anchors[(current + 1) & 1U];
-  next.ticks.store(a.ticks, std::memory_order_relaxed);
-  next.real_ns.store(a.real_ns, std::memory_order_relaxed);
-  next.mult.store(a.mult, std::memory_order_relaxed);
-  h->anchor_current.store(current + 1, std::memory_order_release);
-  return a;
-}
-
 namespace {
 // The anchor in the header (the one its last batch was formatted with).
 detail::tick_anchor header_anchor(row_journal::file_header const& h) noexcept {
@@ -378,6 +357,24 @@ detail::tick_anchor header_anchor(row_journal::file_header const& h) noexcept {
           a.mult.load(std::memory_order_relaxed)};
 }
 }  // namespace
+
+detail::tick_anchor row_journal::publish_anchor() noexcept {
+  file_header* const h = header_;
+  detail::tick_anchor const a = detail::log_tick_anchor();
+  // Formatters take turns (the helper, callers finding the ring full), each with
+  // its own thread's anchor: keep the journal's while it is as recent, so rows
+  // change anchor (and may step by the anchors' difference, tens of ns) only
+  // when a newer one comes.
+  detail::tick_anchor const kept = header_anchor(*h);
+  if (kept.mult != 0 && kept.ticks >= a.ticks) return kept;
+  std::uint32_t const current = h->anchor_current.load(std::memory_order_relaxed);
+  auto& next = h->anchors[(current + 1) & 1U];
+  next.ticks.store(a.ticks, std::memory_order_relaxed);
+  next.real_ns.store(a.real_ns, std::memory_order_relaxed);
+  next.mult.store(a.mult, std::memory_order_relaxed);
+  h->anchor_current.store(current + 1, std::memory_order_release);
+  return a;
+}
 
 void row_journal::drain_until(std::uint64_t until) noexcept {
   pthread_mutex_lock(&drain_mutex_);
