@@ -76,10 +76,6 @@ constexpr std::int64_t truncation_poll_ns = 200'000'000;  // the helper's fstat
 constexpr std::int64_t pause_wait_ns = 20'000'000;        // longest wait on a repair's pause
 constexpr std::size_t reason_max = 120;
 
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23  // Linux 5.14; older kernels answer EINVAL and the helper stops populating
-#endif
-
 std::int64_t coarse_now_ns() noexcept {
   timespec ts{};
   clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
@@ -853,8 +849,9 @@ bool csv_log_writer::populate(std::uint64_t from, std::uint64_t to) noexcept {
       w = windows_[k].load(std::memory_order_acquire);
     }
     // Write-faults the pages in without storing to them: rows already copied
-    // there are kept. EFAULT: past the end of the file (truncated under us).
-    if (::madvise(w + in, n, MADV_POPULATE_WRITE) != 0 && errno != EINTR && errno != EAGAIN) return false;
+    // there are kept. EFAULT: past the end of the file (truncated under us);
+    // EINVAL: a kernel before 5.14, and the helper stops populating.
+    if (::madvise(w + in, n, detail::madv_populate_write) != 0 && errno != EINTR && errno != EAGAIN) return false;
     from += n;
   }
   return true;

@@ -9,11 +9,11 @@
 #include <cerrno>
 #include <cstring>
 
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23  // Linux 5.14; older kernels answer EINVAL
-#endif
-
 namespace gpumem::detail {
+
+#ifdef MADV_POPULATE_WRITE
+static_assert(MADV_POPULATE_WRITE == madv_populate_write);
+#endif
 
 int allocate_file(int fd, std::uint64_t from, std::uint64_t len) noexcept {
   rlimit lim{};
@@ -40,7 +40,7 @@ bool pwrite_all(int fd, char const* data, std::size_t len, std::uint64_t offset)
 }
 
 void populate_for_writing(void* p, std::size_t bytes, populate_with how) noexcept {
-  if (how == populate_with::best && (::madvise(p, bytes, MADV_POPULATE_WRITE) == 0 || errno != EINVAL)) return;
+  if (how == populate_with::best && (::madvise(p, bytes, madv_populate_write) == 0 || errno != EINVAL)) return;
   auto* const word = static_cast<std::atomic<std::uint64_t>*>(p);
   std::size_t const stride = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE)) / sizeof *word;
   for (std::size_t i = 0; i < bytes / sizeof *word; i += stride) word[i].fetch_add(0, std::memory_order_relaxed);

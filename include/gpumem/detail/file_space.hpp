@@ -19,6 +19,10 @@ namespace gpumem::detail {
 /// EINTR). False on an error (errno says which).
 [[nodiscard]] bool pwrite_all(int fd, char const* data, std::size_t len, std::uint64_t offset) noexcept;
 
+/// madvise's MADV_POPULATE_WRITE (Linux 5.14), by number: the build's headers may
+/// predate it, and an older kernel answers EINVAL.
+inline constexpr int madv_populate_write = 23;
+
 /// How populate_for_writing maps the pages: the best way the kernel offers, or
 /// (tests) the fallback for kernels before 5.14.
 enum class populate_with : std::uint8_t { best, stores };
