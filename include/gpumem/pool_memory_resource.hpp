@@ -51,8 +51,10 @@
 // Over an upstream that grows contiguously (vmm_memory_resource: each allocation
 // mapped right after the last), a growth joins the slab it continues (one region of
 // several upstream pieces), free blocks coalesce across the seam, the request counts
-// the free block at the end of the last growth (it grows by what that block lacks),
-// and steps are rounded to the upstream's granularity; release() then also gives
+// the free block at the end of the last growth (it grows by what that block lacks)
+// when that maps fewer granules (else the request starts the new memory, on a
+// granule boundary, and the block stays for smaller requests), and steps are
+// rounded to the upstream's granularity; release() then also gives
 // back the free pieces at the end of a region. If
 // the upstream refuses, it reclaims whatever is waiting, takes every other
 // stream's free memory, returns fully free slabs upstream and retries the request

@@ -241,7 +241,14 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
     // last growth before the peak mapped 14 MiB where 4 MiB served).
     std::size_t const tail = frontier_bytes(e, size);
     std::size_t const step = growth_step(size - tail, preferred - std::min(preferred, tail));
-    if (step != 0) {
+    // Joining that block pays only when it saves a granule. Otherwise the request
+    // starts on a granule boundary of the new memory and the block stays free for
+    // smaller requests (measured on a PyTorch MLP's log: 16 MiB requests joined to a
+    // few KiB each straddled one granule more, and the pool peaked at 1.024x its live
+    // memory instead of 1.005x).
+    if (std::size_t const alone = tail != 0 ? growth_step(size, preferred) : 0; alone != 0 && alone == step) {
+      if (char* p = grow_and_serve_at_start(e, alone, size)) return p;
+    } else if (step != 0) {
       if (char* p = grow_and_serve(e, step, size)) return p;
     }
     std::size_t const modest = growth_step(size - tail, min_growth);
@@ -323,6 +330,23 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
     std::lock_guard lock{to};
     to.list.add({g.ptr, g.bytes, g.region});  // into the tree: it coalesces with the tail now
     return to.list.take_best_fit(size).ptr;
+  }
+
+  /// Grows by `bytes` (at least `size`) and serves `size` from the start of the new
+  /// memory, the rest filed as grow_and_serve does; the free block at the frontier
+  /// stays where it is. nullptr if the upstream is out of memory.
+  /// Caller holds growth_mutex().
+  char* grow_and_serve_at_start(entry* e, std::size_t bytes, std::size_t size) {
+    GPUMEM_ASSERT(bytes >= size, "a growth served at its start must hold the request");
+    auto const g = grow_joined(bytes);
+    if (!g) return nullptr;
+    frontier = g.ptr + g.bytes;
+    if (g.bytes > size) {
+      entry& to = e != nullptr ? *e : lists().clean();
+      std::lock_guard lock{to};
+      to.list.add({g.ptr + size, g.bytes - size, g.region});
+    }
+    return g.ptr;
   }
 
   // Lock order: growth_mutex() first (stream_ordered_memory_resource.hpp). allocate

@@ -123,11 +123,11 @@ TEST(PoolContiguousGrowth, SynchronousRequestsContinueTheCleanTail) {
   scoped_synchronous_call sync;
   void* a = pool.allocate(3 * MiB);
   EXPECT_EQ(pool.pool_size(), 4 * MiB);
-  // 1 MiB left clean at the end: 2 MiB more serve the next 2 MiB right after `a`.
-  void* b = pool.allocate(2 * MiB);
+  // 1 MiB left clean at the end: 2 MiB more serve the next 3 MiB right after `a`.
+  void* b = pool.allocate(3 * MiB);
   EXPECT_EQ(as_char(b), as_char(a) + 3 * MiB);
   EXPECT_EQ(pool.pool_size(), 6 * MiB);
-  pool.deallocate(b, 2 * MiB);
+  pool.deallocate(b, 3 * MiB);
   pool.deallocate(a, 3 * MiB);
 }
 
@@ -263,5 +263,49 @@ TEST(PoolContiguousGrowth, EightThreadsAndReleasesNeverShareABlock) {
   RecordProperty("released_while_running", std::to_string(released));
 }
 
+// The free block at the end joins a growth only when that maps fewer granules: a
+// 4 MiB request behind 1 MiB free would span three granules from there, and two from
+// the new memory's start, where it goes; the 1 MiB stays free for smaller requests.
+TEST(PoolContiguousGrowth, ATailThatSavesNoGranuleStaysForSmallerRequests) {
+  test::arena_test_resource arena{256 * MiB};
+  arena.contiguous(2 * MiB);
+  pool_memory_resource pool{&arena, opts(0)};
+  void* a = pool.allocate(3 * MiB);  // 4 MiB mapped, 1 MiB free at the end
+  void* b = pool.allocate(4 * MiB);
+  EXPECT_EQ(as_char(b), as_char(a) + 4 * MiB);  // on a granule boundary
+  EXPECT_EQ(pool.pool_size(), 8 * MiB);
+  EXPECT_EQ(sizes_of(arena.allocations()), (std::vector<std::size_t>{4 * MiB, 4 * MiB}));
+  void* c = pool.allocate(MiB);  // the tail serves it: no growth
+  EXPECT_EQ(as_char(c), as_char(a) + 3 * MiB);
+  EXPECT_EQ(pool.pool_size(), 8 * MiB);
+  pool.deallocate(c, MiB);
+  pool.deallocate(b, 4 * MiB);
+  pool.deallocate(a, 3 * MiB);
+  EXPECT_EQ(pool.info().largest_free_block, 8 * MiB);  // the pieces coalesce across the seam
+  EXPECT_EQ(pool.release(), 8 * MiB);
+  EXPECT_EQ(arena.bad_frees(), 0U);
+}
+
+// The same for a stream-ordered request and for one whose growth leaves memory over:
+// the rest of the new memory is free after the request, the old tail before it.
+TEST(PoolContiguousGrowth, TheRestOfAGrowthServedAtItsStartStaysFree) {
+  test::arena_test_resource arena{256 * MiB};
+  arena.contiguous(2 * MiB);
+  pool_memory_resource pool{&arena, opts(0)};
+  void* a = pool.allocate(MiB + 512 * 1024, stream_ref{});  // 2 MiB mapped, 512 KiB free
+  void* b = pool.allocate(3 * MiB, stream_ref{});           // 4 MiB either way: from the new start
+  EXPECT_EQ(as_char(b), as_char(a) + 2 * MiB);
+  EXPECT_EQ(pool.pool_size(), 6 * MiB);
+  auto const i = pool.info();
+  EXPECT_EQ(i.free_bytes, 512 * 1024 + MiB);
+  EXPECT_EQ(i.largest_free_block, MiB);
+  void* c = pool.allocate(MiB, stream_ref{});  // the rest of the growth, after b
+  EXPECT_EQ(as_char(c), as_char(b) + 3 * MiB);
+  EXPECT_EQ(pool.pool_size(), 6 * MiB);
+  pool.deallocate(c, MiB, stream_ref{});
+  pool.deallocate(b, 3 * MiB, stream_ref{});
+  pool.deallocate(a, MiB + 512 * 1024, stream_ref{});
+  EXPECT_EQ(pool.info().largest_free_block, 6 * MiB);
+}
 }  // namespace
 }  // namespace gpumem
