@@ -44,8 +44,11 @@
 // When memory runs short (see grow_and_take in the .cpp): a miss first reclaims if
 // the memory waiting for reclamation is at least the request and 1/32 of the pool
 // within 8..512 MiB (so a tight loop makes a barrier only every few dozen frees, and
-// pending memory never drives growth), or at least the request in 4096 or more
-// pending blocks (so small frees are reused within a few thousand); else it grows
+// pending memory never drives growth; the share and the floor shrink with the
+// device's non-blocking streams, down to 1/1056 and 2 MiB with none, where a
+// barrier is one driver call: stream_ordered_memory_resource::reclaim_threshold),
+// or at least the request in 4096 or more pending blocks (so small frees are reused
+// within a few thousand); else it grows
 // by max(request, min_growth, min(1/64 of the pool, 32 MiB)) within maximum_size:
 // sized to the request, so the pool stays within a few percent of what is live.
 // Over an upstream that grows contiguously (vmm_memory_resource: each allocation

@@ -269,6 +269,33 @@ TEST_F(Reclamation, ManySmallSynchronousFreesReclaimByCount) {
   EXPECT_LE(most_waiting, 4096 * 256);
   EXPECT_LE(pool.pool_size(), 2 * MiB);  // one slab: everything cycles through it
 }
+
+// How much freed memory waits before a barrier follows what a barrier costs: with no
+// non-blocking stream (a barrier is one event record) a 256 MiB pool reclaims once
+// 2 MiB wait; with 16 of them (each a query and a wait, more with work queued)
+// once 1/32 of the pool, 8 MiB, waits.
+TEST_F(Reclamation, MemoryWaitingForABarrierFollowsTheBarriersCost) {
+  auto cycle = [&](std::size_t& most_waiting) {
+    pool_memory_resource pool{&cuda_, pool_options{256 * MiB, {}, 2 * MiB}};
+    auto const before = barriers();
+    most_waiting = 0;
+    for (int i = 0; i < 64; ++i) {
+      sync_free(pool, sync_alloc(pool, 512 * KiB), 512 * KiB);
+      most_waiting = std::max(most_waiting, pool.pending_bytes());
+    }
+    return barriers() - before;
+  };
+  std::size_t cheap_waiting = 0;
+  auto const cheap = cycle(cheap_waiting);  // 32 MiB freed, 2 MiB at a time
+  EXPECT_LE(cheap_waiting, 2 * MiB);
+  EXPECT_GE(cheap, 15U);
+  for (int i = 0; i < 16; ++i) make();
+  std::size_t dear_waiting = 0;
+  auto const dear = cycle(dear_waiting);  // 8 MiB at a time
+  EXPECT_GT(dear_waiting, 4 * MiB);
+  EXPECT_LE(dear_waiting, 8 * MiB);
+  EXPECT_LE(dear, 4U);
+}
 // so memory it freed in stream order must not become "clean" through one.
 TEST_F(Reclamation, AnUnregisteredStreamsFreesAreNeverMadeCleanByABarrier) {
   CUstream unknown = make(/*track=*/false);

@@ -55,6 +55,7 @@ class stream_ordered_memory_resource {
   /// at the first growth.
   stream_ordered_memory_resource(device_memory_resource* upstream, char const* resource, int device = -1)
       : upstream_{upstream}, device_{device} {
+    if (device_ >= 0) tracker_.store(&stream_tracker::of(device_), std::memory_order_release);
     if (upstream_ == nullptr) throw logic_error{std::string{"gpumem: "} + resource + " needs an upstream resource"};
   }
   /// Every region goes back upstream, in use or not: the resource owns them.
@@ -145,18 +146,37 @@ class stream_ordered_memory_resource {
   static constexpr std::size_t reclaim_floor = std::size_t{8} << 20;
 
   /// Waiting memory worth a barrier for a request of `size`: at least the request,
-  /// and 1/32 of what the resource holds within `floor`..512 MiB. Barriers stay rare
-  /// (each costs the host a query and a wait per non-blocking stream, two calls
-  /// more for each with work queued, and PyTorch makes 32 streams: 10-50 us on an
-  /// H100), and memory waiting for one never makes the resource grow by more than
-  /// 1/32. Measured on an H100 with the pool: against 2..8 MiB, 8..32 MiB took a
-  /// PyTorch MLP from 1319 barriers to 480; against 8..32 MiB, 8..512 MiB took a
-  /// transformer with varying shapes from 7374 to 3090 with 0.3% more peak reserved
+  /// and a share of what the resource holds within a floor..512 MiB, the share and
+  /// the floor sized to what a barrier costs. For k non-blocking streams a barrier
+  /// makes k queries and up to 2k + 1 other driver calls (PyTorch makes 32 streams:
+  /// 10-50 us on an H100): from 16 streams on the share is 1/32 and the floor
+  /// `floor`; with none (one event record) the share is 1/1056 and the floor
+  /// floor/33, but at least min(floor, 2 MiB) (with the pool's 4096-block rule, a
+  /// barrier per 4096 small frees at most); in proportion between. So barriers stay
+  /// rare where they cost, and memory waiting for one makes the resource grow by at
+  /// most 1/32 of it (by 1/1056 or 2 MiB where a barrier is one driver call).
+  /// Measured on an H100 with the pool: against 2..8 MiB, 8..32 MiB took a PyTorch
+  /// MLP from 1319 barriers to 480; against 8..32 MiB, 8..512 MiB took a transformer
+  /// with varying shapes (32 streams) from 7374 to 3090 with 0.3% more peak reserved
   /// memory (35.4 GiB).
   [[nodiscard]] std::size_t reclaim_threshold(std::size_t size, std::size_t floor = reclaim_floor) const noexcept {
     constexpr std::size_t divisor = 32;
+    constexpr std::size_t full_cost = 33;  // driver calls of a barrier joining 16 busy streams
+    constexpr std::size_t least_floor = std::size_t{2} << 20;
     constexpr std::size_t cap = std::size_t{512} << 20;
-    return std::max(size, std::clamp(reserved_bytes() / divisor, floor, cap));
+    std::size_t const cost = barrier_cost(full_cost);
+    std::size_t const share = reserved_bytes() / (divisor * full_cost) * cost;
+    std::size_t const low = std::max(floor / full_cost * cost, std::min(floor, least_floor));
+    return std::max(size, std::clamp(share, low, cap));
+  }
+
+  /// Driver calls a barrier would make now, at most `most`: 2k + 1 for the device's
+  /// k non-blocking streams (as if each had work queued); `most` before the first
+  /// growth (no device yet).
+  [[nodiscard]] std::size_t barrier_cost(std::size_t most) const noexcept {
+    auto const* t = tracker_.load(std::memory_order_acquire);
+    if (t == nullptr) return most;
+    return std::min(2 * t->non_blocking_stream_count() + 1, most);
   }
 
   /// Memory a barrier would make usable: pending frees, and for a synchronous
@@ -294,8 +314,11 @@ class stream_ordered_memory_resource {
   /// upstream is out of memory; if `record` throws, the memory goes back first.
   template <class R, class Record>
   R from_upstream(std::size_t bytes, Record&& record) {
-    if (device_ < 0) device_ = current_device();  // the memory's device, for reclamation
-    end_borrows();                                // the upstream may be a resource too
+    if (device_ < 0) {
+      device_ = current_device();  // the memory's device, for reclamation
+      if (device_ >= 0) tracker_.store(&stream_tracker::of(device_), std::memory_order_release);
+    }
+    end_borrows();  // the upstream may be a resource too
     void* raw = nullptr;
     {
       scoped_synchronous_call sync;
@@ -314,7 +337,8 @@ class stream_ordered_memory_resource {
   }
 
   device_memory_resource* const upstream_;
-  int device_;                               ///< guarded by growth_mutex_; -1 until the first growth resolves it
+  int device_;  ///< guarded by growth_mutex_; -1 until the first growth resolves it
+  std::atomic<stream_tracker const*> tracker_{nullptr};  ///< device_'s, once known: read without the lock
   std::mutex growth_mutex_;                  ///< serialises growth, reclamation, release and info; outermost lock
   static constexpr int max_last_looks = 16;  ///< while moves keep interfering
   std::atomic<std::size_t> reclaims_{0};
