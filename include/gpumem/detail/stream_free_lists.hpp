@@ -386,14 +386,24 @@ class stream_free_lists {
   bool reclaim(stream_tracker& tracker, OnClean&& on_clean) {
     [[maybe_unused]] reclaim_scope const scope{*this};
     if (stream_tracker::capture_active()) return false;  // the barrier would refuse
+    // The working vectors are kept from one reclaim to the next (reclaims never
+    // overlap): a reclaim allocates no host memory once they have grown.
+    auto& pending = scratch_.pending;
+    auto& entries = scratch_.entries;
+    auto& lists = scratch_.lists;
+    scratch_clearer const clear_at_exit{scratch_};
     // 1. Take everything that may have been touched by work submitted so far.
-    std::vector<block_type> pending;
+    // A shard or the foreign batches read as empty without their lock are skipped:
+    // whatever was filed there before this call in any order the program can
+    // observe (its free returned, then the program asked for memory) is seen by
+    // these loads; anything later waits for the next reclaim, as it would anyway.
     std::size_t pending_taken = 0;
     for (auto& sh : pending_shards_) {
+      if (sh.blocks_n.load(std::memory_order_relaxed) == 0) continue;
       std::lock_guard lock{sh.mutex};
       if (sh.blocks.empty()) continue;
       if (pending.empty()) {
-        pending.swap(sh.blocks);
+        pending.swap(sh.blocks);  // the shard gets the kept vector's capacity
       } else {
         try {
           pending.insert(pending.end(), sh.blocks.begin(), sh.blocks.end());
@@ -405,13 +415,11 @@ class stream_free_lists {
       pending_taken += sh.bytes.load(std::memory_order_relaxed);
       sh.clear_counts();
     }
-    std::vector<entry_ptr> entries;
     {
       std::shared_lock lock{table_mutex_};
       entries.reserve(table_.size());
       for (auto const& [key, e] : table_) entries.push_back(e);
     }
-    std::vector<std::pair<entry_ptr, List>> lists;
     lists.reserve(entries.size());
     for (auto const& e : entries) {
       // covers() under the entry's lock: a thread destroying the stream takes this
@@ -426,7 +434,7 @@ class stream_free_lists {
       e->list = List{};
     }
     std::vector<foreign_batch> batches;
-    {
+    if (foreign_count_.load(std::memory_order_relaxed) != 0) {
       std::lock_guard flock{foreign_mutex_};
       batches.swap(foreign_);
       foreign_count_.store(0, std::memory_order_relaxed);
@@ -935,6 +943,22 @@ class stream_free_lists {
   std::atomic<std::size_t> foreign_count_{0};  // foreign_.size(), read without the lock
   List quarantine_;                            // guarded by foreign_mutex_
   std::array<pending_shard, pending_shard_count> pending_shards_{};
+  /// reclaim()'s working vectors, empty between reclaims (their capacity kept).
+  struct reclaim_scratch {
+    std::vector<block_type> pending;
+    std::vector<entry_ptr> entries;
+    std::vector<std::pair<entry_ptr, List>> lists;
+  };
+  /// Empties them however reclaim() returns: no entry outlives it here.
+  struct scratch_clearer {
+    reclaim_scratch& s;
+    ~scratch_clearer() {
+      s.pending.clear();
+      s.entries.clear();
+      s.lists.clear();
+    }
+  };
+  reclaim_scratch scratch_;                       ///< used only by reclaim(), which never overlaps itself
   std::atomic<std::uint64_t> moves_started_{0};   ///< move_scope; see moves()
   std::atomic<std::uint64_t> moves_finished_{0};  ///< move_scope; see moves()
 #ifndef NDEBUG
