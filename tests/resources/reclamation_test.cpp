@@ -296,6 +296,8 @@ TEST_F(Reclamation, MemoryWaitingForABarrierFollowsTheBarriersCost) {
   EXPECT_LE(dear_waiting, 8 * MiB);
   EXPECT_LE(dear, 4U);
 }
+
+// A barrier does not order a non-blocking stream the tracker was never told about,
 // so memory it freed in stream order must not become "clean" through one.
 TEST_F(Reclamation, AnUnregisteredStreamsFreesAreNeverMadeCleanByABarrier) {
   CUstream unknown = make(/*track=*/false);
