@@ -332,7 +332,8 @@ struct fixed_size_memory_resource::impl : detail::stream_ordered_memory_resource
   /// growing a chunk is what the miss does instead, and the waiting blocks serve
   /// only this block size, so with the pool's floor every bin of a binning resource
   /// could hold 8 MiB waiting. A barrier still reclaims at least a chunk's worth (or
-  /// 8 MiB).
+  /// 8 MiB; where barriers are cheap, without non-blocking streams, 2 MiB if that is
+  /// less).
   [[nodiscard]] std::size_t miss_reclaim_threshold() const noexcept {
     return reclaim_threshold(block_size, std::min(blocks_per_chunk * block_size, reclaim_floor));
   }
