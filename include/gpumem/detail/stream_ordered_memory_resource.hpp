@@ -54,8 +54,7 @@ class stream_ordered_memory_resource {
   /// streams a reclamation barrier orders; -1: the device of the context current
   /// at the first growth.
   stream_ordered_memory_resource(device_memory_resource* upstream, char const* resource, int device = -1)
-      : upstream_{upstream}, device_{device} {
-    if (device_ >= 0) tracker_.store(&stream_tracker::of(device_), std::memory_order_release);
+      : upstream_{upstream}, tracker_{device >= 0 ? &stream_tracker::of(device) : nullptr} {
     if (upstream_ == nullptr) throw logic_error{std::string{"gpumem: "} + resource + " needs an upstream resource"};
   }
   /// Every region goes back upstream, in use or not: the resource owns them.
@@ -132,8 +131,9 @@ class stream_ordered_memory_resource {
   /// `on_clean(List&)` runs with the reclaimed memory in the clean list, still locked.
   template <class OnClean>
   bool reclaim(OnClean&& on_clean) {
-    if (device_ < 0) return false;  // never grew: nothing can be waiting
-    bool const done = lists_.reclaim(stream_tracker::of(device_), std::forward<OnClean>(on_clean));
+    auto* const tracker = tracker_.load(std::memory_order_relaxed);
+    if (tracker == nullptr) return false;  // never grew: nothing can be waiting
+    bool const done = lists_.reclaim(*tracker, std::forward<OnClean>(on_clean));
     if (done) reclaims_.fetch_add(1, std::memory_order_relaxed);
     return done;
   }
@@ -314,9 +314,11 @@ class stream_ordered_memory_resource {
   /// upstream is out of memory; if `record` throws, the memory goes back first.
   template <class R, class Record>
   R from_upstream(std::size_t bytes, Record&& record) {
-    if (device_ < 0) {
-      device_ = current_device();  // the memory's device, for reclamation
-      if (device_ >= 0) tracker_.store(&stream_tracker::of(device_), std::memory_order_release);
+    if (tracker_.load(std::memory_order_relaxed) == nullptr) {
+      // The memory's device, whose streams a reclamation orders.
+      if (int const device = current_device(); device >= 0) {
+        tracker_.store(&stream_tracker::of(device), std::memory_order_release);
+      }
     }
     end_borrows();  // the upstream may be a resource too
     void* raw = nullptr;
@@ -337,8 +339,9 @@ class stream_ordered_memory_resource {
   }
 
   device_memory_resource* const upstream_;
-  int device_;  ///< guarded by growth_mutex_; -1 until the first growth resolves it
-  std::atomic<stream_tracker const*> tracker_{nullptr};  ///< device_'s, once known: read without the lock
+  /// The stream tracker of the memory's device; null until the first growth
+  /// resolves it. Written under growth_mutex_, read without it (barrier_cost).
+  std::atomic<stream_tracker*> tracker_;
   std::mutex growth_mutex_;                  ///< serialises growth, reclamation, release and info; outermost lock
   static constexpr int max_last_looks = 16;  ///< while moves keep interfering
   std::atomic<std::size_t> reclaims_{0};
