@@ -237,7 +237,7 @@ struct fixed_size_memory_resource::impl : detail::stream_ordered_memory_resource
     if (e != nullptr && lists().gather_spares_into(*e, block_size)) {
       if (char* p = retry()) return p;
     }
-    if (waiting_bytes(e == nullptr) >= miss_reclaim_threshold() && reclaim()) {
+    if (worth_a_barrier(waiting_bytes(e == nullptr), block_size, miss_reclaim_floor()) && reclaim()) {
       if (char* p = retry()) return p;
     }
     // A whole chunk, else a single block. Threads on the same stream take from the
@@ -326,16 +326,16 @@ struct fixed_size_memory_resource::impl : detail::stream_ordered_memory_resource
   std::size_t const block_size;
   std::size_t const blocks_per_chunk;
 
-  /// Memory waiting for reclamation worth a barrier on a miss (else the miss grows):
-  /// the shared rule (stream_ordered_memory_resource::reclaim_threshold) with
-  /// another floor. The pool's is 8 MiB; here it is one chunk if that is less:
+  /// The floor of the memory waiting for reclamation worth a barrier on a miss (else
+  /// the miss grows; the shared rule, stream_ordered_memory_resource::reclaim_threshold).
+  /// The pool's is 8 MiB; here it is one chunk if that is less:
   /// growing a chunk is what the miss does instead, and the waiting blocks serve
   /// only this block size, so with the pool's floor every bin of a binning resource
   /// could hold 8 MiB waiting. A barrier still reclaims at least a chunk's worth (or
   /// 8 MiB; where barriers are cheap, without non-blocking streams, 2 MiB if that is
   /// less).
-  [[nodiscard]] std::size_t miss_reclaim_threshold() const noexcept {
-    return reclaim_threshold(block_size, std::min(blocks_per_chunk * block_size, reclaim_floor));
+  [[nodiscard]] std::size_t miss_reclaim_floor() const noexcept {
+    return std::min(blocks_per_chunk * block_size, reclaim_floor);
   }
 };
 

@@ -187,7 +187,7 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
   /// streams' lists) are worth a barrier for a request of `size`: the shared
   /// threshold, or many small blocks waiting.
   [[nodiscard]] bool worth_reclaiming(std::size_t waiting, std::size_t size) const noexcept {
-    return waiting >= reclaim_threshold(size) || (waiting >= size && lists().pending_blocks() >= reclaim_block_count);
+    return worth_a_barrier(waiting, size) || (waiting >= size && lists().pending_blocks() >= reclaim_block_count);
   }
 
   /// A synchronous request while freed memory waits: an exact fit if the clean list

@@ -144,6 +144,8 @@ class stream_ordered_memory_resource {
   /// Below this much waiting memory a miss grows rather than reclaims (unless the
   /// resource chooses a lower floor).
   static constexpr std::size_t reclaim_floor = std::size_t{8} << 20;
+  /// The least the floor shrinks to where barriers are cheap (reclaim_threshold).
+  static constexpr std::size_t least_reclaim_floor = std::size_t{2} << 20;
 
   /// Waiting memory worth a barrier for a request of `size`: at least the request,
   /// and a share of what the resource holds within a floor..512 MiB, the share and
@@ -151,10 +153,11 @@ class stream_ordered_memory_resource {
   /// makes k queries and up to 2k + 1 other driver calls (PyTorch makes 32 streams:
   /// 10-50 us on an H100): from 16 streams on the share is 1/32 and the floor
   /// `floor`; with none (one event record) the share is 1/1056 and the floor
-  /// floor/33, but at least min(floor, 2 MiB) (with the pool's 4096-block rule, a
-  /// barrier per 4096 small frees at most); in proportion between. So barriers stay
-  /// rare where they cost, and memory waiting for one makes the resource grow by at
-  /// most 1/32 of it (by 1/1056 or 2 MiB where a barrier is one driver call).
+  /// floor/33, but at least min(floor, least_reclaim_floor) (2 MiB; with the pool's
+  /// 4096-block rule, a barrier per 4096 small frees at most); in proportion
+  /// between. So barriers stay rare where they cost, and memory waiting for one
+  /// makes the resource grow by at most 1/32 of it (by 1/1056 or 2 MiB where a
+  /// barrier is one driver call).
   /// Measured on an H100 with the pool: against 2..8 MiB, 8..32 MiB took a PyTorch
   /// MLP from 1319 barriers to 480; against 8..32 MiB, 8..512 MiB took a transformer
   /// with varying shapes (32 streams) from 7374 to 3090 with 0.3% more peak reserved
@@ -162,12 +165,20 @@ class stream_ordered_memory_resource {
   [[nodiscard]] std::size_t reclaim_threshold(std::size_t size, std::size_t floor = reclaim_floor) const noexcept {
     constexpr std::size_t divisor = 32;
     constexpr std::size_t full_cost = 33;  // driver calls of a barrier joining 16 busy streams
-    constexpr std::size_t least_floor = std::size_t{2} << 20;
     constexpr std::size_t cap = std::size_t{512} << 20;
     std::size_t const cost = barrier_cost(full_cost);
     std::size_t const share = reserved_bytes() / (divisor * full_cost) * cost;
-    std::size_t const low = std::max(floor / full_cost * cost, std::min(floor, least_floor));
+    std::size_t const low = std::max(floor / full_cost * cost, std::min(floor, least_reclaim_floor));
     return std::max(size, std::clamp(share, low, cap));
+  }
+
+  /// Whether `waiting` bytes reach reclaim_threshold(size, floor). Below the least
+  /// that threshold can be, the answer needs no stream count: a synchronous
+  /// allocation asks on every call.
+  [[nodiscard]] bool worth_a_barrier(std::size_t waiting, std::size_t size,
+                                     std::size_t floor = reclaim_floor) const noexcept {
+    if (waiting < std::max(size, std::min(floor, least_reclaim_floor))) return false;
+    return waiting >= reclaim_threshold(size, floor);
   }
 
   /// Driver calls a barrier would make now, at most `most`: 2k + 1 for the device's
