@@ -35,7 +35,11 @@ namespace gpumem::test {
   X(cuCtxDisablePeerAccess) X(cuMemcpyPeer) X(cuMemcpyPeerAsync) X(cuMemcpy)                    \
   X(cuMemGetAllocationGranularity) X(cuMemAddressReserve) X(cuMemAddressFree) X(cuMemCreate)    \
   X(cuMemRelease) X(cuMemMap) X(cuMemUnmap) X(cuMemSetAccess) X(cuMemGetAccess)                 \
-  X(cuMemGetAllocationPropertiesFromHandle) X(cuMemRetainAllocationHandle)
+  X(cuMemGetAllocationPropertiesFromHandle) X(cuMemRetainAllocationHandle)                       \
+  X(cuDeviceGetDevResource) X(cuCtxGetDevResource) X(cuGreenCtxGetDevResource)                 \
+  X(cuDevSmResourceSplitByCount) X(cuDevResourceGenerateDesc) X(cuGreenCtxCreate)               \
+  X(cuGreenCtxDestroy) X(cuCtxFromGreenCtx) X(cuGreenCtxGetId) X(cuGreenCtxStreamCreate)        \
+  X(cuStreamGetGreenCtx) X(cuGreenCtxRecordEvent) X(cuGreenCtxWaitEvent)
 // clang-format on
 
 #define SIMTEST_STR2(x) #x

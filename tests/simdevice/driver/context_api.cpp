@@ -1,4 +1,5 @@
 // Initialisation, devices, primary contexts, contexts made by cuCtxCreate, peer access.
+// Green contexts: green_context_api.cpp.
 
 #include "pool.hpp"
 #include "state.hpp"
@@ -141,24 +142,13 @@ CUresult cuDeviceGetUuid_v2(CUuuid* uuid, CUdevice dev) {
   return CUDA_SUCCESS;
 }
 
-CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
-  SIM_ENTRY("cuDevicePrimaryCtxRetain");
-  SIM_REQUIRE_INIT();
-  if (pctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
-  context& c = device_at(dev)->ctx;
-  std::lock_guard lock(c.mutex);
-  ++c.refcount;
-  *pctx = to_handle(&c);
-  return CUDA_SUCCESS;
-}
-
 namespace {
 
 // What a primary context reset destroys: allocations, streams, events, pools
-// other than the default (whose counters restart).
+// other than the default (whose counters restart). Its green contexts' queued
+// work finishes first; the green contexts themselves stay (guessed).
 void reset_primary(device& d) {
-  run_context(&d.ctx);
+  synchronize_context(&d.ctx);
   reset_context_streams(&d.ctx);
   d.heap->release_all(&d.ctx);
   d.current_pool.store(d.default_pool);
@@ -167,11 +157,17 @@ void reset_primary(device& d) {
 
 }  // namespace
 
-CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
-  SIM_ENTRY("cuDevicePrimaryCtxRelease_v2");
-  SIM_REQUIRE_INIT();
-  if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
-  device& d = *device_at(dev);
+namespace gpumemsim {
+
+context* retain_primary(int ordinal) {
+  context& c = device_at(ordinal)->ctx;
+  std::lock_guard lock(c.mutex);
+  ++c.refcount;
+  return &c;
+}
+
+CUresult release_primary(int ordinal) {
+  device& d = *device_at(ordinal);
   bool last = false;
   {
     std::lock_guard lock(d.ctx.mutex);
@@ -181,6 +177,24 @@ CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
   // The last release destroys the context's resources, as the driver does.
   if (last) reset_primary(d);
   return CUDA_SUCCESS;
+}
+
+}  // namespace gpumemsim
+
+CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
+  SIM_ENTRY("cuDevicePrimaryCtxRetain");
+  SIM_REQUIRE_INIT();
+  if (pctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  *pctx = to_handle(retain_primary(dev));
+  return CUDA_SUCCESS;
+}
+
+CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
+  SIM_ENTRY("cuDevicePrimaryCtxRelease_v2");
+  SIM_REQUIRE_INIT();
+  if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  return release_primary(dev);
 }
 
 CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) {
@@ -281,7 +295,8 @@ CUresult cuCtxDestroy_v2(CUcontext ctx) {
   if (ctx == nullptr) return CUDA_ERROR_INVALID_VALUE;  // guessed
   context* c = context_from_handle(ctx);
   if (c == nullptr) return bad_context(ctx, "cuCtxDestroy_v2");
-  if (c->primary) return CUDA_ERROR_INVALID_CONTEXT;  // guessed: primary contexts are released, not destroyed
+  // Guessed: primary contexts are released, green ones destroyed with cuGreenCtxDestroy.
+  if (c->primary || c->green != nullptr) return CUDA_ERROR_INVALID_CONTEXT;
   // Its work finishes, its streams and events go, its memory is freed.
   run_context(c);
   reset_context_streams(c);
@@ -358,7 +373,7 @@ CUresult cuCtxSynchronize() {
   context* c = nullptr;
   if (CUresult r = require_context(&c); r != CUDA_SUCCESS) return r;
   if (CUresult r = check_context_sync(c); r != CUDA_SUCCESS) return r;
-  run_context(c);
+  synchronize_context(c);
   return CUDA_SUCCESS;
 }
 
@@ -403,6 +418,8 @@ CUresult error_name(CUresult error, const char** str) {
     SIM_ERROR_NAME(CUDA_ERROR_STREAM_CAPTURE_ISOLATION)
     SIM_ERROR_NAME(CUDA_ERROR_STREAM_CAPTURE_IMPLICIT)
     SIM_ERROR_NAME(CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD)
+    SIM_ERROR_NAME(CUDA_ERROR_INVALID_RESOURCE_TYPE)
+    SIM_ERROR_NAME(CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION)
     SIM_ERROR_NAME(CUDA_ERROR_UNKNOWN)
 #undef SIM_ERROR_NAME
     default: *str = nullptr; return CUDA_ERROR_INVALID_VALUE;

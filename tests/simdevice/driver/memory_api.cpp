@@ -104,12 +104,13 @@ void dispose_graph_memory(int dev, std::vector<std::uintptr_t> const& allocation
 
 namespace {
 
-// Allocates on the device of `ctx` and records who owns it.
+// Allocates on the device of `ctx` and records who owns it (a green context's
+// memory belongs to its primary context: guessed).
 CUresult allocate_on(context* ctx, std::size_t bytes, bool managed, mem_pool* pool, std::uintptr_t* out) {
   allocation info;
   info.managed = managed;
   info.pool = pool;
-  info.ctx = ctx;
+  info.ctx = base_context(ctx);
   info.buffer_id = next_buffer_id();
   device* d = device_at(pool != nullptr ? pool->device : ctx->device);
   CUresult r = d->heap->allocate(bytes, info, out);
@@ -126,9 +127,10 @@ CUresult sync_free(CUdeviceptr dptr, char const* entry) {
   auto const p = static_cast<std::uintptr_t>(dptr);
   device* d = device_of(p);
   if (d == nullptr) return report_bad_free(free_status::unknown, p, entry);
-  // A synchronous free waits for all work of the context first, like the driver.
-  run_context(ctx);
-  if (&d->ctx != ctx) run_context(&d->ctx);
+  // A synchronous free waits for all work of the context first, like the driver,
+  // and of the primary context of the pointer's device with its green contexts.
+  synchronize_context(ctx);
+  if (&d->ctx != ctx) synchronize_context(&d->ctx);
   allocation a;
   if (free_status st = d->heap->check_free(p, &a); st != free_status::ok) return report_bad_free(st, p, entry);
   if (free_status st = d->heap->release(p, false); st != free_status::ok) return report_bad_free(st, p, entry);

@@ -60,11 +60,12 @@ counters& all_counters() {
   return *c;
 }
 
-// Contexts made by cuCtxCreate, destroyed ones included (immortal: their handles
-// stay recognisable).
+// Contexts made by cuCtxCreate and green contexts, destroyed ones included
+// (immortal: their handles stay recognisable).
 struct created_contexts {
   std::mutex mutex;
-  std::vector<context*> all;
+  std::vector<context*> all;  ///< green contexts' contexts too
+  std::vector<green_context*> greens;
 };
 created_contexts& created() {
   static auto* c = new created_contexts;
@@ -159,7 +160,57 @@ std::vector<context*> all_contexts() {
   auto& c = created();
   std::lock_guard lock(c.mutex);
   for (context* x : c.all) {
-    if (!x->is_destroyed()) out.push_back(x);
+    if (x->green != nullptr || !x->is_destroyed()) out.push_back(x);
+  }
+  return out;
+}
+
+green_context* create_green_context(int device, unsigned sm_count) {
+  static std::atomic<std::uint64_t> next_id{1};
+  auto* g = new green_context;
+  g->sm_count = sm_count;
+  g->id = next_id.fetch_add(1, std::memory_order_relaxed);
+  g->primary = &device_at(device)->ctx;
+  auto* x = new context;
+  x->device = device;
+  x->primary = false;
+  x->green = g;
+  x->refcount = 1;
+  x->legacy = new_stream(x, stream_kind::legacy, 0, 0);
+  x->recorder = new_stream(x, stream_kind::internal, CU_STREAM_NON_BLOCKING, 0);
+  g->ctx = x;
+  auto& c = created();
+  std::lock_guard lock(c.mutex);
+  c.all.push_back(x);
+  c.greens.push_back(g);
+  return g;
+}
+
+CUresult resolve_green(CUgreenCtx h, char const* entry, green_context** out) noexcept {
+  if (CUresult r = init_status(); r != CUDA_SUCCESS) return r;
+  green_context* found = nullptr;
+  {
+    auto& c = created();
+    std::lock_guard lock(c.mutex);
+    for (green_context* g : c.greens) {
+      if (to_handle(g) == h) found = g;
+    }
+  }
+  if (found == nullptr) return CUDA_ERROR_INVALID_CONTEXT;  // guessed
+  if (found->ctx->is_destroyed()) {
+    violation("use of destroyed green context %p (%s)", static_cast<void*>(h), entry);
+    return CUDA_ERROR_CONTEXT_IS_DESTROYED;
+  }
+  *out = found;
+  return CUDA_SUCCESS;
+}
+
+std::vector<context*> green_contexts_of(context const* primary) {
+  std::vector<context*> out;
+  auto& c = created();
+  std::lock_guard lock(c.mutex);
+  for (green_context* g : c.greens) {
+    if (g->primary == primary) out.push_back(g->ctx);
   }
   return out;
 }

@@ -85,9 +85,17 @@ stream* new_stream(context* ctx, stream_kind kind, unsigned flags, int priority)
   s->kind = kind;
   s->flags = flags;
   s->priority = priority;
-  if (kind != stream_kind::legacy) {
+  if (kind == stream_kind::per_thread || kind == stream_kind::user) {
     std::lock_guard lock(ctx->mutex);
     ctx->streams.push_back(s);
+    // Not yet visible to other threads: no stream lock needed.
+    for (auto const& [other, seq] : ctx->start_waits) {
+      operation w;
+      w.wait_on = other;
+      w.wait_seq = seq;
+      s->queue.push_back(std::move(w));
+      ++s->enqueued;
+    }
   }
   if (kind == stream_kind::user) {
     auto& r = streams_registry();
@@ -135,14 +143,19 @@ CUresult resolve_stream(CUstream h, bool ptsz, char const* entry, stream** out) 
     return CUDA_SUCCESS;
   }
   if (CUresult r = init_status(); r != CUDA_SUCCESS) return r;
-  auto& r = streams_registry();
-  std::lock_guard lock(r.mutex);
-  if (r.live.count(h) != 0) {
-    *out = reinterpret_cast<stream*>(h);
-    return CUDA_SUCCESS;
+  auto* s = reinterpret_cast<stream*>(h);
+  {
+    auto& r = streams_registry();
+    std::lock_guard lock(r.mutex);
+    if (r.live.count(h) == 0) {
+      if (r.dead.count(h) != 0) violation("use of destroyed stream %p (%s)", static_cast<void*>(h), entry);
+      return CUDA_ERROR_INVALID_HANDLE;
+    }
   }
-  if (r.dead.count(h) != 0) violation("use of destroyed stream %p (%s)", static_cast<void*>(h), entry);
-  return CUDA_ERROR_INVALID_HANDLE;
+  // Streams of a created context die with it; a green context's outlive it.
+  if (s->ctx->is_destroyed()) return CUDA_ERROR_CONTEXT_IS_DESTROYED;
+  *out = s;
+  return CUDA_SUCCESS;
 }
 
 CUresult resolve_event(CUevent h, char const* entry, event** out) {
@@ -242,6 +255,43 @@ CUresult enqueue_wait(stream* s, stream* other, std::uint64_t seq) {
   return CUDA_SUCCESS;
 }
 
+CUresult enqueue_wait_context(stream* s, context* ctx) {
+  std::vector<stream*> all = streams_of(ctx);
+  all.push_back(ctx->legacy);
+  std::uint64_t seq = 0;
+  for (stream* other : all) {
+    if (!pending_tail(other, &seq)) continue;
+    if (CUresult r = enqueue_wait(s, other, seq); r != CUDA_SUCCESS) return r;
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult context_wait(context* ctx, stream* other, std::uint64_t seq) {
+  std::vector<stream*> all;
+  {
+    // One critical section with new_stream's: a stream made meanwhile is either
+    // in `all` or starts with the wait.
+    std::lock_guard lock(ctx->mutex);
+    auto& waits = ctx->start_waits;
+    auto it = std::find_if(waits.begin(), waits.end(), [other](auto const& w) { return w.first == other; });
+    if (it == waits.end()) {
+      waits.emplace_back(other, seq);
+    } else {
+      it->second = std::max(it->second, seq);  // a stream's operations complete in order
+    }
+    all = ctx->streams;
+  }
+  all.push_back(ctx->legacy);
+  for (stream* s : all) {
+    {
+      std::lock_guard lock(s->mutex);
+      if (s->destroyed) continue;
+    }
+    if (CUresult r = enqueue_wait(s, other, seq); r != CUDA_SUCCESS) return r;
+  }
+  return CUDA_SUCCESS;
+}
+
 void run_until(stream* s, std::uint64_t target) {
   auto const me = std::this_thread::get_id();
   std::unique_lock lock(s->mutex);
@@ -282,12 +332,19 @@ void run_all(stream* s) {
 void run_context(context* ctx) {
   run_all(ctx->legacy);
   for (stream* s : streams_of(ctx)) run_all(s);
+  if (ctx->recorder != nullptr) run_all(ctx->recorder);
   // Forget destroyed streams whose work is done.
   std::lock_guard lock(ctx->mutex);
   std::erase_if(ctx->streams, [](stream* s) {
     std::lock_guard slock(s->mutex);
     return s->destroyed && s->done == s->enqueued;
   });
+}
+
+void synchronize_context(context* ctx) {
+  run_context(ctx);
+  if (!ctx->primary) return;
+  for (context* g : green_contexts_of(ctx)) run_context(g);
 }
 
 void run_everything() {
@@ -323,9 +380,21 @@ CUresult check_context_sync(context* ctx) {
   std::lock_guard lock(g_capture_mutex);
   bool capturing = false;
   for (capture* c : g_active_captures) {
-    if (c->origin->ctx != ctx) continue;
+    context const* origin = c->origin->ctx;
+    if (origin != ctx && (origin->green == nullptr || origin->green->primary != ctx)) continue;
     capturing = true;
     invalidate(c, "cuCtxSynchronize during capture");
+  }
+  return capturing ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED : CUDA_SUCCESS;
+}
+
+CUresult refuse_context_capture(context* ctx, char const* why) {
+  std::lock_guard lock(g_capture_mutex);
+  bool capturing = false;
+  for (capture* c : g_active_captures) {
+    if (std::none_of(c->members.begin(), c->members.end(), [ctx](stream* m) { return m->ctx == ctx; })) continue;
+    capturing = true;
+    invalidate(c, why);
   }
   return capturing ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED : CUDA_SUCCESS;
 }

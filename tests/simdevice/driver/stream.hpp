@@ -6,7 +6,8 @@
 // needs them (stream/event/context synchronize, a sync free, gpumemsim_run_all).
 // A wait on an event runs the recording stream up to that record first. The
 // legacy stream and blocking streams order against each other through implicit
-// waits inserted when work is enqueued.
+// waits inserted when work is enqueued, within one context (a green context's
+// streams order against its own legacy stream, not the primary context's).
 //
 // Thread safety: each stream has its own mutex; only one thread runs a stream's
 // operations at a time (others wait for it), and no lock is held while an
@@ -26,7 +27,9 @@
 
 namespace gpumemsim {
 
-enum class stream_kind { legacy, per_thread, user };
+/// internal: a green context's recorder (cuGreenCtxRecordEvent); no handle, not
+/// in the context's `streams`, orders against nothing implicitly.
+enum class stream_kind { legacy, per_thread, user, internal };
 
 struct stream;
 struct event;
@@ -55,7 +58,9 @@ struct stream {
   bool destroyed = false;
   std::atomic<capture*> cap{nullptr};  ///< capture this stream takes part in
 
-  bool blocking() const noexcept { return kind != stream_kind::legacy && (flags & CU_STREAM_NON_BLOCKING) == 0; }
+  bool blocking() const noexcept {
+    return (kind == stream_kind::per_thread || kind == stream_kind::user) && (flags & CU_STREAM_NON_BLOCKING) == 0;
+  }
 };
 
 struct event {
@@ -92,10 +97,13 @@ struct capture {
   std::vector<stream*> members;
 };
 
+/// A new stream of `ctx`; a per-thread or user stream starts with the context's
+/// start_waits queued.
 stream* new_stream(context* ctx, stream_kind kind, unsigned flags, int priority);
 
 /// Resolves a stream handle: 0 (legacy, or per-thread when `ptsz`), 0x1, 0x2,
-/// or a created stream; needs a current context for the special handles.
+/// or a created stream; needs a current context for the special handles. A
+/// stream of a destroyed green context: CUDA_ERROR_CONTEXT_IS_DESTROYED (documented).
 CUresult resolve_stream(CUstream h, bool ptsz, char const* entry, stream** out);
 /// Resolves a created event handle.
 CUresult resolve_event(CUevent h, char const* entry, event** out);
@@ -105,11 +113,24 @@ CUresult resolve_event(CUevent h, char const* entry, event** out);
 CUresult enqueue(stream* s, std::function<void()> work, bool* captured = nullptr, std::uint64_t* seq = nullptr);
 /// Queues a dependency of `s` on operation `seq` of `other`.
 CUresult enqueue_wait(stream* s, stream* other, std::uint64_t seq);
+/// Queues on `s` a dependency on everything queued so far on every stream of
+/// `ctx`, its legacy stream included.
+CUresult enqueue_wait_context(stream* s, context* ctx);
+/// Makes all later work of `ctx` wait for operation `seq` of `other`: a dependency
+/// queued on every stream of `ctx` (legacy included), and kept in its start_waits
+/// for streams made later.
+CUresult context_wait(context* ctx, stream* other, std::uint64_t seq);
+/// Records `e` on `s` (cuEventRecord once the handles are checked).
+CUresult record_event(event* e, stream* s);
 
 /// Runs `s` until operation `target` (exclusive) completed.
 void run_until(stream* s, std::uint64_t target);
 void run_all(stream* s);
+/// Runs every stream of `ctx` (a green context's recorder included).
 void run_context(context* ctx);
+/// What cuCtxSynchronize waits for: run_context, and for a primary context also
+/// its green contexts (documented).
+void synchronize_context(context* ctx);
 void run_everything();
 
 /// Capture of `s` (nullptr when none); the caller must not hold `s`'s mutex.
@@ -122,8 +143,13 @@ void invalidate(capture* c, char const* why);
 CUresult check_unsafe_call(char const* entry);
 CUstreamCaptureMode& thread_capture_mode() noexcept;
 /// Synchronizing a context with any capture in progress on it is illegal in
-/// every mode (measured): invalidates those captures.
+/// every mode (measured): invalidates those captures. A primary context's
+/// synchronization covers its green contexts' captures too.
 CUresult check_context_sync(context* ctx);
+/// Refuses a context-wide operation (cuGreenCtxRecordEvent, cuGreenCtxWaitEvent)
+/// while any stream of `ctx` takes part in a capture: invalidates those captures
+/// and returns CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED (documented).
+CUresult refuse_context_capture(context* ctx, char const* why);
 
 /// Destroys the streams of `ctx` and drops their pending work (primary context reset).
 void reset_context_streams(context* ctx);

@@ -4,6 +4,36 @@
 
 using namespace gpumemsim;
 
+namespace gpumemsim {
+
+CUresult record_event(event* e, stream* s) {
+  std::uint64_t generation = 0;
+  {
+    std::lock_guard lock(e->mutex);
+    generation = ++e->generation;
+  }
+  bool captured = false;
+  std::uint64_t seq = 0;
+  CUresult r = enqueue(
+      s,
+      [e, generation] {
+        std::lock_guard lock(e->mutex);
+        if (e->generation == generation) e->when = std::chrono::steady_clock::now();
+      },
+      &captured, &seq);
+  if (r != CUDA_SUCCESS) return r;
+  capture_info const c = captured ? capture_status(s) : capture_info{};
+  std::lock_guard lock(e->mutex);
+  if (e->generation != generation) return CUDA_SUCCESS;  // a later record won the race
+  e->recorded = true;
+  e->on = captured ? nullptr : s;
+  e->seq = seq;
+  e->cap = captured ? c.c : nullptr;
+  return CUDA_SUCCESS;
+}
+
+}  // namespace gpumemsim
+
 namespace {
 
 CUresult create_stream(CUstream* out, unsigned flags, int priority) {
@@ -105,31 +135,11 @@ CUresult event_record(CUevent he, CUstream h, bool ptsz, char const* entry) {
   if (CUresult r = resolve_event(he, entry, &e); r != CUDA_SUCCESS) return r;
   stream* s = nullptr;
   if (CUresult r = resolve_stream(h, ptsz, entry, &s); r != CUDA_SUCCESS) return r;
-  // As CUDA: an event is recorded only on a stream of its own context.
-  if (e->ctx != s->ctx) return CUDA_ERROR_INVALID_HANDLE;
-  std::uint64_t generation = 0;
-  {
-    std::lock_guard lock(e->mutex);
-    generation = ++e->generation;
-  }
-  bool captured = false;
-  std::uint64_t seq = 0;
-  CUresult r = enqueue(
-      s,
-      [e, generation] {
-        std::lock_guard lock(e->mutex);
-        if (e->generation == generation) e->when = std::chrono::steady_clock::now();
-      },
-      &captured, &seq);
-  if (r != CUDA_SUCCESS) return r;
-  capture_info const c = captured ? capture_status(s) : capture_info{};
-  std::lock_guard lock(e->mutex);
-  if (e->generation != generation) return CUDA_SUCCESS;  // a later record won the race
-  e->recorded = true;
-  e->on = captured ? nullptr : s;
-  e->seq = seq;
-  e->cap = captured ? c.c : nullptr;
-  return CUDA_SUCCESS;
+  // As CUDA: an event is recorded only on a stream of its own context. A green
+  // context's streams count as its primary context's (measured on an H100, driver
+  // 580: an event of the primary context records on a green context's stream).
+  if (base_context(e->ctx) != base_context(s->ctx)) return CUDA_ERROR_INVALID_HANDLE;
+  return record_event(e, s);
 }
 
 // Where the event's last record is. Querying a captured event is illegal; any
