@@ -20,17 +20,26 @@
 //      E_L when stream_created() registers it.
 // Step 1 skips a non-blocking stream whose work has all run (cuStreamQuery): it
 // cannot touch a block freed before the barrier any more.
+// Green contexts (cuGreenCtxCreate: a share of the device's SMs that uses the
+// primary context's memory) have streams of their own, their default stream
+// included, that nothing in the primary context orders. A barrier covers each one
+// whole: cuGreenCtxRecordEvent(G, E_G) and L waits on E_G in step 1,
+// cuGreenCtxWaitEvent(G, E_L) in step 3 (all of G's later work, on any of its
+// streams, follows E_L).
 // After barrier() returns true, any block freed (on the host) before the call may
 // be handed to any new owner on any stream at once. Cost, for k non-blocking
-// streams of which b have work queued: k queries, 2b + k + 1 other driver calls,
-// no host wait; on the GPU it joins the streams once, as a device synchronization
-// would (which real cudaFree does on every call).
+// streams of which b have work queued, and g green contexts: k queries,
+// 2b + k + 3g + 1 other driver calls, no host wait; on the GPU it joins the
+// streams once, as a device synchronization would (which real cudaFree does on
+// every call).
 //
 // Soundness depends on knowing every non-blocking stream of the device's primary
-// context: the shim registers each stream from its cuStreamCreate* hooks (the
-// runtime creates streams through them too) and unregisters it from its
-// cuStreamDestroy hooks. A library user who frees with synchronous semantics and
-// runs work on non-blocking streams must register them the same way.
+// context and every green context of the device: the shim registers each stream
+// from its cuStreamCreate* hooks (the runtime creates streams through them too) and
+// each green context from its cuGreenCtxCreate hook, and unregisters them from its
+// cuStreamDestroy and cuGreenCtxDestroy hooks. A library user who frees with
+// synchronous semantics and runs work on non-blocking streams or in green contexts
+// must register them the same way.
 //
 // Captures: while any stream capture is active in the process a barrier is
 // refused (barrier() returns false and changes nothing): recording on a capturing
@@ -39,8 +48,10 @@
 // begin_capture() are serialised against barriers, so none starts mid-barrier.
 //
 // Contexts: a tracker serves the PRIMARY context of its device (the one the pool's
-// memory lives in); barrier() makes it current for the duration if another context
-// is current, and restores the caller's. Streams of other contexts are not tracked.
+// memory lives in) and the green contexts made from it; barrier() makes the primary
+// current for the duration if another context is current, and restores the
+// caller's. Streams of contexts made with cuCtxCreate are not tracked (the shim
+// does not pool memory allocated there).
 //
 // Thread safety: every member is thread-safe. One process-wide mutex serialises
 // barriers, stream registration and capture begins (all rare next to allocations).
@@ -70,8 +81,15 @@ class stream_tracker {
   /// Call before the stream is destroyed: its last work is remembered (one event)
   /// until the next barrier has waited for it. Unknown streams are ignored.
   void stream_destroying(CUstream stream) noexcept;
+  /// Registers a green context just made on this device (cuGreenCtxCreate). One
+  /// made after a barrier is made to wait on that barrier's event: memory reused
+  /// behind it may still be touched by older work.
+  void green_context_created(CUgreenCtx green) noexcept;
+  /// Call before the green context is destroyed: its last work is remembered (one
+  /// event) until the next barrier has waited for it. Unknown ones are ignored.
+  void green_context_destroying(CUgreenCtx green) noexcept;
   /// The primary context was reset (cudaDeviceReset): every stream and event of it
-  /// is gone.
+  /// is gone, and so are the green contexts made from it.
   void context_reset() noexcept;
 
   /// Whether a barrier orders `stream`'s work: the legacy and per-thread default
@@ -94,6 +112,8 @@ class stream_tracker {
   /// The non-blocking ones among them: each costs a barrier a query and a wait,
   /// and two calls more when it has work queued.
   [[nodiscard]] std::size_t non_blocking_stream_count() const noexcept;
+  /// Green contexts registered now: three calls each per barrier.
+  [[nodiscard]] std::size_t green_context_count() const noexcept;
 
   // -- Stream capture, process-wide -------------------------------------------------
   /// Runs `begin` (a cuStreamBeginCapture* call returning CUresult) so that no

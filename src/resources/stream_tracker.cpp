@@ -19,21 +19,40 @@ struct stream_tracker::state {
     bool non_blocking{};
     CUevent event{};  ///< recorded on `stream` by each barrier; created on first need
   };
+  struct green {
+    CUgreenCtx ctx{};
+    CUevent event{};  ///< recorded for `ctx` by each barrier; created on first need
+  };
   CUcontext primary{};
   bool primary_known = false;
   CUevent legacy_event{};  ///< E_L of the last barrier
   bool broken = false;     ///< a stream could not be registered: barriers would be unsound
   std::vector<tracked> streams;
-  std::vector<CUevent> retired;  ///< last events of streams destroyed since the last barrier
+  std::vector<green> greens;     ///< green contexts made from the primary context
+  std::vector<CUevent> retired;  ///< last events of streams and green contexts destroyed since the last barrier
   std::atomic<std::uint64_t> barriers{0};
   std::atomic<std::size_t> stream_count{0};
   std::atomic<std::size_t> non_blocking_count{0};
+  std::atomic<std::size_t> green_count{0};
 
   /// After `streams` changed (caller holds the process-wide mutex).
   void recount() noexcept {
     stream_count.store(streams.size(), std::memory_order_relaxed);
     auto const n = std::count_if(streams.begin(), streams.end(), [](tracked const& t) { return t.non_blocking; });
     non_blocking_count.store(static_cast<std::size_t>(n), std::memory_order_relaxed);
+    green_count.store(greens.size(), std::memory_order_relaxed);
+  }
+
+  /// Keeps `last`, the end of a destroyed stream's or green context's work, for the
+  /// next barrier (caller holds the process-wide mutex).
+  void retire(CUevent last) noexcept {
+    if (last == nullptr) return;
+    try {
+      retired.push_back(last);
+    } catch (...) {
+      detail::destroy_event(last);
+      broken = true;
+    }
   }
 };
 
@@ -127,6 +146,31 @@ void stream_tracker::stream_created(CUstream stream, unsigned flags) noexcept {
   }
 }
 
+namespace {
+
+// A stream of one of the device's green contexts, about to be destroyed: whether a
+// green context's record still sees work of its destroyed streams is not
+// documented, so the stream's own last work is remembered for the next barrier,
+// as for a stream of the primary context. Caller holds the process-wide mutex.
+void green_stream_destroying(stream_tracker::state& s, CUstream stream) noexcept {
+  auto const& d = detail::driver();
+  CUgreenCtx green = nullptr;
+  if (s.greens.empty() || d.cuStreamGetGreenCtx == nullptr || d.cuStreamGetGreenCtx(stream, &green) != CUDA_SUCCESS ||
+      std::none_of(s.greens.begin(), s.greens.end(), [&](auto const& g) { return g.ctx == green; })) {
+    return;
+  }
+  std::optional<detail::scoped_context> ctx;
+  if (s.primary_known) ctx.emplace(s.primary);  // the event's context
+  CUevent last = nullptr;
+  if (!detail::may_be_capturing(stream) && detail::record_event(last, stream) != CUDA_SUCCESS) {
+    detail::destroy_event(last);
+    s.broken = true;
+  }
+  s.retire(last);
+}
+
+}  // namespace
+
 void stream_tracker::stream_destroying(CUstream stream) noexcept {
   if (stream == nullptr || device_ < 0 || state_.load(std::memory_order_acquire) == nullptr) return;
   std::lock_guard lock{tracker_mutex()};
@@ -134,7 +178,10 @@ void stream_tracker::stream_destroying(CUstream stream) noexcept {
   if (s == nullptr) return;
   auto& v = s->streams;
   auto const it = std::find_if(v.begin(), v.end(), [&](state::tracked const& t) { return t.stream == stream; });
-  if (it == v.end()) return;
+  if (it == v.end()) {
+    green_stream_destroying(*s, stream);
+    return;
+  }
   CUevent last = nullptr;
   // The event must belong to the stream's context: the caller may have another
   // device current (a program destroying device 1's stream from device 0).
@@ -147,15 +194,56 @@ void stream_tracker::stream_destroying(CUstream stream) noexcept {
     detail::destroy_event(last);
     s->broken = true;
   }
-  if (last != nullptr) {
-    try {
-      s->retired.push_back(last);
-    } catch (...) {
-      detail::destroy_event(last);
+  s->retire(last);
+  // Destroying an event other streams still wait on is allowed: the waits keep it.
+  detail::destroy_event(it->event);
+  v.erase(it);
+  s->recount();
+}
+
+void stream_tracker::green_context_created(CUgreenCtx green) noexcept {
+  if (green == nullptr || device_ < 0) return;
+  std::lock_guard lock{tracker_mutex()};
+  state* s = ensure_state();
+  if (s == nullptr) return;  // no state, so no barrier can ever be made: safe
+  try {
+    s->greens.push_back({green, nullptr});
+  } catch (...) {
+    s->broken = true;  // an unknown green context would make barriers unsound
+    return;
+  }
+  s->recount();
+  // As for a new non-blocking stream: its work must not overtake work older than
+  // the last barrier on memory reused behind it.
+  if (s->legacy_event != nullptr) {
+    auto const& d = detail::driver();
+    if (d.cuGreenCtxWaitEvent == nullptr || d.cuGreenCtxWaitEvent(green, s->legacy_event) != CUDA_SUCCESS) {
       s->broken = true;
     }
   }
-  // Destroying an event other streams still wait on is allowed: the waits keep it.
+}
+
+void stream_tracker::green_context_destroying(CUgreenCtx green) noexcept {
+  if (green == nullptr || device_ < 0 || state_.load(std::memory_order_acquire) == nullptr) return;
+  std::lock_guard lock{tracker_mutex()};
+  state* const s = state_.load(std::memory_order_acquire);
+  if (s == nullptr) return;
+  auto& v = s->greens;
+  auto const it = std::find_if(v.begin(), v.end(), [&](state::green const& g) { return g.ctx == green; });
+  if (it == v.end()) return;
+  // Its work still runs after the destroy: remember its end for the next barrier.
+  // The driver refuses the record while one of its streams captures; then no
+  // barrier may trust what it knows of this context's work.
+  auto const& d = detail::driver();
+  std::optional<detail::scoped_context> ctx;
+  if (s->primary_known) ctx.emplace(s->primary);  // the event's context
+  CUevent last = nullptr;
+  if (d.cuGreenCtxRecordEvent == nullptr || d.cuEventCreate(&last, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS ||
+      d.cuGreenCtxRecordEvent(green, last) != CUDA_SUCCESS) {
+    detail::destroy_event(last);
+    s->broken = true;
+  }
+  s->retire(last);
   detail::destroy_event(it->event);
   v.erase(it);
   s->recount();
@@ -166,8 +254,10 @@ void stream_tracker::context_reset() noexcept {
   std::lock_guard lock{tracker_mutex()};
   state* const s = state_.load(std::memory_order_acquire);
   if (s == nullptr) return;
-  // The context's streams and events died with it; only the primary handle stays.
+  // The context's streams and events died with it, and the green contexts made
+  // from it; only the primary handle stays.
   s->streams.clear();
+  s->greens.clear();
   s->retired.clear();
   s->legacy_event = nullptr;
   s->broken = false;
@@ -194,6 +284,16 @@ bool stream_tracker::barrier(std::span<CUevent const> also_after) noexcept {
     if (!t.non_blocking || d.cuStreamQuery(t.stream) == CUDA_SUCCESS) continue;
     if (detail::order_after(t.event, t.stream, legacy) != CUDA_SUCCESS) return false;
   }
+  // A green context as a whole: every stream of it, its default stream included.
+  for (auto& g : st->greens) {
+    if (d.cuGreenCtxRecordEvent == nullptr) return false;
+    if (g.event == nullptr && d.cuEventCreate(&g.event, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
+      g.event = nullptr;
+      return false;
+    }
+    if (d.cuGreenCtxRecordEvent(g.ctx, g.event) != CUDA_SUCCESS) return false;
+    if (detail::wait_event(legacy, g.event) != CUDA_SUCCESS) return false;
+  }
   for (CUevent ev : st->retired) {
     if (detail::wait_event(legacy, ev) != CUDA_SUCCESS) return false;
   }
@@ -206,6 +306,11 @@ bool stream_tracker::barrier(std::span<CUevent const> also_after) noexcept {
   //    the legacy stream by themselves).
   for (auto& t : st->streams) {
     if (t.non_blocking && detail::wait_event(t.stream, st->legacy_event) != CUDA_SUCCESS) return false;
+  }
+  for (auto& g : st->greens) {
+    if (d.cuGreenCtxWaitEvent == nullptr || d.cuGreenCtxWaitEvent(g.ctx, st->legacy_event) != CUDA_SUCCESS) {
+      return false;
+    }
   }
   for (CUevent& ev : st->retired) detail::destroy_event(ev);
   st->retired.clear();
@@ -221,6 +326,11 @@ std::uint64_t stream_tracker::barrier_count() const noexcept {
 std::size_t stream_tracker::non_blocking_stream_count() const noexcept {
   auto const* s = state_.load(std::memory_order_acquire);
   return s == nullptr ? 0 : s->non_blocking_count.load(std::memory_order_relaxed);
+}
+
+std::size_t stream_tracker::green_context_count() const noexcept {
+  auto const* s = state_.load(std::memory_order_acquire);
+  return s == nullptr ? 0 : s->green_count.load(std::memory_order_relaxed);
 }
 
 std::size_t stream_tracker::stream_count() const noexcept {

@@ -29,7 +29,7 @@ namespace gpumem::shim {
   X(cuStreamBeginCapture_v2) X(cuStreamBeginCapture_v2_ptsz) X(cuStreamBeginCaptureToGraph)   \
   X(cuStreamBeginCaptureToGraph_ptsz) X(cuStreamEndCapture) X(cuStreamEndCapture_ptsz)        \
   X(cuDevicePrimaryCtxReset) X(cuDevicePrimaryCtxReset_v2) X(cuMemCreate) X(cuMemRelease)      \
-  X(cuMemMap) X(cuMemUnmap)
+  X(cuMemMap) X(cuMemUnmap) X(cuGreenCtxCreate) X(cuGreenCtxDestroy)
 // clang-format on
 
 // Runtime entry points (exported by a shared libcudart).

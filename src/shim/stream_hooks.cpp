@@ -2,8 +2,9 @@
 // device's stream_tracker must know every stream a reclamation barrier orders; the
 // runtime creates its streams through these too), stream destruction (pools drop
 // per-stream state first, the tracker remembers the stream's last work), stream
-// capture (counted, so no barrier or sync ever touches a capture) and primary
-// context reset (the device's chain and streams go).
+// capture (counted, so no barrier or sync ever touches a capture), green contexts
+// (their streams use the pools' memory: a barrier must order all their work) and
+// primary context reset (the device's chain and streams go).
 
 #include "capture_guard.hpp"
 #include "device_chains.hpp"
@@ -138,6 +139,27 @@ GPUMEM_HOOK(CUresult, cuStreamEndCapture, (CUstream s, CUgraph* graph)) {
 }
 GPUMEM_HOOK(CUresult, cuStreamEndCapture_ptsz, (CUstream s, CUgraph* graph)) {
   return end_capture(s, graph, hook_id::h_cuStreamEndCapture_ptsz, true);
+}
+
+GPUMEM_HOOK(CUresult, cuGreenCtxCreate, (CUgreenCtx * green, CUdevResourceDesc desc, CUdevice dev, unsigned flags)) {
+  auto const f = real<CUresult (*)(CUgreenCtx*, CUdevResourceDesc, CUdevice, unsigned)>(hook_id::h_cuGreenCtxCreate);
+  if (f == nullptr) return not_loaded();
+  CUresult const r = f(green, desc, dev, flags);
+  if (r == CUDA_SUCCESS && green != nullptr && active()) {
+    gpumem::stream_tracker::of(static_cast<int>(dev)).green_context_created(*green);
+  }
+  return r;
+}
+GPUMEM_HOOK(CUresult, cuGreenCtxDestroy, (CUgreenCtx green)) {
+  auto const f = real<CUresult (*)(CUgreenCtx)>(hook_id::h_cuGreenCtxDestroy);
+  if (f == nullptr) return not_loaded();
+  // Before the driver forgets it: its work still queued must be remembered.
+  if (active()) {
+    for (int d = 0; d < gpumem::stream_tracker::max_devices; ++d) {
+      gpumem::stream_tracker::of(d).green_context_destroying(green);
+    }
+  }
+  return f(green);
 }
 
 GPUMEM_HOOK(CUresult, cuDevicePrimaryCtxReset, (CUdevice dev)) {

@@ -9,6 +9,8 @@
 
 #include <gtest/gtest.h>
 
+#include <dlfcn.h>
+
 #include <atomic>
 #include <deque>
 #include <vector>
@@ -230,6 +232,197 @@ TEST_F(StreamTracker, TheBarrierRestoresTheCallersContext) {
   ASSERT_EQ(d.cuCtxGetCurrent(&after), CUDA_SUCCESS);
   EXPECT_EQ(after, nullptr);
   ASSERT_EQ(d.cuCtxSetCurrent(before), CUDA_SUCCESS);
+}
+
+// ---- green contexts: streams of their own, the pools' memory all the same ----------
+
+/// A green context of half the simulated device's SMs, its streams and the driver
+/// calls the tests make that gpumem itself never needs.
+class StreamTrackerGreen : public StreamTracker {
+ protected:
+  void SetUp() override {
+    StreamTracker::SetUp();
+    if (IsSkipped()) return;
+    lib_ = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    ASSERT_NE(lib_, nullptr);
+    green_ = make_green(/*track=*/true);
+  }
+  void TearDown() override {
+    auto const& d = detail::driver();
+    for (CUstream s : green_streams_) {
+      tracker().stream_destroying(s);
+      EXPECT_EQ(d.cuStreamSynchronize(s), CUDA_SUCCESS);
+      EXPECT_EQ(d.cuStreamDestroy(s), CUDA_SUCCESS);
+    }
+    for (CUgreenCtx g : greens_) {
+      tracker().green_context_destroying(g);
+      EXPECT_EQ(fn<decltype(&cuGreenCtxDestroy)>("cuGreenCtxDestroy")(g), CUDA_SUCCESS);
+    }
+    StreamTracker::TearDown();
+  }
+
+  template <class F>
+  F fn(char const* name) {
+    auto* f = reinterpret_cast<F>(dlsym(lib_, name));
+    EXPECT_NE(f, nullptr) << name;
+    return f;
+  }
+
+  CUgreenCtx make_green(bool track) {
+    CUdevResource sms{};
+    CUdevResource part{};
+    unsigned groups = 1;
+    CUdevResourceDesc desc = nullptr;
+    CUgreenCtx g = nullptr;
+    EXPECT_EQ(fn<decltype(&cuDeviceGetDevResource)>("cuDeviceGetDevResource")(device_, &sms, CU_DEV_RESOURCE_TYPE_SM),
+              CUDA_SUCCESS);
+    EXPECT_EQ(fn<decltype(&cuDevSmResourceSplitByCount)>("cuDevSmResourceSplitByCount")(&part, &groups, &sms, nullptr,
+                                                                                        0, sms.sm.smCount / 2),
+              CUDA_SUCCESS);
+    EXPECT_EQ(fn<decltype(&cuDevResourceGenerateDesc)>("cuDevResourceGenerateDesc")(&desc, &part, 1), CUDA_SUCCESS);
+    EXPECT_EQ(fn<decltype(&cuGreenCtxCreate)>("cuGreenCtxCreate")(&g, desc, device_, CU_GREEN_CTX_DEFAULT_STREAM),
+              CUDA_SUCCESS);
+    if (track) tracker().green_context_created(g);
+    greens_.push_back(g);
+    return g;
+  }
+  CUstream green_stream(CUgreenCtx g) {
+    CUstream s = nullptr;
+    EXPECT_EQ(fn<decltype(&cuGreenCtxStreamCreate)>("cuGreenCtxStreamCreate")(&s, g, CU_STREAM_NON_BLOCKING, 0),
+              CUDA_SUCCESS);
+    green_streams_.push_back(s);
+    return s;
+  }
+  /// Runs `f` with the green context `g` current (its default stream is then
+  /// CU_STREAM_LEGACY), the caller's context restored after.
+  template <class F>
+  void in_green(CUgreenCtx g, F&& f) {
+    auto const& d = detail::driver();
+    CUcontext saved = nullptr;
+    CUcontext ctx = nullptr;
+    ASSERT_EQ(d.cuCtxGetCurrent(&saved), CUDA_SUCCESS);
+    ASSERT_EQ(fn<decltype(&cuCtxFromGreenCtx)>("cuCtxFromGreenCtx")(&ctx, g), CUDA_SUCCESS);
+    ASSERT_EQ(d.cuCtxSetCurrent(ctx), CUDA_SUCCESS);
+    f();
+    ASSERT_EQ(d.cuCtxSetCurrent(saved), CUDA_SUCCESS);
+  }
+
+  void* lib_ = nullptr;
+  CUgreenCtx green_ = nullptr;
+  std::vector<CUgreenCtx> greens_;
+  std::vector<CUstream> green_streams_;
+};
+
+TEST_F(StreamTrackerGreen, AGreenContextNobodyRegisteredIsNotOrdered) {
+  // The premise: work in a green context is ordered by nothing of the primary's.
+  CUgreenCtx unknown = make_green(/*track=*/false);
+  CUstream gs = green_stream(unknown);
+  CUstream b = make(CU_STREAM_NON_BLOCKING);
+  auto& old_work = new_flag();
+  mark(gs, old_work);
+  ASSERT_TRUE(tracker().barrier());
+  auto& seen = new_seen();
+  check_after(b, old_work, seen);
+  ASSERT_EQ(detail::driver().cuStreamSynchronize(b), CUDA_SUCCESS);
+  EXPECT_EQ(seen.load(), 0);
+}
+
+TEST_F(StreamTrackerGreen, BarrierOrdersLaterWorkAfterEveryStreamOfAGreenContext) {
+  auto const& d = detail::driver();
+  CUstream gs = green_stream(green_);
+  CUstream blocking = nullptr;  // made while the green context is current: its stream
+  in_green(green_, [&] { ASSERT_EQ(d.cuStreamCreate(&blocking, 0), CUDA_SUCCESS); });
+  green_streams_.push_back(blocking);
+  CUstream b = make(CU_STREAM_NON_BLOCKING);
+  auto& on_stream = new_flag();
+  auto& on_blocking = new_flag();
+  auto& on_default = new_flag();
+  mark(gs, on_stream);
+  mark(blocking, on_blocking);
+  in_green(green_, [&] { mark(CU_STREAM_LEGACY, on_default); });
+  ASSERT_TRUE(tracker().barrier());
+  for (auto* old_work : {&on_stream, &on_blocking, &on_default}) {
+    auto& seen = new_seen();
+    check_after(b, *old_work, seen);
+    ASSERT_EQ(d.cuStreamSynchronize(b), CUDA_SUCCESS);
+    EXPECT_EQ(seen.load(), 1) << "later work overtook a green context's earlier work";
+  }
+}
+
+TEST_F(StreamTrackerGreen, AGreenContextsLaterWorkFollowsTheBarrier) {
+  auto const& d = detail::driver();
+  CUstream a = make(CU_STREAM_NON_BLOCKING);
+  CUstream gs = green_stream(green_);  // made before the barrier
+  auto& old_work = new_flag();
+  mark(a, old_work);
+  ASSERT_TRUE(tracker().barrier());
+  auto& seen = new_seen();
+  check_after(gs, old_work, seen);
+  ASSERT_EQ(d.cuStreamSynchronize(gs), CUDA_SUCCESS);
+  EXPECT_EQ(seen.load(), 1);
+  auto& seen_default = new_seen();
+  in_green(green_, [&] {
+    check_after(CU_STREAM_LEGACY, old_work, seen_default);
+    ASSERT_EQ(d.cuStreamSynchronize(CU_STREAM_LEGACY), CUDA_SUCCESS);
+  });
+  EXPECT_EQ(seen_default.load(), 1);
+}
+
+TEST_F(StreamTrackerGreen, AGreenContextMadeAfterABarrierWaitsForIt) {
+  CUstream a = make(CU_STREAM_NON_BLOCKING);
+  auto& old_work = new_flag();
+  mark(a, old_work);
+  ASSERT_TRUE(tracker().barrier());
+  CUstream gs = green_stream(make_green(/*track=*/true));
+  auto& seen = new_seen();
+  check_after(gs, old_work, seen);
+  ASSERT_EQ(detail::driver().cuStreamSynchronize(gs), CUDA_SUCCESS);
+  EXPECT_EQ(seen.load(), 1);
+}
+
+TEST_F(StreamTrackerGreen, ADestroyedGreenStreamsLastWorkIsCoveredByTheNextBarrier) {
+  auto const& d = detail::driver();
+  CUstream gs = nullptr;
+  ASSERT_EQ(fn<decltype(&cuGreenCtxStreamCreate)>("cuGreenCtxStreamCreate")(&gs, green_, CU_STREAM_NON_BLOCKING, 0),
+            CUDA_SUCCESS);
+  CUstream b = make(CU_STREAM_NON_BLOCKING);
+  auto& old_work = new_flag();
+  mark(gs, old_work);
+  tracker().stream_destroying(gs);  // as the shim's destroy hook
+  ASSERT_EQ(d.cuStreamDestroy(gs), CUDA_SUCCESS);
+  ASSERT_TRUE(tracker().barrier());
+  auto& seen = new_seen();
+  check_after(b, old_work, seen);
+  ASSERT_EQ(d.cuStreamSynchronize(b), CUDA_SUCCESS);
+  EXPECT_EQ(seen.load(), 1);
+}
+
+TEST_F(StreamTrackerGreen, ADestroyedGreenContextsLastWorkIsCoveredByTheNextBarrier) {
+  auto const& d = detail::driver();
+  CUgreenCtx doomed = make_green(/*track=*/true);
+  greens_.pop_back();  // destroyed here
+  CUstream b = make(CU_STREAM_NON_BLOCKING);
+  auto& old_work = new_flag();
+  in_green(doomed, [&] { mark(CU_STREAM_LEGACY, old_work); });
+  auto const greens = tracker().green_context_count();
+  tracker().green_context_destroying(doomed);
+  EXPECT_EQ(tracker().green_context_count(), greens - 1);
+  ASSERT_EQ(fn<decltype(&cuGreenCtxDestroy)>("cuGreenCtxDestroy")(doomed), CUDA_SUCCESS);
+  ASSERT_TRUE(tracker().barrier());
+  auto& seen = new_seen();
+  check_after(b, old_work, seen);
+  ASSERT_EQ(d.cuStreamSynchronize(b), CUDA_SUCCESS);
+  EXPECT_EQ(seen.load(), 1);
+}
+
+TEST_F(StreamTrackerGreen, EachGreenContextCostsABarrierThreeCalls) {
+  auto& sim = test::sim_control::get();
+  EXPECT_GE(tracker().green_context_count(), 1U);
+  long const records = sim.call_count("cuGreenCtxRecordEvent");
+  long const waits = sim.call_count("cuGreenCtxWaitEvent");
+  ASSERT_TRUE(tracker().barrier());
+  EXPECT_EQ(sim.call_count("cuGreenCtxRecordEvent") - records, static_cast<long>(tracker().green_context_count()));
+  EXPECT_EQ(sim.call_count("cuGreenCtxWaitEvent") - waits, static_cast<long>(tracker().green_context_count()));
 }
 
 TEST(StreamTrackerBounds, OutOfRangeDevicesRefuseEveryBarrier) {

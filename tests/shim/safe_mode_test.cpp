@@ -53,6 +53,16 @@ TEST(SafeMode, CudaFreedMemoryWaitsForAllEarlierWork) {
   EXPECT_NE(r.output.find("REUSED 1"), std::string::npos) << r.output;
 }
 
+TEST(SafeMode, WorkInGreenContextsIsOrderedBeforeTheNextOwner) {
+  if (!sim_control::get().present()) GTEST_SKIP() << "tests/gpu/green_context_test.cu checks a GPU";
+  auto const r = run_safe("green_contexts");
+  expect_safe(r, "green_contexts");
+  EXPECT_NE(r.output.find("REUSED 6 "), std::string::npos) << "every round must reuse the block: " << r.output;
+  auto const uses = r.output.find("USES ");
+  ASSERT_NE(uses, std::string::npos) << r.output;
+  EXPECT_EQ(probe_value(r.output, "ran"), std::stol(r.output.substr(uses + 5))) << "a use never ran: " << r.output;
+}
+
 TEST(SafeMode, CrossFamilyFreesKeepTheStrongerPromise) { expect_safe(run_safe("cross_family"), "cross_family"); }
 
 TEST(SafeMode, EightThreadsMixingFamiliesAndStreams) {

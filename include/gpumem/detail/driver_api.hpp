@@ -32,7 +32,8 @@ namespace gpumem::detail {
   X(cuEventDestroy) X(cuLaunchHostFunc) X(cuMemsetD8) X(cuMemcpyHtoD)              \
   X(cuMemcpyDtoH) X(cuDeviceCanAccessPeer)                                        \
   X(cuMemGetAllocationGranularity) X(cuMemAddressReserve) X(cuMemAddressFree)      \
-  X(cuMemCreate) X(cuMemRelease) X(cuMemMap) X(cuMemUnmap) X(cuMemSetAccess)
+  X(cuMemCreate) X(cuMemRelease) X(cuMemMap) X(cuMemUnmap) X(cuMemSetAccess)      \
+  X(cuGreenCtxRecordEvent) X(cuGreenCtxWaitEvent) X(cuStreamGetGreenCtx)
 // clang-format on
 
 // The names above are macros in cuda.h for some entries (cuMemAlloc ->

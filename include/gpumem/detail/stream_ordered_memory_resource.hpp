@@ -149,9 +149,10 @@ class stream_ordered_memory_resource {
 
   /// Waiting memory worth a barrier for a request of `size`: at least the request,
   /// and a share of what the resource holds within a floor..512 MiB, the share and
-  /// the floor sized to what a barrier costs. For k non-blocking streams a barrier
-  /// makes k queries and up to 2k + 1 other driver calls (PyTorch makes 32 streams:
-  /// 10-50 us on an H100): from 16 streams on the share is 1/32 and the floor
+  /// the floor sized to what a barrier costs. For k non-blocking streams and g
+  /// green contexts a barrier makes k queries and up to 2k + 3g + 1 other driver
+  /// calls (PyTorch makes 32 streams: 10-50 us on an H100): from 16 streams on
+  /// (or their cost in green contexts) the share is 1/32 and the floor
   /// `floor`; with none (one event record) the share is 1/1056 and the floor
   /// floor/33, but at least min(floor, least_reclaim_floor) (2 MiB; with the pool's
   /// 4096-block rule, a barrier per 4096 small frees at most); in proportion
@@ -181,13 +182,13 @@ class stream_ordered_memory_resource {
     return waiting >= reclaim_threshold(size, floor);
   }
 
-  /// Driver calls a barrier would make now, at most `most`: 2k + 1 for the device's
-  /// k non-blocking streams (as if each had work queued); `most` before the first
-  /// growth (no device yet).
+  /// Driver calls a barrier would make now, at most `most`: 2k + 3g + 1 for the
+  /// device's k non-blocking streams (as if each had work queued) and g green
+  /// contexts; `most` before the first growth (no device yet).
   [[nodiscard]] std::size_t barrier_cost(std::size_t most) const noexcept {
     auto const* t = tracker_.load(std::memory_order_acquire);
     if (t == nullptr) return most;
-    return std::min(2 * t->non_blocking_stream_count() + 1, most);
+    return std::min(2 * t->non_blocking_stream_count() + 3 * t->green_context_count() + 1, most);
   }
 
   /// Memory a barrier would make usable: pending frees, and for a synchronous

@@ -277,6 +277,121 @@ void stale_double_free() {
 
 }  // namespace
 
+// Work in a green context (a share of the SMs that uses the primary context's
+// memory) on cudaMalloc memory freed while that work is still queued: the next
+// owner's work must not overtake it, whichever stream of the green context it is
+// on (one of cuGreenCtxStreamCreate, a blocking one made while the green context is
+// current, its default stream, one destroyed right after its work was queued, the
+// default stream of a green context destroyed the same way); and a green context
+// made after the reuse must not overtake the previous owner's work either.
+// Prints "USES n": every queued use must have run by the end (PROBE ran).
+void green_contexts() {
+  auto const get_resource = driver_entry<decltype(&cuDeviceGetDevResource)>("cuDeviceGetDevResource");
+  auto const split = driver_entry<decltype(&cuDevSmResourceSplitByCount)>("cuDevSmResourceSplitByCount");
+  auto const make_desc = driver_entry<decltype(&cuDevResourceGenerateDesc)>("cuDevResourceGenerateDesc");
+  auto const green_create = driver_entry<decltype(&cuGreenCtxCreate)>("cuGreenCtxCreate");
+  auto const green_destroy = driver_entry<decltype(&cuGreenCtxDestroy)>("cuGreenCtxDestroy");
+  auto const to_ctx = driver_entry<decltype(&cuCtxFromGreenCtx)>("cuCtxFromGreenCtx");
+  auto const green_stream = driver_entry<decltype(&cuGreenCtxStreamCreate)>("cuGreenCtxStreamCreate");
+  auto const set_current = driver_entry<decltype(&cuCtxSetCurrent)>("cuCtxSetCurrent");
+  auto const get_current = driver_entry<decltype(&cuCtxGetCurrent)>("cuCtxGetCurrent");
+  auto const stream_create = driver_entry<decltype(&cuStreamCreate)>("cuStreamCreate");
+  auto const stream_destroy = driver_entry<decltype(&cuStreamDestroy)>("cuStreamDestroy");
+  auto const ctx_sync = driver_entry<decltype(&cuCtxSynchronize)>("cuCtxSynchronize");
+  APP_CHECK_EQ(cudaFree(nullptr), cudaSuccess);
+  CUcontext primary = nullptr;
+  APP_CHECK_EQ(get_current(&primary), CUDA_SUCCESS);
+  auto const make_green = [&] {
+    CUdevResource sms{};
+    CUdevResource part{};
+    unsigned groups = 1;
+    CUdevResourceDesc desc = nullptr;
+    CUgreenCtx g = nullptr;
+    APP_CHECK_EQ(get_resource(0, &sms, CU_DEV_RESOURCE_TYPE_SM), CUDA_SUCCESS);
+    APP_CHECK_EQ(split(&part, &groups, &sms, nullptr, 0, sms.sm.smCount / 2), CUDA_SUCCESS);
+    APP_CHECK_EQ(make_desc(&desc, &part, 1), CUDA_SUCCESS);
+    APP_CHECK_EQ(green_create(&g, desc, 0, CU_GREEN_CTX_DEFAULT_STREAM), CUDA_SUCCESS);
+    return g;
+  };
+  auto const context_of = [&](CUgreenCtx g) {
+    CUcontext c = nullptr;
+    APP_CHECK_EQ(to_ctx(&c, g), CUDA_SUCCESS);
+    return c;
+  };
+  CUgreenCtx const green = make_green();
+  CUcontext const green_ctx = context_of(green);
+  CUstream gs = nullptr;
+  APP_CHECK_EQ(green_stream(&gs, green, CU_STREAM_NON_BLOCKING, 0), CUDA_SUCCESS);
+  CUstream blocking = nullptr;
+  APP_CHECK_EQ(set_current(green_ctx), CUDA_SUCCESS);
+  APP_CHECK_EQ(stream_create(&blocking, CU_STREAM_DEFAULT), CUDA_SUCCESS);
+  APP_CHECK_EQ(set_current(primary), CUDA_SUCCESS);
+  cudaStream_t n1 = make_stream();
+  cudaStream_t n2 = make_stream();
+  int uses = 0;
+  int reused = 0;
+  // One round: the old owner's work (queued by `old_work`), the free at once, the
+  // reuse and the new owner's work on n2.
+  auto const round = [&](auto&& old_work) {
+    void* p = nullptr;
+    APP_CHECK_EQ(cudaMalloc(&p, MiB), cudaSuccess);
+    old_work(p);
+    ++uses;
+    APP_CHECK_EQ(cudaFree(p), cudaSuccess);
+    void* q = nullptr;
+    APP_CHECK_EQ(cudaMalloc(&q, MiB), cudaSuccess);
+    reused += p == q ? 1 : 0;
+    use(n2, q, MiB, probe.next_generation());
+    ++uses;
+    APP_CHECK_EQ(cudaStreamSynchronize(n2), cudaSuccess);
+    APP_CHECK_EQ(cudaFree(q), cudaSuccess);
+  };
+  auto const green_default = [&](CUcontext ctx, void* p) {
+    APP_CHECK_EQ(set_current(ctx), CUDA_SUCCESS);
+    use(nullptr, p, MiB, probe.next_generation());  // the green context's default stream
+    APP_CHECK_EQ(set_current(primary), CUDA_SUCCESS);
+  };
+  round([&](void* p) { use(reinterpret_cast<cudaStream_t>(gs), p, MiB, probe.next_generation()); });
+  round([&](void* p) { use(reinterpret_cast<cudaStream_t>(blocking), p, MiB, probe.next_generation()); });
+  round([&](void* p) { green_default(green_ctx, p); });
+  round([&](void* p) {
+    CUstream doomed = nullptr;
+    APP_CHECK_EQ(green_stream(&doomed, green, CU_STREAM_NON_BLOCKING, 0), CUDA_SUCCESS);
+    use(reinterpret_cast<cudaStream_t>(doomed), p, MiB, probe.next_generation());
+    APP_CHECK_EQ(stream_destroy(doomed), CUDA_SUCCESS);  // its work still queued
+  });
+  round([&](void* p) {
+    CUgreenCtx const doomed = make_green();
+    green_default(context_of(doomed), p);
+    APP_CHECK_EQ(green_destroy(doomed), CUDA_SUCCESS);  // its work still queued
+  });
+  // The reuse first, then a green context made after it.
+  void* p = nullptr;
+  APP_CHECK_EQ(cudaMalloc(&p, MiB), cudaSuccess);
+  use(n1, p, MiB, probe.next_generation());
+  ++uses;
+  APP_CHECK_EQ(cudaFree(p), cudaSuccess);
+  void* q = nullptr;
+  APP_CHECK_EQ(cudaMalloc(&q, MiB), cudaSuccess);
+  reused += p == q ? 1 : 0;
+  CUgreenCtx const later = make_green();
+  CUstream later_stream = nullptr;
+  APP_CHECK_EQ(green_stream(&later_stream, later, CU_STREAM_NON_BLOCKING, 0), CUDA_SUCCESS);
+  use(reinterpret_cast<cudaStream_t>(later_stream), q, MiB, probe.next_generation());
+  ++uses;
+  APP_CHECK_EQ(cudaStreamSynchronize(reinterpret_cast<cudaStream_t>(later_stream)), cudaSuccess);
+  APP_CHECK_EQ(cudaFree(q), cudaSuccess);
+  // Everything run before the probe is read: a use nothing ordered may still be queued.
+  for (CUcontext c : {green_ctx, context_of(later), primary}) {
+    APP_CHECK_EQ(set_current(c), CUDA_SUCCESS);
+    APP_CHECK_EQ(ctx_sync(), CUDA_SUCCESS);
+  }
+  for (CUstream s : {gs, blocking, later_stream}) APP_CHECK_EQ(stream_destroy(s), CUDA_SUCCESS);
+  for (CUgreenCtx g : {green, later}) APP_CHECK_EQ(green_destroy(g), CUDA_SUCCESS);
+  for (auto s : {n1, n2}) APP_CHECK_EQ(cudaStreamDestroy(s), cudaSuccess);
+  printf("REUSED %d USES %d\n", reused, uses);
+}
+
 int main(int argc, char** argv) {
   std::string const scenario = argc > 1 ? argv[1] : "";
   APP_CHECK_EQ(cudaFree(nullptr), cudaSuccess);  // the context, as programs make it
@@ -292,6 +407,8 @@ int main(int argc, char** argv) {
     bad_streams();
   else if (scenario == "stale_double_free")
     stale_double_free();
+  else if (scenario == "green_contexts")
+    green_contexts();
   else {
     fprintf(stderr, "unknown scenario %s\n", scenario.c_str());
     return 2;
