@@ -61,6 +61,9 @@ TEST(SafeMode, WorkInGreenContextsIsOrderedBeforeTheNextOwner) {
   auto const uses = r.output.find("USES ");
   ASSERT_NE(uses, std::string::npos) << r.output;
   EXPECT_EQ(probe_value(r.output, "ran"), std::stol(r.output.substr(uses + 5))) << "a use never ran: " << r.output;
+  auto s = parse_stats(r.output);
+  EXPECT_EQ(s["passthrough_allocations"], 1) << "memory allocated in the green context goes to CUDA";
+  EXPECT_EQ(s["passthrough_frees"], 1);
 }
 
 TEST(SafeMode, CrossFamilyFreesKeepTheStrongerPromise) { expect_safe(run_safe("cross_family"), "cross_family"); }

@@ -365,6 +365,12 @@ void green_contexts() {
     green_default(context_of(doomed), p);
     APP_CHECK_EQ(green_destroy(doomed), CUDA_SUCCESS);  // its work still queued
   });
+  // Allocations with the green context current are not pooled: CUDA's own.
+  APP_CHECK_EQ(set_current(green_ctx), CUDA_SUCCESS);
+  void* own = nullptr;
+  APP_CHECK_EQ(cudaMalloc(&own, 4 * KiB), cudaSuccess);
+  APP_CHECK_EQ(cudaFree(own), cudaSuccess);
+  APP_CHECK_EQ(set_current(primary), CUDA_SUCCESS);
   // The reuse first, then a green context made after it.
   void* p = nullptr;
   APP_CHECK_EQ(cudaMalloc(&p, MiB), cudaSuccess);
