@@ -93,7 +93,8 @@ class stream_tracker {
   void context_reset() noexcept;
 
   /// Whether a barrier orders `stream`'s work: the legacy and per-thread default
-  /// streams, registered streams, and blocking streams (through the legacy stream).
+  /// streams, registered streams, blocking streams (through the legacy stream) and
+  /// streams of registered green contexts.
   /// An unregistered non-blocking stream is not covered.
   [[nodiscard]] bool covers(CUstream stream) noexcept;
 

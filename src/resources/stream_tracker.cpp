@@ -119,6 +119,14 @@ bool stream_tracker::covers(CUstream stream) noexcept {
                                     [&](state::tracked const& t) { return t.stream == stream; })) {
       return true;
     }
+    // A stream of a registered green context: the barrier orders it with its context.
+    auto const& d = detail::driver();
+    CUgreenCtx green = nullptr;
+    if (s != nullptr && !s->greens.empty() && d.cuStreamGetGreenCtx != nullptr &&
+        d.cuStreamGetGreenCtx(stream, &green) == CUDA_SUCCESS && green != nullptr &&
+        std::any_of(s->greens.begin(), s->greens.end(), [&](state::green const& g) { return g.ctx == green; })) {
+      return true;
+    }
   }
   auto const& d = detail::driver();
   unsigned flags = 0;

@@ -59,8 +59,11 @@ std::string build_report() {
       auto& tracker = stream_tracker::of(c.device);
       out += fmt::format(
           "  safe mode: {} reclamation barriers (GPU-side, no host wait; each joins the {} non-blocking "
-          "streams known now), {} waiting for one\n",
-          tracker.barrier_count(), tracker.non_blocking_stream_count(), bytes(info.pending_bytes));
+          "streams{} known now), {} waiting for one\n",
+          tracker.barrier_count(), tracker.non_blocking_stream_count(),
+          tracker.green_context_count() == 0 ? std::string{}
+                                             : fmt::format(" and {} green contexts", tracker.green_context_count()),
+          bytes(info.pending_bytes));
     }
   });
   if (!any_chain) out += "no device chain was built (no allocation reached gpumem)\n";

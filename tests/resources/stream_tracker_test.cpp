@@ -415,6 +415,13 @@ TEST_F(StreamTrackerGreen, ADestroyedGreenContextsLastWorkIsCoveredByTheNextBarr
   EXPECT_EQ(seen.load(), 1);
 }
 
+TEST_F(StreamTrackerGreen, CoversTheStreamsOfRegisteredGreenContextsOnly) {
+  CUstream mine = green_stream(green_);
+  CUstream theirs = green_stream(make_green(/*track=*/false));
+  EXPECT_TRUE(tracker().covers(mine));     // its stream-ordered frees may go behind a barrier
+  EXPECT_FALSE(tracker().covers(theirs));  // nothing orders a green context nobody registered
+}
+
 TEST_F(StreamTrackerGreen, EachGreenContextCostsABarrierThreeCalls) {
   auto& sim = test::sim_control::get();
   EXPECT_GE(tracker().green_context_count(), 1U);
