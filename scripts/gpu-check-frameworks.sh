@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Real frameworks under gpumem on a GPU machine: PyTorch (caching allocator off;
-# and on, with expandable segments, under a limit),
+# and on, with expandable segments, under a limit; in a green context on pooled tensors),
 # CuPy (pool off), Numba, JAX (XLA's arena, and its per-buffer allocator) — each
 # checks its results and, through the shim's counters, that the chain served its
 # allocations. Then the PyTorch MLP benchmark
@@ -39,6 +39,17 @@ ref_es=$(env "$es_conf" python3 "$fw/torch_expandable_check.py" | sed -n 's/^TOR
 env "$es_conf" GPUMEM_LIMIT=2GiB "$run" -- python3 "$fw/torch_expandable_check.py" --limit $((2 << 30)) \
   --expected-loss "$ref_es" 2>&1 | tee "$out/fw-pytorch-expandable.log"
 verdict pytorch-expandable-segments-limited "${PIPESTATUS[0]}"
+# PyTorch's green contexts: products in the green context read a pooled tensor that
+# is freed, and its block refilled on the primary context, while they run.
+ref_green=$(PYTORCH_NO_CUDA_MEMORY_CACHING=1 python3 "$fw/torch_green_context_check.py" |
+  sed -n 's/^TORCH-GREEN checksum=\([^ ]*\).*/\1/p')
+if [ -n "$ref_green" ]; then
+  PYTORCH_NO_CUDA_MEMORY_CACHING=1 "$run" -- python3 "$fw/torch_green_context_check.py" "$ref_green" 2>&1 |
+    tee "$out/fw-pytorch-green.log"
+  verdict pytorch-green-context "${PIPESTATUS[0]}"
+else
+  echo "SKIP  pytorch-green-context (this PyTorch or driver has no green contexts)"
+fi
 "$run" -- python3 "$fw/cupy_check.py" --expect-shim 2>&1 | tee "$out/fw-cupy.log"; verdict cupy "${PIPESTATUS[0]}"
 "$run" -- python3 "$fw/numba_check.py" --expect-shim 2>&1 | tee "$out/fw-numba.log"; verdict numba "${PIPESTATUS[0]}"
 # JAX: XLA's arena and its platform allocator create their own memory (limited,
