@@ -26,7 +26,7 @@ struct stream_tracker::state {
   CUcontext primary{};
   bool primary_known = false;
   CUevent legacy_event{};  ///< E_L of the last barrier
-  bool broken = false;     ///< a stream could not be registered: barriers would be unsound
+  bool broken = false;     ///< a stream or green context went untracked: barriers would be unsound
   std::vector<tracked> streams;
   std::vector<green> greens;     ///< green contexts made from the primary context
   std::vector<CUevent> retired;  ///< last events of streams and green contexts destroyed since the last barrier
@@ -240,13 +240,15 @@ void stream_tracker::green_context_destroying(CUgreenCtx green) noexcept {
   auto const it = std::find_if(v.begin(), v.end(), [&](state::green const& g) { return g.ctx == green; });
   if (it == v.end()) return;
   // Its work still runs after the destroy: remember its end for the next barrier.
-  // The driver refuses the record while one of its streams captures; then no
-  // barrier may trust what it knows of this context's work.
+  // While a capture is active the record could invalidate it (if a stream of this
+  // context captures): not made, and no later barrier may then trust what it
+  // knows of this context's work.
   auto const& d = detail::driver();
   std::optional<detail::scoped_context> ctx;
   if (s->primary_known) ctx.emplace(s->primary);  // the event's context
   CUevent last = nullptr;
-  if (d.cuGreenCtxRecordEvent == nullptr || d.cuEventCreate(&last, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS ||
+  if (capture_counter().load(std::memory_order_acquire) > 0 || d.cuGreenCtxRecordEvent == nullptr ||
+      d.cuEventCreate(&last, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS ||
       d.cuGreenCtxRecordEvent(green, last) != CUDA_SUCCESS) {
     detail::destroy_event(last);
     s->broken = true;

@@ -415,6 +415,23 @@ TEST_F(StreamTrackerGreen, ADestroyedGreenContextsLastWorkIsCoveredByTheNextBarr
   EXPECT_EQ(seen.load(), 1);
 }
 
+TEST_F(StreamTrackerGreen, AGreenContextDestroyedDuringACaptureStopsTheBarriers) {
+  // Its record could invalidate the capture, so none is made; without it no barrier
+  // knows the end of that context's work.
+  auto& sim = test::sim_control::get();
+  CUgreenCtx doomed = make_green(/*track=*/true);
+  greens_.pop_back();  // destroyed here
+  ASSERT_EQ(stream_tracker::begin_capture([] { return CUDA_SUCCESS; }), CUDA_SUCCESS);
+  long const records = sim.call_count("cuGreenCtxRecordEvent");
+  tracker().green_context_destroying(doomed);
+  EXPECT_EQ(sim.call_count("cuGreenCtxRecordEvent"), records);
+  ASSERT_EQ(fn<decltype(&cuGreenCtxDestroy)>("cuGreenCtxDestroy")(doomed), CUDA_SUCCESS);
+  stream_tracker::capture_ended();
+  EXPECT_FALSE(tracker().barrier());
+  tracker().context_reset();  // what ends it (cudaDeviceReset); later tests need barriers
+  EXPECT_TRUE(tracker().barrier());
+}
+
 TEST_F(StreamTrackerGreen, CoversTheStreamsOfRegisteredGreenContextsOnly) {
   CUstream mine = green_stream(green_);
   CUstream theirs = green_stream(make_green(/*track=*/false));
