@@ -42,13 +42,13 @@ namespace {
 
 long failures = 0;
 
-#define CHECK_RT(call)                                                                          \
-  do {                                                                                          \
-    cudaError_t const e_ = (call);                                                              \
-    if (e_ != cudaSuccess) {                                                                    \
-      ++failures;                                                                               \
-      std::fprintf(stderr, "%s -> %s at line %d\n", #call, cudaGetErrorName(e_), __LINE__);     \
-    }                                                                                           \
+#define CHECK_RT(call)                                                                      \
+  do {                                                                                      \
+    cudaError_t const e_ = (call);                                                          \
+    if (e_ != cudaSuccess) {                                                                \
+      ++failures;                                                                           \
+      std::fprintf(stderr, "%s -> %s at line %d\n", #call, cudaGetErrorName(e_), __LINE__); \
+    }                                                                                       \
   } while (0)
 
 #define CHECK_DRV(call)                                                                         \
@@ -119,7 +119,7 @@ result run(side where, int rounds, std::size_t bytes, long long spin_cycles, CUg
     if (where == side::default_stream) CHECK_DRV(cuCtxSetCurrent(green_ctx));
     if (where == side::destroyed) CHECK_DRV(cuGreenCtxStreamCreate(&green_stream, green, CU_STREAM_NON_BLOCKING, 0));
     spin_then_fill<<<64, 256, 0, static_cast<cudaStream_t>(green_stream)>>>(static_cast<std::uint32_t*>(p), words,
-                                                                           old_value, spin_cycles);
+                                                                            old_value, spin_cycles);
     CHECK_RT(cudaGetLastError());
     if (where == side::default_stream) CHECK_DRV(cuCtxSetCurrent(primary));
     if (where == side::destroyed) {  // its work still runs
@@ -212,8 +212,7 @@ int main(int argc, char** argv) {
     CUstream gs = nullptr;
     CHECK_DRV(cuGreenCtxStreamCreate(&gs, green, CU_STREAM_NON_BLOCKING, 0));
     std::printf("fact: cuEventRecord(primary event, green stream) -> %s\n", name_of(cuEventRecord(e, gs)));
-    std::printf("fact: cuStreamWaitEvent(green stream, primary event) -> %s\n",
-                name_of(cuStreamWaitEvent(gs, e, 0)));
+    std::printf("fact: cuStreamWaitEvent(green stream, primary event) -> %s\n", name_of(cuStreamWaitEvent(gs, e, 0)));
     std::printf("fact: cuGreenCtxRecordEvent(green, primary event) -> %s\n", name_of(cuGreenCtxRecordEvent(green, e)));
     std::printf("fact: cuGreenCtxWaitEvent(green, primary event) -> %s\n", name_of(cuGreenCtxWaitEvent(green, e)));
     CUcontext of_stream = nullptr;
@@ -235,7 +234,9 @@ int main(int argc, char** argv) {
   struct {
     side where;
     char const* name;
-  } const scenarios[] = {{side::stream, "stream"}, {side::default_stream, "default"}, {side::blocking, "blocking"},
+  } const scenarios[] = {{side::stream, "stream"},
+                         {side::default_stream, "default"},
+                         {side::blocking, "blocking"},
                          {side::destroyed, "destroyed"}};
   for (auto const& s : scenarios) {
     long const failed_before = failures;
