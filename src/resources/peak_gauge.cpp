@@ -32,7 +32,7 @@ void peak_gauge::add(std::int64_t v) noexcept {
   if (v > 0) raise_peak(estimate_with(0, 0));
 }
 
-void peak_gauge::raise_peak(std::int64_t to) noexcept {
+void peak_gauge::raise_peak(std::int64_t to) const noexcept {
   // Unless another thread already raised it further.
   auto seen = peak_.load(relaxed);
   while (to > seen && !peak_.compare_exchange_weak(seen, to, relaxed)) {}
@@ -41,8 +41,12 @@ void peak_gauge::raise_peak(std::int64_t to) noexcept {
 std::int64_t peak_gauge::current() const noexcept { return as_signed(slots_.get(value)); }
 
 peak_gauge::reading peak_gauge::read() const noexcept {
+  // The exact value may be above the peak the threads' estimates raised (each is
+  // off by up to a step): raised to it, not merely reported, so that the peak
+  // never goes down from one read to the next.
   auto const now = current();
-  return {now, std::max(peak_.load(relaxed), now)};
+  raise_peak(now);
+  return {now, peak_.load(relaxed)};
 }
 
 std::int64_t peak_gauge::estimate() const noexcept {

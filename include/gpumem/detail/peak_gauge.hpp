@@ -40,8 +40,8 @@ class peak_gauge {
 
   /// The exact value: every add that returned before this call.
   [[nodiscard]] std::int64_t current() const noexcept;
-  /// The highest value seen: within (threads - 1) × step of the true peak, and never
-  /// below current().
+  /// The highest value seen: within (threads - 1) × step of the true peak, never
+  /// below current(), and never below an earlier peak().
   [[nodiscard]] std::int64_t peak() const noexcept { return read().peak; }
   /// Both, from one sum over the threads.
   struct reading {
@@ -67,7 +67,7 @@ class peak_gauge {
     auto const exited_published = static_cast<std::int64_t>(exited_published_->load(std::memory_order_acquire));
     return published_.load(std::memory_order_relaxed) - mine_published + mine + (exited - exited_published);
   }
-  void raise_peak(std::int64_t to) noexcept;
+  void raise_peak(std::int64_t to) const noexcept;
 
   std::int64_t const step_;
   // mutable: reading the calling thread's own slot attaches its block on first use.
@@ -75,7 +75,8 @@ class peak_gauge {
   std::atomic<std::uint64_t> const* const exited_;            ///< slots_' retired `value`
   std::atomic<std::uint64_t> const* const exited_published_;  ///< slots_' retired `published`
   alignas(64) std::atomic<std::int64_t> published_{0};        ///< sum of every thread's published part
-  alignas(64) std::atomic<std::int64_t> peak_{0};
+  // mutable: read() raises it to the exact value it found, so no later read is lower.
+  alignas(64) mutable std::atomic<std::int64_t> peak_{0};
 };
 
 }  // namespace gpumem::detail
