@@ -86,8 +86,9 @@ class stream_tracker {
   /// behind it may still be touched by older work.
   void green_context_created(CUgreenCtx green) noexcept;
   /// Call before the green context is destroyed: its last work is remembered (one
-  /// event) until the next barrier has waited for it. Unknown ones are ignored.
-  void green_context_destroying(CUgreenCtx green) noexcept;
+  /// event) until the next barrier has waited for it. Returns whether it was
+  /// registered here (unknown ones are ignored).
+  bool green_context_destroying(CUgreenCtx green) noexcept;
   /// The primary context was reset (cudaDeviceReset): every stream and event of it
   /// is gone, and so are the green contexts made from it.
   void context_reset() noexcept;

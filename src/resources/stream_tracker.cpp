@@ -231,14 +231,14 @@ void stream_tracker::green_context_created(CUgreenCtx green) noexcept {
   }
 }
 
-void stream_tracker::green_context_destroying(CUgreenCtx green) noexcept {
-  if (green == nullptr || device_ < 0 || state_.load(std::memory_order_acquire) == nullptr) return;
+bool stream_tracker::green_context_destroying(CUgreenCtx green) noexcept {
+  if (green == nullptr || device_ < 0 || state_.load(std::memory_order_acquire) == nullptr) return false;
   std::lock_guard lock{tracker_mutex()};
   state* const s = state_.load(std::memory_order_acquire);
-  if (s == nullptr) return;
+  if (s == nullptr) return false;
   auto& v = s->greens;
   auto const it = std::find_if(v.begin(), v.end(), [&](state::green const& g) { return g.ctx == green; });
-  if (it == v.end()) return;
+  if (it == v.end()) return false;
   // Its work still runs after the destroy: remember its end for the next barrier.
   // While a capture is active the record could invalidate it (if a stream of this
   // context captures): not made, and no later barrier may then trust what it
@@ -257,6 +257,7 @@ void stream_tracker::green_context_destroying(CUgreenCtx green) noexcept {
   detail::destroy_event(it->event);
   v.erase(it);
   s->recount();
+  return true;
 }
 
 void stream_tracker::context_reset() noexcept {

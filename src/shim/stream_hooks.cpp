@@ -154,12 +154,16 @@ GPUMEM_HOOK(CUresult, cuGreenCtxDestroy, (CUgreenCtx green)) {
   auto const f = real<CUresult (*)(CUgreenCtx)>(hook_id::h_cuGreenCtxDestroy);
   if (f == nullptr) return not_loaded();
   // Before the driver forgets it: its work still queued must be remembered.
+  int known = -1;
   if (active()) {
-    for (int d = 0; d < gpumem::stream_tracker::max_devices; ++d) {
-      gpumem::stream_tracker::of(d).green_context_destroying(green);
+    for (int d = 0; d < gpumem::stream_tracker::max_devices && known < 0; ++d) {
+      if (gpumem::stream_tracker::of(d).green_context_destroying(green)) known = d;
     }
   }
-  return f(green);
+  CUresult const r = f(green);
+  // Refused: it lives on, and the barriers must go on ordering it.
+  if (r != CUDA_SUCCESS && known >= 0) gpumem::stream_tracker::of(known).green_context_created(green);
+  return r;
 }
 
 GPUMEM_HOOK(CUresult, cuDevicePrimaryCtxReset, (CUdevice dev)) {
