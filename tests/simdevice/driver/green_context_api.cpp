@@ -19,7 +19,7 @@ namespace {
 
 /// SMs of a simulated device, as CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT (an H100).
 constexpr unsigned device_sm_count = 132;
-/// The smallest group cuDevSmResourceSplitByCount makes (minCount 0: measured).
+/// The smallest group cuDevSmResourceSplitByCount makes (minCount 0; guessed).
 constexpr unsigned min_group_sms = 2;
 
 /// A resource descriptor (cuDevResourceGenerateDesc); never deleted.
