@@ -176,7 +176,11 @@ TEST_F(GreenContextTest, GreenStreamsBelongToTheGreenContextWhateverIsCurrent) {
   ASSERT_EQ(drv.cuGreenCtxStreamCreate(&s, g, CU_STREAM_NON_BLOCKING, 0), CUDA_SUCCESS);  // primary current
   CUcontext owner = nullptr;
   ASSERT_EQ(drv.cuStreamGetCtx(s, &owner), CUDA_SUCCESS);
-  EXPECT_EQ(owner, gc);
+  EXPECT_NE(owner, gc);  // as on an H100: not the green context's CUcontext
+  CUcontext primary0 = nullptr;
+  ASSERT_EQ(drv.cuDevicePrimaryCtxRetain(&primary0, 0), CUDA_SUCCESS);
+  EXPECT_EQ(owner, primary0);  // guessed: its primary context
+  ASSERT_EQ(drv.cuDevicePrimaryCtxRelease(0), CUDA_SUCCESS);
   unsigned flags = 0;
   ASSERT_EQ(drv.cuStreamGetFlags(s, &flags), CUDA_SUCCESS);
   EXPECT_EQ(flags, static_cast<unsigned>(CU_STREAM_NON_BLOCKING));

@@ -220,7 +220,9 @@ CUresult stream_ctx(CUstream h, CUcontext* ctx, bool ptsz, char const* entry) {
   stream* s = nullptr;
   if (CUresult r = resolve_stream(h, ptsz, entry, &s); r != CUDA_SUCCESS) return r;
   if (ctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  *ctx = to_handle(s->ctx);
+  // A green context's stream answers its primary context (measured on an H100,
+  // driver 580: not the green context's own CUcontext).
+  *ctx = to_handle(base_context(s->ctx));
   return CUDA_SUCCESS;
 }
 }  // namespace
