@@ -43,6 +43,33 @@ struct stream_tracker::state {
     green_count.store(greens.size(), std::memory_order_relaxed);
   }
 
+  /// Whether `stream` belongs to a green context registered here (the driver says
+  /// which, if any; caller holds the process-wide mutex).
+  [[nodiscard]] bool green_stream(CUstream stream) const noexcept {
+    auto const& d = detail::driver();
+    CUgreenCtx green = nullptr;
+    return !greens.empty() && d.cuStreamGetGreenCtx != nullptr &&
+           d.cuStreamGetGreenCtx(stream, &green) == CUDA_SUCCESS && green != nullptr &&
+           std::any_of(greens.begin(), greens.end(), [&](state::green const& g) { return g.ctx == green; });
+  }
+
+  /// `stream` is about to be destroyed: work queued on it still runs, so its end is
+  /// remembered for the next barrier. A capturing stream has no work of its own in
+  /// flight to remember, and one the driver cannot vouch for is never recorded on
+  /// (it could be capturing). Caller holds the process-wide mutex.
+  void remember_last_work(CUstream stream) noexcept {
+    // The event must belong to the stream's context: the caller may have another
+    // device current (a program destroying device 1's stream from device 0).
+    std::optional<detail::scoped_context> ctx;
+    if (primary_known) ctx.emplace(primary);
+    CUevent last = nullptr;
+    if (!detail::may_be_capturing(stream) && detail::record_event(last, stream) != CUDA_SUCCESS) {
+      detail::destroy_event(last);
+      broken = true;
+    }
+    retire(last);
+  }
+
   /// Keeps `last`, the end of a destroyed stream's or green context's work, for the
   /// next barrier (caller holds the process-wide mutex).
   void retire(CUevent last) noexcept {
@@ -115,16 +142,10 @@ bool stream_tracker::covers(CUstream stream) noexcept {
   {
     std::lock_guard lock{tracker_mutex()};
     state const* s = state_.load(std::memory_order_acquire);
-    if (s != nullptr && std::any_of(s->streams.begin(), s->streams.end(),
-                                    [&](state::tracked const& t) { return t.stream == stream; })) {
-      return true;
-    }
-    // A stream of a registered green context: the barrier orders it with its context.
-    auto const& d = detail::driver();
-    CUgreenCtx green = nullptr;
-    if (s != nullptr && !s->greens.empty() && d.cuStreamGetGreenCtx != nullptr &&
-        d.cuStreamGetGreenCtx(stream, &green) == CUDA_SUCCESS && green != nullptr &&
-        std::any_of(s->greens.begin(), s->greens.end(), [&](state::green const& g) { return g.ctx == green; })) {
+    // Registered, or a stream of a registered green context (ordered with its context).
+    if (s != nullptr && (std::any_of(s->streams.begin(), s->streams.end(),
+                                     [&](state::tracked const& t) { return t.stream == stream; }) ||
+                         s->green_stream(stream))) {
       return true;
     }
   }
@@ -154,31 +175,6 @@ void stream_tracker::stream_created(CUstream stream, unsigned flags) noexcept {
   }
 }
 
-namespace {
-
-// A stream of one of the device's green contexts, about to be destroyed: whether a
-// green context's record still sees work of its destroyed streams is not
-// documented, so the stream's own last work is remembered for the next barrier,
-// as for a stream of the primary context. Caller holds the process-wide mutex.
-void green_stream_destroying(stream_tracker::state& s, CUstream stream) noexcept {
-  auto const& d = detail::driver();
-  CUgreenCtx green = nullptr;
-  if (s.greens.empty() || d.cuStreamGetGreenCtx == nullptr || d.cuStreamGetGreenCtx(stream, &green) != CUDA_SUCCESS ||
-      std::none_of(s.greens.begin(), s.greens.end(), [&](auto const& g) { return g.ctx == green; })) {
-    return;
-  }
-  std::optional<detail::scoped_context> ctx;
-  if (s.primary_known) ctx.emplace(s.primary);  // the event's context
-  CUevent last = nullptr;
-  if (!detail::may_be_capturing(stream) && detail::record_event(last, stream) != CUDA_SUCCESS) {
-    detail::destroy_event(last);
-    s.broken = true;
-  }
-  s.retire(last);
-}
-
-}  // namespace
-
 void stream_tracker::stream_destroying(CUstream stream) noexcept {
   if (stream == nullptr || device_ < 0 || state_.load(std::memory_order_acquire) == nullptr) return;
   std::lock_guard lock{tracker_mutex()};
@@ -187,22 +183,12 @@ void stream_tracker::stream_destroying(CUstream stream) noexcept {
   auto& v = s->streams;
   auto const it = std::find_if(v.begin(), v.end(), [&](state::tracked const& t) { return t.stream == stream; });
   if (it == v.end()) {
-    green_stream_destroying(*s, stream);
+    // A green context's stream: whether the context's record still sees work of
+    // its destroyed streams is not documented, so the stream's own is remembered.
+    if (s->green_stream(stream)) s->remember_last_work(stream);
     return;
   }
-  CUevent last = nullptr;
-  // The event must belong to the stream's context: the caller may have another
-  // device current (a program destroying device 1's stream from device 0).
-  std::optional<detail::scoped_context> ctx;
-  if (s->primary_known) ctx.emplace(s->primary);
-  // Work queued on a destroyed stream still runs: remember its end for the next
-  // barrier. A capturing stream has no work of its own in flight to remember, and
-  // one the driver cannot vouch for is never recorded on (it could be capturing).
-  if (!detail::may_be_capturing(stream) && detail::record_event(last, stream) != CUDA_SUCCESS) {
-    detail::destroy_event(last);
-    s->broken = true;
-  }
-  s->retire(last);
+  s->remember_last_work(stream);
   // Destroying an event other streams still wait on is allowed: the waits keep it.
   detail::destroy_event(it->event);
   v.erase(it);
