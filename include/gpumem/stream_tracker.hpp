@@ -116,6 +116,9 @@ class stream_tracker {
   [[nodiscard]] std::size_t non_blocking_stream_count() const noexcept;
   /// Green contexts registered now: three calls each per barrier.
   [[nodiscard]] std::size_t green_context_count() const noexcept;
+  /// The most driver calls besides queries a barrier would make now, every
+  /// non-blocking stream busy: 2k + 3g + 1 (1 before any registration).
+  [[nodiscard]] std::size_t barrier_calls() const noexcept;
 
   // -- Stream capture, process-wide -------------------------------------------------
   /// Runs `begin` (a cuStreamBeginCapture* call returning CUresult) so that no

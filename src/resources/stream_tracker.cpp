@@ -34,6 +34,7 @@ struct stream_tracker::state {
   std::atomic<std::size_t> stream_count{0};
   std::atomic<std::size_t> non_blocking_count{0};
   std::atomic<std::size_t> green_count{0};
+  std::atomic<std::size_t> barrier_calls{1};  ///< 2k + 3g + 1, read by the pools without the lock
 
   /// After `streams` changed (caller holds the process-wide mutex).
   void recount() noexcept {
@@ -41,6 +42,7 @@ struct stream_tracker::state {
     auto const n = std::count_if(streams.begin(), streams.end(), [](tracked const& t) { return t.non_blocking; });
     non_blocking_count.store(static_cast<std::size_t>(n), std::memory_order_relaxed);
     green_count.store(greens.size(), std::memory_order_relaxed);
+    barrier_calls.store(2 * static_cast<std::size_t>(n) + 3 * greens.size() + 1, std::memory_order_relaxed);
   }
 
   /// Whether `stream` belongs to a green context registered here (the driver says
@@ -323,6 +325,11 @@ std::uint64_t stream_tracker::barrier_count() const noexcept {
 std::size_t stream_tracker::non_blocking_stream_count() const noexcept {
   auto const* s = state_.load(std::memory_order_acquire);
   return s == nullptr ? 0 : s->non_blocking_count.load(std::memory_order_relaxed);
+}
+
+std::size_t stream_tracker::barrier_calls() const noexcept {
+  auto const* s = state_.load(std::memory_order_acquire);
+  return s == nullptr ? 1 : s->barrier_calls.load(std::memory_order_relaxed);
 }
 
 std::size_t stream_tracker::green_context_count() const noexcept {

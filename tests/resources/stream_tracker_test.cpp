@@ -211,6 +211,8 @@ TEST_F(StreamTracker, CountsRegisteredStreamsAndTheNonBlockingOnes) {
   tracker().stream_destroying(a);  // as the shim's destroy hook; TearDown destroys it
   EXPECT_EQ(tracker().stream_count(), all + 2);
   EXPECT_EQ(tracker().non_blocking_stream_count(), non_blocking + 1);
+  EXPECT_EQ(tracker().barrier_calls(),
+            2 * tracker().non_blocking_stream_count() + 3 * tracker().green_context_count() + 1);
 }
 
 TEST_F(StreamTracker, CoversRegisteredBlockingAndDefaultStreamsOnly) {
@@ -445,6 +447,8 @@ TEST_F(StreamTrackerGreen, CoversTheStreamsOfRegisteredGreenContextsOnly) {
 TEST_F(StreamTrackerGreen, EachGreenContextCostsABarrierThreeCalls) {
   auto& sim = test::sim_control::get();
   EXPECT_GE(tracker().green_context_count(), 1U);
+  EXPECT_EQ(tracker().barrier_calls(),
+            2 * tracker().non_blocking_stream_count() + 3 * tracker().green_context_count() + 1);
   long const records = sim.call_count("cuGreenCtxRecordEvent");
   long const waits = sim.call_count("cuGreenCtxWaitEvent");
   ASSERT_TRUE(tracker().barrier());

@@ -182,13 +182,12 @@ class stream_ordered_memory_resource {
     return waiting >= reclaim_threshold(size, floor);
   }
 
-  /// Driver calls a barrier would make now, at most `most`: 2k + 3g + 1 for the
-  /// device's k non-blocking streams (as if each had work queued) and g green
-  /// contexts; `most` before the first growth (no device yet).
+  /// Driver calls a barrier would make now (stream_tracker::barrier_calls), at most
+  /// `most`; `most` before the first growth (no device yet).
   [[nodiscard]] std::size_t barrier_cost(std::size_t most) const noexcept {
     auto const* t = tracker_.load(std::memory_order_acquire);
     if (t == nullptr) return most;
-    return std::min(2 * t->non_blocking_stream_count() + 3 * t->green_context_count() + 1, most);
+    return std::min(t->barrier_calls(), most);
   }
 
   /// Memory a barrier would make usable: pending frees, and for a synchronous
