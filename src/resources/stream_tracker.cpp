@@ -49,10 +49,10 @@ struct stream_tracker::state {
   /// which, if any; caller holds the process-wide mutex).
   [[nodiscard]] bool green_stream(CUstream stream) const noexcept {
     auto const& d = detail::driver();
-    CUgreenCtx green = nullptr;
+    CUgreenCtx owner = nullptr;
     return !greens.empty() && d.cuStreamGetGreenCtx != nullptr &&
-           d.cuStreamGetGreenCtx(stream, &green) == CUDA_SUCCESS && green != nullptr &&
-           std::any_of(greens.begin(), greens.end(), [&](state::green const& g) { return g.ctx == green; });
+           d.cuStreamGetGreenCtx(stream, &owner) == CUDA_SUCCESS && owner != nullptr &&
+           std::any_of(greens.begin(), greens.end(), [&](state::green const& g) { return g.ctx == owner; });
   }
 
   /// `stream` is about to be destroyed: work queued on it still runs, so its end is
