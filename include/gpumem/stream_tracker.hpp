@@ -94,9 +94,9 @@ class stream_tracker {
   void context_reset() noexcept;
 
   /// Whether a barrier orders `stream`'s work: the legacy and per-thread default
-  /// streams, registered streams, blocking streams (through the legacy stream) and
-  /// streams of registered green contexts.
-  /// An unregistered non-blocking stream is not covered.
+  /// streams, registered streams, blocking streams of the primary context (through
+  /// the legacy stream) and streams of registered green contexts. Not covered: an
+  /// unregistered non-blocking stream, and streams of other contexts and devices.
   [[nodiscard]] bool covers(CUstream stream) noexcept;
 
   /// Whether `ctx` is this device's primary context (retains it once, on first use).

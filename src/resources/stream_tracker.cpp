@@ -141,20 +141,27 @@ bool stream_tracker::is_primary(CUcontext ctx) noexcept {
 bool stream_tracker::covers(CUstream stream) noexcept {
   auto const h = reinterpret_cast<std::uintptr_t>(stream);
   if (h == 0 || stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD) return true;
+  CUcontext primary = nullptr;
   {
     std::lock_guard lock{tracker_mutex()};
-    state const* s = state_.load(std::memory_order_acquire);
+    state const* s = ensure_state();  // (retains the primary context, to compare with)
     // Registered, or a stream of a registered green context (ordered with its context).
     if (s != nullptr && (std::any_of(s->streams.begin(), s->streams.end(),
                                      [&](state::tracked const& t) { return t.stream == stream; }) ||
                          s->green_stream(stream))) {
       return true;
     }
+    if (s != nullptr && s->primary_known) primary = s->primary;
   }
+  // A blocking stream is ordered through the legacy stream only in the legacy
+  // stream's own context: not one of another device, or of a context made by
+  // cuCtxCreate.
   auto const& d = detail::driver();
   unsigned flags = 0;
-  return d.cuStreamGetFlags != nullptr && d.cuStreamGetFlags(stream, &flags) == CUDA_SUCCESS &&
-         (flags & CU_STREAM_NON_BLOCKING) == 0;
+  CUcontext ctx = nullptr;
+  return primary != nullptr && d.cuStreamGetFlags != nullptr && d.cuStreamGetFlags(stream, &flags) == CUDA_SUCCESS &&
+         (flags & CU_STREAM_NON_BLOCKING) == 0 && d.cuStreamGetCtx != nullptr &&
+         d.cuStreamGetCtx(stream, &ctx) == CUDA_SUCCESS && ctx == primary;
 }
 
 void stream_tracker::stream_created(CUstream stream, unsigned flags) noexcept {

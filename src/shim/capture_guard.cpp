@@ -19,6 +19,7 @@ struct parked_block {
   void* p;
   std::size_t bytes;
   device_chain* chain;
+  CUevent after;  ///< the legacy stream waits on it first (null: nothing to wait for)
 };
 
 struct parking {
@@ -51,14 +52,15 @@ scoped_relaxed_capture::~scoped_relaxed_capture() {
   if (exchanged_) (void)detail::driver().cuThreadExchangeStreamCaptureMode(&saved_);
 }
 
-void park_until_captures_end(void* p, std::size_t bytes, device_chain* chain) noexcept {
+void park_until_captures_end(void* p, std::size_t bytes, device_chain* chain, CUevent after) noexcept {
   auto& k = parked();
   std::lock_guard lock{k.mtx};
   try {
-    k.blocks.push_back(parked_block{p, bytes, chain});
+    k.blocks.push_back(parked_block{p, bytes, chain, after});
   } catch (...) {
     // No host memory to remember it: leaking the block is safe, reusing it is not.
     message(level::warn, "cannot park a block freed during capture; %zu bytes stay reserved", bytes);
+    detail::destroy_event(after);
   }
 }
 
@@ -75,6 +77,14 @@ void note_capture_ended() noexcept {
     // Free with cudaFree semantics: the graph that used it may still run (in
     // stream mode, stream order on the legacy stream is all that is promised).
     scoped_chain_context ctx{*b.chain};
+    if (CUevent after = b.after; after != nullptr) {
+      bool const waited = detail::wait_event(CU_STREAM_LEGACY, after) == CUDA_SUCCESS;
+      detail::destroy_event(after);
+      if (!waited) {
+        message(level::warn, "cannot order a block freed on another device's stream; %zu bytes stay reserved", b.bytes);
+        continue;  // leaking it is safe, reusing it is not
+      }
+    }
     scoped_call_context call{"capture-end", b.chain->device, safe_mode()};
     b.chain->chain->top().deallocate(b.p, b.bytes, stream_ref{});
   }

@@ -45,7 +45,9 @@ class scoped_relaxed_capture {
 };
 
 /// Keeps a chain block freed on a capturing stream until every capture ended.
-void park_until_captures_end(void* p, std::size_t bytes, device_chain* chain) noexcept;
+/// `after` (optional, taken over): an event the chain's legacy stream must wait on
+/// before the block is freed then (work of another device's stream).
+void park_until_captures_end(void* p, std::size_t bytes, device_chain* chain, CUevent after = nullptr) noexcept;
 /// Capture hook: the stream's capture ended (frees parked blocks once none is left).
 /// Captures begin through stream_tracker::begin_capture().
 void note_capture_ended() noexcept;

@@ -58,6 +58,7 @@ void reset_chains_after_fork() noexcept;
 class scoped_chain_context : detail::scoped_context {
  public:
   explicit scoped_chain_context(device_chain const& chain) noexcept : scoped_context{chain.primary} {}
+  using scoped_context::ok;
 };
 
 }  // namespace gpumem::shim

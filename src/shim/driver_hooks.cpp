@@ -118,12 +118,14 @@ CUresult alloc_async_impl(CUdeviceptr* dptr, std::size_t bytes, CUstream hstream
     // Graph memory: CUDA makes it a memory node of the graph being captured.
     return pass_through_alloc(dptr, bytes, s, alloc_kind::captured, entry, [&] { return f(dptr, bytes, hstream); });
   }
-  if (check_stream(s) != CUDA_SUCCESS) {
+  stream_home home;
+  if (check_stream(s, &home) != CUDA_SUCCESS) {
     // A destroyed or made-up stream: CUDA's answer (an error, counted and logged).
     return pass_through_alloc(dptr, bytes, s, alloc_kind::passthrough, entry, [&] { return f(dptr, bytes, hstream); });
   }
   void* p = nullptr;
-  CUresult const r = chain_allocate(&p, bytes, s, alloc_kind::async, entry, current_runtime_call().entry != nullptr);
+  CUresult const r = chain_allocate(&p, bytes, s, alloc_kind::async, entry, current_runtime_call().entry != nullptr,
+                                    home);
   if (r == CUDA_ERROR_INVALID_CONTEXT || r == CUDA_ERROR_NOT_SUPPORTED) {
     return pass_through_alloc(dptr, bytes, s, alloc_kind::passthrough, entry, [&] { return f(dptr, bytes, hstream); });
   }
@@ -148,6 +150,7 @@ CUresult alloc_pool_impl(CUdeviceptr* dptr, std::size_t bytes, CUmemoryPool pool
   auto call = [&] { return f(dptr, bytes, pool, hstream); };
   if (stream_capturing(s)) return pass_through_alloc(dptr, bytes, s, alloc_kind::captured, entry, call);
   if (check_stream(s) != CUDA_SUCCESS) return pass_through_alloc(dptr, bytes, s, alloc_kind::passthrough, entry, call);
+  // The pool names the device (the current one's default pool), not the stream.
   if (!is_default_pool(pool)) return pass_through_alloc(dptr, bytes, s, alloc_kind::foreign_pool, entry, call);
   void* p = nullptr;
   CUresult const r = chain_allocate(&p, bytes, s, alloc_kind::async, entry, current_runtime_call().entry != nullptr);

@@ -82,9 +82,10 @@ cudaError_t malloc_async_impl(void** p, std::size_t n, cudaStream_t s, hook_id i
     return e;
   }
   // A destroyed or made-up stream: CUDA answers (and records its last error).
-  if (check_stream(cs) != CUDA_SUCCESS) return delegate(entry, CUDA_SUCCESS, [&] { return f(p, n, s); });
+  stream_home home;
+  if (check_stream(cs, &home) != CUDA_SUCCESS) return delegate(entry, CUDA_SUCCESS, [&] { return f(p, n, s); });
   void* q = nullptr;
-  CUresult const r = chain_allocate(&q, n, cs, alloc_kind::async, entry, true);
+  CUresult const r = chain_allocate(&q, n, cs, alloc_kind::async, entry, true, home);
   if (r == CUDA_SUCCESS) {
     *p = q;
     return cudaSuccess;
@@ -127,6 +128,7 @@ cudaError_t malloc_pool_impl(void** p, std::size_t n, cudaMemPool_t pool, cudaSt
   };
   if (stream_capturing(cs)) return pass(alloc_kind::captured);
   if (check_stream(cs) != CUDA_SUCCESS) return delegate(entry, CUDA_SUCCESS, [&] { return f(p, n, pool, s); });
+  // The pool names the device (the current one's default pool), not the stream.
   if (!is_default_pool(reinterpret_cast<CUmemoryPool>(pool))) return pass(alloc_kind::foreign_pool);
   void* q = nullptr;
   CUresult const r = chain_allocate(&q, n, cs, alloc_kind::async, entry, true);

@@ -13,6 +13,7 @@
 #include <gpumem/config.hpp>
 #include <gpumem/detail/assert.hpp>
 #include <gpumem/detail/driver_api.hpp>
+#include <gpumem/detail/stream_ordering.hpp>
 #include <gpumem/limiting_resource_adaptor.hpp>
 #include <gpumem/statistics_resource_adaptor.hpp>
 #include <gpumem/stream_tracker.hpp>
@@ -68,9 +69,19 @@ CUresult take_forced_result() noexcept {
 }
 
 CUresult chain_allocate(void** out, std::size_t bytes, CUstream stream, alloc_kind kind, const char* entry,
-                        bool runtime_entry) noexcept {
+                        bool runtime_entry, stream_home const& home) noexcept {
   CUcontext ctx = nullptr;
-  int const dev = current_device(ctx);
+  int dev = current_device(ctx);
+  // A stream of another device: CUDA allocates from the stream's device, whichever
+  // is current. Served from that device's chain, its primary context current for
+  // the call (a growth allocates in the current context).
+  std::optional<detail::scoped_context> on_stream_device;
+  if (home.device >= 0 && home.device != dev && (dev >= 0 || home.primary)) {
+    if (!home.primary) return CUDA_ERROR_NOT_SUPPORTED;  // another device's own context: CUDA's to serve
+    on_stream_device.emplace(home.ctx);
+    if (!on_stream_device->ok()) return CUDA_ERROR_NOT_SUPPORTED;
+    dev = home.device;
+  }
   if (dev < 0) return CUDA_ERROR_INVALID_CONTEXT;
   CUresult err = CUDA_SUCCESS;
   device_chain* c = chain_for(dev, err);
@@ -121,6 +132,45 @@ free_outcome refuse_double_free(void* p, CUstream stream, const char* entry, std
   return {true, CUDA_ERROR_INVALID_VALUE, false};
 }
 
+/// An event recorded, in the stream's own context, after the work submitted to
+/// `stream` (a stream of another device than the chain's) so far; null if that
+/// failed. Nothing of the chain's device orders such a stream: its barriers join
+/// the streams of their own device only.
+CUevent record_foreign_work(CUstream stream, stream_home const& home) noexcept {
+  CUevent ev = nullptr;
+  detail::scoped_context in_stream{home.ctx};
+  if (!in_stream.ok() || detail::record_event(ev, stream) != CUDA_SUCCESS) detail::destroy_event(ev);
+  return ev;
+}
+
+/// A stream-ordered free of chain `c`'s block on a stream of another device: the
+/// chain's legacy stream waits for that stream's work so far (cuStreamWaitEvent
+/// crosses devices), and the block is freed as cudaFree frees it (safe mode: behind
+/// the next barrier of the chain's device, which follows the legacy stream). The
+/// chain's own stream-ordered reuse could not name that stream's work. During a
+/// capture the legacy stream may not be touched: the block is parked with the
+/// event. False: nothing could order the block (it stays allocated).
+bool free_after_foreign_stream(device_chain& c, void* p, std::size_t bytes, CUstream stream, stream_home const& home,
+                               const char* entry) noexcept {
+  CUevent ev = record_foreign_work(stream, home);
+  if (ev == nullptr) {
+    // The host waits instead, where that breaks no capture.
+    if (stream_tracker::capture_active() || detail::driver().cuStreamSynchronize(stream) != CUDA_SUCCESS) return false;
+  } else if (stream_tracker::capture_active()) {
+    park_until_captures_end(p, bytes, &c, ev);
+    return true;
+  } else {
+    scoped_chain_context in_chain{c};
+    bool const waited = in_chain.ok() && detail::wait_event(CU_STREAM_LEGACY, ev) == CUDA_SUCCESS;
+    detail::destroy_event(ev);  // safe while the wait is pending
+    if (!waited && detail::driver().cuStreamSynchronize(stream) != CUDA_SUCCESS) return false;
+  }
+  scoped_chain_context in_chain{c};
+  scoped_call_context call{entry, c.device, safe_mode()};
+  c.chain->top().deallocate(p, bytes, stream_ref{});
+  return true;
+}
+
 /// Whether a chain holds the memory at p (its pool slabs, free or in use).
 bool inside_a_chain(void const* p) noexcept {
   bool owned = false;
@@ -160,15 +210,29 @@ free_outcome free_registered(void* p, CUstream stream, bool stream_ordered, cons
   if (!from_chain(a.kind)) return {false, CUDA_SUCCESS, true, a};
   // A destroyed or made-up stream: CUDA's error, and nothing consumed (a later, valid
   // free must still find the pointer).
+  stream_home home;
   if (stream_ordered) {
-    if (CUresult const bad = check_stream(stream); bad != CUDA_SUCCESS) {
+    if (CUresult const bad = check_stream(stream, &home); bad != CUDA_SUCCESS) {
       restore_registration(p, a);
       log_event(event{log_action::free, p, a.bytes, stream, a.device, entry, start, bad});
       return {true, bad, false};
     }
   }
+  if (stream_ordered && (stream == nullptr || stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD)) {
+    // A default stream is the current context's: of the current device.
+    CUcontext ctx = nullptr;
+    int const dev = current_device(ctx);
+    home = stream_home{ctx, dev, dev >= 0};
+  }
   device_chain& c = *a.chain;
-  {
+  if (stream_ordered && home.device >= 0 && home.device != c.device && !stream_capturing(stream)) {
+    scoped_relaxed_capture relaxed;
+    if (!free_after_foreign_stream(c, p, a.bytes, stream, home, entry)) {
+      message(level::warn,
+              "%s(%p): cannot order the free after the work of a stream of device %d; the %zu bytes stay reserved",
+              entry, p, home.device, a.bytes);
+    }
+  } else {
     // The chain's context, when another is current and the free may reach the driver
     // (a pool's free only files the block: no context lookup on the hot path). Without
     // it, the capture check of a free on stream 0 reads the caller's legacy stream,

@@ -12,6 +12,7 @@
 // registries and chains.
 
 #include "allocation_registry.hpp"
+#include "live_streams.hpp"
 
 #include <cuda.h>
 
@@ -48,12 +49,16 @@ class scoped_runtime_call {
 [[nodiscard]] CUresult take_forced_result() noexcept;
 
 /// Allocates `bytes` (> 0) from the chain of the current context's device on
-/// `stream` and registers it. CUDA_ERROR_INVALID_CONTEXT when no context is current;
-/// CUDA_ERROR_NOT_SUPPORTED when the device passes calls through (its config
-/// failed with on_error = passthrough): the caller then hands the call to CUDA.
-/// On out-of-memory the chain is trimmed and the allocation retried once.
+/// `stream` and registers it. A stream-ordered allocation on a stream created in
+/// another device's primary context (`home`, from check_stream) is served from that
+/// device's chain instead, as CUDA serves it from the stream's device.
+/// CUDA_ERROR_INVALID_CONTEXT when no context is current; CUDA_ERROR_NOT_SUPPORTED
+/// when the device passes calls through (its config failed with on_error =
+/// passthrough) or the stream lives in another device's non-primary context: the
+/// caller then hands the call to CUDA. On out-of-memory the chain is trimmed and
+/// the allocation retried once.
 CUresult chain_allocate(void** out, std::size_t bytes, CUstream stream, alloc_kind kind, const char* entry,
-                        bool runtime_entry) noexcept;
+                        bool runtime_entry, stream_home const& home = {}) noexcept;
 
 /// Outcome of a free of a registered pointer.
 struct free_outcome {

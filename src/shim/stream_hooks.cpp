@@ -31,13 +31,21 @@ CUresult not_loaded() noexcept { return CUDA_ERROR_NOT_INITIALIZED; }
 /// for a capture still running would let a barrier break it.
 bool captures(CUstream s) noexcept { return detail::stream_capture_state(s) == detail::capture_state::capturing; }
 
-/// Registers a stream the program just created in the current context, if that is
-/// its device's primary context (the one the chains' memory lives in).
+/// Registers a stream the program just created in the current context: where it
+/// lives (live_streams), and with its device's tracker if that context is the
+/// device's primary context (the one the chains' memory lives in).
 void track_created(CUstream s, unsigned flags) noexcept {
   if (!active() || s == nullptr) return;
-  stream_created(s);
   CUcontext ctx = nullptr;
   int const dev = current_device(ctx);
+  stream_home home{ctx, dev, dev >= 0};
+  if (dev < 0) {
+    // Another context (made by cuCtxCreate, or a green context's): its device, so
+    // that an allocation on the stream is never served from another device's memory.
+    CUdevice d{};
+    if (ctx != nullptr && detail::driver().cuCtxGetDevice(&d) == CUDA_SUCCESS) home.device = static_cast<int>(d);
+  }
+  stream_created(s, home);
   if (dev < 0) return;
   auto& tracker = stream_tracker::of(dev);
   if (tracker.is_primary(ctx)) tracker.stream_created(s, flags);

@@ -227,6 +227,31 @@ TEST_F(StreamTracker, CoversRegisteredBlockingAndDefaultStreamsOnly) {
   EXPECT_TRUE(tracker().covers(CU_STREAM_PER_THREAD));
 }
 
+// The legacy stream orders the blocking streams of its own context only: a blocking
+// stream of a context made by cuCtxCreate (or of another device) is not covered.
+TEST_F(StreamTracker, ABlockingStreamOfAnotherContextIsNotCovered) {
+  auto const& d = detail::driver();
+  using create_fn = CUresult (*)(CUcontext*, CUctxCreateParams*, unsigned, CUdevice);
+  using destroy_fn = CUresult (*)(CUcontext);
+  auto const create = reinterpret_cast<create_fn>(dlsym(d.handle, "cuCtxCreate_v4"));
+  auto const destroy = reinterpret_cast<destroy_fn>(dlsym(d.handle, "cuCtxDestroy_v2"));
+  ASSERT_NE(create, nullptr);
+  ASSERT_NE(destroy, nullptr);
+  CUcontext primary = nullptr;
+  ASSERT_EQ(d.cuCtxGetCurrent(&primary), CUDA_SUCCESS);
+  CUcontext own = nullptr;
+  ASSERT_EQ(create(&own, nullptr, 0, static_cast<CUdevice>(device_)), CUDA_SUCCESS);  // now current
+  CUstream theirs = nullptr;
+  ASSERT_EQ(d.cuStreamCreate(&theirs, 0), CUDA_SUCCESS);
+  ASSERT_EQ(d.cuCtxSetCurrent(primary), CUDA_SUCCESS);
+  CUstream mine = make(0, /*track=*/false);
+  EXPECT_TRUE(tracker().covers(mine));
+  EXPECT_FALSE(tracker().covers(theirs));
+  EXPECT_EQ(d.cuStreamDestroy(theirs), CUDA_SUCCESS);
+  EXPECT_EQ(destroy(own), CUDA_SUCCESS);
+  EXPECT_EQ(d.cuCtxSetCurrent(primary), CUDA_SUCCESS);
+}
+
 TEST_F(StreamTracker, TheBarrierRestoresTheCallersContext) {
   auto const& d = detail::driver();
   CUcontext before = nullptr;

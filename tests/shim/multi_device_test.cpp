@@ -66,6 +66,19 @@ TEST(ShimMultiDevice, PeerCopiesBetweenPooledBuffersOfTwoDevices) {
   EXPECT_NE(r.output.find("PEER 1->0 can_access=1"), std::string::npos) << r.output;
 }
 
+TEST(ShimMultiDevice, StreamOrderedCallsOnAnotherDevicesStreamKeepThatDevicesOrder) {
+  auto const r = run_app("shim_multi_app", {"stream-device"});
+  expect_pass(r, "stream-device");
+  // The scenario must have exercised reuse: a new owner in a freed block's place.
+  EXPECT_EQ(r.output.find("STREAM-DEVICE reused=0"), std::string::npos) << r.output;
+}
+
+TEST(ShimMultiDevice, TheStreamDeviceScenarioPassesWithoutTheShimToo) {
+  std::map<std::string, std::string> env{{"GPUMEM_SIM_STRICT", "1"}, {"GPUMEM_SIM_DEVICES", "2"}};
+  auto const r = run_process({program("shim_multi_app"), "stream-device"}, env);
+  expect_pass(r, "stream-device");
+}
+
 TEST(ShimMultiDevice, TheSameLimitHoldsOnEachDeviceOfOneProcess) {
   auto const r = run_app("shim_multi_app", {"limit", "67108864"}, {{"GPUMEM_LIMIT", "64MiB"}});
   expect_pass(r, "limit");

@@ -33,7 +33,8 @@ namespace gpumem::detail {
   X(cuMemcpyDtoH) X(cuDeviceCanAccessPeer)                                        \
   X(cuMemGetAllocationGranularity) X(cuMemAddressReserve) X(cuMemAddressFree)      \
   X(cuMemCreate) X(cuMemRelease) X(cuMemMap) X(cuMemUnmap) X(cuMemSetAccess)      \
-  X(cuGreenCtxRecordEvent) X(cuGreenCtxWaitEvent) X(cuStreamGetGreenCtx)
+  X(cuGreenCtxRecordEvent) X(cuGreenCtxWaitEvent) X(cuStreamGetGreenCtx)         \
+  X(cuStreamGetCtx)
 // clang-format on
 
 // The names above are macros in cuda.h for some entries (cuMemAlloc ->

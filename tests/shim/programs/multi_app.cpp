@@ -4,6 +4,8 @@
 //
 //   devices          threads switch devices, allocate on both, free with the other current
 //   peer             peer access, peer copies between pooled buffers of two devices
+//   stream-device    stream-ordered allocations on another device's stream come from
+//                    that device; a free on another device's stream waits for its work
 //   limit BYTES      run with GPUMEM_LIMIT=BYTES: the same limit holds on each device
 //   percent          (simulated device only) GPUMEM_LIMIT=50% resolves per device
 //   ipc              a pooled pointer's IPC handle is refused
@@ -130,6 +132,98 @@ void devices() {
   APP_CHECK_EQ(st.chain_frees, thread_count * rounds);
   APP_CHECK_EQ(st.passthrough_allocations, 0);
   APP_CHECK_EQ(st.double_frees, 0);
+  APP_CHECK_EQ(st.live_allocations, 0);
+}
+
+// CUDA serves cudaMallocAsync / cuMemAllocAsync from the STREAM's device, whichever
+// device is current. And a block freed with cudaFreeAsync on a stream of another
+// device may be touched by that stream's work until it runs: the block's own device
+// must not hand it out before. The second half queues a peer copy that reads the
+// block on device 1's stream (the simulated device runs it only when something
+// waits for it), frees the block on that stream, then writes a new owner of the same
+// size on device 0 at once: the copy must still read the old bytes.
+void stream_device() {
+  APP_CHECK(device_count() >= 2);
+  constexpr std::size_t n = 8 * MiB;
+  cudaStream_t s1 = nullptr;  // device 1, non-blocking
+  cudaStream_t b1 = nullptr;  // device 1, blocking
+  cudaStream_t s0 = nullptr;  // device 0, non-blocking
+  APP_CHECK_EQ(cudaSetDevice(1), cudaSuccess);
+  int can = 0;
+  APP_CHECK_EQ(cudaDeviceCanAccessPeer(&can, 1, 0), cudaSuccess);
+  if (can != 0) {
+    cudaError_t const e = cudaDeviceEnablePeerAccess(0, 0);
+    APP_CHECK(e == cudaSuccess || e == cudaErrorPeerAccessAlreadyEnabled);
+    (void)cudaGetLastError();
+  }
+  APP_CHECK_EQ(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking), cudaSuccess);
+  APP_CHECK_EQ(cudaStreamCreateWithFlags(&b1, cudaStreamDefault), cudaSuccess);
+  APP_CHECK_EQ(cudaSetDevice(0), cudaSuccess);
+  APP_CHECK_EQ(cudaStreamCreateWithFlags(&s0, cudaStreamNonBlocking), cudaSuccess);
+
+  // 1. Allocations on device 1's streams while device 0 is current.
+  void* p = nullptr;
+  APP_CHECK_EQ(cudaMallocAsync(&p, n, s1), cudaSuccess);
+  APP_CHECK_EQ(device_of(p), 1);
+  // The driver's spelling, looked up as programs linked to no CUDA library do.
+  void* const libcuda = dlopen("libcuda.so.1", RTLD_NOW);
+  APP_CHECK(libcuda != nullptr);
+  using alloc_async_fn = CUresult (*)(CUdeviceptr*, std::size_t, CUstream);
+  using free_async_fn = CUresult (*)(CUdeviceptr, CUstream);
+  auto const alloc_async = reinterpret_cast<alloc_async_fn>(dlsym(libcuda, "cuMemAllocAsync"));
+  auto const free_async = reinterpret_cast<free_async_fn>(dlsym(libcuda, "cuMemFreeAsync"));
+  APP_CHECK(alloc_async != nullptr && free_async != nullptr);
+  CUdeviceptr d = 0;
+  APP_CHECK_EQ(alloc_async(&d, n, reinterpret_cast<CUstream>(b1)), CUDA_SUCCESS);
+  APP_CHECK_EQ(device_of(reinterpret_cast<void*>(d)), 1);
+  int current = -1;
+  APP_CHECK_EQ(cudaGetDevice(&current), cudaSuccess);
+  APP_CHECK_EQ(current, 0);  // the shim left the caller's device current
+  APP_CHECK_EQ(cudaFreeAsync(p, s1), cudaSuccess);
+  APP_CHECK_EQ(free_async(d, reinterpret_cast<CUstream>(b1)), CUDA_SUCCESS);
+  APP_CHECK_EQ(cudaStreamSynchronize(s1), cudaSuccess);
+  APP_CHECK_EQ(cudaStreamSynchronize(b1), cudaSuccess);
+
+  // 2. Device 0's blocks freed on device 1's streams while a copy there still reads them.
+  void* dst = nullptr;
+  APP_CHECK_EQ(cudaSetDevice(1), cudaSuccess);
+  APP_CHECK_EQ(cudaMalloc(&dst, n), cudaSuccess);
+  int reused = 0;
+  for (int round = 0; round < 8; ++round) {
+    bool const async_block = round % 2 == 1;  // cudaMallocAsync's memory, or cudaMalloc's
+    cudaStream_t const on = round % 4 < 2 ? s1 : b1;
+    unsigned const seed = 100U + static_cast<unsigned>(round);
+    APP_CHECK_EQ(cudaSetDevice(0), cudaSuccess);
+    void* a = nullptr;
+    if (async_block) {
+      APP_CHECK_EQ(cudaMallocAsync(&a, n, s0), cudaSuccess);
+      APP_CHECK_EQ(cudaStreamSynchronize(s0), cudaSuccess);
+    } else {
+      APP_CHECK_EQ(cudaMalloc(&a, n), cudaSuccess);
+    }
+    APP_CHECK_EQ(device_of(a), 0);
+    fill(a, n, seed);
+    APP_CHECK_EQ(cudaSetDevice(1), cudaSuccess);
+    APP_CHECK_EQ(cudaMemcpyPeerAsync(dst, 1, a, 0, n, on), cudaSuccess);
+    APP_CHECK_EQ(cudaFreeAsync(a, on), cudaSuccess);
+    APP_CHECK_EQ(cudaSetDevice(0), cudaSuccess);
+    void* next = nullptr;  // a new owner of the same size, written at once
+    APP_CHECK_EQ(cudaMalloc(&next, n), cudaSuccess);
+    if (next == a) ++reused;
+    fill(next, n, seed + 50U);
+    APP_CHECK_EQ(cudaStreamSynchronize(on), cudaSuccess);
+    APP_CHECK(holds(dst, n, seed));  // the copy read the bytes it was queued after
+    APP_CHECK_EQ(cudaFree(next), cudaSuccess);
+  }
+  printf("STREAM-DEVICE reused=%d\n", reused);
+  APP_CHECK_EQ(cudaSetDevice(1), cudaSuccess);
+  APP_CHECK_EQ(cudaFree(dst), cudaSuccess);
+  APP_CHECK_EQ(cudaStreamDestroy(s1), cudaSuccess);
+  APP_CHECK_EQ(cudaStreamDestroy(b1), cudaSuccess);
+  APP_CHECK_EQ(cudaSetDevice(0), cudaSuccess);
+  APP_CHECK_EQ(cudaStreamDestroy(s0), cudaSuccess);
+  auto const st = app_stats();
+  APP_CHECK_EQ(st.passthrough_allocations, 0);
   APP_CHECK_EQ(st.live_allocations, 0);
 }
 
@@ -432,6 +526,8 @@ int main(int argc, char** argv) {
     devices();
   else if (scenario == "peer")
     peer();
+  else if (scenario == "stream-device")
+    stream_device();
   else if (scenario == "limit" && argc > 2)
     limit(std::strtoull(argv[2], nullptr, 10));
   else if (scenario == "percent")
@@ -447,7 +543,7 @@ int main(int argc, char** argv) {
   else if (scenario == "launcher")
     launcher();
   else {
-    fprintf(stderr, "usage: %s devices|peer|limit BYTES|percent|ipc|ipc-export|rank|launcher\n", argv[0]);
+    fprintf(stderr, "usage: %s devices|peer|stream-device|limit BYTES|percent|ipc|ipc-export|rank|launcher\n", argv[0]);
     return 2;
   }
   return app_finish(scenario.c_str());
