@@ -1,5 +1,7 @@
 #include <gpumem/diagnostics.hpp>
 
+#include <gpumem/detail/file_space.hpp>
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -46,8 +48,10 @@ void write_line(const char* format, std::va_list args) noexcept {
   }
   text[n] = '\n';
   // One write: lines of several threads do not interleave. A failure to write to
-  // stderr has nowhere to be reported.
-  [[maybe_unused]] ssize_t const w = ::write(STDERR_FILENO, buf + start, prefix.size() + n + 1 - start);
+  // stderr has nowhere to be reported, and a stderr nobody reads any more must
+  // not kill the program with SIGPIPE.
+  [[maybe_unused]] ssize_t const w = detail::write_without_sigpipe(STDERR_FILENO, buf + start,
+                                                                   prefix.size() + n + 1 - start);
   if (buf != stack_buf) std::free(buf);
 }
 

@@ -13,7 +13,27 @@
 
 namespace gpumem {
 
+namespace {
+
+// One mutex for every tracker: barriers, registrations and capture begins are rare,
+// and a capture begin must exclude every device's barrier.
+std::mutex& tracker_mutex() noexcept {
+  // NOLINTNEXTLINE(bugprone-unhandled-exception-at-new): running out of memory here ends the process
+  static auto* m = new std::mutex{};
+  return *m;
+}
+std::atomic<long>& capture_counter() noexcept {
+  static std::atomic<long> n{0};
+  return n;
+}
+
+}  // namespace
+
 struct stream_tracker::state {
+  /// Retired events swept for finished ones when there are this many (and then
+  /// when twice as many as a sweep kept).
+  static constexpr std::size_t first_sweep = 64;
+
   struct tracked {
     CUstream stream{};
     bool non_blocking{};
@@ -28,8 +48,9 @@ struct stream_tracker::state {
   CUevent legacy_event{};  ///< E_L of the last barrier
   bool broken = false;     ///< a stream or green context went untracked: barriers would be unsound
   std::vector<tracked> streams;
-  std::vector<green> greens;     ///< green contexts made from the primary context
-  std::vector<CUevent> retired;  ///< last events of streams and green contexts destroyed since the last barrier
+  std::vector<green> greens;           ///< green contexts made from the primary context
+  std::vector<CUevent> retired;        ///< last events of streams and green contexts destroyed since the last barrier
+  std::size_t sweep_at = first_sweep;  ///< retired.size() that makes retire() sweep
   std::atomic<std::uint64_t> barriers{0};
   std::atomic<std::size_t> stream_count{0};
   std::atomic<std::size_t> non_blocking_count{0};
@@ -81,25 +102,28 @@ struct stream_tracker::state {
     } catch (...) {
       detail::destroy_event(last);
       broken = true;
+      return;
     }
+    if (retired.size() >= sweep_at) sweep_retired();
+  }
+
+  /// A program that creates and destroys streams in a loop and frees nothing makes
+  /// no barrier: one event per destroyed stream would pile up for its whole life.
+  /// An event that has completed orders nothing any more (its work has run, as for
+  /// an idle stream in barrier()), so it goes. Amortised: a sweep comes only once
+  /// the list doubled. Never during a capture: no query may touch it. Caller holds
+  /// the process-wide mutex.
+  void sweep_retired() noexcept {
+    if (capture_counter().load(std::memory_order_acquire) == 0) {
+      std::erase_if(retired, [](CUevent& ev) {
+        if (detail::query_event(ev) != CUDA_SUCCESS) return false;  // still to run, or unknown: kept
+        detail::destroy_event(ev);
+        return true;
+      });
+    }
+    sweep_at = std::max(first_sweep, 2 * retired.size());
   }
 };
-
-namespace {
-
-// One mutex for every tracker: barriers, registrations and capture begins are rare,
-// and a capture begin must exclude every device's barrier.
-std::mutex& tracker_mutex() noexcept {
-  // NOLINTNEXTLINE(bugprone-unhandled-exception-at-new): running out of memory here ends the process
-  static auto* m = new std::mutex{};
-  return *m;
-}
-std::atomic<long>& capture_counter() noexcept {
-  static std::atomic<long> n{0};
-  return n;
-}
-
-}  // namespace
 
 stream_tracker& stream_tracker::of(int device) noexcept {
   // Built once, never destroyed (no destructor runs at exit). The last slot serves
@@ -265,6 +289,7 @@ void stream_tracker::context_reset() noexcept {
   s->streams.clear();
   s->greens.clear();
   s->retired.clear();
+  s->sweep_at = state::first_sweep;
   s->legacy_event = nullptr;
   s->broken = false;
   s->recount();
@@ -320,6 +345,7 @@ bool stream_tracker::barrier(std::span<CUevent const> also_after) noexcept {
   }
   for (CUevent& ev : st->retired) detail::destroy_event(ev);
   st->retired.clear();
+  st->sweep_at = state::first_sweep;
   st->barriers.fetch_add(1, std::memory_order_relaxed);
   return true;
 }

@@ -10,6 +10,7 @@
 #include "whole_file.hpp"
 
 #include <gpumem/config.hpp>
+#include <gpumem/detail/file_space.hpp>
 #include <gpumem/statistics_resource_adaptor.hpp>
 #include <gpumem/stream_tracker.hpp>
 
@@ -131,8 +132,10 @@ void print_report_at_exit() noexcept {
       message(level::error, "cannot write the report to '%s': %s; printing it here instead", path.c_str(),
               std::strerror(err));
     }
-    std::fwrite(text.data(), 1, text.size(), stderr);
+    // Not through stdio: a stderr nobody reads any more must not kill the program
+    // with SIGPIPE as it exits.
     std::fflush(stderr);
+    (void)detail::write_all_without_sigpipe(STDERR_FILENO, text.data(), text.size());
   } catch (...) {
     // Exit must go on.
   }

@@ -175,6 +175,51 @@ TEST_F(StreamTracker, ADestroyedStreamsLastWorkIsCoveredByTheNextBarrier) {
   EXPECT_EQ(seen.load(), 1);
 }
 
+// A program that creates and destroys streams in a loop and frees nothing makes
+// no barrier: the ends of destroyed streams' work that has run must not pile up
+// (one event each, for the life of the process) until a barrier that never comes.
+TEST_F(StreamTracker, DestroyedStreamsWhoseWorkRanKeepNoEventUntilTheNextBarrier) {
+  auto const& d = detail::driver();
+  auto& sim = test::sim_control::get();
+  ASSERT_TRUE(tracker().barrier());  // nothing retired from earlier tests
+  auto const live_events = [&] {
+    return sim.call_count("cuEventCreate") - sim.call_count("cuEventDestroy") - sim.call_count("cuEventDestroy_v2");
+  };
+  long const before = live_events();
+  for (int i = 0; i < 2000; ++i) {
+    CUstream s = nullptr;
+    ASSERT_EQ(d.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    tracker().stream_created(s, CU_STREAM_NON_BLOCKING);
+    auto& work = new_flag();
+    mark(s, work);
+    tracker().stream_destroying(s);
+    ASSERT_EQ(d.cuStreamDestroy(s), CUDA_SUCCESS);
+    sim.run_all();  // its work, and the event recorded after it, have run
+  }
+  EXPECT_LE(live_events() - before, 128);
+  // A destroyed stream whose work is still queued is still covered.
+  CUstream a = nullptr;
+  ASSERT_EQ(d.cuStreamCreate(&a, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  tracker().stream_created(a, CU_STREAM_NON_BLOCKING);
+  CUstream b = make(CU_STREAM_NON_BLOCKING);
+  auto& old_work = new_flag();
+  mark(a, old_work);
+  tracker().stream_destroying(a);
+  ASSERT_EQ(d.cuStreamDestroy(a), CUDA_SUCCESS);
+  for (int i = 0; i < 300; ++i) {  // sweeps meanwhile must keep a's event
+    CUstream s = nullptr;
+    ASSERT_EQ(d.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    tracker().stream_created(s, CU_STREAM_NON_BLOCKING);
+    tracker().stream_destroying(s);
+    ASSERT_EQ(d.cuStreamDestroy(s), CUDA_SUCCESS);
+  }
+  ASSERT_TRUE(tracker().barrier());
+  auto& seen = new_seen();
+  check_after(b, old_work, seen);
+  ASSERT_EQ(d.cuStreamSynchronize(b), CUDA_SUCCESS);
+  EXPECT_EQ(seen.load(), 1);
+}
+
 TEST_F(StreamTracker, RefusedWhileACaptureIsActive) {
   CUstream c = make(CU_STREAM_NON_BLOCKING);
   auto& sim = test::sim_control::get();

@@ -12,6 +12,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -262,6 +263,21 @@ TEST_P(ShimLogModes, DiskFullIsReportedOnceCountedAtExitAndMarkedInTheLog) {
       << r.output;
 }
 
+// KNOWN HOLE (not fixed; run with --gtest_also_run_disabled_tests): the queued
+// log's journal ("<log>.journal", a MAP_SHARED file mapping) truncated while the
+// program runs (": > alloc.csv.journal", a cleanup script, copytruncate on a
+// glob): the next row's store into the ring raises SIGBUS and kills the program
+// (exit 135). The log's own mapping is guarded (csv_log_writer's SIGBUS
+// overlay); the journal's is not, and a zero-filled overlay would not do: its
+// header holds the ring's head and tail.
+TEST(ShimLog, DISABLED_QueuedLogsJournalTruncatedWhileRunningNeverKillsTheProgram) {
+  temp_file tmp{"alloc.csv"};
+  auto const r = run_process({program("shim_log_app"), "truncate", "4000", tmp.path() + ".journal"},
+                             shim_env(tmp.path(), true));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("PASS truncate"), std::string::npos) << r.output;
+}
+
 // One rule for every log path that cannot be written: a configuration error at
 // start naming the key, the path and the reason (exit 1), unless pass-through on
 // error was asked for.
@@ -345,6 +361,92 @@ TEST(ShimReport, UnwritableReportFileIsNamedWithTheErrorAndPrintedHere) {
         << r.output.substr(0, 400);
     EXPECT_NE(r.output.find("gpumem report (pid "), std::string::npos) << r.output.substr(0, 400);
   }
+}
+
+// Runs "shim_log_app pairs 3" under the shim with `env`, stdout and stderr to
+// `out_fd`, or stderr to a pipe whose reader is gone when `stderr_closed_pipe`.
+// Killed after 20 s (a hang shows as 128 + SIGKILL). Returns the exit code.
+int run_with_streams(std::map<std::string, std::string> const& env, int out_fd, bool stderr_closed_pipe) {
+  int gone[2];
+  if (pipe(gone) != 0) return -1;
+  close(gone[0]);  // no reader: a write raises SIGPIPE (or fails with EPIPE)
+  pid_t const pid = fork();
+  if (pid == 0) {
+    signal(SIGPIPE, SIG_DFL);
+    dup2(out_fd, 1);
+    dup2(stderr_closed_pipe ? gone[1] : out_fd, 2);
+    for (auto const& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
+    std::string prog = program("shim_log_app");
+    execl(prog.c_str(), prog.c_str(), "pairs", "3", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(gone[1]);
+  int status = 0;
+  for (int waited = 0; waitpid(pid, &status, WNOHANG) == 0; ++waited) {
+    if (waited == 2000) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      break;
+    }
+    usleep(10'000);
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+std::string read_all(int fd) {
+  std::string text;
+  char buf[4096];
+  for (ssize_t n, at = 0; (n = pread(fd, buf, sizeof buf, at)) > 0; at += n)
+    text.append(buf, static_cast<std::size_t>(n));
+  return text;
+}
+
+// `prog 2>&1 | head -1` or a closed log collector: the program itself never
+// writes to stderr, so what the shim writes there must not kill it with SIGPIPE
+// (nor change its exit status under `set -o pipefail`).
+TEST(ShimReport, StderrWithoutAReaderNeverKillsTheProgram) {
+  temp_file tmp{"out.txt"};
+  int const out = ::open(tmp.path().c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  ASSERT_GE(out, 0);
+  int const code = run_with_streams({{"LD_PRELOAD", shim_path()}, {"GPUMEM_REPORT", "1"}}, out, true);
+  std::string const text = read_all(out);
+  ::close(out);
+  EXPECT_EQ(code, 0) << text;
+  EXPECT_NE(text.find("PASS pairs"), std::string::npos) << text;
+}
+
+// A FIFO nobody reads yet (mkfifo, or a reader that has not started): opening it
+// for writing would wait for a reader forever, at exit. The report is printed
+// here instead, with the reason.
+TEST(ShimReport, ReportFileAFifoWithoutAReaderNeverHangsTheProgram) {
+  temp_file tmp{"out.txt"};
+  std::string const fifo = tmp.dir() + "/report.fifo";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  int const out = ::open(tmp.path().c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  ASSERT_GE(out, 0);
+  int const code = run_with_streams({{"LD_PRELOAD", shim_path()}, {"GPUMEM_REPORT", "1"}, {"GPUMEM_REPORT_FILE", fifo}},
+                                    out, false);
+  std::string const text = read_all(out);
+  ::close(out);
+  EXPECT_EQ(code, 0) << text;
+  EXPECT_NE(text.find("gpumem: cannot write the report to '" + fifo + "': "), std::string::npos) << text;
+  EXPECT_NE(text.find("gpumem report (pid "), std::string::npos) << text;
+}
+
+// The stack table beside the log ("<log>.stacks") a FIFO without a reader: the
+// program runs on, its stacks are missing (and it says so).
+TEST(ShimLog, StackTableAFifoWithoutAReaderNeverHangsTheProgram) {
+  temp_file tmp{"alloc.csv"};
+  ASSERT_EQ(mkfifo((tmp.path() + ".stacks").c_str(), 0600), 0);
+  int const out = ::open((tmp.dir() + "/out.txt").c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  ASSERT_GE(out, 0);
+  auto env = shim_env(tmp.path());
+  env["GPUMEM_STACKS"] = "1";
+  int const code = run_with_streams(env, out, false);
+  std::string const text = read_all(out);
+  ::close(out);
+  EXPECT_EQ(code, 0) << text;
+  EXPECT_NE(text.find("gpumem: cannot write the stack table '" + tmp.path() + ".stacks': "), std::string::npos) << text;
 }
 
 }  // namespace

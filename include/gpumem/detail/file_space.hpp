@@ -2,6 +2,8 @@
 // Disk space and writes for the files gpumem writes inside other people's
 // processes (the allocation log, its journal), and the text of their errors.
 
+#include <sys/types.h>
+
 #include <cstddef>
 #include <cstdint>
 
@@ -18,6 +20,24 @@ namespace gpumem::detail {
 /// Writes all `len` bytes at `offset` (pwrite, again after a short write or
 /// EINTR). False on an error (errno says which).
 [[nodiscard]] bool pwrite_all(int fd, char const* data, std::size_t len, std::uint64_t offset) noexcept;
+
+/// open(2) of a file gpumem writes beside the program (the report, the stack
+/// table, the OOM snapshots): never waits, never takes a controlling terminal.
+/// A FIFO without a reader fails with ENXIO instead of blocking until one comes
+/// (at exit: forever); the descriptor is blocking again once open, as the
+/// program's own files are. -1 with errno on failure.
+[[nodiscard]] int open_for_writing(char const* path, int flags, mode_t mode) noexcept;
+
+/// write(2) that never raises SIGPIPE: a pipe or socket whose reader is gone
+/// (stderr into `| head`) fails with EPIPE instead of killing a program that
+/// never wrote there itself. SIGPIPE is blocked in this thread for the call, and
+/// one it raised is taken back before it is unblocked. Three extra system calls:
+/// for messages and rare files, never per allocation.
+ssize_t write_without_sigpipe(int fd, void const* data, std::size_t len) noexcept;
+
+/// write_without_sigpipe until all `len` bytes are written (again after a short
+/// write or EINTR). 0 or an errno value (EIO for a write that wrote nothing).
+[[nodiscard]] int write_all_without_sigpipe(int fd, char const* data, std::size_t len) noexcept;
 
 /// madvise's MADV_POPULATE_WRITE (Linux 5.14), by number: the build's headers may
 /// predate it, and an older kernel answers EINVAL.
