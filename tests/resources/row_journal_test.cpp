@@ -32,10 +32,10 @@ namespace {
 // Byte offsets in the journal file (row_journal.cpp's file_header): tests that
 // play a crash at a chosen moment write these fields.
 constexpr off_t header_bytes = 20480;
-constexpr off_t batch_first_at = 136;
-constexpr off_t batch_bytes_at = 144;
-constexpr off_t batch_offset_at = 152;
-constexpr off_t batch_count_at = 160;
+constexpr off_t batch_first_at = 72;
+constexpr off_t batch_bytes_at = 80;
+constexpr off_t batch_offset_at = 88;
+constexpr off_t batch_count_at = 96;
 
 // Row `seq` of thread `thread`: Size carries the sequence number, so order and
 // uniqueness can be checked from the log.
