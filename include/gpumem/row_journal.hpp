@@ -62,7 +62,9 @@
 // deadline (100 ms after the cut was found), so the formatter, exit, or a caller
 // with a full ring never waits longer in all; a writer stalled longer than that
 // between reserving and storing has its row counted lost, even if it then writes
-// it directly.
+// it directly; so may one whose thread faulted on a page at the same moment as
+// another (the second zero page replaces the first, and the record's void mark
+// with it).
 // What is not covered: a cut undone (the file extended again) before the journal
 // looked goes unnoticed, or is taken for a shallower one: records it zeroed are
 // then waited for and counted lost, and the one it cut in half may be formatted
