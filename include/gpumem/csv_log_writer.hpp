@@ -67,7 +67,9 @@
 // - The file is truncated under the writer (": > log", logrotate's
 //   copytruncate): pages of a MAP_SHARED mapping past the end of the file raise
 //   SIGBUS on access. A SIGBUS handler, installed with the first writer, acts
-//   only on faults inside a log's own mapping: it maps an anonymous page over
+//   only on faults inside a log's own mapping (or a mapping lent to it with
+//   detail::guard_mapping: row_journal's ring, whose owner is told and does its
+//   own repair): it maps an anonymous page over
 //   the faulting one (the store lands there) and wakes the helper; every other
 //   SIGBUS goes to the handler that was installed before it (or the default
 //   action, so a real fault still kills with a core dump). The handler uses only
@@ -226,6 +228,11 @@ class csv_log_writer {
   /// Counts `rows` lost before they reached the writer (row_journal's records
   /// whose writer never finished them): the marker and close() report them.
   void count_lost(std::uint64_t rows) noexcept;
+  /// row_journal's file `journal` was found truncated (to `size` bytes) and given
+  /// up; `lost` of its rows (counted already with count_lost()) were only there.
+  /// The marker's reason names it (a marker follows now if any row was lost), and
+  /// the notifier says so, once per call.
+  void journal_truncated(std::string const& journal, std::uint64_t size, std::uint64_t lost) noexcept;
 
   /// Schedules write-back of the written pages (msync MS_ASYNC). Not needed for
   /// crash safety, only against a machine crash.

@@ -15,7 +15,8 @@
 // minor one after the kernel wrote a ring page back to disk).
 //
 // Cost on the calling thread: one fetch_add on the ring's head, a 64-byte store,
-// and, once per ring_slots/8 rows, a futex wake of the helper. A row pushed with
+// two relaxed loads of the journal's state, and, once per ring_slots/8 rows, a
+// futex wake of the helper. A row pushed with
 // its start and end counter values (as the shim does) is not even converted to
 // the wall clock there: the formatter converts it, with an anchor it also keeps
 // in the journal's header for recovery.
@@ -38,10 +39,47 @@
 // Records carry the entry-point and result names as indices into a name table
 // in the journal's header, so recovery needs nothing from the dead process.
 //
+// The journal truncated by another program (": > log.journal", copytruncate on
+// a glob): the ring's pages past the new end of the file are gone, and touching
+// them raises SIGBUS. So the ring's live state (head, tail, the tick anchor, the
+// names) is kept in process memory, never read back from the file: the file's
+// header is only a copy for recovery, and a cut cannot confuse the ring. The
+// log's SIGBUS guard covers the mapping (detail::guard_mapping): a fault there
+// maps a zero page over the lost one, so the access goes on, and marks the
+// journal broken. A broken journal queues nothing more (rows are written
+// directly, as without it), is removed (recovery must not trust it), and its
+// remaining records are formatted, except those that lay past the cut: their
+// stores may have been cut in half, so they are counted lost, as are records
+// whose writer stored them before the cut (zero now). Found by the fault, or by
+// the formatter, which checks the file's size (fstat) after each batch it formats
+// and before waiting for a record not stored yet: a cut inside a page zeroes its
+// end without a fault. A writer that sees the journal broken before it publishes
+// its record marks the record void and writes the row directly. The cut is said
+// once (the log's notifier: stderr in the shim) when the records queued before it
+// are settled; how many were lost is counted in the log's marker. close() and
+// exit look at the size once more, so a cut with nothing queued behind it is
+// said too. Waits for records not stored yet share one
+// deadline (100 ms after the cut was found), so the formatter, exit, or a caller
+// with a full ring never waits longer in all; a writer stalled longer than that
+// between reserving and storing has its row counted lost, even if it then writes
+// it directly; so may one whose thread faulted on a page at the same moment as
+// another (the second zero page replaces the first, and the record's void mark
+// with it).
+// What is not covered: a cut undone (the file extended again) before the journal
+// looked goes unnoticed, or is taken for a shallower one: records it zeroed are
+// then waited for and counted lost, and the one it cut in half may be formatted
+// with zeroed fields. A thread that blocks SIGBUS and touches a page the cut
+// took is killed by the kernel, as with the log's own mapping (the helper
+// unblocks SIGBUS; the program's threads, which store records and format when
+// the ring is full or at exit, are as the program set them). Once the journal is
+// given up, the rows queued before the cut that are not formatted yet are no
+// longer safe from a crash.
+//
 // Not queued (push() answers false and the caller writes the row directly): in
-// a forked child (the ring is the parent's), after close() or exit, rows whose
+// a forked child (the ring is the parent's), after close() or exit, once the
+// journal was found truncated, rows whose
 // fields do not fit a record (a duration over 2^32 ns, or 2^32 counter ticks, about
-// 1.4 s at 3 GHz, for a row pushed in ticks; a device past 127, more
+// 1.4 s at 3 GHz, for a row pushed in ticks; a thread id of 2^32 - 1 or more; a device past 127, more
 // than 255 distinct names or one of 64 characters or more). Such a row may reach
 // the log ahead of rows queued before it.
 //
@@ -95,7 +133,7 @@ class row_journal {
 
   /// The journal file.
   [[nodiscard]] std::string const& path() const noexcept { return path_; }
-  /// Records formatted into the log so far (by the helper or by full-ring callers).
+  /// Records formatted into the log (or given up) so far, by the helper or by full-ring callers.
   [[nodiscard]] std::uint64_t rows_formatted() const noexcept;
 
   struct file_header;  // the journal file's first bytes (implementation detail)
@@ -107,9 +145,21 @@ class row_journal {
   void helper_loop() noexcept;
   void wake_helper() noexcept;
   bool push_record(log_row const& row, std::int64_t time, std::uint32_t duration, std::uint8_t flags) noexcept;
-  /// The formatter's tick anchor, stored in the header if it changed (the
+  /// The formatter's tick anchor, copied to the header if it changed (the
   /// caller holds drain_mutex_, or is the constructor).
   detail::tick_anchor publish_anchor() noexcept;
+  /// The file is shorter than mapped: `size` bounds its end. Callable from the
+  /// SIGBUS handler (atomics and a futex wake only).
+  void note_cut(std::uint64_t size) noexcept;
+  /// Whether the file is now shorter than mapped (or than the cut known); notes it.
+  bool check_size() noexcept;
+  /// A broken journal: settles it (once: removes the file, starts the wait
+  /// deadline) and, once the records queued before the cut are settled, says so;
+  /// the caller holds drain_mutex_.
+  void settle_cut_locked() noexcept;
+  /// At close and exit: looks for a cut (one fstat), and if the journal is broken
+  /// settles it and says so, its queued records settled; whether it is broken.
+  bool settle_if_cut() noexcept;
   /// Formats a batch of published records from the ring's tail into the log;
   /// the caller holds drain_mutex_. False: nothing was ready.
   bool drain_batch_locked() noexcept;
@@ -126,11 +176,25 @@ class row_journal {
   file_header* header_{};
   record* ring_{};
   std::size_t mapped_bytes_{};
+  alignas(64) std::atomic<std::uint64_t> head_{0};  ///< records reserved
+  alignas(64) std::atomic<std::uint64_t> tail_{0};  ///< records formatted or given up (moved by the drainer)
+  /// closed_bit: no more queuing (close, exit, fork, no helper); broken_bit: the
+  /// file was truncated. Read (relaxed) by every push.
+  std::atomic<std::uint32_t> state_{0};
+  /// File offset past which the ring may be lost (a cut's size, or a faulting
+  /// page); UINT64_MAX while no cut is known.
+  std::atomic<std::uint64_t> cut_at_{UINT64_MAX};
+  // The drainer's (under drain_mutex_):
+  detail::tick_anchor anchor_{};  ///< the anchor rows are formatted with (the header has a copy)
+  bool cut_settled_{false};       ///< the cut was acted on
+  bool cut_reported_{false};      ///< and said
+  std::uint64_t cut_head_{};      ///< records reserved when it was acted on
+  std::int64_t cut_deadline_{};   ///< waits for unstored records end then (CLOCK_MONOTONIC_COARSE ns)
+  std::uint64_t cut_lost_{};      ///< records given up since
   pthread_mutex_t drain_mutex_ = PTHREAD_MUTEX_INITIALIZER;  ///< one formatter at a time
   pthread_mutex_t names_mutex_ = PTHREAD_MUTEX_INITIALIZER;  ///< adding to the name table
   /// Name pointers of this process by index (the file holds their text).
   std::atomic<const char*> names_[256]{};
-  std::atomic<bool> closed_{false};
   std::atomic<bool> helper_stop_{false};
   alignas(4) std::atomic<std::uint32_t> helper_wake_{0};  ///< futex word
   pthread_t helper_thread_{};
@@ -144,15 +208,22 @@ struct journal_recovery {
   bool found = false;         ///< a journal was beside the log
   bool writer_alive = false;  ///< its writer still holds the log: nothing done
   std::uint64_t rows = 0;     ///< rows appended to the log
-  std::uint64_t lost = 0;     ///< records their writer died while storing (counted in the marker)
-  std::string error;          ///< why it could not be recovered ("" when it was, or nothing to do)
+  std::uint64_t lost = 0;     ///< records their writer died while storing, or cut off (counted in the marker)
+  /// The journal was cut short (by another program): only the records it still
+  /// held whole were appended; a marker line says that the others are lost.
+  bool truncated = false;
+  std::string error;  ///< why it could not be recovered ("" when it was, or nothing to do)
 };
 
 /// When "<log_path>.journal" is beside the log and no process writes the log any
 /// more (its lock is free; when the journal's process is gone, up to 5 s are
 /// given for the lock to go with it): appends the rows the journal still held to the log
-/// (after the last complete row; a marker line follows when records were lost),
-/// ends the log there, and removes the journal. Never throws.
+/// (after the last complete row; a marker line follows when records were lost or
+/// the journal was cut short), ends the log there, and removes the journal. The
+/// journal is read, not mapped: one cut meanwhile cannot raise SIGBUS. The
+/// records held are those stored after the last one formatted (a record
+/// reserved but never stored is counted lost only if a later one was stored).
+/// Never throws.
 journal_recovery recover_journal(std::string const& log_path) noexcept;
 
 }  // namespace gpumem

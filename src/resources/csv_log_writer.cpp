@@ -14,6 +14,7 @@
 // worth of bytes below `capacity`, so the markers always find room.
 
 #include <gpumem/csv_log_writer.hpp>
+#include <gpumem/detail/fault_overlay.hpp>
 #include <gpumem/detail/file_kind.hpp>
 #include <gpumem/detail/file_space.hpp>
 #include <gpumem/detail/futex.hpp>
@@ -29,6 +30,7 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -57,6 +59,7 @@ struct csv_log_writer::shared_state {
   std::atomic<int> grow_errno{0};               ///< first reason the file could not grow
   std::atomic<std::uint32_t> truncations{0};    ///< times found truncated under us
   std::atomic<bool> space_notified{false};      ///< "rows are dropped" said once
+  std::atomic<bool> journal_cut{false};         ///< row_journal's file was truncated (journal_truncated())
   std::atomic<std::int64_t> retry_after_ns{0};  ///< no growth attempt before (CLOCK_MONOTONIC_COARSE)
   pthread_mutex_t grow;  ///< process-shared, robust: a writer killed mid-growth does not wedge the others
 };
@@ -187,11 +190,65 @@ struct log_fault_guard {
     }
   }
 
+  // Other mappings lent the guard (detail::guard_mapping): few (a journal per log).
+  static constexpr std::size_t other_slots = 256;
+  static inline std::atomic<std::uintptr_t> other_begin[other_slots]{};
+  static inline std::atomic<std::size_t> other_bytes[other_slots]{};
+  static inline std::atomic<detail::fault_fn> other_fn[other_slots]{};
+  static inline std::atomic<void*> other_context[other_slots]{};
+
+  static bool add_other(void* begin, std::size_t bytes, detail::fault_fn fn, void* context) noexcept {
+    install();
+    for (std::size_t i = 0; i < other_slots; ++i) {
+      std::uintptr_t expected = 0;
+      if (!other_begin[i].compare_exchange_strong(expected, claimed, std::memory_order_acq_rel)) continue;
+      other_bytes[i].store(bytes, std::memory_order_relaxed);
+      other_fn[i].store(fn, std::memory_order_relaxed);
+      other_context[i].store(context, std::memory_order_relaxed);
+      other_begin[i].store(reinterpret_cast<std::uintptr_t>(begin), std::memory_order_release);
+      return true;
+    }
+    return false;
+  }
+
+  static void remove_other(void* begin) noexcept {
+    auto const b = reinterpret_cast<std::uintptr_t>(begin);
+    for (auto& slot : other_begin) {
+      std::uintptr_t expected = b;
+      slot.compare_exchange_strong(expected, 0, std::memory_order_acq_rel);
+    }
+  }
+
+  // A fault in another guarded mapping: its owner is told, then the page is
+  // replaced. False: not in one (or the page could not be replaced).
+  static bool overlay_other(std::uintptr_t addr) noexcept {
+    for (std::size_t i = 0; i < other_slots; ++i) {
+      auto const b = other_begin[i].load(std::memory_order_acquire);
+      if (b <= claimed || addr < b || addr - b >= other_bytes[i].load(std::memory_order_relaxed)) continue;
+      auto const page_at = addr & ~(page - 1);
+      if (auto* fn = other_fn[i].load(std::memory_order_relaxed); fn != nullptr) {
+        fn(other_context[i].load(std::memory_order_relaxed), page_at - b);
+      }
+      // The system call itself, not libc's mmap: nothing but the kernel runs in
+      // the handler (a sanitizer's interceptor would; ThreadSanitizer would also
+      // count the replacement as a write racing with the formatter's reads of the
+      // page, which the owner allows for: what lay past the cut is never trusted).
+      void* const p = reinterpret_cast<void*>(page_at);
+      return ::syscall(SYS_mmap, p, page, PROT_READ | PROT_WRITE, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS, -1, 0) ==
+             static_cast<long>(page_at);
+    }
+    return false;
+  }
+
   // Async-signal-safe: atomics, mmap, sigaction, raise and a futex wake only.
   static void on_sigbus(int sig, siginfo_t* info, void* context) {
     int const saved_errno = errno;
     if (info != nullptr && info->si_code > 0) {  // a fault, not kill()/raise()
       auto const addr = reinterpret_cast<std::uintptr_t>(info->si_addr);
+      if (overlay_other(addr)) {
+        errno = saved_errno;
+        return;
+      }
       auto const n = used.load(std::memory_order_acquire);
       for (std::size_t i = 0; i < n; ++i) {
         auto const b = begin[i].load(std::memory_order_acquire);
@@ -244,6 +301,12 @@ struct log_fault_guard {
     }
   }
 };
+
+bool detail::guard_mapping(void* begin, std::size_t bytes, fault_fn on_fault, void* context) noexcept {
+  return log_fault_guard::add_other(begin, bytes, on_fault, context);
+}
+
+void detail::unguard_mapping(void* begin) noexcept { log_fault_guard::remove_other(begin); }
 
 // ---------------------------------------------------------------------------
 
@@ -392,6 +455,20 @@ void csv_log_writer::populate_ahead(bool on) noexcept {
 
 void csv_log_writer::count_lost(std::uint64_t rows) noexcept {
   if (shared_ != nullptr && rows != 0) shared_->dropped.fetch_add(rows, std::memory_order_relaxed);
+}
+
+void csv_log_writer::journal_truncated(std::string const& journal, std::uint64_t size, std::uint64_t lost) noexcept {
+  shared_state* const s = shared_;
+  if (s == nullptr) return;
+  s->journal_cut.store(true, std::memory_order_relaxed);
+  // In the log now (through the file: the journal's helper may be the caller), so
+  // a crash afterwards still leaves it.
+  if (s->dropped.load(std::memory_order_relaxed) != 0) append_marker(marker_max, false, true);
+  notify("the allocation log's journal '" + journal + "' was truncated by another program while in use (to " +
+         std::to_string(size) + " bytes): " +
+         (lost == 0 ? std::string{"no row queued in it was lost"}
+                    : std::to_string(lost) + " rows queued in it are lost, counted in a '#gpumem incomplete' line") +
+         "; rows are written directly from now on");
 }
 
 std::optional<std::uint64_t> csv_log_writer::reserve(std::size_t len, std::uint32_t& epoch) noexcept {
@@ -628,6 +705,9 @@ std::size_t csv_log_writer::format_marker(char (&line)[marker_bytes]) const noex
   };
   if (s->truncations.load(std::memory_order_relaxed) != 0) {
     add("truncated by another program while in use: earlier rows are lost");
+  }
+  if (s->journal_cut.load(std::memory_order_relaxed)) {
+    add("its journal was truncated by another program while in use: rows queued in it are lost");
   }
   if (int const err = s->grow_errno.load(std::memory_order_relaxed); err != 0) add(detail::error_text(err));
   if (rn == 0) add("rows lost");
@@ -894,6 +974,9 @@ void csv_log_writer::finish(bool unmap) noexcept {
       int const err = s->grow_errno.load(std::memory_order_relaxed);
       std::string why;
       if (s->truncations.load(std::memory_order_relaxed) != 0) why = "truncated by another program while in use";
+      if (s->journal_cut.load(std::memory_order_relaxed)) {
+        why += std::string{why.empty() ? "" : "; "} + "its journal truncated by another program";
+      }
       if (err != 0) why += std::string{why.empty() ? "" : "; "} + detail::error_text(err);
       notify("the allocation log '" + path_ + "' is incomplete (" + why + "): " + std::to_string(dropped) +
              " rows dropped; its last line says so");

@@ -3,12 +3,14 @@
 // guarantees).
 //
 // Ring protocol. `head` counts records reserved, `tail` records formatted (or
-// given up on). A writer takes index i = head++, waits until i < tail + slots
-// (its slot's previous record is formatted), stores the fields, then the stamp
-// (lap of i and thread id) with release: a stamp whose lap matches the index is
-// the record's "published" mark. Only the holder of drain_mutex_ formats, in
-// index order, and moves `tail`. The file's zero-filled start (lap 0) is never
-// a valid lap.
+// given up on); both live in process memory (a cut of the file cannot touch
+// them). A writer takes index i = head++, waits until i < tail + slots (its
+// slot's previous record is formatted), stores the fields, then the stamp (lap
+// of i and thread id) with release: a stamp whose lap matches the index is the
+// record's "published" mark (thread id 2^32 - 1: void, the row was written
+// directly). Only the holder of drain_mutex_ formats, in index order, and moves
+// `tail`, copying it to the file's header. The file's zero-filled start (lap 0)
+// is never a valid lap, so recovery finds the records left by their stamps.
 //
 // Crash recovery needs to know which records already reached the CSV. The
 // formatter notes the batch it copies (first record, count, bytes, and the
@@ -19,6 +21,7 @@
 // anchor the batch was formatted with is in the header (stored before the
 // batch is noted).
 
+#include <gpumem/detail/fault_overlay.hpp>
 #include <gpumem/detail/file_space.hpp>
 #include <gpumem/detail/futex.hpp>
 #include <gpumem/detail/log_clock.hpp>
@@ -50,7 +53,7 @@ namespace gpumem {
 
 namespace {
 
-constexpr char journal_magic[8] = {'G', 'P', 'U', 'M', 'J', 'R', 'N', '2'};
+constexpr char journal_magic[8] = {'G', 'P', 'U', 'M', 'J', 'R', 'N', '3'};
 constexpr std::uint32_t header_bytes = 20480;            // 5 pages: counters, then the name table
 constexpr std::size_t name_bytes = 64;                   // a name and its NUL
 constexpr std::size_t max_names = 255;                   // indices 1..255; 0 = none
@@ -58,7 +61,11 @@ constexpr std::uint8_t no_index = 0xff;                  // name_index(): the ta
 constexpr std::size_t batch_buffer = 32768;              // rows formatted per copy into the log
 constexpr std::int64_t publish_wait_ns = 1'000'000'000;  // a reserved record not stored for this long is given up
 constexpr std::uint64_t wake_every = row_journal::ring_slots / 8;
-constexpr std::int64_t max_idle_ms = 64;  // the helper looks at least this often
+constexpr std::int64_t max_idle_ms = 64;            // the helper looks at least this often
+constexpr std::int64_t cut_wait_ns = 100'000'000;   // after a cut: all waits for unstored records end this much later
+constexpr std::uint32_t closed_bit = 1;             // row_journal::state_: queue nothing more
+constexpr std::uint32_t broken_bit = 2;             // row_journal::state_: the file was truncated
+constexpr std::uint64_t void_thread = 0xffff'ffff;  // a stamp's thread id: no row (written directly)
 // record::action's top bit: time_ns and duration_ns hold log_ticks() values
 // (the start, and the ticks elapsed), converted when the record is formatted.
 constexpr std::uint8_t action_in_ticks = 0x80;
@@ -87,8 +94,10 @@ struct row_journal::file_header {
   std::uint32_t record_size;
   std::uint64_t slots;
   std::int32_t owner_pid;
-  alignas(64) std::atomic<std::uint64_t> head;  ///< records reserved
-  alignas(64) std::atomic<std::uint64_t> tail;  ///< records formatted or given up (drainer only)
+  /// Records formatted or given up: the ring's tail, copied here by the drainer
+  /// for recovery (the ring's head is not kept: recovery finds the records by
+  /// their stamps).
+  alignas(64) std::atomic<std::uint64_t> tail;
   /// The batch being copied into the log (drainer only): records
   /// [batch_first, batch_first + batch_count), batch_bytes of text at batch_offset.
   /// batch_count is stored last (and cleared after `tail` moved): 0 = none.
@@ -111,6 +120,9 @@ struct row_journal::file_header {
 };
 static_assert(sizeof(row_journal::file_header) <= header_bytes);
 static_assert(offsetof(row_journal::file_header, owner_pid) == 24);  // recover_journal reads it before mapping
+// Tests play crashes by writing these (row_journal_test.cpp).
+static_assert(offsetof(row_journal::file_header, batch_first) == 72);
+static_assert(offsetof(row_journal::file_header, batch_count) == 96);
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
 
 struct row_journal::record {
@@ -187,6 +199,16 @@ row_journal::row_journal(csv_log_writer& log, bool with_helper)
   header_->owner_pid = owner_pid_;
   (void)publish_anchor();  // recovery has one even if no row was ever formatted
   ring_ = reinterpret_cast<record*>(static_cast<char*>(p) + header_bytes);
+  // A truncation of the file by another program: a fault in the mapping marks the
+  // journal broken (and the access goes on in a zero page) instead of killing.
+  if (!detail::guard_mapping(
+          p, mapped_bytes_,
+          [](void* self, std::size_t offset) noexcept { static_cast<row_journal*>(self)->note_cut(offset); }, this)) {
+    ::munmap(p, mapped_bytes_);
+    ::close(fd_);
+    ::unlink(path_.c_str());
+    throw logic_error{"gpumem: cannot guard the log's journal '" + path_ + "' against truncation: too many journals"};
+  }
 
   // After the log's own exit hook was registered (the log exists): runs before it.
   pthread_once(&hooks_once, [] {
@@ -194,7 +216,7 @@ row_journal::row_journal(csv_log_writer& log, bool with_helper)
     // A forked child has the ring's mapping but not the helper: it writes directly.
     ::pthread_atfork(nullptr, nullptr, [] {
       live_journals.for_each_unlocked([](row_journal* j) {
-        j->closed_.store(true, std::memory_order_relaxed);
+        j->state_.fetch_or(closed_bit, std::memory_order_relaxed);
         j->helper_started_ = false;
       });
     });
@@ -253,20 +275,22 @@ bool row_journal::push(log_row const& row, std::uint64_t start_ticks, std::uint6
 
 bool row_journal::push_record(log_row const& row, std::int64_t time, std::uint32_t duration,
                               std::uint8_t flags) noexcept {
-  if (closed_.load(std::memory_order_relaxed)) [[unlikely]]
+  if (state_.load(std::memory_order_relaxed) != 0) [[unlikely]]
     return false;
-  if (row.device < INT8_MIN || row.device > INT8_MAX || row.thread_id > UINT32_MAX) [[unlikely]] { return false; }
+  if (row.device < INT8_MIN || row.device > INT8_MAX || row.thread_id >= void_thread) [[unlikely]] { return false; }
   std::uint8_t const entry = name_index(row.entry);
   std::uint8_t const result = name_index(row.result);
   if (entry == no_index || result == no_index) [[unlikely]]
     return false;
 
-  file_header* const h = header_;
-  std::uint64_t const i = h->head.fetch_add(1, std::memory_order_relaxed);
-  if (i - h->tail.load(std::memory_order_acquire) >= ring_slots) [[unlikely]] {
+  std::uint64_t const i = head_.fetch_add(1, std::memory_order_relaxed);
+  // (Compared so, not as i - tail: `tail` passes i when the formatter gave up on
+  // this record meanwhile.)
+  if (i >= tail_.load(std::memory_order_acquire) + ring_slots) [[unlikely]] {
     // Full: format the oldest records here until this one has a slot. Bounded:
     // the formatter gives up on a record its writer never stores.
-    while (i - h->tail.load(std::memory_order_acquire) >= ring_slots) {
+    std::uint64_t t = 0;
+    while (i >= (t = tail_.load(std::memory_order_acquire)) + ring_slots) {
       if (pthread_mutex_trylock(&drain_mutex_) == 0) {
         (void)drain_batch_locked();
         pthread_mutex_unlock(&drain_mutex_);
@@ -274,6 +298,11 @@ bool row_journal::push_record(log_row const& row, std::int64_t time, std::uint32
         ::sched_yield();
       }
     }
+    // Given up while this thread waited for room (after a cut the formatter
+    // waits for a record only until one deadline): counted lost already; the
+    // caller writes the row directly.
+    if (t > i) [[unlikely]]
+      return false;
   }
   record& r = ring_[i & (ring_slots - 1)];
   r.time_ns = time;
@@ -287,21 +316,30 @@ bool row_journal::push_record(log_row const& row, std::int64_t time, std::uint32
   r.action = static_cast<std::uint8_t>(static_cast<std::uint8_t>(row.action) | flags);
   r.entry = entry;
   r.result = result;
-  r.stamp.store(lap_of(i) << 32U | row.thread_id, std::memory_order_release);
+  // The file cut meanwhile (this record's stores may have gone to a page now lost,
+  // or half to one, half to the zero page put in its place): the record is marked
+  // void and the row written directly by the caller.
+  bool const cut = (state_.load(std::memory_order_relaxed) & broken_bit) != 0;
+  r.stamp.store(lap_of(i) << 32U | (cut ? void_thread : row.thread_id), std::memory_order_release);
   if ((i & (wake_every - 1)) == 0) [[unlikely]]
     wake_helper();
   // Closed (at exit) while this record was being stored: the final drain may have
   // passed it; format it now.
-  if (closed_.load()) [[unlikely]]
+  if ((state_.load() & closed_bit) != 0) [[unlikely]]
     drain_until(i + 1);
-  return true;
+  return !cut;
 }
 
 bool row_journal::drain_batch_locked() noexcept {
-  file_header* const h = header_;
-  std::uint64_t const t = h->tail.load(std::memory_order_relaxed);
-  std::uint64_t const head = h->head.load(std::memory_order_acquire);
+  if ((state_.load(std::memory_order_acquire) & broken_bit) != 0) [[unlikely]]
+    settle_cut_locked();
+  std::uint64_t const t = tail_.load(std::memory_order_relaxed);
+  std::uint64_t const head = head_.load(std::memory_order_acquire);
   if (t == head) return false;
+  // Cut (settled): only records wholly before the cut are read; the file is not
+  // written any more.
+  bool const cut = cut_settled_;
+  std::uint64_t const cut_at = cut_at_.load(std::memory_order_acquire);
   auto const names = [this](std::uint8_t k) noexcept { return names_[k].load(std::memory_order_acquire); };
   // The whole batch with one anchor, in the header before the batch is noted:
   // recovery formats a batch cut short by a crash again, byte for byte.
@@ -309,44 +347,121 @@ bool row_journal::drain_batch_locked() noexcept {
   char buf[batch_buffer];
   std::size_t len = 0;
   std::uint64_t n = 0;
+  std::uint64_t lost = 0;  // records past the cut
+  std::uint64_t rows = 0;  // records formatted
   while (t + n < head && len + max_row_bytes <= sizeof buf) {
-    record const& r = ring_[(t + n) & (ring_slots - 1)];
+    std::uint64_t const k = t + n;
+    record const& r = ring_[k & (ring_slots - 1)];
     std::uint64_t stamp = r.stamp.load(std::memory_order_acquire);
-    if (stamp >> 32U != lap_of(t + n)) {
+    if (stamp >> 32U != lap_of(k)) {
+      if (cut && now_ns() >= cut_deadline_) {  // the wait after the cut is over: given up at once
+        ++n;
+        ++lost;
+        continue;
+      }
       if (n != 0) break;  // format what is ready; this one comes next time
-      // Reserved, not stored yet: its writer is between the two. Wait, but not
-      // forever: a writer that never comes back must not stop the log.
-      auto const give_up = now_ns() + publish_wait_ns;
-      while ((stamp = r.stamp.load(std::memory_order_acquire)) >> 32U != lap_of(t) && now_ns() < give_up) {
+      // Reserved, not stored yet: its writer is between the two, or the record
+      // was lost to a cut (zero now; a cut inside a page zeroes without a fault:
+      // the size tells). Wait, but not forever: a writer that never comes back
+      // must not stop the log; after a cut all waits end at one deadline.
+      if (!cut && (check_size() || (state_.load(std::memory_order_acquire) & broken_bit) != 0)) return true;
+      auto const give_up = cut ? cut_deadline_ : now_ns() + publish_wait_ns;
+      while ((stamp = r.stamp.load(std::memory_order_acquire)) >> 32U != lap_of(k) && now_ns() < give_up) {
+        if (!cut && (state_.load(std::memory_order_acquire) & broken_bit) != 0) return true;
         ::sched_yield();
       }
-      if (stamp >> 32U != lap_of(t)) {
-        h->tail.store(t + 1, std::memory_order_release);
+      if (stamp >> 32U != lap_of(k)) {
+        tail_.store(t + 1, std::memory_order_release);
+        if (!cut) header_->tail.store(t + 1, std::memory_order_release);
+        cut_lost_ += cut ? 1 : 0;
         log_->count_lost(1);
         return true;
       }
     }
-    len += format_row(buf + len, row_of(r, stamp, names, anchor));
     ++n;
+    if ((stamp & 0xffff'ffffU) == void_thread) continue;  // its writer wrote the row directly
+    if (cut && header_bytes + ((k & (ring_slots - 1)) + 1) * sizeof(record) > cut_at) {
+      ++lost;  // past the cut: stored before it (lost), or perhaps in part (torn)
+      continue;
+    }
+    len += format_row(buf + len, row_of(r, stamp, names, anchor));
+    ++rows;
   }
-  if (n == 0) return false;
-  h->batch_first.store(t, std::memory_order_relaxed);
-  h->batch_bytes.store(len, std::memory_order_relaxed);
-  struct note {
-    file_header* h;
-    std::uint64_t n;
-  } noted{h, n};
-  (void)log_->append_batch(
-      buf, len, n,
-      [](void* context, std::uint64_t offset) noexcept {
-        auto* b = static_cast<note*>(context);
-        b->h->batch_offset.store(offset, std::memory_order_relaxed);
-        b->h->batch_count.store(b->n, std::memory_order_release);
-      },
-      &noted);
-  h->tail.store(t + n, std::memory_order_release);
-  h->batch_count.store(0, std::memory_order_release);
+  // A cut while the batch was read (or a cut deeper than the one known) may have
+  // torn some of its records: read them again, knowing it.
+  (void)check_size();
+  if (cut ? cut_at_.load(std::memory_order_acquire) < cut_at
+          : (state_.load(std::memory_order_acquire) & broken_bit) != 0) {
+    return true;
+  }
+  if (len != 0 && cut) {
+    (void)log_->append_batch(buf, len, rows, nullptr, nullptr);
+  } else if (len != 0) {
+    file_header* const h = header_;
+    h->batch_first.store(t, std::memory_order_relaxed);
+    h->batch_bytes.store(len, std::memory_order_relaxed);
+    struct note {
+      file_header* h;
+      std::uint64_t n;
+    } noted{h, n};
+    (void)log_->append_batch(
+        buf, len, n,
+        [](void* context, std::uint64_t offset) noexcept {
+          auto* b = static_cast<note*>(context);
+          b->h->batch_offset.store(offset, std::memory_order_relaxed);
+          b->h->batch_count.store(b->n, std::memory_order_release);
+        },
+        &noted);
+  }
+  tail_.store(t + n, std::memory_order_release);
+  if (!cut) {
+    header_->tail.store(t + n, std::memory_order_release);
+    header_->batch_count.store(0, std::memory_order_release);
+  }
+  if (lost != 0) {
+    cut_lost_ += lost;
+    log_->count_lost(lost);
+  }
   return true;
+}
+
+void row_journal::note_cut(std::uint64_t size) noexcept {
+  std::uint64_t c = cut_at_.load(std::memory_order_relaxed);
+  while (size < c && !cut_at_.compare_exchange_weak(c, size, std::memory_order_acq_rel)) {}
+  state_.fetch_or(broken_bit, std::memory_order_acq_rel);
+  wake_helper();
+}
+
+bool row_journal::check_size() noexcept {
+  struct stat st {};
+  if (::fstat(fd_, &st) != 0) return false;
+  auto const size = static_cast<std::uint64_t>(st.st_size);
+  if (size >= std::min<std::uint64_t>(cut_at_.load(std::memory_order_acquire), mapped_bytes_)) return false;
+  note_cut(size);
+  return true;
+}
+
+void row_journal::settle_cut_locked() noexcept {
+  if (!cut_settled_) {
+    cut_settled_ = true;
+    (void)check_size();  // its size, when a fault told first
+    cut_deadline_ = now_ns() + cut_wait_ns;
+    cut_head_ = head_.load(std::memory_order_acquire);
+    // Given up: recovery after a crash must not take what is left of it for the
+    // rows still to add (the path may name another file by now: then it stays).
+    struct stat mine {};
+    struct stat there {};
+    if (::fstat(fd_, &mine) == 0 && ::stat(path_.c_str(), &there) == 0 && mine.st_dev == there.st_dev &&
+        mine.st_ino == there.st_ino) {
+      ::unlink(path_.c_str());
+    }
+  }
+  // Said once the records queued before the cut are settled: with their count.
+  if (!cut_reported_ && tail_.load(std::memory_order_relaxed) >= cut_head_) {
+    cut_reported_ = true;
+    log_->journal_truncated(path_, std::min<std::uint64_t>(cut_at_.load(std::memory_order_acquire), mapped_bytes_),
+                            cut_lost_);
+  }
 }
 
 namespace {
@@ -359,14 +474,15 @@ detail::tick_anchor header_anchor(row_journal::file_header const& h) noexcept {
 }  // namespace
 
 detail::tick_anchor row_journal::publish_anchor() noexcept {
-  file_header* const h = header_;
   detail::tick_anchor const a = detail::log_tick_anchor();
   // Formatters take turns (the helper, callers finding the ring full), each with
   // its own thread's anchor: keep the journal's while it is as recent, so rows
   // change anchor (and may step by the anchors' difference, tens of ns) only
   // when a newer one comes.
-  detail::tick_anchor const kept = header_anchor(*h);
-  if (kept.mult != 0 && kept.ticks >= a.ticks) return kept;
+  if (anchor_.mult != 0 && anchor_.ticks >= a.ticks) return anchor_;
+  anchor_ = a;
+  if ((state_.load(std::memory_order_relaxed) & broken_bit) != 0) return a;  // the file is given up
+  file_header* const h = header_;
   std::uint32_t const current = h->anchor_current.load(std::memory_order_relaxed);
   auto& next = h->anchors[(current + 1) & 1U];
   next.ticks.store(a.ticks, std::memory_order_relaxed);
@@ -378,12 +494,12 @@ detail::tick_anchor row_journal::publish_anchor() noexcept {
 
 void row_journal::drain_until(std::uint64_t until) noexcept {
   pthread_mutex_lock(&drain_mutex_);
-  while (header_ != nullptr && header_->tail.load(std::memory_order_relaxed) < until && drain_batch_locked()) {}
+  while (header_ != nullptr && tail_.load(std::memory_order_relaxed) < until && drain_batch_locked()) {}
   pthread_mutex_unlock(&drain_mutex_);
 }
 
 std::uint64_t row_journal::rows_formatted() const noexcept {
-  return header_ == nullptr ? 0 : header_->tail.load(std::memory_order_acquire);
+  return header_ == nullptr ? 0 : tail_.load(std::memory_order_acquire);
 }
 
 void row_journal::start_helper() noexcept {
@@ -392,12 +508,18 @@ void row_journal::start_helper() noexcept {
   helper_started_ = detail::start_quiet_thread(
       helper_thread_, "gpumem-logfmt",
       [](void* self) -> void* {
+        // It reads the ring: a page lost to a cut must fault into the guard's
+        // handler (a blocked SIGBUS from a fault kills the process).
+        sigset_t bus;
+        sigemptyset(&bus);
+        sigaddset(&bus, SIGBUS);
+        pthread_sigmask(SIG_UNBLOCK, &bus, nullptr);
         static_cast<row_journal*>(self)->helper_loop();
         return nullptr;
       },
       this);
   if (!helper_started_) {
-    closed_.store(true, std::memory_order_relaxed);  // no formatter: rows are written directly
+    state_.fetch_or(closed_bit, std::memory_order_relaxed);  // no formatter: rows are written directly
     return;
   }
   log_->populate_ahead(false);  // rows arrive by pwrite: pages populated ahead would only be zeroed for nothing
@@ -426,17 +548,32 @@ void row_journal::helper_loop() noexcept {
   }
 }
 
+bool row_journal::settle_if_cut() noexcept {
+  // A cut with nothing queued behind it is found (and said) too: one fstat.
+  (void)check_size();
+  if ((state_.load(std::memory_order_acquire) & broken_bit) == 0) return false;
+  pthread_mutex_lock(&drain_mutex_);
+  settle_cut_locked();
+  // The records reserved before it was acted on, settled (bounded: the waits
+  // for unstored ones share the cut's deadline), so that it is said now.
+  while (tail_.load(std::memory_order_relaxed) < cut_head_ && drain_batch_locked()) {}
+  settle_cut_locked();
+  pthread_mutex_unlock(&drain_mutex_);
+  return true;
+}
+
 void row_journal::close_all_at_exit() noexcept {
   live_journals.for_each([](row_journal* j) {
     // A forked child (the ring is its parent's) or a journal closed already.
     if (::getpid() != j->owner_pid_ || j->header_ == nullptr) return;
-    j->closed_.store(true);
-    j->drain_until(j->header_->head.load());
+    j->state_.fetch_or(closed_bit);
+    j->drain_until(j->head_.load());
+    bool const given_up = j->settle_if_cut();
     j->helper_stop_.store(true, std::memory_order_release);  // not joined: exit ends it
     j->wake_helper();
     // The file stays mapped (a thread still running may store a record and then
-    // format it itself), but nothing in it is pending: it can go.
-    ::unlink(j->path_.c_str());
+    // format it itself), but nothing in it is pending: it can go (a cut one went).
+    if (!given_up) ::unlink(j->path_.c_str());
   });
 }
 
@@ -444,16 +581,18 @@ void row_journal::close() noexcept {
   if (header_ == nullptr) return;
   bool const owner = ::getpid() == owner_pid_;
   if (owner) {
-    closed_.store(true);
-    drain_until(header_->head.load());
+    state_.fetch_or(closed_bit);
+    drain_until(head_.load());
+    bool const given_up = settle_if_cut();
     if (helper_started_) {
       helper_stop_.store(true, std::memory_order_release);
       wake_helper();
       pthread_join(helper_thread_, nullptr);
       helper_started_ = false;
     }
-    ::unlink(path_.c_str());
+    if (!given_up) ::unlink(path_.c_str());
   }
+  detail::unguard_mapping(header_);
   ::munmap(header_, mapped_bytes_);
   header_ = nullptr;
   ring_ = nullptr;
@@ -546,13 +685,15 @@ journal_recovery recover_journal(std::string const& log_path) noexcept {
       return out;
     }
     auto const want = header_bytes + row_journal::ring_slots * sizeof(row_journal::record);
-    if (static_cast<std::uint64_t>(js.st_size) != want) {
+    if (static_cast<std::uint64_t>(js.st_size) > want) {
       out.error = "'" + jpath + "' is not a journal of this gpumem version (" + std::to_string(js.st_size) + " bytes)";
       return out;
     }
-    void* p = ::mmap(nullptr, want, PROT_READ, MAP_SHARED, jfd.get(), 0);
+    // Read, not mapped: a cut meanwhile shortens the read instead of raising
+    // SIGBUS. Zeros past what was read (no record there is stored).
+    void* p = ::mmap(nullptr, want, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) {
-      out.error = "cannot map '" + jpath + "': " + error_text(errno);
+      out.error = "cannot read '" + jpath + "': " + error_text(errno);
       return out;
     }
     struct unmap {
@@ -560,23 +701,48 @@ journal_recovery recover_journal(std::string const& log_path) noexcept {
       std::size_t n;
       ~unmap() { ::munmap(p, n); }
     } const unmap_guard{p, want};
+    std::uint64_t have = 0;  // bytes of the journal read
+    while (have < want) {
+      ssize_t const n = ::pread(jfd.get(), static_cast<char*>(p) + have, want - have, static_cast<off_t>(have));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        out.error = "cannot read '" + jpath + "': " + error_text(errno);
+        return out;
+      }
+      if (n == 0) break;
+      have += static_cast<std::uint64_t>(n);
+    }
     auto const* h = static_cast<row_journal::file_header const*>(p);
-    if (std::memcmp(h->magic, journal_magic, sizeof journal_magic) != 0 || h->header_size != header_bytes ||
-        h->record_size != sizeof(row_journal::record) || h->slots != row_journal::ring_slots) {
+    // What is there looks like a journal's start (all of it, for a cut one:
+    // another program truncated it, ": > log.journal" or copytruncate).
+    bool const header_ok = std::memcmp(h->magic, journal_magic, std::min<std::uint64_t>(have, sizeof journal_magic)) ==
+                               0 &&
+                           (have < offsetof(row_journal::file_header, owner_pid) ||
+                            (h->header_size == header_bytes && h->record_size == sizeof(row_journal::record) &&
+                             h->slots == row_journal::ring_slots));
+    out.truncated = have < want;
+    if (!header_ok || (!out.truncated && have < header_bytes)) {
       out.error = "'" + jpath + "' is not a journal of this gpumem version";
       return out;
     }
+    bool const header_whole = have >= header_bytes;  // else: no record can be read
     auto const* ring = reinterpret_cast<row_journal::record const*>(static_cast<char const*>(p) + header_bytes);
     std::uint32_t const name_count = std::min<std::uint32_t>(h->names.load(), max_names);
     auto const names = [&](std::uint8_t k) noexcept -> const char* {
       if (k == 0 || k > name_count) return nullptr;  // a name never stored: the action's / CUDA_SUCCESS
       return h->name_text[k - 1];
     };
-    std::uint64_t tail = h->tail.load();
-    std::uint64_t const head = h->head.load();
-    if (head < tail || head - tail > row_journal::ring_slots + (std::uint64_t{1} << 20)) {
-      out.error = "'" + jpath + "' is damaged (head " + std::to_string(head) + ", tail " + std::to_string(tail) + ")";
-      return out;
+    std::uint64_t tail = header_whole ? h->tail.load() : 0;
+    // Record i as stored: whole in what was read, with its lap's stamp.
+    auto const stored = [&](std::uint64_t i) {
+      auto const slot = i & (row_journal::ring_slots - 1);
+      return header_whole && header_bytes + (slot + 1) * sizeof(row_journal::record) <= have &&
+             ring[slot].stamp.load() >> 32U == lap_of(i);
+    };
+    // The records left: up to the last stored one (the ring's head is not kept).
+    std::uint64_t head = tail;
+    for (std::uint64_t i = tail; header_whole && i < tail + row_journal::ring_slots; ++i) {
+      if (stored(i)) head = i + 1;
     }
     std::uint64_t end = stored_end(lfd.get(), static_cast<std::uint64_t>(ls.st_size));
     std::string text;
@@ -584,28 +750,39 @@ journal_recovery recover_journal(std::string const& log_path) noexcept {
     // formatted again; for later rows, times within the clock's rate error of
     // the writer's (they were queued within about 64 ms of it).
     detail::tick_anchor const anchor = header_anchor(*h);
+    // 1: a row; 0: a void record (its row was written directly); -1: lost.
     auto format = [&](std::uint64_t i) {
+      if (!stored(i)) return -1;
       auto const& r = ring[i & (row_journal::ring_slots - 1)];
       auto const stamp = r.stamp.load();
-      if (stamp >> 32U != lap_of(i)) return false;
-      if ((r.action & action_in_ticks) != 0 && anchor.mult == 0) return false;  // no conversion: a damaged header
+      if ((stamp & 0xffff'ffffU) == void_thread) return 0;
+      if ((r.action & action_in_ticks) != 0 && anchor.mult == 0) return -1;  // no conversion: a damaged header
       char row[max_row_bytes];
       text.append(row, format_row(row, row_of(r, stamp, names, anchor)));
-      return true;
+      return 1;
     };
     // A batch the formatter was copying when the process died: into its place.
-    if (std::uint64_t const n = h->batch_count.load(); n != 0 && h->batch_first.load() == tail) {
-      for (std::uint64_t i = tail; i < tail + n; ++i) (void)format(i);
+    if (std::uint64_t const n = header_whole ? h->batch_count.load() : 0; n != 0 && h->batch_first.load() == tail) {
+      std::uint64_t rows = 0;
+      bool whole = true;
+      for (std::uint64_t i = tail; i < tail + n; ++i) {
+        int const f = format(i);
+        whole &= f >= 0;
+        rows += f > 0 ? 1 : 0;
+      }
       auto const offset = h->batch_offset.load();
-      if (text.size() == h->batch_bytes.load() && offset <= static_cast<std::uint64_t>(ls.st_size)) {
+      if (whole && text.size() == h->batch_bytes.load() && offset <= static_cast<std::uint64_t>(ls.st_size)) {
         if (!detail::pwrite_all(lfd.get(), text.data(), text.size(), offset)) {
           out.error = "cannot write '" + log_path + "': " + error_text(errno);
           return out;
         }
         end = std::max(end, offset + text.size());
+        out.rows += rows;
         tail += n;
-        out.rows += n;
-      }
+      } else if (!whole && out.truncated) {
+        out.lost += n;  // cut off in part: its copy may be in the log in part too
+        tail += n;
+      }  // else formatted again below, after the log's end
       text.clear();
     }
     if (end > 0) {  // a row cut short when the process died: end it (readers skip it)
@@ -613,16 +790,17 @@ journal_recovery recover_journal(std::string const& log_path) noexcept {
       if (::pread(lfd.get(), &last, 1, static_cast<off_t>(end - 1)) == 1 && last != '\n') text.push_back('\n');
     }
     for (std::uint64_t i = tail; i < head; ++i) {
-      if (format(i)) {
-        ++out.rows;
-      } else {
-        ++out.lost;
-      }
+      int const f = format(i);
+      if (f > 0) ++out.rows;
+      if (f < 0) ++out.lost;
     }
-    if (out.lost != 0) {
+    if (out.lost != 0 || out.truncated) {
+      // A cut journal: rows past the cut are gone uncounted (the reason says so).
       char marker[csv_log_writer::marker_bytes];
       text.append(marker, format_incomplete_marker(marker, sizeof marker, out.lost,
-                                                   "the process died while storing these rows"));
+                                                   out.truncated ? "its journal was truncated by another program: "
+                                                                   "rows queued in it are lost"
+                                                                 : "the process died while storing these rows"));
     }
     if (!detail::pwrite_all(lfd.get(), text.data(), text.size(), end) ||
         ::ftruncate(lfd.get(), static_cast<off_t>(end + text.size())) != 0) {

@@ -288,6 +288,32 @@ TEST(LogReader, SaysAWriterDiedEvenWhenItsJournalHeldNothingNew) {
       << said;
 }
 
+TEST(LogReader, SaysWhenTheDeadWritersJournalWasTruncated) {
+  gpumem::test::temp_file tmp;
+  write_and_die([&] {  // 5 rows queued; no helper thread formats them
+    auto* log = new gpumem::csv_log_writer{tmp.path()};
+    auto* journal = new gpumem::row_journal{*log, false};
+    for (int i = 0; i < 5; ++i) {
+      (void)journal->push(gpumem::log_row{
+          .thread_id = 9, .time_ns = 1'700'000'000'000'000'000 + i, .pointer = log, .size = 64, .device = 0});
+    }
+  });
+  // Cut by another program after the writer died: 3 records left whole (the
+  // journal's header is 20480 bytes, a record 64).
+  ASSERT_EQ(::truncate((tmp.path() + ".journal").c_str(), 20480 + 3 * 64 + 10), 0);
+  log_reader r{tmp.path()};
+  ASSERT_TRUE(r.readable());
+  log_event ev;
+  while (r.next(ev)) {}
+  EXPECT_EQ(r.events(), 3u);
+  bool said = false;
+  for (auto const& w : r.warnings()) {
+    said |= w.text().find("added 3 rows that the process writing it had queued in " + tmp.path() +
+                          ".journal when it died; another program had truncated that journal") != std::string::npos;
+  }
+  EXPECT_TRUE(said);
+}
+
 TEST(LogReader, ParsesAndFormatsTimeOfDay) {
   EXPECT_EQ(parse_time_of_day("00:00:00"), 0);
   EXPECT_EQ(parse_time_of_day("01:02:03.5"), 3723LL * 1'000'000'000 + 500'000'000);
