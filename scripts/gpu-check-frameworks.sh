@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Real frameworks under gpumem on a GPU machine: PyTorch (caching allocator off;
-# and on, with expandable segments, under a limit; in a green context on pooled tensors),
+# and on, with expandable segments, under a limit; in a green context on pooled tensors;
+# CUDA graphs with and without its cache),
 # CuPy (pool off), Numba, JAX (XLA's arena, and its per-buffer allocator) — each
 # checks its results and, through the shim's counters, that the chain served its
 # allocations. Then the PyTorch MLP benchmark
@@ -50,6 +51,19 @@ if [ -n "$ref_green" ]; then
 else
   echo "SKIP  pytorch-green-context (this PyTorch or driver has no green contexts)"
 fi
+# PyTorch CUDA graphs, with its caching allocator (the graph's private pool) and
+# without (CUDA refuses cudaMalloc during the capture, and must under gpumem too):
+# the outcome of the run without gpumem, replays equal to eager runs, and no memory
+# the graph uses handed to another tensor.
+graph_outcome() { sed -n -e 's/^TORCH-GRAPH refused.*/refused/p' -e 's/^TORCH-GRAPH ok checksum=\([^ ]*\).*/\1/p'; }
+for caching in 1 0; do
+  nc=() label=pytorch-cuda-graph
+  ((caching)) || { nc=(PYTORCH_NO_CUDA_MEMORY_CACHING=1); label=pytorch-cuda-graph-uncached; }
+  ref_graph=$(env "${nc[@]}" python3 "$fw/torch_cuda_graph_check.py" | graph_outcome)
+  echo "  $label outcome without gpumem: $ref_graph"
+  env "${nc[@]}" "$run" -- python3 "$fw/torch_cuda_graph_check.py" "$ref_graph" 2>&1 | tee "$out/fw-$label.log"
+  verdict "$label" "${PIPESTATUS[0]}"
+done
 "$run" -- python3 "$fw/cupy_check.py" --expect-shim 2>&1 | tee "$out/fw-cupy.log"; verdict cupy "${PIPESTATUS[0]}"
 "$run" -- python3 "$fw/numba_check.py" --expect-shim 2>&1 | tee "$out/fw-numba.log"; verdict numba "${PIPESTATUS[0]}"
 # JAX: XLA's arena and its platform allocator create their own memory (limited,

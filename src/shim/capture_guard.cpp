@@ -40,6 +40,26 @@ bool stream_capturing(CUstream stream) noexcept {
   return detail::stream_capture_state(stream) != detail::capture_state::none;
 }
 
+bool capture_may_refuse_unsafe_calls() noexcept {
+  if (!stream_tracker::capture_active()) return false;
+  auto const& d = detail::driver();
+  if (d.cuThreadExchangeStreamCaptureMode == nullptr) return false;
+  CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+  if (d.cuThreadExchangeStreamCaptureMode(&mode) != CUDA_SUCCESS) return false;
+  CUstreamCaptureMode restore = mode;
+  (void)d.cuThreadExchangeStreamCaptureMode(&restore);
+  return mode != CU_STREAM_CAPTURE_MODE_RELAXED;
+}
+
+CUresult unsafe_call_verdict() noexcept {
+  auto const& d = detail::driver();
+  if (d.cuMemAlloc == nullptr || d.cuMemFree == nullptr) return CUDA_SUCCESS;
+  CUdeviceptr probe = 0;
+  CUresult const r = d.cuMemAlloc(&probe, 1);
+  if (r == CUDA_SUCCESS) (void)d.cuMemFree(probe);
+  return r;
+}
+
 scoped_relaxed_capture::scoped_relaxed_capture() noexcept {
   if (!stream_tracker::capture_active()) return;
   auto const& d = detail::driver();

@@ -30,6 +30,21 @@ struct device_chain;
 /// dependency), and a free on it is parked, never recorded on.
 [[nodiscard]] bool stream_capturing(CUstream stream) noexcept;
 
+/// Whether CUDA may refuse a potentially unsafe call (cudaMalloc, cudaFree and their
+/// driver twins) from this thread now: a capture is active in the process and the
+/// thread's capture interaction mode is not relaxed. CUDA then refuses the call
+/// when the capture is this thread's own, or a global one of another thread (as
+/// for a global-mode thread), and invalidates the capture. Such calls are CUDA's to
+/// answer: served from a pool, an allocation on the capturing thread would let the
+/// capture go on with memory the program then frees while the graph still uses
+/// it. Two driver calls, only while a capture is active.
+[[nodiscard]] bool capture_may_refuse_unsafe_calls() noexcept;
+
+/// CUDA's answer to a potentially unsafe call from this thread now, with its side
+/// effects (an invalidated capture): a one-byte cuMemAlloc, freed at once when it
+/// is allowed. CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED: refused.
+[[nodiscard]] CUresult unsafe_call_verdict() noexcept;
+
 /// Exchanges the thread's capture mode to relaxed for a scope, only while a capture
 /// is active.
 class scoped_relaxed_capture {

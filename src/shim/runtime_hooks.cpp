@@ -53,6 +53,7 @@ cudaError_t runtime_error(CUresult r) noexcept {
     case CUDA_ERROR_INVALID_HANDLE: return cudaErrorInvalidResourceHandle;
     case CUDA_ERROR_NOT_SUPPORTED: return cudaErrorNotSupported;
     case CUDA_ERROR_OUT_OF_MEMORY: return cudaErrorMemoryAllocation;
+    case CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED: return cudaErrorStreamCaptureUnsupported;
     default: return cudaErrorUnknown;
   }
 }

@@ -70,6 +70,9 @@ CUresult take_forced_result() noexcept {
 
 CUresult chain_allocate(void** out, std::size_t bytes, CUstream stream, alloc_kind kind, const char* entry,
                         bool runtime_entry, stream_home const& home) noexcept {
+  // A synchronous allocation CUDA may refuse during a capture: CUDA's to answer
+  // (capture_may_refuse_unsafe_calls).
+  if (kind != alloc_kind::async && capture_may_refuse_unsafe_calls()) return CUDA_ERROR_NOT_SUPPORTED;
   CUcontext ctx = nullptr;
   int dev = current_device(ctx);
   // A stream of another device: CUDA allocates from the stream's device, whichever
@@ -208,6 +211,15 @@ free_outcome free_registered(void* p, CUstream stream, bool stream_ordered, cons
   // CUDA's own memory: taken before CUDA can hand the address to someone else; the
   // caller restores it if CUDA refuses the free.
   if (!from_chain(a.kind)) return {false, CUDA_SUCCESS, true, a};
+  // cudaFree during a capture, from a thread CUDA forbids it (its own capture, or a
+  // global one): CUDA's error, and the block stays allocated, as CUDA keeps it.
+  if (!stream_ordered && capture_may_refuse_unsafe_calls()) {
+    if (CUresult const refused = unsafe_call_verdict(); refused == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED) {
+      restore_registration(p, a);
+      log_event(event{log_action::free, p, a.bytes, stream, a.device, entry, start, refused});
+      return {true, refused, false};
+    }
+  }
   // A destroyed or made-up stream: CUDA's error, and nothing consumed (a later, valid
   // free must still find the pointer).
   stream_home home;

@@ -70,6 +70,11 @@ TEST(ShimRuntime, StreamModeTrustsStreamOrderAndReusesAtOnce) {
   EXPECT_NE(r.output.find("CHECK FAILED"), std::string::npos) << r.output;
 }
 
+TEST(ShimRuntime, CallsCudaRefusesDuringACaptureAreRefusedAsCudaRefusesThem) {
+  auto const r = run_app("shim_rt_app", "capture-refusals");
+  expect_pass(r, "capture-refusals");
+}
+
 TEST(ShimRuntime, CaptureStaysValid) {
   auto const r = run_app("shim_rt_app", "capture");
   expect_pass(r, "capture");

@@ -180,10 +180,15 @@ void capture() {
   void* big = nullptr;
   std::thread other([&] {
     // Grows the pool (an upstream cuMemAlloc) while the capture is active, and
-    // frees with cudaFree semantics: no sync may happen now.
+    // frees with cudaFree semantics: no sync may happen now. In relaxed mode, as
+    // PyTorch's allocator allocates during captures (in global mode CUDA refuses:
+    // the capture_refusals scenario).
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    APP_CHECK_EQ(cudaThreadExchangeStreamCaptureMode(&mode), cudaSuccess);
     APP_CHECK_EQ(cudaMalloc(&big, 64 * MiB), cudaSuccess);
     APP_CHECK_EQ(cudaFree(big), cudaSuccess);
     APP_CHECK_EQ(cudaFree(warm), cudaSuccess);
+    APP_CHECK_EQ(cudaThreadExchangeStreamCaptureMode(&mode), cudaSuccess);
   });
   other.join();
   cudaGraph_t graph = nullptr;
@@ -204,6 +209,64 @@ void capture() {
   APP_CHECK_EQ(st.captured_passthroughs, 1);
   APP_CHECK_EQ(st.chain_allocations, 2);
   APP_CHECK_EQ(app_sim_violations(), 0);
+}
+
+// During a capture CUDA refuses cudaMalloc and cudaFree from a thread whose capture
+// mode is not relaxed (its own capture, or a global one of another thread), and
+// invalidates the capture. The shim leaves that answer to CUDA: served from the
+// pool, the capture would go on, and memory it uses could be freed and handed out
+// while the graph still writes there.
+void capture_refusals() {
+  cudaStream_t s = nullptr;
+  APP_CHECK_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  void* kept = nullptr;
+  APP_CHECK_EQ(cudaMalloc(&kept, 4096), cudaSuccess);  // from the pool
+  auto const served = app_stats().chain_allocations;
+  cudaGraph_t g = nullptr;
+  void* p = nullptr;
+  // The capturing thread, global mode: refused, the capture invalidated.
+  APP_CHECK_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaSuccess);
+  APP_CHECK_EQ(cudaMalloc(&p, 4096), cudaErrorStreamCaptureUnsupported);
+  APP_CHECK_EQ(cudaStreamEndCapture(s, &g), cudaErrorStreamCaptureInvalidated);
+  (void)cudaGetLastError();
+  // A cudaFree of pooled memory there: refused; the block stays allocated.
+  APP_CHECK_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaSuccess);
+  APP_CHECK_EQ(cudaFree(kept), cudaErrorStreamCaptureUnsupported);
+  APP_CHECK_EQ(cudaStreamEndCapture(s, &g), cudaErrorStreamCaptureInvalidated);
+  (void)cudaGetLastError();
+  // Another thread in global mode, during a global capture: refused too.
+  APP_CHECK_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaSuccess);
+  cudaError_t other = cudaSuccess;
+  std::thread([&] {
+    void* q = nullptr;
+    other = cudaMalloc(&q, 4096);
+  }).join();
+  APP_CHECK_EQ(other, cudaErrorStreamCaptureUnsupported);
+  APP_CHECK_EQ(cudaStreamEndCapture(s, &g), cudaErrorStreamCaptureInvalidated);
+  (void)cudaGetLastError();
+  // A thread-local capture: another thread may allocate and free (CUDA serves it).
+  APP_CHECK_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  std::thread([&] {
+    void* q = nullptr;
+    other = cudaMalloc(&q, 4096);
+    if (other == cudaSuccess) other = cudaFree(q);
+  }).join();
+  APP_CHECK_EQ(other, cudaSuccess);
+  // The capturing thread in relaxed mode may: served by the pool.
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  APP_CHECK_EQ(cudaThreadExchangeStreamCaptureMode(&mode), cudaSuccess);
+  APP_CHECK_EQ(cudaMalloc(&p, 4096), cudaSuccess);
+  APP_CHECK_EQ(cudaThreadExchangeStreamCaptureMode(&mode), cudaSuccess);
+  APP_CHECK_EQ(cudaStreamEndCapture(s, &g), cudaSuccess);
+  if (g != nullptr) APP_CHECK_EQ(cudaGraphDestroy(g), cudaSuccess);
+  APP_CHECK_EQ(app_stats().chain_allocations, served + 1);
+  APP_CHECK_EQ(cudaFree(p), cudaSuccess);
+  APP_CHECK_EQ(cudaFree(kept), cudaSuccess);  // still allocated after its refused free
+  APP_CHECK_EQ(app_stats().active_captures, 0);
+  // The three refusals were CUDA's: each invalidated its capture.
+  APP_CHECK_EQ(app_sim_violations(), 3);
+  app_sim_reset_violations();
+  APP_CHECK_EQ(cudaStreamDestroy(s), cudaSuccess);
 }
 
 // Two devices: one chain each; a pointer is freed by its own chain whatever device
@@ -412,6 +475,8 @@ int main(int argc, char** argv) {
     safe();
   else if (scenario == "capture")
     capture();
+  else if (scenario == "capture-refusals")
+    capture_refusals();
   else if (scenario == "devices")
     devices();
   else if (scenario == "fork")

@@ -31,6 +31,7 @@ namespace gpumemsim::rt {
   X(cuStreamSynchronize) X(cuStreamQuery) X(cuStreamWaitEvent) X(cuEventCreate)                 \
   X(cuEventRecord) X(cuEventQuery) X(cuEventSynchronize) X(cuEventDestroy)                      \
   X(cuEventElapsedTime) X(cuLaunchHostFunc) X(cuStreamBeginCapture) X(cuStreamEndCapture)       \
+  X(cuThreadExchangeStreamCaptureMode)                                                          \
   X(cuStreamIsCapturing) X(cuGraphDestroy) X(cuIpcGetMemHandle) X(cuIpcOpenMemHandle)           \
   X(cuIpcCloseMemHandle) X(cuGetErrorName) X(cuDeviceCanAccessPeer) X(cuCtxEnablePeerAccess)       \
   X(cuCtxDisablePeerAccess) X(cuMemcpyPeer) X(cuMemcpyPeerAsync)

@@ -87,6 +87,11 @@ cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode mo
   return record(driver().cuStreamBeginCapture(drv(stream), static_cast<CUstreamCaptureMode>(mode)));
 }
 
+cudaError_t cudaThreadExchangeStreamCaptureMode(cudaStreamCaptureMode* mode) {
+  SIMRT_INIT();
+  return record(driver().cuThreadExchangeStreamCaptureMode(reinterpret_cast<CUstreamCaptureMode*>(mode)));
+}
+
 cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph) {
   SIMRT_INIT();
   return record(driver().cuStreamEndCapture(drv(stream), reinterpret_cast<CUgraph*>(graph)));
