@@ -73,9 +73,13 @@ done
 check "gpu_app_shared-served-runtime-entry" "runtime_allocations=105 " "$P" "$out/gpu_app_shared" served
 check "gpu_app_static-served-driver-entry" "runtime_allocations=0 " "$P" "$out/gpu_app_static" served
 # (rt_app's "safe" writes device memory from a host function: simulated device only.)
-for sc in served errors cross capture fork queries threads pools; do
+for sc in served errors cross capture capture-refusals fork queries threads pools; do
   check "rt_app-$sc" "PASS $sc" "$P" "$out/rt_app" "$sc"
 done
+# What CUDA refuses during a capture, and what it allows, are CUDA's own answers:
+# the same scenarios pass without gpumem.
+check "rt_app-capture-refusals-plain" "PASS capture-refusals" "$out/rt_app" capture-refusals
+check "gpu_app_shared-capture-plain" "PASS capture" "$out/gpu_app_shared" capture
 check "rt_app-queries-limit" "MEMINFO free=50331648 total=67108864" "$P" GPUMEM_LIMIT=64MiB "$out/rt_app" queries
 for sc in dlsym gpa; do
   check "drv_app-$sc" "PASS $sc" "$P" "$out/drv_app" "$sc"

@@ -75,6 +75,11 @@ TEST(ShimRuntime, CallsCudaRefusesDuringACaptureAreRefusedAsCudaRefusesThem) {
   expect_pass(r, "capture-refusals");
 }
 
+TEST(ShimRuntime, TheCaptureRefusalsScenarioPassesWithoutTheShimToo) {
+  auto const r = run_process({program("shim_rt_app"), "capture-refusals"}, {{"GPUMEM_SIM_STRICT", "1"}});
+  expect_pass(r, "capture-refusals");
+}
+
 TEST(ShimRuntime, CaptureStaysValid) {
   auto const r = run_app("shim_rt_app", "capture");
   expect_pass(r, "capture");

@@ -94,10 +94,15 @@ void capture() {
   fill<<<16, 256, 0, s>>>(static_cast<unsigned char*>(g), 1 << 20, 3);
   APP_CHECK_EQ(cudaFreeAsync(g, s), cudaSuccess);
   std::thread other([&] {
+    // In relaxed mode, as PyTorch's allocator allocates during captures (in global
+    // mode CUDA refuses: below).
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    APP_CHECK_EQ(cudaThreadExchangeStreamCaptureMode(&mode), cudaSuccess);
     void* big = nullptr;
     APP_CHECK_EQ(cudaMalloc(&big, 256 << 20), cudaSuccess);  // pool growth during the capture
     APP_CHECK_EQ(cudaFree(big), cudaSuccess);
     APP_CHECK_EQ(cudaFree(warm), cudaSuccess);
+    APP_CHECK_EQ(cudaThreadExchangeStreamCaptureMode(&mode), cudaSuccess);
   });
   other.join();
   cudaGraph_t graph = nullptr;
@@ -110,6 +115,26 @@ void capture() {
     APP_CHECK_EQ(cudaGraphExecDestroy(exec), cudaSuccess);
     APP_CHECK_EQ(cudaGraphDestroy(graph), cudaSuccess);
   }
+  // Calls CUDA refuses during a capture are refused, and the capture invalidated, as
+  // without gpumem: another thread's cudaMalloc in global mode during a global
+  // capture, and the capturing thread's own cudaFree (the block stays allocated).
+  APP_CHECK_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaSuccess);
+  cudaError_t refused = cudaSuccess;
+  std::thread([&] {
+    void* q = nullptr;
+    refused = cudaMalloc(&q, 4096);
+  }).join();
+  APP_CHECK_EQ(refused, cudaErrorStreamCaptureUnsupported);
+  graph = nullptr;
+  APP_CHECK_EQ(cudaStreamEndCapture(s, &graph), cudaErrorStreamCaptureInvalidated);
+  (void)cudaGetLastError();
+  void* kept = nullptr;
+  APP_CHECK_EQ(cudaMalloc(&kept, 4096), cudaSuccess);
+  APP_CHECK_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaSuccess);
+  APP_CHECK_EQ(cudaFree(kept), cudaErrorStreamCaptureUnsupported);
+  APP_CHECK_EQ(cudaStreamEndCapture(s, &graph), cudaErrorStreamCaptureInvalidated);
+  (void)cudaGetLastError();
+  APP_CHECK_EQ(cudaFree(kept), cudaSuccess);
   APP_CHECK_EQ(cudaStreamDestroy(s), cudaSuccess);
   if (app_shim_active()) APP_CHECK_EQ(app_stats().captured_passthroughs, 1);
 }
