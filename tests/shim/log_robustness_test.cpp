@@ -211,9 +211,7 @@ TEST_P(ShimLogModes, TruncatedWhileRunningTheProgramGoesOnAndLaterRowsAreKept) {
       << r.output;
   auto const log = read_csv_log(tmp.path());
   EXPECT_EQ(log.header + "\n", csv_log_header);
-  if (!queued) {
-    EXPECT_EQ(log.nul_bytes, 0U);
-  }
+  if (!queued) { EXPECT_EQ(log.nul_bytes, 0U); }
   EXPECT_LE(log.bad_lines, queued ? 1U : 0U);  // queued: the row after a NUL run may be taken for a torn one
   // The second half's rows (the first row after the truncation may be lost, and
   // is then counted). Queued, rows of the first half still in the queue when the
