@@ -255,18 +255,24 @@ std::string sole_warning_after_reading(std::string const& path, std::uint64_t ev
   return r.warnings().empty() ? std::string{} : r.warnings()[0].text();
 }
 
-}  // namespace
-
-TEST(LogReader, CompletesALogWhoseWriterDiedWithRowsQueued) {
-  gpumem::test::temp_file tmp;
-  write_and_die([&] {  // 5 rows queued; no helper thread formats them
-    auto* log = new gpumem::csv_log_writer{tmp.path()};
+// A writer of `path` that queued 5 rows in its journal (no helper thread formats
+// them) and died.
+void die_with_five_rows_queued(std::string const& path) {
+  write_and_die([&] {
+    auto* log = new gpumem::csv_log_writer{path};
     auto* journal = new gpumem::row_journal{*log, false};
     for (int i = 0; i < 5; ++i) {
       (void)journal->push(gpumem::log_row{
           .thread_id = 9, .time_ns = 1'700'000'000'000'000'000 + i, .pointer = log, .size = 64, .device = 0});
     }
   });
+}
+
+}  // namespace
+
+TEST(LogReader, CompletesALogWhoseWriterDiedWithRowsQueued) {
+  gpumem::test::temp_file tmp;
+  die_with_five_rows_queued(tmp.path());
   std::string const said = sole_warning_after_reading(tmp.path(), 5);
   EXPECT_NE(said.find("added 5 rows that the process writing it had queued in"), std::string::npos) << said;
 }
@@ -290,14 +296,7 @@ TEST(LogReader, SaysAWriterDiedEvenWhenItsJournalHeldNothingNew) {
 
 TEST(LogReader, SaysWhenTheDeadWritersJournalWasTruncated) {
   gpumem::test::temp_file tmp;
-  write_and_die([&] {  // 5 rows queued; no helper thread formats them
-    auto* log = new gpumem::csv_log_writer{tmp.path()};
-    auto* journal = new gpumem::row_journal{*log, false};
-    for (int i = 0; i < 5; ++i) {
-      (void)journal->push(gpumem::log_row{
-          .thread_id = 9, .time_ns = 1'700'000'000'000'000'000 + i, .pointer = log, .size = 64, .device = 0});
-    }
-  });
+  die_with_five_rows_queued(tmp.path());
   // Cut by another program after the writer died: 3 records left whole (the
   // journal's header is 20480 bytes, a record 64).
   ASSERT_EQ(::truncate((tmp.path() + ".journal").c_str(), 20480 + 3 * 64 + 10), 0);
