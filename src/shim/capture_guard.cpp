@@ -40,8 +40,7 @@ bool stream_capturing(CUstream stream) noexcept {
   return detail::stream_capture_state(stream) != detail::capture_state::none;
 }
 
-bool capture_may_refuse_unsafe_calls() noexcept {
-  if (!stream_tracker::capture_active()) return false;
+bool thread_capture_mode_not_relaxed() noexcept {
   auto const& d = detail::driver();
   if (d.cuThreadExchangeStreamCaptureMode == nullptr) return false;
   CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;

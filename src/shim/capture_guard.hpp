@@ -9,9 +9,12 @@
 //  - runs every chain call with the thread's capture mode exchanged to relaxed, so a
 //    pool growth (cuMemAlloc) in one thread does not break another's capture;
 //  - passes stream-ordered allocations on a capturing stream to CUDA (graph memory);
-//  - parks a chain block freed on a capturing stream until no capture is active.
+//  - parks a chain block freed on a capturing stream until no capture is active;
+//  - leaves to CUDA the cudaMalloc/cudaFree calls CUDA refuses during a capture.
 //
 // Thread safety: all functions are thread-safe.
+
+#include <gpumem/stream_tracker.hpp>
 
 #include <cuda.h>
 
@@ -38,7 +41,10 @@ struct device_chain;
 /// answer: served from a pool, an allocation on the capturing thread would let the
 /// capture go on with memory the program then frees while the graph still uses
 /// it. Two driver calls, only while a capture is active.
-[[nodiscard]] bool capture_may_refuse_unsafe_calls() noexcept;
+[[nodiscard]] bool thread_capture_mode_not_relaxed() noexcept;
+[[nodiscard]] inline bool capture_may_refuse_unsafe_calls() noexcept {
+  return stream_tracker::capture_active() && thread_capture_mode_not_relaxed();
+}
 
 /// CUDA's answer to a potentially unsafe call from this thread now, with its side
 /// effects (an invalidated capture): a one-byte cuMemAlloc, freed at once when it
