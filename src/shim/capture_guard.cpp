@@ -41,13 +41,8 @@ bool stream_capturing(CUstream stream) noexcept {
 }
 
 bool thread_capture_mode_not_relaxed() noexcept {
-  auto const& d = detail::driver();
-  if (d.cuThreadExchangeStreamCaptureMode == nullptr) return false;
-  CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
-  if (d.cuThreadExchangeStreamCaptureMode(&mode) != CUDA_SUCCESS) return false;
-  CUstreamCaptureMode restore = mode;
-  (void)d.cuThreadExchangeStreamCaptureMode(&restore);
-  return mode != CU_STREAM_CAPTURE_MODE_RELAXED;
+  scoped_relaxed_capture const look;  // reads the mode, and puts it back at once
+  return !look.was_relaxed();
 }
 
 CUresult unsafe_call_verdict() noexcept {

@@ -59,6 +59,8 @@ class scoped_relaxed_capture {
   ~scoped_relaxed_capture();
   scoped_relaxed_capture(scoped_relaxed_capture const&) = delete;
   scoped_relaxed_capture& operator=(scoped_relaxed_capture const&) = delete;
+  /// Whether the thread's mode was relaxed before (or could not be exchanged).
+  [[nodiscard]] bool was_relaxed() const noexcept { return !exchanged_ || saved_ == CU_STREAM_CAPTURE_MODE_RELAXED; }
 
  private:
   CUstreamCaptureMode saved_ = CU_STREAM_CAPTURE_MODE_RELAXED;
