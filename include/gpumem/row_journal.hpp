@@ -160,6 +160,9 @@ class row_journal {
   /// At close and exit: looks for a cut (one fstat), and if the journal is broken
   /// settles it and says so, its queued records settled; whether it is broken.
   bool settle_if_cut() noexcept;
+  /// close() and exit, by the owner: queues nothing more, formats everything
+  /// queued, then settle_if_cut(); whether the journal was given up (its file gone).
+  bool stop_queuing() noexcept;
   /// Formats a batch of published records from the ring's tail into the log;
   /// the caller holds drain_mutex_. False: nothing was ready.
   bool drain_batch_locked() noexcept;

@@ -562,13 +562,17 @@ bool row_journal::settle_if_cut() noexcept {
   return true;
 }
 
+bool row_journal::stop_queuing() noexcept {
+  state_.fetch_or(closed_bit);
+  drain_until(head_.load());
+  return settle_if_cut();
+}
+
 void row_journal::close_all_at_exit() noexcept {
   live_journals.for_each([](row_journal* j) {
     // A forked child (the ring is its parent's) or a journal closed already.
     if (::getpid() != j->owner_pid_ || j->header_ == nullptr) return;
-    j->state_.fetch_or(closed_bit);
-    j->drain_until(j->head_.load());
-    bool const given_up = j->settle_if_cut();
+    bool const given_up = j->stop_queuing();
     j->helper_stop_.store(true, std::memory_order_release);  // not joined: exit ends it
     j->wake_helper();
     // The file stays mapped (a thread still running may store a record and then
@@ -581,9 +585,7 @@ void row_journal::close() noexcept {
   if (header_ == nullptr) return;
   bool const owner = ::getpid() == owner_pid_;
   if (owner) {
-    state_.fetch_or(closed_bit);
-    drain_until(head_.load());
-    bool const given_up = settle_if_cut();
+    bool const given_up = stop_queuing();
     if (helper_started_) {
       helper_stop_.store(true, std::memory_order_release);
       wake_helper();
