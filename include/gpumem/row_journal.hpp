@@ -68,12 +68,11 @@
 // What is not covered: a cut undone (the file extended again) before the journal
 // looked goes unnoticed, or is taken for a shallower one: records it zeroed are
 // then waited for and counted lost, and the one it cut in half may be formatted
-// with zeroed fields. A thread that blocks SIGBUS and touches a page the cut
-// took is killed by the kernel, as with the log's own mapping (the helper
-// unblocks SIGBUS; the program's threads, which store records and format when
-// the ring is full or at exit, are as the program set them). Once the journal is
-// given up, the rows queued before the cut that are not formatted yet are no
-// longer safe from a crash.
+// with zeroed fields. Once the journal is given up, the rows queued before the
+// cut that are not formatted yet are no longer safe from a crash.
+// Threads that block SIGBUS: the helper unblocks it; a program's thread that
+// blocks it lets it through while it stores a record or formats (a full ring,
+// exit), so a fault there reaches the guard (detail/sigbus_mask.hpp).
 //
 // Not queued (push() answers false and the caller writes the row directly): in
 // a forked child (the ring is the parent's), after close() or exit, once the

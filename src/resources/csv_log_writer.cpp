@@ -20,6 +20,8 @@
 #include <gpumem/detail/futex.hpp>
 #include <gpumem/detail/live_list.hpp>
 #include <gpumem/detail/os_thread.hpp>
+#include <gpumem/detail/sigbus_mask.hpp>
+#include <gpumem/detail/spin_mutex.hpp>
 #include <gpumem/diagnostics.hpp>
 #include <gpumem/error.hpp>
 
@@ -133,31 +135,90 @@ struct log_fault_guard {
   static inline std::atomic<csv_log_writer*> owner[slots]{};
   static inline std::atomic<std::size_t> used{0};  // high-water mark of slots
   static constexpr std::uintptr_t claimed = 1;     // a slot being filled
-  static inline struct sigaction previous {};
   static inline std::uintptr_t page = 4096;
   static inline pthread_once_t once = PTHREAD_ONCE_INIT;
 
+  // The SIGBUS action the program set, to which every fault that is not the
+  // log's goes (chain()): what it had when the guard was installed, then what it
+  // set through the preloaded shim's sigaction/signal hooks (sigbus_sigaction),
+  // which leave the guard in place. A ring of copies that are never changed while
+  // current, so the handler reads one without a lock while the program sets the
+  // next (a copy is rewritten only `views` settings later).
+  static constexpr unsigned views = 16;
+  static inline struct sigaction view_slots[views] {};  // [0]: SIG_DFL until installed
+  static inline std::atomic<unsigned> view_at{0};
+  static inline std::atomic<bool> installed{false};
+  static inline std::atomic<bool> view_locked{false};
+  static inline thread_local bool in_guard = false;  // this thread holds view_lock
+
+  // Serializes installing the guard, the program's sigaction(SIGBUS) calls and
+  // the handler's own changes. Held with every signal blocked, so no handler on
+  // the holder's thread waits for it; the guard's own sigaction calls, which
+  // reach the shim's hook, pass through while it is held (in_guard).
+  class view_lock {
+   public:
+    view_lock() noexcept {
+      pthread_once(&once, &first_use);
+      sigset_t all;
+      sigfillset(&all);
+      (void)::pthread_sigmask(SIG_SETMASK, &all, &saved_);
+      while (view_locked.exchange(true, std::memory_order_acquire)) detail::cpu_relax();
+      in_guard = true;
+    }
+    ~view_lock() {
+      in_guard = false;
+      view_locked.store(false, std::memory_order_release);
+      (void)::pthread_sigmask(SIG_SETMASK, &saved_, nullptr);
+    }
+    view_lock(view_lock const&) = delete;
+    view_lock& operator=(view_lock const&) = delete;
+
+   private:
+    sigset_t saved_;
+  };
+
+  static void first_use() noexcept {
+    long const ps = ::sysconf(_SC_PAGESIZE);
+    if (ps > 0) page = static_cast<std::uintptr_t>(ps);
+    ::pthread_atfork(nullptr, nullptr, &after_fork_in_child);
+  }
+
+  static struct sigaction view() noexcept { return view_slots[view_at.load(std::memory_order_acquire) % views]; }
+  static void publish(struct sigaction const& a) noexcept {  // under view_lock
+    unsigned const next = view_at.load(std::memory_order_relaxed) + 1;
+    view_slots[next % views] = a;
+    view_at.store(next, std::memory_order_release);
+  }
+
   static void install() noexcept {
-    pthread_once(&once, [] {
-      long const ps = ::sysconf(_SC_PAGESIZE);
-      if (ps > 0) page = static_cast<std::uintptr_t>(ps);
-      struct sigaction sa {};
-      sa.sa_sigaction = &on_sigbus;
-      sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESTART;
-      sigemptyset(&sa.sa_mask);
-      struct sigaction old {};
-      if (::sigaction(SIGBUS, nullptr, &old) != 0) return;
-      sa.sa_mask = old.sa_mask;  // what the program's handler would have blocked
-      previous = old;
-      ::sigaction(SIGBUS, &sa, nullptr);
-      ::pthread_atfork(nullptr, nullptr, &after_fork_in_child);
-    });
+    if (installed.load(std::memory_order_acquire)) return;
+    view_lock lock;
+    if (installed.load(std::memory_order_relaxed)) return;
+    struct sigaction sa {};
+    sa.sa_sigaction = &on_sigbus;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESTART;
+    struct sigaction old {};
+    if (::sigaction(SIGBUS, nullptr, &old) != 0) return;
+    sa.sa_mask = old.sa_mask;  // what the program's handler would have blocked
+    publish(old);
+    if (::sigaction(SIGBUS, &sa, nullptr) == 0) installed.store(true, std::memory_order_release);
+  }
+
+  // The program's sigaction(SIGBUS) through the shim's hook (sigbus_sigaction).
+  static int program_sigaction(struct sigaction const* act, struct sigaction* old, detail::sigaction_fn real) noexcept {
+    if (in_guard) return real(SIGBUS, act, old);  // the guard's own call
+    view_lock lock;
+    if (!installed.load(std::memory_order_relaxed)) return real(SIGBUS, act, old);
+    if (old != nullptr) *old = view();
+    if (act != nullptr) publish(*act);
+    return 0;
   }
 
   // Only the forking thread lives on in a child: an overlay another thread's
   // handler had begun is mapped there already or never will be. Count it as made,
   // or a repair in the child could never undo it and its writers would wait on it.
   static void after_fork_in_child() noexcept {
+    view_locked.store(false, std::memory_order_relaxed);  // held by a thread the child lacks
     auto const n = used.load(std::memory_order_acquire);
     for (std::size_t i = 0; i < n; ++i) {
       if (begin[i].load(std::memory_order_acquire) <= claimed) continue;
@@ -280,27 +341,55 @@ struct log_fault_guard {
     errno = saved_errno;
   }
 
-  // What would have happened without us.
+  // What would have happened without us: the program's action (view()).
   static void chain(int sig, siginfo_t* info, void* context) {
-    struct sigaction const& old = previous;
-    if (old.sa_handler == SIG_IGN && (info == nullptr || info->si_code <= 0)) return;  // ignored kill()
-    if (old.sa_handler == SIG_DFL || old.sa_handler == SIG_IGN) {
+    struct sigaction const act = view();
+    bool const sent = info == nullptr || info->si_code <= 0;  // kill(), raise(): not a fault
+    if (act.sa_handler == SIG_IGN && sent) return;
+    if (act.sa_handler == SIG_DFL || act.sa_handler == SIG_IGN) {
+      {
+        // The guard steps down: the process ends now.
+        view_lock lock;
+        installed.store(false, std::memory_order_relaxed);
+        struct sigaction dfl {};
+        dfl.sa_handler = SIG_DFL;
+        sigemptyset(&dfl.sa_mask);
+        ::sigaction(sig, &dfl, nullptr);
+      }
+      // A fault repeats on return and now takes the default action (core dump
+      // at the faulting instruction); a sent signal is raised again.
+      if (sent) ::raise(sig);
+      return;
+    }
+    if ((act.sa_flags & SA_RESETHAND) != 0) {
+      view_lock lock;  // one-shot: the kernel would have reset it on delivery
       struct sigaction dfl {};
       dfl.sa_handler = SIG_DFL;
       sigemptyset(&dfl.sa_mask);
-      ::sigaction(sig, &dfl, nullptr);
-      // A fault repeats on return and now takes the default action (core dump
-      // at the faulting instruction); a sent signal is raised again.
-      if (info == nullptr || info->si_code <= 0) ::raise(sig);
-      return;
+      publish(dfl);
     }
-    if ((old.sa_flags & SA_SIGINFO) != 0) {
-      old.sa_sigaction(sig, info, context);
+    // The program's handler runs with what it asked to block (SIGBUS too, unless
+    // SA_NODEFER), as the kernel would have run it.
+    sigset_t saved;
+    (void)::pthread_sigmask(SIG_BLOCK, &act.sa_mask, &saved);
+    if ((act.sa_flags & SA_NODEFER) != 0) {
+      sigset_t bus;
+      sigemptyset(&bus);
+      sigaddset(&bus, sig);
+      (void)::pthread_sigmask(SIG_UNBLOCK, &bus, nullptr);
+    }
+    if ((act.sa_flags & SA_SIGINFO) != 0) {
+      act.sa_sigaction(sig, info, context);
     } else {
-      old.sa_handler(sig);
+      act.sa_handler(sig);
     }
+    (void)::pthread_sigmask(SIG_SETMASK, &saved, nullptr);
   }
 };
+
+int detail::sigbus_sigaction(struct sigaction const* act, struct sigaction* old, sigaction_fn real) noexcept {
+  return log_fault_guard::program_sigaction(act, old, real);
+}
 
 bool detail::guard_mapping(void* begin, std::size_t bytes, fault_fn on_fault, void* context) noexcept {
   return log_fault_guard::add_other(begin, bytes, on_fault, context);
@@ -514,6 +603,7 @@ bool csv_log_writer::wait_unpaused(std::uint64_t& off) noexcept {
 }
 
 void csv_log_writer::store(std::uint64_t offset, char const* data, std::size_t len, std::uint32_t epoch) noexcept {
+  detail::scoped_sigbus_unblocked const faults_reach_the_guard;  // (sigbus_mask.hpp)
   auto const end = offset + len;
   if (windows_[offset / window_bytes].load(std::memory_order_acquire) == nullptr ||
       windows_[(end - 1) / window_bytes].load(std::memory_order_acquire) == nullptr) [[unlikely]] {

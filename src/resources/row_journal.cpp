@@ -26,6 +26,7 @@
 #include <gpumem/detail/futex.hpp>
 #include <gpumem/detail/log_clock.hpp>
 #include <gpumem/detail/os_thread.hpp>
+#include <gpumem/detail/sigbus_mask.hpp>
 #include <gpumem/error.hpp>
 #include <gpumem/row_journal.hpp>
 
@@ -278,6 +279,8 @@ bool row_journal::push_record(log_row const& row, std::int64_t time, std::uint32
   if (state_.load(std::memory_order_relaxed) != 0) [[unlikely]]
     return false;
   if (row.device < INT8_MIN || row.device > INT8_MAX || row.thread_id >= void_thread) [[unlikely]] { return false; }
+  // Names and the record go into the journal's mapping (sigbus_mask.hpp).
+  detail::scoped_sigbus_unblocked const faults_reach_the_guard;
   std::uint8_t const entry = name_index(row.entry);
   std::uint8_t const result = name_index(row.result);
   if (entry == no_index || result == no_index) [[unlikely]]
@@ -331,6 +334,7 @@ bool row_journal::push_record(log_row const& row, std::int64_t time, std::uint32
 }
 
 bool row_journal::drain_batch_locked() noexcept {
+  detail::scoped_sigbus_unblocked const faults_reach_the_guard;  // it reads the ring (sigbus_mask.hpp)
   if ((state_.load(std::memory_order_acquire) & broken_bit) != 0) [[unlikely]]
     settle_cut_locked();
   std::uint64_t const t = tail_.load(std::memory_order_relaxed);

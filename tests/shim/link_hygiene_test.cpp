@@ -1,6 +1,7 @@
 // libgpumem_shim.so must be loadable into any process: no NEEDED on CUDA or C++
-// runtime libraries, and exactly the hooks of hook_table.hpp, dlsym and the query
-// API exported (readelf / nm on the built library).
+// runtime libraries, and exactly the hooks of hook_table.hpp, dlsym, the signal
+// calls of signal_hooks.cpp and the query API exported (readelf / nm on the built
+// library).
 
 #include "shim_process.hpp"
 // The shim's hook list (X-macro), shared with the shim's build.
@@ -40,8 +41,17 @@ std::set<std::string> hook_names() {
   return names;
 }
 
-// Exported besides the hooks (documented in exports.map.in and gpumem_shim.h).
-std::set<std::string> const extra_exports{"dlsym", "gpumem_shim_get_stats", "gpumem_shim_describe_chain"};
+// Exported besides the hooks (documented in exports.map.in, signal_hooks.cpp and gpumem_shim.h).
+std::set<std::string> const extra_exports{"dlsym",
+                                          "sigaction",
+                                          "signal",
+                                          "bsd_signal",
+                                          "sysv_signal",
+                                          "__sysv_signal",
+                                          "pthread_sigmask",
+                                          "sigprocmask",
+                                          "gpumem_shim_get_stats",
+                                          "gpumem_shim_describe_chain"};
 
 TEST(ShimLinkHygiene, HookListHasEveryTableEntryOnce) {
   EXPECT_EQ(hook_names().size(), static_cast<std::size_t>(shim::hook_id::count))

@@ -294,6 +294,54 @@ TEST(ShimLog, QueuedLogsJournalTruncatedWhileRunningNeverKillsTheProgram) {
   }
 }
 
+// Rows of a run whose log (or journal) was emptied half way: every row is in the
+// log or counted in its marker, and the second half's rows are there.
+void expect_rows_kept_across_a_cut(std::string const& path, long pairs) {
+  auto const log = read_csv_log(path);
+  EXPECT_EQ(log.header + "\n", csv_log_header);
+  long long const dropped = log.metadata.empty() ? 0 : marker_dropped(log.last_line);
+  EXPECT_GE(dropped, 0) << log.last_line;
+  EXPECT_GE(log.rows.size() + 2, static_cast<std::size_t>(2 * (pairs - pairs / 2))) << log.last_line;
+  EXPECT_LE(log.rows.size(), static_cast<std::size_t>(2 * pairs));
+}
+
+// A program that installs its own SIGBUS handler after the log opened (Python's
+// faulthandler.enable() after the first tensor, a JVM, a crash reporter), then
+// has the log emptied under it: the log's guard stays in front, the program's
+// handler sees only its own faults, and reads back as what the program set.
+TEST_P(ShimLogModes, AHandlerTheProgramInstallsLaterSeesOnlyItsOwnFaults) {
+  bool const queued = GetParam();
+  constexpr long pairs = 2000;
+  for (std::string const how : {"sigaction", "signal", "sysv_signal"}) {
+    temp_file tmp{"alloc.csv"};
+    // Queued, the journal's mapping is cut too (the log itself is written with pwrite).
+    std::string const cut = queued ? tmp.path() + ".journal" : tmp.path();
+    auto const r = run_process({program("shim_log_app"), "own-handler", std::to_string(pairs), cut, how},
+                               shim_env(tmp.path(), queued));
+    ASSERT_EQ(r.exit_code, 0) << how << "\n" << r.output;
+    EXPECT_NE(r.output.find("PASS own-handler"), std::string::npos) << how << "\n" << r.output;
+    EXPECT_EQ(count(r.output, "was truncated by another program while in use"), 1U) << how << "\n" << r.output;
+    expect_rows_kept_across_a_cut(tmp.path(), pairs);
+  }
+}
+
+// A thread that blocks SIGBUS (a server's worker thread blocks every signal) logs
+// rows while the log, or the journal, is emptied: the kernel would kill the
+// process at the first store into a page the cut took, so the log lets SIGBUS
+// through around its stores, and the thread's mask is as it set it.
+TEST_P(ShimLogModes, AThreadThatBlocksSigbusSurvivesATruncation) {
+  bool const queued = GetParam();
+  constexpr long pairs = 2000;
+  temp_file tmp{"alloc.csv"};
+  std::string const cut = queued ? tmp.path() + ".journal" : tmp.path();
+  auto const r = run_process({program("shim_log_app"), "blocked", std::to_string(pairs), cut},
+                             shim_env(tmp.path(), queued));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("PASS blocked"), std::string::npos) << r.output;
+  EXPECT_EQ(count(r.output, "was truncated by another program while in use"), 1U) << r.output;
+  expect_rows_kept_across_a_cut(tmp.path(), pairs);
+}
+
 // One rule for every log path that cannot be written: a configuration error at
 // start naming the key, the path and the reason (exit 1), unless pass-through on
 // error was asked for.

@@ -8,14 +8,27 @@
 //   shim_log_app fsize BYTES N        RLIMIT_FSIZE = BYTES (after the device is up), N pairs
 //   shim_log_app sync N               waits for a byte on fd 3, N pairs, writes a
 //                                     byte to fd 4, waits for EOF on fd 5
+//   shim_log_app own-handler N PATH HOW
+//                                     N pairs; half way installs a SIGBUS handler of
+//                                     its own (HOW: sigaction, signal, sysv_signal) that
+//                                     ends the program on any fault but its own, empties
+//                                     PATH, then raises a fault of its own and expects
+//                                     its handler to see it
+//   shim_log_app blocked N PATH       the main thread blocks SIGBUS (as a worker thread
+//                                     of a server blocks every signal), N pairs, PATH
+//                                     emptied half way
 
 #include "app_support.h"
 
 #include <cuda_runtime_api.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -31,6 +44,99 @@ void pairs(long n) {
   printf("PAIRS %ld PID %ld\n", n, static_cast<long>(getpid()));
 }
 
+void empty_file(const char* path) {
+  int const fd = open(path, O_WRONLY | O_TRUNC);
+  APP_CHECK(fd >= 0);
+  if (fd >= 0) close(fd);
+}
+
+// The program's own SIGBUS handler: it handles faults in its own page and, like
+// Python's faulthandler, treats every other one as fatal.
+void* volatile own_page = nullptr;
+volatile sig_atomic_t own_faults = 0;
+
+void own_fault(void* addr) {
+  auto const page = reinterpret_cast<std::uintptr_t>(own_page);
+  auto const at = reinterpret_cast<std::uintptr_t>(addr);
+  if (page == 0 || at < page || at >= page + 4096) {
+    static char const msg[] = "FAIL: the program's SIGBUS handler got a fault that is not its own\n";
+    (void)!write(2, msg, sizeof msg - 1);
+    _exit(3);
+  }
+  // Anonymous memory over the page: the store goes on there.
+  void* const r = mmap(own_page, 4096, PROT_READ | PROT_WRITE, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (r != own_page) _exit(4);
+  own_faults = own_faults + 1;
+}
+void on_bus_info(int /*sig*/, siginfo_t* info, void* /*context*/) { own_fault(info->si_addr); }
+// A handler installed with signal() learns no address: any fault is its own once armed.
+void on_bus_plain(int /*sig*/) {
+  if (own_page == nullptr) own_fault(nullptr);
+  own_fault(own_page);
+}
+
+bool own_handler_is(std::string const& how) {
+  struct sigaction now {};
+  APP_CHECK_EQ(sigaction(SIGBUS, nullptr, &now), 0);
+  if (how == "sigaction") return (now.sa_flags & SA_SIGINFO) != 0 && now.sa_sigaction == &on_bus_info;
+  return (now.sa_flags & SA_SIGINFO) == 0 && now.sa_handler == &on_bus_plain;
+}
+
+void own_handler(long n, const char* path, std::string const& how) {
+  pairs(n / 2);  // the log (and its SIGBUS guard) exists from the first pair
+  if (how == "sigaction") {
+    struct sigaction act {};
+    act.sa_sigaction = &on_bus_info;
+    act.sa_flags = SA_SIGINFO;
+    sigemptyset(&act.sa_mask);
+    struct sigaction before {};
+    APP_CHECK_EQ(sigaction(SIGBUS, &act, &before), 0);
+    APP_CHECK((before.sa_flags & SA_SIGINFO) == 0 && before.sa_handler == SIG_DFL);  // the program had set none
+  } else if (how == "signal") {
+    APP_CHECK(signal(SIGBUS, &on_bus_plain) == SIG_DFL);
+  } else {
+    APP_CHECK(sysv_signal(SIGBUS, &on_bus_plain) == SIG_DFL);
+  }
+  APP_CHECK(own_handler_is(how));
+  empty_file(path);
+  pairs(n - n / 2);
+  // A fault of its own: a page of a file that has no byte there.
+  char name[] = "/tmp/shim_log_app_bus_XXXXXX";
+  int const fd = mkstemp(name);
+  APP_CHECK(fd >= 0);
+  if (fd < 0) return;
+  unlink(name);
+  void* const p = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  APP_CHECK(p != MAP_FAILED);
+  close(fd);
+  if (p == MAP_FAILED) return;
+  own_page = p;
+  *static_cast<char volatile*>(p) = 1;
+  APP_CHECK_EQ(own_faults, 1);
+  // A one-shot handler (System V) is spent: the action reads back as the default.
+  if (how == "sysv_signal") {
+    struct sigaction now {};
+    APP_CHECK_EQ(sigaction(SIGBUS, nullptr, &now), 0);
+    APP_CHECK(now.sa_handler == SIG_DFL);
+  } else {
+    APP_CHECK(own_handler_is(how));
+  }
+  munmap(p, 4096);
+}
+
+void blocked(long n, const char* path) {
+  sigset_t bus;
+  sigemptyset(&bus);
+  sigaddset(&bus, SIGBUS);
+  APP_CHECK_EQ(pthread_sigmask(SIG_BLOCK, &bus, nullptr), 0);
+  pairs(n / 2);
+  empty_file(path);
+  pairs(n - n / 2);
+  sigset_t now;
+  APP_CHECK_EQ(pthread_sigmask(SIG_BLOCK, nullptr, &now), 0);
+  APP_CHECK_EQ(sigismember(&now, SIGBUS), 1);  // still blocked, as the program set it
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -40,10 +146,12 @@ int main(int argc, char** argv) {
     pairs(n);
   } else if (scenario == "truncate" && argc > 3) {
     pairs(n / 2);
-    int const fd = open(argv[3], O_WRONLY | O_TRUNC);
-    APP_CHECK(fd >= 0);
-    if (fd >= 0) close(fd);
+    empty_file(argv[3]);
     pairs(n - n / 2);
+  } else if (scenario == "own-handler" && argc > 4) {
+    own_handler(n, argv[3], argv[4]);
+  } else if (scenario == "blocked" && argc > 3) {
+    blocked(n, argv[3]);
   } else if (scenario == "fsize" && argc > 3) {
     // The device first (the simulated one backs its memory with a file); the
     // limit then applies to the log, opened at the first allocation. SIGXFSZ
@@ -60,7 +168,9 @@ int main(int argc, char** argv) {
     APP_CHECK_EQ(write(4, "w", 1), 1);
     while (read(5, &c, 1) > 0) {}
   } else {
-    fprintf(stderr, "usage: shim_log_app pairs N | truncate N PATH | fsize BYTES N | sync N\n");
+    fprintf(stderr,
+            "usage: shim_log_app pairs N | truncate N PATH | fsize BYTES N | sync N | own-handler N PATH HOW | "
+            "blocked N PATH\n");
     return 2;
   }
   return app_finish(scenario.c_str());
