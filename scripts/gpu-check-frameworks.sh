@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Real frameworks under gpumem on a GPU machine: PyTorch (caching allocator off;
 # and on, with expandable segments, under a limit; in a green context on pooled tensors;
-# CUDA graphs with and without its cache),
+# CUDA graphs with and without its cache; its log truncated while faulthandler or a
+# blocked SIGBUS is in force),
 # CuPy (pool off), Numba, JAX (XLA's arena, and its per-buffer allocator) — each
 # checks its results and, through the shim's counters, that the chain served its
 # allocations. Then the PyTorch MLP benchmark
@@ -63,6 +64,22 @@ for caching in 1 0; do
   echo "  $label outcome without gpumem: $ref_graph"
   env "${nc[@]}" "$run" -- python3 "$fw/torch_cuda_graph_check.py" "$ref_graph" 2>&1 | tee "$out/fw-$label.log"
   verdict "$label" "${PIPESTATUS[0]}"
+done
+# The allocation log emptied under PyTorch (copytruncate) after the program enabled
+# faulthandler (its SIGBUS handler ends the process on any fault) or blocked SIGBUS
+# in its thread: the program goes on, in place and queued.
+for mode in faulthandler blocked; do
+  for queue in 0 1; do
+    label=pytorch-log-truncated-$mode q=()
+    cut=$out/$label.csv
+    ((queue)) && { label=$label-queued q=(--log-queue) cut=$out/$label.csv.journal; }
+    PYTORCH_NO_CUDA_MEMORY_CACHING=1 "$run" --log "$out/$label.csv" "${q[@]}" -- \
+      python3 "$fw/torch_log_signals_check.py" $mode "$cut" 2>&1 | tee "$out/fw-$label.log"
+    rc=${PIPESTATUS[0]}
+    if [ "$rc" -eq 0 ] && ! grep -q "^TORCH-LOG-SIGNALS ok" "$out/fw-$label.log"; then rc=1; fi
+    verdict "$label" "$rc"
+    rm -f "$out/$label.csv" "$out/$label.csv.journal"
+  done
 done
 "$run" -- python3 "$fw/cupy_check.py" --expect-shim 2>&1 | tee "$out/fw-cupy.log"; verdict cupy "${PIPESTATUS[0]}"
 "$run" -- python3 "$fw/numba_check.py" --expect-shim 2>&1 | tee "$out/fw-numba.log"; verdict numba "${PIPESTATUS[0]}"

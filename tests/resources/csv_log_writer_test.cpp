@@ -4,6 +4,7 @@
 // SIGBUS that is not the log's.
 
 #include <gpumem/csv_log_writer.hpp>
+#include <gpumem/detail/fault_overlay.hpp>
 #include <gpumem/error.hpp>
 
 #include <support/csv_log_reader.hpp>
@@ -1097,6 +1098,64 @@ TEST(CsvLogWriterHostile, OtherSigbusStillKillsByDefault) {
     return 0;
   });
   EXPECT_TRUE(WIFSIGNALED(sent.status) && WTERMSIG(sent.status) == SIGBUS) << describe(sent.status);
+}
+
+// A handler set after the guard through sigbus_sigaction (what the shim's sigaction
+// and signal hooks call): the guard stays in front, the handler gets every other
+// SIGBUS with its own flags, and the program reads back what it set.
+TEST(CsvLogWriterHostile, AHandlerSetAfterTheGuardIsChainedToAndReadsBackAsSet) {
+  test::temp_file tmp;
+  auto const r = in_child([&] {
+    csv_log_writer w{tmp.path(), &capture_note};  // installs the guard
+    w.write(example_row());
+    struct sigaction act {};
+    act.sa_handler = own_sigbus_handler;
+    act.sa_flags = SA_RESETHAND;  // one-shot: spent after the first delivery
+    sigemptyset(&act.sa_mask);
+    struct sigaction old {};
+    if (detail::sigbus_sigaction(&act, &old, &::sigaction) != 0) return 30;
+    if (old.sa_handler != SIG_DFL) return 31;  // what the program had before the guard
+    struct sigaction now {};
+    if (detail::sigbus_sigaction(nullptr, &now, &::sigaction) != 0 || now.sa_handler != own_sigbus_handler) {
+      return 32;
+    }
+    if (sigsetjmp(g_jump, 1) == 0) touch_truncated_mapping(tmp.dir() + "/other");
+    if (g_own_handler_calls != 1) return 33;
+    if (detail::sigbus_sigaction(nullptr, &now, &::sigaction) != 0 || now.sa_handler != SIG_DFL) return 34;
+    // The log's own faults never reach it: truncate the log and write on.
+    if (detail::sigbus_sigaction(&act, nullptr, &::sigaction) != 0) return 35;
+    if (!wait_until_allocated_ahead(w)) return 37;  // (a truncation during a growth is a test of its own)
+    truncate_file(tmp.path());
+    for (int i = 0; i < 100; ++i) w.write(example_row());
+    w.close();
+    return g_own_handler_calls == 1 && w.truncations() == 1 ? 0 : 36;
+  });
+  EXPECT_TRUE(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0) << describe(r.status);
+}
+
+// A thread that blocks SIGBUS would be killed by the kernel at its first store into
+// a page the truncation took: the writer lets SIGBUS through around its stores and
+// leaves the thread's mask as it was.
+TEST(CsvLogWriterHostile, AThreadThatBlocksSigbusSurvivesATruncation) {
+  test::temp_file tmp;
+  auto const r = in_child([&] {
+    sigset_t bus;
+    sigemptyset(&bus);
+    sigaddset(&bus, SIGBUS);
+    if (::pthread_sigmask(SIG_BLOCK, &bus, nullptr) != 0) return 40;
+    csv_log_writer w{tmp.path(), &capture_note};
+    for (std::size_t i = 0; i < 2000; ++i) w.write(numbered_row(1, i));
+    if (!wait_until_allocated_ahead(w)) return 43;
+    truncate_file(tmp.path());
+    for (std::size_t i = 0; i < 2000; ++i) w.write(numbered_row(2, i));
+    w.close();
+    sigset_t now;
+    if (::pthread_sigmask(SIG_BLOCK, nullptr, &now) != 0 || sigismember(&now, SIGBUS) != 1) return 41;
+    return w.truncations() == 1 ? 0 : 42;
+  });
+  ASSERT_TRUE(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0) << describe(r.status);
+  auto const log = test::read_csv_log(tmp.path());
+  EXPECT_GE(log.rows.size(), 1999u);
 }
 
 TEST(CsvLogWriter, NotARegularFileIsRefusedNamingWhatItIs) {
