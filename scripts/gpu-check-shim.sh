@@ -79,6 +79,8 @@ done
 # What CUDA refuses during a capture, and what it allows, are CUDA's own answers:
 # the same scenarios pass without gpumem.
 check "rt_app-capture-refusals-plain" "PASS capture-refusals" "$out/rt_app" capture-refusals
+# So are the results of bad frees (and the runtime's last error after each).
+check "rt_app-errors-plain" "PASS errors" "$out/rt_app" errors
 check "gpu_app_shared-capture-plain" "PASS capture" "$out/gpu_app_shared" capture
 check "rt_app-queries-limit" "MEMINFO free=50331648 total=67108864" "$P" GPUMEM_LIMIT=64MiB "$out/rt_app" queries
 for sc in dlsym gpa; do

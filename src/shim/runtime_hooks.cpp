@@ -58,6 +58,27 @@ cudaError_t runtime_error(CUresult r) noexcept {
   }
 }
 
+// A host address, which no device allocation can have (unified addressing keeps
+// them apart): what a replayed failure hands the runtime instead of the program's
+// pointer, so that nothing of the program's could be freed even if a runtime
+// bypassed the driver hook.
+char const replay_target = 0;
+void* replay_pointer() noexcept { return const_cast<char*>(&replay_target); }
+
+// A failure CUDA would have answered the same way (a double free, a free CUDA
+// refuses during a capture) that the shim answered itself, replayed through the
+// runtime so that it records it as its last error, as it records its own: the
+// runtime's driver call returns `r` (the driver hook's replay). `call` makes that
+// runtime call with replay_pointer(); the answer is `r`'s spelling either way.
+template <class Call>
+cudaError_t answered(const char* entry, CUresult r, Call&& call) noexcept {
+  if (r != CUDA_SUCCESS) {
+    scoped_runtime_call marker{entry, r};
+    (void)call();
+  }
+  return runtime_error(r);
+}
+
 // Registers what the runtime allocated when it did so without our driver hook
 // seeing it (insert_if_absent: counted once either way).
 void after_runtime_alloc(cudaError_t e, void* p, std::size_t bytes, CUstream s, alloc_kind kind, const char* entry,
@@ -99,7 +120,10 @@ cudaError_t free_async_impl(void* p, cudaStream_t s, hook_id id, bool ptsz, cons
   if (!active() || p == nullptr) return f != nullptr ? f(p, s) : no_runtime;
   CUstream const cs = ptsz ? ptsz_stream(s) : s;
   auto const o = free_registered(p, cs, true, entry);
-  if (o.handled) return runtime_error(o.result);
+  if (o.handled) {
+    if (f == nullptr) return runtime_error(o.result);
+    return answered(entry, o.result, [&] { return f(replay_pointer(), s); });
+  }
   if (f == nullptr) return no_runtime;
   scoped_runtime_call marker{entry};
   cudaError_t const e = f(p, s);
@@ -172,7 +196,10 @@ GPUMEM_HOOK(cudaError_t, cudaFree, (void* p)) {
   auto const o = free_registered(p, nullptr, false, "cudaFree");
   // A refused double free is answered here: handing a pool pointer to the real
   // runtime could free the pool's slab.
-  if (o.handled) return runtime_error(o.result);
+  if (o.handled) {
+    if (f == nullptr) return runtime_error(o.result);
+    return answered("cudaFree", o.result, [&] { return f(replay_pointer()); });
+  }
   if (f == nullptr) return no_runtime;
   scoped_runtime_call marker{"cudaFree"};
   cudaError_t const e = f(p);

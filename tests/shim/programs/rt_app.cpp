@@ -64,13 +64,20 @@ void errors() {
   APP_CHECK_EQ(cudaMalloc(&p, std::size_t{1} << 62U), cudaErrorMemoryAllocation);
   APP_CHECK_EQ(cudaGetLastError(), cudaErrorMemoryAllocation);
   APP_CHECK_EQ(cudaGetLastError(), cudaSuccess);
+  // Each refused free is also the runtime's last error, read once.
   APP_CHECK_EQ(cudaFree(reinterpret_cast<void*>(0xdeadbeef00)), cudaErrorInvalidValue);
+  APP_CHECK_EQ(cudaGetLastError(), cudaErrorInvalidValue);
   void* q = nullptr;
   APP_CHECK_EQ(cudaMalloc(&q, 4096), cudaSuccess);
   APP_CHECK_EQ(cudaFree(static_cast<char*>(q) + 256), cudaErrorInvalidValue);  // interior
+  APP_CHECK_EQ(cudaGetLastError(), cudaErrorInvalidValue);
   APP_CHECK_EQ(cudaFree(q), cudaSuccess);
-  APP_CHECK_EQ(cudaFree(q), cudaErrorInvalidValue);                // double
+  APP_CHECK_EQ(cudaGetLastError(), cudaSuccess);
+  APP_CHECK_EQ(cudaFree(q), cudaErrorInvalidValue);  // double
+  APP_CHECK_EQ(cudaGetLastError(), cudaErrorInvalidValue);
+  APP_CHECK_EQ(cudaGetLastError(), cudaSuccess);
   APP_CHECK_EQ(cudaFreeAsync(q, nullptr), cudaErrorInvalidValue);  // double, other entry
+  APP_CHECK_EQ(cudaGetLastError(), cudaErrorInvalidValue);
   app_sim_reset_violations();  // the unknown and interior frees above were on purpose
   APP_CHECK_EQ(cudaMallocAsync(&p, 0, nullptr), cudaSuccess);
   APP_CHECK(p == nullptr);
@@ -85,6 +92,8 @@ void errors() {
   APP_CHECK_EQ(cudaMemGetInfo(nullptr, &t), cudaSuccess);
   APP_CHECK_EQ(cudaMemGetInfo(&f, &t), cudaSuccess);
   APP_CHECK(f <= t && t > 0);
+  APP_CHECK_EQ(cudaGetLastError(), cudaSuccess);
+  if (!app_shim_active()) return;  // the same results from CUDA alone
   auto const st = app_stats();
   APP_CHECK_EQ(st.double_frees, 2);
   APP_CHECK_EQ(st.live_allocations, 0);
@@ -232,6 +241,7 @@ void capture_refusals() {
   // A cudaFree of pooled memory there: refused; the block stays allocated.
   APP_CHECK_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaSuccess);
   APP_CHECK_EQ(cudaFree(kept), cudaErrorStreamCaptureUnsupported);
+  APP_CHECK_EQ(cudaPeekAtLastError(), cudaErrorStreamCaptureUnsupported);  // recorded, as CUDA records it
   APP_CHECK_EQ(cudaStreamEndCapture(s, &g), cudaErrorStreamCaptureInvalidated);
   (void)cudaGetLastError();
   // Another thread in global mode, during a global capture: refused too.
