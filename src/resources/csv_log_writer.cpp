@@ -154,11 +154,11 @@ struct log_fault_guard {
   // Serializes installing the guard, the program's sigaction(SIGBUS) calls and
   // the handler's own changes. Held with every signal blocked, so no handler on
   // the holder's thread waits for it; the guard's own sigaction calls, which
-  // reach the shim's hook, pass through while it is held (in_guard).
+  // reach the shim's hook, pass through while it is held (in_guard). Taken
+  // after first_use() has run (the fork handler that releases it in a child).
   class view_lock {
    public:
     view_lock() noexcept {
-      pthread_once(&once, &first_use);
       sigset_t all;
       sigfillset(&all);
       (void)::pthread_sigmask(SIG_SETMASK, &all, &saved_);
@@ -192,6 +192,7 @@ struct log_fault_guard {
 
   static void install() noexcept {
     if (installed.load(std::memory_order_acquire)) return;
+    pthread_once(&once, &first_use);
     view_lock lock;
     if (installed.load(std::memory_order_relaxed)) return;
     struct sigaction sa {};
@@ -207,6 +208,7 @@ struct log_fault_guard {
   // The program's sigaction(SIGBUS) through the shim's hook (sigbus_sigaction).
   static int program_sigaction(struct sigaction const* act, struct sigaction* old, detail::sigaction_fn real) noexcept {
     if (in_guard) return real(SIGBUS, act, old);  // the guard's own call
+    pthread_once(&once, &first_use);
     view_lock lock;
     if (!installed.load(std::memory_order_relaxed)) return real(SIGBUS, act, old);
     if (old != nullptr) *old = view();
