@@ -13,7 +13,8 @@ bool this_thread_blocks_sigbus() noexcept {
   return tl_sigbus_blocked == 1;
 }
 
-void scoped_sigbus_unblocked::unblock() noexcept {
+void scoped_sigbus_unblocked::unblock_if_blocked() noexcept {
+  if (!this_thread_blocks_sigbus()) return;
   sigset_t bus;
   sigemptyset(&bus);
   sigaddset(&bus, SIGBUS);

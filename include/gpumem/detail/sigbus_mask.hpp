@@ -38,8 +38,8 @@ inline void sigbus_mask_changed() noexcept { tl_sigbus_blocked = -1; }
 class scoped_sigbus_unblocked {
  public:
   scoped_sigbus_unblocked() noexcept {
-    if (this_thread_blocks_sigbus()) [[unlikely]]
-      unblock();
+    if (tl_sigbus_blocked != 0) [[unlikely]]  // blocked, or not read yet
+      unblock_if_blocked();
   }
   ~scoped_sigbus_unblocked() {
     if (unblocked_) [[unlikely]]
@@ -49,7 +49,7 @@ class scoped_sigbus_unblocked {
   scoped_sigbus_unblocked& operator=(scoped_sigbus_unblocked const&) = delete;
 
  private:
-  void unblock() noexcept;
+  void unblock_if_blocked() noexcept;
   void restore() noexcept;
 
   bool unblocked_ = false;
