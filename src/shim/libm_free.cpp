@@ -7,7 +7,7 @@
 
 extern "C" double ceil(double x) noexcept {
   constexpr double two52 = 4503599627370496.0;  // from 2^52 on, every double is an integer
-  if (!(__builtin_fabs(x) < two52)) return x;    // integral, infinite or NaN: itself
+  if (!(__builtin_fabs(x) < two52)) return x;   // integral, infinite or NaN: itself
   double const toward_zero = static_cast<double>(static_cast<long long>(x));
   double const up = toward_zero < x ? toward_zero + 1.0 : toward_zero;
   return __builtin_copysign(up, x);  // ceil(-0.5) is -0.0
