@@ -513,11 +513,9 @@ void row_journal::start_helper() noexcept {
       helper_thread_, "gpumem-logfmt",
       [](void* self) -> void* {
         // It reads the ring: a page lost to a cut must fault into the guard's
-        // handler (a blocked SIGBUS from a fault kills the process).
-        sigset_t bus;
-        sigemptyset(&bus);
-        sigaddset(&bus, SIGBUS);
-        pthread_sigmask(SIG_UNBLOCK, &bus, nullptr);
+        // handler (a blocked SIGBUS from a fault kills the process). For its
+        // whole life, so its batches' own scopes cost nothing.
+        detail::scoped_sigbus_unblocked const faults_reach_the_guard;
         static_cast<row_journal*>(self)->helper_loop();
         return nullptr;
       },

@@ -19,12 +19,13 @@ void scoped_sigbus_unblocked::unblock_if_blocked() noexcept {
   sigemptyset(&bus);
   sigaddset(&bus, SIGBUS);
   unblocked_ = ::pthread_sigmask(SIG_UNBLOCK, &bus, &saved_) == 0;
+  // Let through now: a scope nested in this one costs nothing.
+  if (unblocked_) tl_sigbus_blocked = 0;
 }
 
 void scoped_sigbus_unblocked::restore() noexcept {
   (void)::pthread_sigmask(SIG_SETMASK, &saved_, nullptr);
-  // The shim's hook forgot the state: it is the one read before (blocked).
-  tl_sigbus_blocked = 1;
+  tl_sigbus_blocked = 1;  // blocked again, as read before
 }
 
 }  // namespace gpumem::detail
