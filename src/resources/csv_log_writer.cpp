@@ -183,6 +183,12 @@ struct log_fault_guard {
     ::pthread_atfork(nullptr, nullptr, &after_fork_in_child);
   }
 
+  static struct sigaction default_action() noexcept {
+    struct sigaction dfl {};
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    return dfl;
+  }
   static struct sigaction view() noexcept { return view_slots[view_at.load(std::memory_order_acquire) % views]; }
   static void publish(struct sigaction const& a) noexcept {  // under view_lock
     unsigned const next = view_at.load(std::memory_order_relaxed) + 1;
@@ -353,9 +359,7 @@ struct log_fault_guard {
         // The guard steps down: the process ends now.
         view_lock lock;
         installed.store(false, std::memory_order_relaxed);
-        struct sigaction dfl {};
-        dfl.sa_handler = SIG_DFL;
-        sigemptyset(&dfl.sa_mask);
+        struct sigaction const dfl = default_action();
         ::sigaction(sig, &dfl, nullptr);
       }
       // A fault repeats on return and now takes the default action (core dump
@@ -365,10 +369,7 @@ struct log_fault_guard {
     }
     if ((act.sa_flags & SA_RESETHAND) != 0) {
       view_lock lock;  // one-shot: the kernel would have reset it on delivery
-      struct sigaction dfl {};
-      dfl.sa_handler = SIG_DFL;
-      sigemptyset(&dfl.sa_mask);
-      publish(dfl);
+      publish(default_action());
     }
     // The program's handler runs with what it asked to block (SIGBUS too, unless
     // SA_NODEFER), as the kernel would have run it.
