@@ -68,13 +68,14 @@ void* replay_pointer() noexcept { return const_cast<char*>(&replay_target); }
 // A failure CUDA would have answered the same way (a double free, a free CUDA
 // refuses during a capture) that the shim answered itself, replayed through the
 // runtime so that it records it as its last error, as it records its own: the
-// runtime's driver call returns `r` (the driver hook's replay). `call` makes that
-// runtime call with replay_pointer(); the answer is `r`'s spelling either way.
-template <class Call>
-cudaError_t answered(const char* entry, CUresult r, Call&& call) noexcept {
-  if (r != CUDA_SUCCESS) {
+// runtime's driver call returns `r` (the driver hook's replay). `replay` makes
+// that runtime call with replay_pointer() (null: no runtime to tell); the answer
+// is `r`'s spelling either way.
+template <class Fn, class... Args>
+cudaError_t answered(const char* entry, CUresult r, Fn replay, Args... args) noexcept {
+  if (r != CUDA_SUCCESS && replay != nullptr) {
     scoped_runtime_call marker{entry, r};
-    (void)call();
+    (void)replay(replay_pointer(), args...);
   }
   return runtime_error(r);
 }
@@ -120,10 +121,7 @@ cudaError_t free_async_impl(void* p, cudaStream_t s, hook_id id, bool ptsz, cons
   if (!active() || p == nullptr) return f != nullptr ? f(p, s) : no_runtime;
   CUstream const cs = ptsz ? ptsz_stream(s) : s;
   auto const o = free_registered(p, cs, true, entry);
-  if (o.handled) {
-    if (f == nullptr) return runtime_error(o.result);
-    return answered(entry, o.result, [&] { return f(replay_pointer(), s); });
-  }
+  if (o.handled) return answered(entry, o.result, f, s);
   if (f == nullptr) return no_runtime;
   scoped_runtime_call marker{entry};
   cudaError_t const e = f(p, s);
@@ -196,10 +194,7 @@ GPUMEM_HOOK(cudaError_t, cudaFree, (void* p)) {
   auto const o = free_registered(p, nullptr, false, "cudaFree");
   // A refused double free is answered here: handing a pool pointer to the real
   // runtime could free the pool's slab.
-  if (o.handled) {
-    if (f == nullptr) return runtime_error(o.result);
-    return answered("cudaFree", o.result, [&] { return f(replay_pointer()); });
-  }
+  if (o.handled) return answered("cudaFree", o.result, f);
   if (f == nullptr) return no_runtime;
   scoped_runtime_call marker{"cudaFree"};
   cudaError_t const e = f(p);

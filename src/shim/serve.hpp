@@ -56,8 +56,8 @@ class scoped_runtime_call {
 /// when the device passes calls through (its config failed with on_error =
 /// passthrough), the stream lives in another device's non-primary context, or a
 /// synchronous allocation comes during a capture from a thread CUDA may forbid it
-/// (capture_may_refuse_unsafe_calls): the caller then hands the call to CUDA. On out-of-memory the chain is trimmed and
-/// the allocation retried once.
+/// (capture_may_refuse_unsafe_calls): the caller then hands the call to CUDA. On
+/// out-of-memory the chain is trimmed and the allocation retried once.
 CUresult chain_allocate(void** out, std::size_t bytes, CUstream stream, alloc_kind kind, const char* entry,
                         bool runtime_entry, stream_home const& home = {}) noexcept;
 
