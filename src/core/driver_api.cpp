@@ -35,8 +35,11 @@ driver_api load() noexcept {
 
 }  // namespace
 
-driver_api const& driver() noexcept {
+constinit std::atomic<driver_api const*> g_loaded_driver{nullptr};
+
+driver_api const& load_driver_once() noexcept {
   static driver_api const api = load();  // thread-safe once; first use, never a constructor
+  g_loaded_driver.store(&api, std::memory_order_release);
   return api;
 }
 

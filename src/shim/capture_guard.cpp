@@ -54,17 +54,14 @@ CUresult unsafe_call_verdict() noexcept {
   return r;
 }
 
-scoped_relaxed_capture::scoped_relaxed_capture() noexcept {
-  if (!stream_tracker::capture_active()) return;
+void scoped_relaxed_capture::relax() noexcept {
   auto const& d = detail::driver();
   saved_ = CU_STREAM_CAPTURE_MODE_RELAXED;
   exchanged_ = d.cuThreadExchangeStreamCaptureMode != nullptr &&
                d.cuThreadExchangeStreamCaptureMode(&saved_) == CUDA_SUCCESS;
 }
 
-scoped_relaxed_capture::~scoped_relaxed_capture() {
-  if (exchanged_) (void)detail::driver().cuThreadExchangeStreamCaptureMode(&saved_);
-}
+void scoped_relaxed_capture::restore() noexcept { (void)detail::driver().cuThreadExchangeStreamCaptureMode(&saved_); }
 
 void park_until_captures_end(void* p, std::size_t bytes, device_chain* chain, CUevent after) noexcept {
   auto& k = parked();

@@ -55,14 +55,24 @@ struct device_chain;
 /// is active.
 class scoped_relaxed_capture {
  public:
-  scoped_relaxed_capture() noexcept;
-  ~scoped_relaxed_capture();
+  // Inline: every allocation and free makes one, and captures are rare.
+  scoped_relaxed_capture() noexcept {
+    if (stream_tracker::capture_active()) [[unlikely]]
+      relax();
+  }
+  ~scoped_relaxed_capture() {
+    if (exchanged_) [[unlikely]]
+      restore();
+  }
   scoped_relaxed_capture(scoped_relaxed_capture const&) = delete;
   scoped_relaxed_capture& operator=(scoped_relaxed_capture const&) = delete;
   /// Whether the thread's mode was relaxed before (or could not be exchanged).
   [[nodiscard]] bool was_relaxed() const noexcept { return !exchanged_ || saved_ == CU_STREAM_CAPTURE_MODE_RELAXED; }
 
  private:
+  void relax() noexcept;
+  void restore() noexcept;
+
   CUstreamCaptureMode saved_ = CU_STREAM_CAPTURE_MODE_RELAXED;
   bool exchanged_ = false;
 };

@@ -152,12 +152,16 @@ void check_log_path(config::settings const& st) {
       st.on_config_error};
 }
 
-bool logging_enabled() noexcept {
-  static bool const on = !state().settings.log_file.empty() && state().mode == shim_mode::active;
-  return on;
-}
+constinit std::atomic<unsigned> g_event_needs{0};
 
-std::int64_t event_clock() noexcept { return logging_enabled() ? static_cast<std::int64_t>(detail::log_ticks()) : 0; }
+unsigned decide_event_needs() noexcept {
+  auto const& st = state();
+  unsigned n = needs_decided;
+  if (!st.settings.log_file.empty() && st.mode == shim_mode::active) n |= needs_row;
+  if (stacks_enabled()) n |= needs_stack;
+  g_event_needs.store(n, std::memory_order_relaxed);  // the same value whoever decides
+  return n;
+}
 
 bool log_paths(int device, std::string& log, std::string& stacks) noexcept {
   if (!logging_enabled()) return false;
@@ -180,7 +184,7 @@ std::uint64_t stack_lines_lost() noexcept {
   return n;
 }
 
-void log_event(event const& e) noexcept {
+void record_event(event const& e) noexcept {
   stack_ref const stack = stacks_enabled() ? note_call_site(e) : stack_ref{};
   if (!logging_enabled()) return;
   log_sink* const sink = sink_for(e.device);

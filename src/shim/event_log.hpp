@@ -23,9 +23,11 @@
 
 #include <gpumem/config/settings.hpp>
 #include <gpumem/csv_log_writer.hpp>
+#include <gpumem/detail/log_clock.hpp>
 
 #include <cuda.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -43,13 +45,30 @@ struct event {
   CUresult result = CUDA_SUCCESS;
 };
 
+/// What an event needs, decided at the first look (read once): a row (a log file
+/// is configured), a call stack (stacks are on), or nothing. Every allocation and
+/// free asks, so with neither on an event costs one load and a branch, inline.
+enum event_needs : unsigned { needs_decided = 1U, needs_row = 2U, needs_stack = 4U };
+extern std::atomic<unsigned> g_event_needs;  ///< 0 until decided
+[[nodiscard]] unsigned decide_event_needs() noexcept;
+[[nodiscard]] inline unsigned event_needs_now() noexcept {
+  unsigned const n = g_event_needs.load(std::memory_order_relaxed);
+  return n != 0 ? n : decide_event_needs();
+}
+
 /// Whether a log file is configured (read once).
-[[nodiscard]] bool logging_enabled() noexcept;
+[[nodiscard]] inline bool logging_enabled() noexcept { return (event_needs_now() & needs_row) != 0; }
 /// Start stamp for an event (detail::log_ticks()): 0, no clock read, when logging is off.
-[[nodiscard]] std::int64_t event_clock() noexcept;
+[[nodiscard]] inline std::int64_t event_clock() noexcept {
+  return logging_enabled() ? static_cast<std::int64_t>(detail::log_ticks()) : 0;
+}
+/// log_event's work: the stack, then the row.
+void record_event(event const& e) noexcept;
 /// Records the event's call stack when stacks are on (call_sites.hpp), then
 /// appends the row (its Stack column: the stack's id); never throws.
-void log_event(event const& e) noexcept;
+inline void log_event(event const& e) noexcept {
+  if ((event_needs_now() & (needs_row | needs_stack)) != 0) record_event(e);
+}
 
 /// The log file written for `device` and its stack table ("" when stacks are off
 /// or it could not be opened); false when there is no log.

@@ -18,6 +18,11 @@ GPUMEM_RUNTIME_HOOKS(GPUMEM_DECLARE_HOOK_SYMBOL)
 #undef GPUMEM_DECLARE_HOOK_SYMBOL
 
 namespace gpumem::shim {
+
+// Zero (constant) initialised: valid before any constructor runs, as hooks may be
+// called from other libraries' constructors.
+constinit std::array<std::atomic<void*>, hook_count> g_real_functions{};
+
 namespace {
 
 enum class origin : unsigned char { driver, runtime };
@@ -27,8 +32,6 @@ struct entry {
   void* hook;
   origin lib;
 };
-
-constexpr std::size_t hook_count = static_cast<std::size_t>(hook_id::count);
 
 std::array<entry, hook_count> const& entries() noexcept {
   static std::array<entry, hook_count> const table{{
@@ -41,11 +44,7 @@ std::array<entry, hook_count> const& entries() noexcept {
   return table;
 }
 
-// Real addresses, published once found (null: not yet / the library lacks it).
-std::array<std::atomic<void*>, hook_count>& reals() noexcept {
-  static std::array<std::atomic<void*>, hook_count> r{};
-  return r;
-}
+std::array<std::atomic<void*>, hook_count>& reals() noexcept { return g_real_functions; }
 std::atomic<bool> g_driver_resolved{false};
 
 void* libcuda_handle() noexcept {
@@ -111,7 +110,7 @@ void* hook_by_name(const char* name) noexcept {
   return id == hook_id::count ? nullptr : entries()[static_cast<std::size_t>(id)].hook;
 }
 
-void* real_function(hook_id id) noexcept {
+void* resolve_real_function(hook_id id) noexcept {
   auto const i = static_cast<std::size_t>(id);
   if (i >= hook_count) return nullptr;
   if (void* f = reals()[i].load(std::memory_order_acquire)) return f;

@@ -11,6 +11,8 @@
 // Thread safety: real addresses are resolved lazily (retried until the library is
 // loaded) and published atomically.
 
+#include <array>
+#include <atomic>
 #include <cstddef>
 
 namespace gpumem::shim {
@@ -63,8 +65,23 @@ enum class hook_id : int {
 /// Our hook for a function pointer the real resolver returned: the hook whose real
 /// function is `fn`; `fn` itself if it already is a hook or is not hooked.
 [[nodiscard]] void* hook_for_real(void* fn) noexcept;
+inline constexpr std::size_t hook_count = static_cast<std::size_t>(hook_id::count);
+
+/// Real addresses, published once found (null: not yet, or the library lacks it).
+/// Read through real_function().
+extern std::array<std::atomic<void*>, hook_count> g_real_functions;
+/// real_function()'s first look for `id`: resolves and publishes it.
+[[nodiscard]] void* resolve_real_function(hook_id id) noexcept;
+
 /// The real function behind hook `id` (nullptr while its library is not loaded).
-[[nodiscard]] void* real_function(hook_id id) noexcept;
+/// Every hook asks for its own: once resolved, one load, inline.
+[[nodiscard]] inline void* real_function(hook_id id) noexcept {
+  auto const i = static_cast<std::size_t>(id);
+  if (i < hook_count) {
+    if (void* f = g_real_functions[i].load(std::memory_order_acquire)) [[likely]] { return f; }
+  }
+  return resolve_real_function(id);
+}
 
 /// Typed access: real<decltype(&cuMemAlloc_v2)>(hook_id::cuMemAlloc_v2).
 template <class F>

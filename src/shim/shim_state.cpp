@@ -62,7 +62,9 @@ thread_local bool tl_loading = false;
 
 }  // namespace
 
-shim_state& state() noexcept {
+constinit std::atomic<shim_state*> g_loaded_state{nullptr};
+
+shim_state& load_state_once() noexcept {
   static shim_state* const s = [] {
     tl_loading = true;
     // NOLINTNEXTLINE(bugprone-unhandled-exception-at-new): running out of memory here ends the process
@@ -79,6 +81,7 @@ shim_state& state() noexcept {
     if (st->mode == shim_mode::active && st->settings.report) std::atexit(print_report_at_exit);
     return st;
   }();
+  g_loaded_state.store(s, std::memory_order_release);
   return *s;
 }
 

@@ -52,9 +52,18 @@ struct shim_state {
   counters stats;
 };
 
+/// The state once loaded (published by load_state_once); null before.
+extern std::atomic<shim_state*> g_loaded_state;
+/// Loads the state (once, whichever thread comes first) and publishes it.
+[[nodiscard]] shim_state& load_state_once() noexcept;
+
 /// The state, loaded on first use. Never makes a CUDA call (it may run inside dlsym
-/// while libcuda is being loaded).
-[[nodiscard]] shim_state& state() noexcept;
+/// while libcuda is being loaded). Every hook asks for it, several times per call:
+/// once loaded, one load, inline.
+[[nodiscard]] inline shim_state& state() noexcept {
+  if (shim_state* s = g_loaded_state.load(std::memory_order_acquire)) [[likely]] { return *s; }
+  return load_state_once();
+}
 
 /// True when allocations go through the chains. On a config error with policy fail
 /// it does not return: it prints the error and _exit(1)s (exit_refusing_configuration),

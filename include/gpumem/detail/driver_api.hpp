@@ -9,6 +9,8 @@
 
 #include <cuda.h>
 
+#include <atomic>
+
 namespace gpumem::detail {
 
 // X(name): `name` is the cuda.h spelling; the macro layer turns it into the
@@ -54,10 +56,19 @@ struct driver_api {
   CUresult init_result = CUDA_ERROR_NOT_INITIALIZED;
 };
 
+/// The driver table once loaded (published by load_driver_once); null before.
+extern std::atomic<driver_api const*> g_loaded_driver;
+/// Loads the table and cuInit's (once, whichever thread comes first), publishes it.
+[[nodiscard]] driver_api const& load_driver_once() noexcept;
+
 /// The driver table, loaded and cuInit'ed on first call (thread-safe, once).
 /// Never makes a CUDA call from a static constructor. Entries missing from an
-/// old driver stay null; callers that need them check.
-[[nodiscard]] driver_api const& driver() noexcept;
+/// old driver stay null; callers that need them check. Once loaded, one load,
+/// inline: every allocation and free asks for it.
+[[nodiscard]] inline driver_api const& driver() noexcept {
+  if (driver_api const* d = g_loaded_driver.load(std::memory_order_acquire)) [[likely]] { return *d; }
+  return load_driver_once();
+}
 
 /// Whether libcuda.so.1 could be loaded and initialised.
 [[nodiscard]] inline bool driver_available() noexcept { return driver().init_result == CUDA_SUCCESS; }
