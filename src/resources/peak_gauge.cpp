@@ -12,27 +12,20 @@ std::uint64_t as_unsigned(std::int64_t v) noexcept { return static_cast<std::uin
 
 }  // namespace
 
-void peak_gauge::add(std::int64_t v) noexcept {
-  if (auto* own_published = slots_.own_slot(published)) {
-    auto* own = own_published + (value - published);  // the same thread's block
-    auto const mine = as_signed(own->load(relaxed)) + v;
-    own->store(as_unsigned(mine), relaxed);
-    auto mine_published = as_signed(own_published->load(relaxed));
-    if (mine - mine_published >= step_ || mine_published - mine >= step_) {
-      published_.fetch_add(mine - mine_published, relaxed);
-      own_published->store(as_unsigned(mine), relaxed);
-      mine_published = mine;
-    }
-    if (v > 0) raise_peak(estimate_with(mine, mine_published));
-    return;
-  }
+void peak_gauge::publish(std::atomic<std::uint64_t>* own_published, std::int64_t mine,
+                         std::int64_t mine_published) noexcept {
+  published_.fetch_add(mine - mine_published, relaxed);
+  own_published->store(as_unsigned(mine), relaxed);
+}
+
+void peak_gauge::add_shared(std::int64_t v) noexcept {
   // No slot of its own (an exiting thread, or none left in the process): a shared
   // add, and this thread has no part outside the retired totals.
   slots_.add(value, as_unsigned(v));
   if (v > 0) raise_peak(estimate_with(0, 0));
 }
 
-void peak_gauge::raise_peak(std::int64_t to) const noexcept {
+void peak_gauge::raise_peak_from(std::int64_t to) const noexcept {
   // Unless another thread already raised it further.
   auto seen = peak_.load(relaxed);
   while (to > seen && !peak_.compare_exchange_weak(seen, to, relaxed)) {}

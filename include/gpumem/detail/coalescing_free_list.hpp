@@ -39,6 +39,7 @@
 #include <algorithm>
 #include <array>
 #include <cstddef>
+#include <iterator>
 #include <map>
 #include <set>
 #include <utility>
@@ -211,11 +212,20 @@ class coalescing_tree {
       check_invariants();
       return b;
     }
-    // The rest keeps the block's end (and so its address-map node); in by_size_ it moves down.
+    // The rest keeps the block's end (and so its address-map node); in by_size_ it
+    // moves down. When no block sorts between its new and old keys (carving from the
+    // largest block, the common case) the node keeps its place and only its key
+    // changes: the set's order is unchanged, and the tree is not rebalanced twice.
     a->second.ptr = ptr + size;
-    auto node = extract_node(by_size_, it);
-    node.value() = {block_size - size, ptr + size};
-    by_size_.insert(std::move(node));
+    size_key const rest{block_size - size, ptr + size};
+    if (it == by_size_.begin() || *std::prev(it) < rest) {
+      // A set's elements are not const objects; only their order must not change.
+      const_cast<size_key&>(*it) = rest;  // NOLINT(cppcoreguidelines-pro-type-const-cast)
+    } else {
+      auto node = extract_node(by_size_, it);
+      node.value() = rest;
+      by_size_.insert(std::move(node));
+    }
     check_invariants();
     return b;
   }
@@ -224,8 +234,9 @@ class coalescing_tree {
     char* ptr;  ///< the block's start
     char* slab;
   };
-  using end_map = std::map<char*, record>;  ///< block end -> record
-  using size_set = std::set<std::pair<std::size_t, char*>>;
+  using end_map = std::map<char*, record>;         ///< block end -> record
+  using size_key = std::pair<std::size_t, char*>;  ///< (size, start)
+  using size_set = std::set<size_key>;
 
   static std::size_t size_of(end_map::const_iterator a) noexcept {
     return static_cast<std::size_t>(a->first - a->second.ptr);

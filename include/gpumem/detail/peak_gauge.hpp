@@ -35,8 +35,24 @@ class peak_gauge {
   explicit peak_gauge(std::int64_t step) noexcept
       : step_{step}, exited_{slots_.retired(value)}, exited_published_{slots_.retired(published)} {}
 
-  /// Changes the quantity by v (negative to lower it).
-  void add(std::int64_t v) noexcept;
+  /// Changes the quantity by v (negative to lower it). Inline: the statistics
+  /// adaptor makes four of these per allocate+free pair.
+  void add(std::int64_t v) noexcept {
+    auto* own_published = slots_.own_slot(published);
+    if (own_published == nullptr) [[unlikely]] {
+      add_shared(v);
+      return;
+    }
+    auto* own = own_published + (value - published);  // the same thread's block
+    auto const mine = static_cast<std::int64_t>(own->load(std::memory_order_relaxed)) + v;
+    own->store(static_cast<std::uint64_t>(mine), std::memory_order_relaxed);
+    auto mine_published = static_cast<std::int64_t>(own_published->load(std::memory_order_relaxed));
+    if (mine - mine_published >= step_ || mine_published - mine >= step_) {
+      publish(own_published, mine, mine_published);
+      mine_published = mine;
+    }
+    if (v > 0) raise_peak(estimate_with(mine, mine_published));
+  }
 
   /// The exact value: every add that returned before this call.
   [[nodiscard]] std::int64_t current() const noexcept;
@@ -67,7 +83,16 @@ class peak_gauge {
     auto const exited_published = static_cast<std::int64_t>(exited_published_->load(std::memory_order_acquire));
     return published_.load(std::memory_order_relaxed) - mine_published + mine + (exited - exited_published);
   }
-  void raise_peak(std::int64_t to) const noexcept;
+  /// Raises the peak to `to` unless it is already there (one load when it is).
+  void raise_peak(std::int64_t to) const noexcept {
+    if (to > peak_.load(std::memory_order_relaxed)) [[unlikely]]
+      raise_peak_from(to);
+  }
+  void raise_peak_from(std::int64_t to) const noexcept;
+  /// Shares the thread's part: `mine` replaces `mine_published` in the total.
+  void publish(std::atomic<std::uint64_t>* own_published, std::int64_t mine, std::int64_t mine_published) noexcept;
+  /// add() for a thread without slots of its own.
+  void add_shared(std::int64_t v) noexcept;
 
   std::int64_t const step_;
   // mutable: reading the calling thread's own slot attaches its block on first use.
