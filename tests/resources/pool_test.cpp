@@ -79,6 +79,26 @@ TEST(CoalescingFreeList, BestFitSplitsAndPrefersLowAddresses) {
   EXPECT_FALSE(l.remove(mem + 4096));
 }
 
+// A split's rest keeps its node in the size index when no block sorts between its
+// new and old sizes, and moves otherwise: either way best fit still finds it.
+TEST(CoalescingFreeList, TheRestOfASplitKeepsItsPlaceInSizeOrderOrMoves) {
+  alignas(256) static char mem[16384];
+  detail::coalescing_free_list l;
+  ASSERT_TRUE(l.insert({mem, 4096, mem}));
+  ASSERT_TRUE(l.insert({mem + 8192, 1024, mem}));
+  // 4096 -> rest 2048: still above the 1024 block (kept in place).
+  ASSERT_EQ(l.take_best_fit(2048).ptr, mem);
+  EXPECT_EQ(l.largest(), 2048U);
+  // 2048 -> rest 512: now below the 1024 block (moved).
+  ASSERT_EQ(l.take_best_fit(1536).ptr, mem + 2048);
+  EXPECT_EQ(l.largest(), 1024U);
+  EXPECT_EQ(l.take_best_fit(768).ptr, mem + 8192);  // the tightest fit is the 1024 block
+  EXPECT_EQ(l.take_best_fit(512).ptr, mem + 3584);  // the 512 rest, found by its new size
+  EXPECT_EQ(l.take_best_fit(256).ptr, mem + 8192 + 768);
+  EXPECT_TRUE(l.empty());
+  EXPECT_EQ(l.total_bytes(), 0U);
+}
+
 // The list skips the overlap checks when the block filed is the one it handed out
 // last (nothing filed since): every other filing must still refuse a double free.
 TEST(CoalescingFreeList, TheBlockHandedOutLastGoesBackAndADoubleFreeIsStillRefused) {
