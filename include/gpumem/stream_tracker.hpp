@@ -133,8 +133,8 @@ class stream_tracker {
   /// A capture ended (EndCapture, or its stream was destroyed). Never below zero.
   static void capture_ended() noexcept;
   /// Asked on every allocation and free: one load, inline.
-  [[nodiscard]] static bool capture_active() noexcept { return captures_.load(std::memory_order_acquire) > 0; }
-  [[nodiscard]] static long capture_count() noexcept { return captures_.load(std::memory_order_acquire); }
+  [[nodiscard]] static bool capture_active() noexcept { return active_captures.load(std::memory_order_acquire) > 0; }
+  [[nodiscard]] static long capture_count() noexcept { return active_captures.load(std::memory_order_acquire); }
 
   /// Forked child: no streams, no captures, fresh locks (the parent's GPU state is
   /// not the child's).
@@ -155,7 +155,7 @@ class stream_tracker {
 
   /// Captures begun and not yet ended, process-wide (zero-initialised before any
   /// constructor runs).
-  static constinit inline std::atomic<long> captures_{0};
+  static constinit inline std::atomic<long> active_captures{0};
 
   int device_;
   std::atomic<state*> state_{nullptr};  ///< created on first use, under the process-wide mutex

@@ -110,7 +110,7 @@ struct stream_tracker::state {
   /// the list doubled. Never during a capture: no query may touch it. Caller holds
   /// the process-wide mutex.
   void sweep_retired() noexcept {
-    if (captures_.load(std::memory_order_acquire) == 0) {
+    if (active_captures.load(std::memory_order_acquire) == 0) {
       std::erase_if(retired, [](CUevent& ev) {
         if (detail::query_event(ev) != CUDA_SUCCESS) return false;  // still to run, or unknown: kept
         detail::destroy_event(ev);
@@ -262,7 +262,7 @@ bool stream_tracker::green_context_destroying(CUgreenCtx green) noexcept {
   std::optional<detail::scoped_context> ctx;
   if (s->primary_known) ctx.emplace(s->primary);  // the event's context
   CUevent last = nullptr;
-  if (captures_.load(std::memory_order_acquire) > 0 || d.cuGreenCtxRecordEvent == nullptr ||
+  if (active_captures.load(std::memory_order_acquire) > 0 || d.cuGreenCtxRecordEvent == nullptr ||
       d.cuEventCreate(&last, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS ||
       d.cuGreenCtxRecordEvent(green, last) != CUDA_SUCCESS) {
     detail::destroy_event(last);
@@ -295,7 +295,7 @@ bool stream_tracker::barrier(std::span<CUevent const> also_after) noexcept {
   auto const& d = detail::driver();
   if (d.init_result != CUDA_SUCCESS || device_ < 0) return false;
   std::lock_guard lock{tracker_mutex()};
-  if (captures_.load(std::memory_order_acquire) > 0) return false;
+  if (active_captures.load(std::memory_order_acquire) > 0) return false;
   state* const st = ensure_state();
   if (st == nullptr || st->broken || !st->primary_known) return false;
   detail::scoped_context ctx{st->primary};
@@ -374,12 +374,12 @@ std::size_t stream_tracker::stream_count() const noexcept {
 void stream_tracker::lock_captures() noexcept { tracker_mutex().lock(); }
 
 void stream_tracker::unlock_captures(bool began) noexcept {
-  if (began) captures_.fetch_add(1, std::memory_order_acq_rel);
+  if (began) active_captures.fetch_add(1, std::memory_order_acq_rel);
   tracker_mutex().unlock();
 }
 
 void stream_tracker::capture_ended() noexcept {
-  auto& n = captures_;
+  auto& n = active_captures;
   long cur = n.load(std::memory_order_acquire);
   // Never below zero: an EndCapture of a capture begun before gpumem counted.
   while (cur > 0 && !n.compare_exchange_weak(cur, cur - 1, std::memory_order_acq_rel)) {}
@@ -387,7 +387,7 @@ void stream_tracker::capture_ended() noexcept {
 
 void stream_tracker::reset_after_fork() noexcept {
   new (&tracker_mutex()) std::mutex{};  // a parent thread may have held it at fork()
-  captures_.store(0, std::memory_order_relaxed);
+  active_captures.store(0, std::memory_order_relaxed);
   for (int i = 0; i < max_devices; ++i) {
     auto& t = of(i);
     // The parent's state (its events and streams) means nothing here: leak it.
