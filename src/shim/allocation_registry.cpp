@@ -511,9 +511,12 @@ void allocation_registry::reset_after_fork() noexcept {
   index_valid_ = true;
 }
 
-allocation_registry& registry() noexcept {
+constinit std::atomic<allocation_registry*> g_registry{nullptr};
+
+allocation_registry& make_registry_once() noexcept {
   // NOLINTNEXTLINE(bugprone-unhandled-exception-at-new): running out of memory here ends the process
   static auto* const r = new allocation_registry{};
+  g_registry.store(r, std::memory_order_release);
   return *r;
 }
 

@@ -281,7 +281,16 @@ class allocation_registry {
   mutable std::vector<std::pair<std::uintptr_t, std::size_t>> shard_copy_;  ///< sync scratch, kept
 };
 
-/// The process's registry (never destroyed: frees may arrive during exit).
-[[nodiscard]] allocation_registry& registry() noexcept;
+/// The registry once made (published by make_registry_once); null before.
+extern std::atomic<allocation_registry*> g_registry;
+/// Makes the registry (once, whichever thread comes first) and publishes it.
+[[nodiscard]] allocation_registry& make_registry_once() noexcept;
+
+/// The process's registry (never destroyed: frees may arrive during exit). Every
+/// allocation and free asks for it: once made, one load, inline.
+[[nodiscard]] inline allocation_registry& registry() noexcept {
+  if (allocation_registry* r = g_registry.load(std::memory_order_acquire)) [[likely]] { return *r; }
+  return make_registry_once();
+}
 
 }  // namespace gpumem::shim

@@ -13,11 +13,13 @@
 namespace gpumem::shim {
 namespace {
 
+// A device's chain is g_chains[device]; building and retiring it hold build_mtx.
 struct slot {
-  std::atomic<device_chain*> chain{nullptr};
   std::mutex build_mtx;
   bool passthrough = false;  // its chain could not be configured and on_error = passthrough
 };
+
+std::atomic<device_chain*>& chain_of(std::size_t device) noexcept { return g_chains[device]; }
 
 std::array<slot, max_devices>& slots() noexcept {
   // NOLINTNEXTLINE(bugprone-unhandled-exception-at-new): running out of memory here ends the process
@@ -101,41 +103,38 @@ CUcontext active_primary(int device) noexcept {
 
 }  // namespace
 
-device_chain* built_chain(int device) noexcept {
-  if (device < 0 || device >= max_devices) return nullptr;
-  return slots()[static_cast<std::size_t>(device)].chain.load(std::memory_order_acquire);
-}
+constinit std::array<std::atomic<device_chain*>, max_devices> g_chains{};
 
-device_chain* chain_for(int device, CUresult& err) noexcept {
+device_chain* build_chain_once(int device, CUresult& err) noexcept {
   if (device < 0 || device >= max_devices) {
     err = CUDA_ERROR_INVALID_DEVICE;
     return nullptr;
   }
-  auto& s = slots()[static_cast<std::size_t>(device)];
-  if (auto* c = s.chain.load(std::memory_order_acquire)) return c;
+  auto const i = static_cast<std::size_t>(device);
+  auto& s = slots()[i];
   std::lock_guard lock{s.build_mtx};
-  if (auto* c = s.chain.load(std::memory_order_acquire)) return c;
+  if (auto* c = chain_of(i).load(std::memory_order_acquire)) return c;
   if (s.passthrough) {
     err = CUDA_ERROR_NOT_SUPPORTED;
     return nullptr;
   }
   auto* c = build(device, err);
   if (c == nullptr && err == CUDA_ERROR_NOT_SUPPORTED) s.passthrough = true;
-  if (c != nullptr) s.chain.store(c, std::memory_order_release);
+  if (c != nullptr) chain_of(i).store(c, std::memory_order_release);
   return c;
 }
 
 void for_each_chain(std::function<void(device_chain&)> const& fn) {
-  for (auto& s : slots()) {
-    if (auto* c = s.chain.load(std::memory_order_acquire)) fn(*c);
+  for (auto& chain : g_chains) {
+    if (auto* c = chain.load(std::memory_order_acquire)) fn(*c);
   }
 }
 
 void drop_chain(int device) noexcept {
   if (device < 0 || device >= max_devices) return;
-  auto& s = slots()[static_cast<std::size_t>(device)];
-  std::lock_guard lock{s.build_mtx};
-  auto* c = s.chain.exchange(nullptr, std::memory_order_acq_rel);
+  auto const i = static_cast<std::size_t>(device);
+  std::lock_guard lock{slots()[i].build_mtx};
+  auto* c = chain_of(i).exchange(nullptr, std::memory_order_acq_rel);
   if (c == nullptr) return;
   scoped_chain_context ctx{*c};  // the device's own context, whichever is current
   try {
@@ -152,10 +151,10 @@ void drop_chain(int device) noexcept {
 void reset_chains_after_fork() noexcept {
   for (auto& s : slots()) {
     new (&s.build_mtx) std::mutex{};
-    s.chain.store(nullptr, std::memory_order_relaxed);  // the parent's chains are unusable here
     s.passthrough = false;
   }
-  for (auto& p : primaries()) p.store(nullptr, std::memory_order_relaxed);  // the parent's contexts
+  for (auto& chain : g_chains) chain.store(nullptr, std::memory_order_relaxed);  // the parent's: unusable here
+  for (auto& p : primaries()) p.store(nullptr, std::memory_order_relaxed);       // the parent's contexts
 }
 
 int current_device(CUcontext& ctx) noexcept {

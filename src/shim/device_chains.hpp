@@ -15,6 +15,8 @@
 
 #include <cuda.h>
 
+#include <array>
+#include <atomic>
 #include <functional>
 #include <memory>
 
@@ -32,13 +34,26 @@ struct device_chain {
   bool free_calls_driver = true;
 };
 
+/// Each device's chain once built (null: not built, or retired). Zero-initialised
+/// before any constructor runs; read through built_chain() and chain_for().
+extern std::array<std::atomic<device_chain*>, max_devices> g_chains;
+
+/// The chain of `device` if built, else nullptr.
+[[nodiscard]] inline device_chain* built_chain(int device) noexcept {
+  if (device < 0 || device >= max_devices) return nullptr;
+  return g_chains[static_cast<std::size_t>(device)].load(std::memory_order_acquire);
+}
+/// chain_for()'s first call for a device: builds its chain.
+[[nodiscard]] device_chain* build_chain_once(int device, CUresult& err) noexcept;
 /// The chain of `device`, built if needed (the calling thread's current context must
 /// be on `device`). nullptr with `err` set when it cannot be built; exits the process
 /// on a configuration error unless on_error = passthrough (then err =
-/// CUDA_ERROR_NOT_SUPPORTED: the caller passes the call through).
-[[nodiscard]] device_chain* chain_for(int device, CUresult& err) noexcept;
-/// The chain of `device` if built, else nullptr.
-[[nodiscard]] device_chain* built_chain(int device) noexcept;
+/// CUDA_ERROR_NOT_SUPPORTED: the caller passes the call through). Once built, one
+/// load, inline: every allocation asks.
+[[nodiscard]] inline device_chain* chain_for(int device, CUresult& err) noexcept {
+  if (device_chain* c = built_chain(device)) [[likely]] { return c; }
+  return build_chain_once(device, err);
+}
 /// Calls `fn` for every built chain.
 void for_each_chain(std::function<void(device_chain&)> const& fn);
 /// cudaDeviceReset: release the device's cached memory and retire its chain.

@@ -185,8 +185,9 @@ std::uint64_t stack_lines_lost() noexcept {
 }
 
 void record_event(event const& e) noexcept {
-  stack_ref const stack = stacks_enabled() ? note_call_site(e) : stack_ref{};
-  if (!logging_enabled()) return;
+  unsigned const needs = event_needs_now();
+  stack_ref const stack = (needs & needs_stack) != 0 ? note_call_site(e) : stack_ref{};
+  if ((needs & needs_row) == 0) return;
   log_sink* const sink = sink_for(e.device);
   if (sink == nullptr) return;
   csv_log_writer* const w = sink->log.get();
