@@ -358,6 +358,19 @@ class stream_free_lists {
     for (auto const& sh : pending_shards_) n += sh.blocks_n.load(std::memory_order_relaxed);
     return n;
   }
+  /// Both, in one pass over the shards (a synchronous allocation asks for both).
+  struct pending_totals {
+    std::size_t bytes = 0;
+    std::size_t blocks = 0;
+  };
+  [[nodiscard]] pending_totals pending() const noexcept {
+    pending_totals t;
+    for (auto const& sh : pending_shards_) {
+      t.bytes += sh.bytes.load(std::memory_order_relaxed);
+      t.blocks += sh.blocks_n.load(std::memory_order_relaxed);
+    }
+    return t;
+  }
 
   /// Bytes free in stream lists and foreign batches: memory a stream-ordered
   /// allocation could reach with events, and a synchronous one only by reclaim().
