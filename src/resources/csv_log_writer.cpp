@@ -522,15 +522,19 @@ bool csv_log_writer::append_batch(char const* data, std::size_t len, std::uint64
       return false;
     }
     if (on_reserved != nullptr) on_reserved(context, *off);
-    if (!detail::pwrite_all(fd_, data, len, *off)) {  // allocated, so not for want of room: an I/O error
-      count_lost(rows);
-      return false;
-    }
-    // A truncation between the repair above and this write: the write made the
-    // file as long as before, NULs before it, the header among them.
     bool cut = false;
     {
+      // Under the growth lock, so no repair runs while the write is under way: a
+      // write into a cut file extends it page by page, and a repair seeing it half
+      // done would take the batch for lost while its write went on (the batch was
+      // then written twice).
       grow_lock lock{&shared_->grow};
+      if (!detail::pwrite_all(fd_, data, len, *off)) {  // allocated, so not for want of room: an I/O error
+        count_lost(rows);
+        return false;
+      }
+      // A truncation between the repair above and this write: the write made the
+      // file as long as before, NULs before it, the header among them.
       cut = (shared_->tail.load() & closed_bit) == 0 && rewrite_cut_header_locked();
     }
     if (cut) notify_header_cut();
