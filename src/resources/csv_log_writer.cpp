@@ -524,11 +524,14 @@ bool csv_log_writer::append_batch(char const* data, std::size_t len, std::uint64
     if (on_reserved != nullptr) on_reserved(context, *off);
     bool cut = false;
     {
-      // Under the growth lock, so no repair runs while the write is under way: a
-      // write into a cut file extends it page by page, and a repair seeing it half
-      // done would take the batch for lost while its write went on (the batch was
-      // then written twice).
+      // Under the growth lock, as repairs run: none can start while the write is
+      // under way (a write into a cut file extends it page by page; a repair that
+      // saw it half done took the batch for lost while the write went on, and the
+      // batch was written twice).
       grow_lock lock{&shared_->grow};
+      // A repair since the reservation restarted the log before it: the place
+      // belongs to later rows now, and the batch takes a new one.
+      if (shared_->epoch.load() != epoch) continue;
       if (!detail::pwrite_all(fd_, data, len, *off)) {  // allocated, so not for want of room: an I/O error
         count_lost(rows);
         return false;
@@ -538,8 +541,7 @@ bool csv_log_writer::append_batch(char const* data, std::size_t len, std::uint64
       cut = (shared_->tail.load() & closed_bit) == 0 && rewrite_cut_header_locked();
     }
     if (cut) notify_header_cut();
-    // A repair that restarted the log meanwhile gave the place to later rows.
-    if (shared_->epoch.load() == epoch) return true;
+    return true;
   }
   count_lost(rows);
   return false;
