@@ -44,7 +44,6 @@ std::array<entry, hook_count> const& entries() noexcept {
   return table;
 }
 
-std::array<std::atomic<void*>, hook_count>& reals() noexcept { return g_real_functions; }
 std::atomic<bool> g_driver_resolved{false};
 
 void* libcuda_handle() noexcept {
@@ -65,7 +64,7 @@ void resolve_driver() noexcept {
   auto const sym = detail::real_dlsym();
   auto const& e = entries();
   for (std::size_t i = 0; i < hook_count; ++i) {
-    if (e[i].lib == origin::driver) reals()[i].store(sym(h, e[i].name), std::memory_order_release);
+    if (e[i].lib == origin::driver) g_real_functions[i].store(sym(h, e[i].name), std::memory_order_release);
   }
   g_driver_resolved.store(true, std::memory_order_release);
 }
@@ -113,15 +112,15 @@ void* hook_by_name(const char* name) noexcept {
 void* resolve_real_function(hook_id id) noexcept {
   auto const i = static_cast<std::size_t>(id);
   if (i >= hook_count) return nullptr;
-  if (void* f = reals()[i].load(std::memory_order_acquire)) return f;
+  if (void* f = g_real_functions[i].load(std::memory_order_acquire)) return f;
   auto const& e = entries()[i];
   if (e.lib == origin::driver) {
     resolve_driver();
-    return reals()[i].load(std::memory_order_acquire);
+    return g_real_functions[i].load(std::memory_order_acquire);
   }
   void* f = resolve_runtime(e.name);
   if (f == e.hook) f = nullptr;  // never call ourselves
-  if (f != nullptr) reals()[i].store(f, std::memory_order_release);
+  if (f != nullptr) g_real_functions[i].store(f, std::memory_order_release);
   return f;
 }
 
@@ -132,7 +131,7 @@ void* hook_for_real(void* fn) noexcept {
   for (std::size_t i = 0; i < hook_count; ++i) {
     if (e[i].hook == fn) return fn;
     // Runtime entries count once resolved; resolvers hand out driver functions.
-    if (reals()[i].load(std::memory_order_acquire) == fn) return e[i].hook;
+    if (g_real_functions[i].load(std::memory_order_acquire) == fn) return e[i].hook;
   }
   return fn;
 }
