@@ -19,8 +19,6 @@ struct slot {
   bool passthrough = false;  // its chain could not be configured and on_error = passthrough
 };
 
-std::atomic<device_chain*>& chain_of(std::size_t device) noexcept { return g_chains[device]; }
-
 std::array<slot, max_devices>& slots() noexcept {
   // NOLINTNEXTLINE(bugprone-unhandled-exception-at-new): running out of memory here ends the process
   static auto* const s = new std::array<slot, max_devices>{};
@@ -113,14 +111,14 @@ device_chain* build_chain_once(int device, CUresult& err) noexcept {
   auto const i = static_cast<std::size_t>(device);
   auto& s = slots()[i];
   std::lock_guard lock{s.build_mtx};
-  if (auto* c = chain_of(i).load(std::memory_order_acquire)) return c;
+  if (auto* c = g_chains[i].load(std::memory_order_acquire)) return c;
   if (s.passthrough) {
     err = CUDA_ERROR_NOT_SUPPORTED;
     return nullptr;
   }
   auto* c = build(device, err);
   if (c == nullptr && err == CUDA_ERROR_NOT_SUPPORTED) s.passthrough = true;
-  if (c != nullptr) chain_of(i).store(c, std::memory_order_release);
+  if (c != nullptr) g_chains[i].store(c, std::memory_order_release);
   return c;
 }
 
@@ -134,7 +132,7 @@ void drop_chain(int device) noexcept {
   if (device < 0 || device >= max_devices) return;
   auto const i = static_cast<std::size_t>(device);
   std::lock_guard lock{slots()[i].build_mtx};
-  auto* c = chain_of(i).exchange(nullptr, std::memory_order_acq_rel);
+  auto* c = g_chains[i].exchange(nullptr, std::memory_order_acq_rel);
   if (c == nullptr) return;
   scoped_chain_context ctx{*c};  // the device's own context, whichever is current
   try {
