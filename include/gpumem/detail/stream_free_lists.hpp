@@ -346,19 +346,9 @@ class stream_free_lists {
     return true;
   }
   /// Bytes freed with synchronous semantics and not yet reclaimed (a reclaim's
-  /// batch leaves the count as it is taken, while the growth mutex is held).
-  [[nodiscard]] std::size_t pending_bytes() const noexcept {
-    std::size_t n = 0;
-    for (auto const& sh : pending_shards_) n += sh.bytes.load(std::memory_order_relaxed);
-    return n;
-  }
-  /// How many blocks those are.
-  [[nodiscard]] std::size_t pending_blocks() const noexcept {
-    std::size_t n = 0;
-    for (auto const& sh : pending_shards_) n += sh.blocks_n.load(std::memory_order_relaxed);
-    return n;
-  }
-  /// Both, in one pass over the shards (a synchronous allocation asks for both).
+  /// batch leaves the count as it is taken, while the growth mutex is held), and
+  /// how many blocks those are: one pass over the shards (a synchronous
+  /// allocation asks for both).
   struct pending_totals {
     std::size_t bytes = 0;
     std::size_t blocks = 0;
@@ -371,6 +361,8 @@ class stream_free_lists {
     }
     return t;
   }
+  [[nodiscard]] std::size_t pending_bytes() const noexcept { return pending().bytes; }
+  [[nodiscard]] std::size_t pending_blocks() const noexcept { return pending().blocks; }
 
   /// Bytes free in stream lists and foreign batches: memory a stream-ordered
   /// allocation could reach with events, and a synchronous one only by reclaim().
