@@ -45,7 +45,7 @@
 // the memory waiting for reclamation is at least the request and 1/32 of the pool
 // within 8..512 MiB (so a tight loop makes a barrier only every few dozen frees, and
 // pending memory never drives growth; the share and the floor shrink with the
-// device's non-blocking streams, down to 1/1056 and 2 MiB with none, where a
+// device's non-blocking streams, down to 1/1056 and 1 MiB with none, where a
 // barrier is one driver call: stream_ordered_memory_resource::reclaim_threshold),
 // or at least the request in 4096 or more pending blocks (so small frees are reused
 // within a few thousand); else it grows

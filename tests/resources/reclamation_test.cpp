@@ -272,7 +272,7 @@ TEST_F(Reclamation, ManySmallSynchronousFreesReclaimByCount) {
 
 // How much freed memory waits before a barrier follows what a barrier costs: with no
 // non-blocking stream (a barrier is one event record) a 256 MiB pool reclaims once
-// 2 MiB wait; with 16 of them (each a query and a wait, more with work queued)
+// 1 MiB waits; with 16 of them (each a query and a wait, more with work queued)
 // once 1/32 of the pool, 8 MiB, waits.
 TEST_F(Reclamation, MemoryWaitingForABarrierFollowsTheBarriersCost) {
   auto cycle = [&](std::size_t& most_waiting) {
@@ -286,9 +286,9 @@ TEST_F(Reclamation, MemoryWaitingForABarrierFollowsTheBarriersCost) {
     return barriers() - before;
   };
   std::size_t cheap_waiting = 0;
-  auto const cheap = cycle(cheap_waiting);  // 32 MiB freed, 2 MiB at a time
-  EXPECT_LE(cheap_waiting, 2 * MiB);
-  EXPECT_GE(cheap, 15U);
+  auto const cheap = cycle(cheap_waiting);  // 32 MiB freed, 1 MiB at a time
+  EXPECT_LE(cheap_waiting, 1 * MiB);
+  EXPECT_GE(cheap, 31U);
   for (int i = 0; i < 16; ++i) make();
   std::size_t dear_waiting = 0;
   auto const dear = cycle(dear_waiting);  // 8 MiB at a time
