@@ -196,6 +196,33 @@ TEST(LogReader, HeaderWithoutRequiredColumnsMakesTheLogUnreadable) {
   EXPECT_EQ(c.fatal->text(), "c.csv: empty file (no header line)");
 }
 
+// A compressed log (the repository ships its example logs gzipped) is named as
+// such, not reported as a CSV without the right columns.
+TEST(LogReader, ACompressedLogIsNamedAsSuch) {
+  auto const gz = parse_log(std::string{"\x1f\x8b\x08\x08m\xba\x01k\0\x03log.csv\0", 18}, "log.csv.gz");
+  EXPECT_FALSE(gz.readable);
+  ASSERT_TRUE(gz.fatal);
+  EXPECT_EQ(gz.fatal->text(),
+            "log.csv.gz: compressed with gzip; the tools read the CSV itself: decompress it first (gzip -dc "
+            "log.csv.gz > log.csv), or pipe it in and name the log '-'");
+  auto const zst = parse_log(std::string{"\x28\xb5\x2f\xfd\x04\x58"}, "log.csv.zst");
+  ASSERT_TRUE(zst.fatal);
+  EXPECT_NE(zst.fatal->text().find("compressed with zstd"), std::string::npos);
+  auto const xz = parse_log(std::string{"\xfd"
+                                        "7zXZ\0\0\x04",
+                                        8},
+                            "log.csv.xz");
+  ASSERT_TRUE(xz.fatal);
+  EXPECT_NE(xz.fatal->text().find("compressed with xz"), std::string::npos);
+  auto const bz = parse_log("BZh91AY&SY", "log.csv.bz2");
+  ASSERT_TRUE(bz.fatal);
+  EXPECT_NE(bz.fatal->text().find("compressed with bzip2"), std::string::npos);
+  // A header that merely starts with "BZh" is a CSV header like any other.
+  auto const plain = parse_log("BZh,Action\n", "p.csv");
+  ASSERT_TRUE(plain.fatal);
+  EXPECT_NE(plain.fatal->text().find("header lacks column"), std::string::npos);
+}
+
 TEST(LogReader, AcceptsCrLfLineEndings) {
   auto const log = parse_log("Thread,Time,Action,Pointer,Size,Stream\r\n1,10:00:00.5,allocate,0x100,10,0x1\r\n", "w");
   ASSERT_EQ(log.events.size(), 1u);

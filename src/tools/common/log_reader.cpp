@@ -297,6 +297,23 @@ bool log_reader::next_line(raw_line& out) {
 
 // ---- lines -----------------------------------------------------------------------
 
+namespace {
+
+/// The compressor whose magic number starts a file's first line, or nullptr.
+const char* compressed_with(std::string_view first_line) noexcept {
+  if (first_line.starts_with("\x1f\x8b")) return "gzip";
+  if (first_line.starts_with("\x28\xb5\x2f\xfd")) return "zstd";
+  if (first_line.starts_with("\xfd"
+                             "7zXZ"))
+    return "xz";  // and a NUL, which the line reader drops
+  if (first_line.starts_with("BZh") && first_line.size() > 3 && first_line[3] >= '1' && first_line[3] <= '9') {
+    return "bzip2";
+  }
+  return nullptr;
+}
+
+}  // namespace
+
 void log_reader::read_header() {
   raw_line l;
   std::string_view text;
@@ -304,6 +321,14 @@ void log_reader::read_header() {
     if (!next_line(l)) {
       fail(0, "empty file (no header line)");
       return;
+    }
+    if (l.line == 1) {
+      if (const char* tool = compressed_with(l.text)) {
+        fail(0, fmt::format("compressed with {}; the tools read the CSV itself: decompress it first ({} -dc {} > "
+                            "log.csv), or pipe it in and name the log '-'",
+                            tool, tool, path_));
+        return;
+      }
     }
     text = trim(l.text);
     if (text.empty()) continue;
