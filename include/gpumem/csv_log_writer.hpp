@@ -113,8 +113,9 @@
 //   counted, the damaged ones become malformed lines). A program that installs
 //   its own SIGBUS handler after the first writer opened replaces this guard
 //   (its handler then sees the log's faults), unless it runs under the
-//   preloaded shim, whose sigaction and signal hooks keep the program's
-//   handler behind the guard (detail::sigbus_sigaction).
+//   preloaded shim, whose sigaction, signal and System V hooks (sigset,
+//   sigignore) keep the program's action behind the guard
+//   (detail::sigbus_sigaction).
 //   A thread that blocks SIGBUS would be killed by the kernel at a fault in a
 //   log's mapping (a blocked fault is never left pending): a store lets SIGBUS
 //   through for its duration (detail/sigbus_mask.hpp).

@@ -9,11 +9,17 @@
 //   end the program when another program truncates the log). The program reads
 //   back what it set, as without gpumem. Every other signal, and SIGBUS before
 //   the guard exists, goes straight to the C library.
-// - pthread_sigmask, sigprocmask: a thread that changes its mask has its SIGBUS
-//   state read again before its next row (detail::sigbus_mask_changed).
+// - sigset, sigignore (System V): the same for SIGBUS; the C library would set
+//   the action without its exported sigaction, and so replace the guard.
+// - pthread_sigmask, sigprocmask, sighold, sigrelse (and sigset's SIG_HOLD): a
+//   thread that changes its mask has its SIGBUS state read again before its next
+//   row (detail::sigbus_mask_changed).
 //
 // Not covered: actions set with the raw rt_sigaction system call (the Go
-// runtime's, at its start, before any log exists) or sigset()/sigvec().
+// runtime's, at its start, before any log exists), sigvec() (gone from the C
+// library's interface), and siginterrupt(SIGBUS), which rewrites the guard's own
+// action with SA_RESTART changed (the guard stays) and is not seen in the action
+// the program reads back.
 //
 // Every entry is async-signal-safe once resolved; the C library's functions are
 // resolved at the first call (glibc's dlsym, RTLD_NEXT from the shim).
@@ -32,6 +38,7 @@ namespace {
 
 using sigmask_fn = int (*)(int, sigset_t const*, sigset_t*);
 using signal_fn = sighandler_t (*)(int, sighandler_t);
+using sigone_fn = int (*)(int);
 
 // The C library's `name`, looked up once.
 template <class Fn>
@@ -50,6 +57,10 @@ std::atomic<void*> real_sigprocmask_slot{nullptr};
 std::atomic<void*> real_signal_slot{nullptr};
 std::atomic<void*> real_bsd_signal_slot{nullptr};
 std::atomic<void*> real_sysv_signal_slot{nullptr};
+std::atomic<void*> real_sigset_slot{nullptr};
+std::atomic<void*> real_sigignore_slot{nullptr};
+std::atomic<void*> real_sighold_slot{nullptr};
+std::atomic<void*> real_sigrelse_slot{nullptr};
 
 int real_sigaction(int sig, struct sigaction const* act, struct sigaction* old) noexcept {
   auto const f = libc<gpumem::detail::sigaction_fn>(real_sigaction_slot, "sigaction");
@@ -99,6 +110,52 @@ int forward_mask(std::atomic<void*>& slot, const char* name, int how, sigset_t c
   return r;
 }
 
+// sigignore, sighold, sigrelse for another signal than SIGBUS, or (`mask_changes`)
+// for SIGBUS where only the mask changes.
+int forward_one(std::atomic<void*>& slot, const char* name, int sig, bool mask_changes) noexcept {
+  auto const f = libc<sigone_fn>(slot, name);
+  if (f == nullptr) {
+    errno = ENOSYS;
+    return -1;
+  }
+  int const r = f(sig);
+  if (mask_changes) gpumem::detail::sigbus_mask_changed();
+  return r;
+}
+
+// sigset(SIGBUS, disp) by the C library's rules: SIG_HOLD blocks SIGBUS; anything
+// else becomes the action (no flags, an empty mask) and unblocks SIGBUS. Answers
+// SIG_HOLD if SIGBUS was blocked, else the previous action's handler.
+sighandler_t set_sigbus_sigset(sighandler_t disp) noexcept {
+  if (disp == SIG_ERR) {
+    errno = EINVAL;
+    return SIG_ERR;
+  }
+  sigset_t bus;
+  sigemptyset(&bus);
+  sigaddset(&bus, SIGBUS);
+  sigset_t was{};
+  struct sigaction old {};
+  if (disp == SIG_HOLD) {
+    if (int const r = forward_mask(real_sigprocmask_slot, "sigprocmask", SIG_BLOCK, &bus, &was); r != 0) {
+      errno = r > 0 ? r : errno;
+      return SIG_ERR;
+    }
+    if (sigismember(&was, SIGBUS) == 1) return SIG_HOLD;
+    if (gpumem::detail::sigbus_sigaction(nullptr, &old, &real_sigaction) != 0) return SIG_ERR;
+    return old.sa_handler;
+  }
+  struct sigaction act {};
+  act.sa_handler = disp;
+  sigemptyset(&act.sa_mask);
+  if (gpumem::detail::sigbus_sigaction(&act, &old, &real_sigaction) != 0) return SIG_ERR;
+  if (int const r = forward_mask(real_sigprocmask_slot, "sigprocmask", SIG_UNBLOCK, &bus, &was); r != 0) {
+    errno = r > 0 ? r : errno;
+    return SIG_ERR;
+  }
+  return sigismember(&was, SIGBUS) == 1 ? SIG_HOLD : old.sa_handler;
+}
+
 }  // namespace
 
 #define GPUMEM_SIGNAL_EXPORT __attribute__((visibility("default")))
@@ -128,6 +185,27 @@ GPUMEM_SIGNAL_EXPORT sighandler_t __sysv_signal(int sig, sighandler_t handler) n
 
 GPUMEM_SIGNAL_EXPORT sighandler_t sysv_signal(int sig, sighandler_t handler) noexcept {
   return __sysv_signal(sig, handler);
+}
+
+GPUMEM_SIGNAL_EXPORT sighandler_t sigset(int sig, sighandler_t disp) noexcept {
+  if (sig != SIGBUS) return forward_signal(real_sigset_slot, "sigset", sig, disp);
+  return set_sigbus_sigset(disp);
+}
+
+GPUMEM_SIGNAL_EXPORT int sigignore(int sig) noexcept {
+  if (sig != SIGBUS) return forward_one(real_sigignore_slot, "sigignore", sig, false);
+  struct sigaction act {};
+  act.sa_handler = SIG_IGN;
+  sigemptyset(&act.sa_mask);
+  return gpumem::detail::sigbus_sigaction(&act, nullptr, &real_sigaction);
+}
+
+GPUMEM_SIGNAL_EXPORT int sighold(int sig) noexcept {
+  return forward_one(real_sighold_slot, "sighold", sig, sig == SIGBUS);
+}
+
+GPUMEM_SIGNAL_EXPORT int sigrelse(int sig) noexcept {
+  return forward_one(real_sigrelse_slot, "sigrelse", sig, sig == SIGBUS);
 }
 
 GPUMEM_SIGNAL_EXPORT int pthread_sigmask(int how, sigset_t const* set, sigset_t* old) noexcept {

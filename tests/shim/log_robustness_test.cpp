@@ -312,7 +312,7 @@ void expect_rows_kept_across_a_cut(std::string const& path, long pairs) {
 TEST_P(ShimLogModes, AHandlerTheProgramInstallsLaterSeesOnlyItsOwnFaults) {
   bool const queued = GetParam();
   constexpr long pairs = 2000;
-  for (std::string const how : {"sigaction", "signal", "sysv_signal"}) {
+  for (std::string const how : {"sigaction", "signal", "sysv_signal", "sigset"}) {
     temp_file tmp{"alloc.csv"};
     // Queued, the journal's mapping is cut too (the log itself is written with pwrite).
     std::string const cut = queued ? tmp.path() + ".journal" : tmp.path();
@@ -340,6 +340,25 @@ TEST_P(ShimLogModes, AThreadThatBlocksSigbusSurvivesATruncation) {
   EXPECT_NE(r.output.find("PASS blocked"), std::string::npos) << r.output;
   EXPECT_EQ(count(r.output, "was truncated by another program while in use"), 1U) << r.output;
   expect_rows_kept_across_a_cut(tmp.path(), pairs);
+}
+
+// The System V calls change SIGBUS's mask (sighold, sigrelse) and action
+// (sigignore) inside the C library, past its exported pthread_sigmask and
+// sigaction: the shim sees them too. A thread that holds SIGBUS after its first
+// rows, and a program that ignores SIGBUS, survive a cut, and read back what they set.
+TEST_P(ShimLogModes, SystemVSignalCallsKeepTheGuardInFront) {
+  bool const queued = GetParam();
+  constexpr long pairs = 2000;
+  for (std::string const scenario : {"held", "ignored"}) {
+    temp_file tmp{"alloc.csv"};
+    std::string const cut = queued ? tmp.path() + ".journal" : tmp.path();
+    auto const r = run_process({program("shim_log_app"), scenario, std::to_string(pairs), cut},
+                               shim_env(tmp.path(), queued));
+    ASSERT_EQ(r.exit_code, 0) << scenario << "\n" << r.output;
+    EXPECT_NE(r.output.find("PASS " + scenario), std::string::npos) << scenario << "\n" << r.output;
+    EXPECT_EQ(count(r.output, "was truncated by another program while in use"), 1U) << scenario << "\n" << r.output;
+    expect_rows_kept_across_a_cut(tmp.path(), pairs);
+  }
 }
 
 // One rule for every log path that cannot be written: a configuration error at

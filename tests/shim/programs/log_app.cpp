@@ -10,15 +10,24 @@
 //                                     byte to fd 4, waits for EOF on fd 5
 //   shim_log_app own-handler N PATH HOW
 //                                     N pairs; half way installs a SIGBUS handler of
-//                                     its own (HOW: sigaction, signal, sysv_signal) that
-//                                     ends the program on any fault but its own, empties
-//                                     PATH, then raises a fault of its own and expects
-//                                     its handler to see it
+//                                     its own (HOW: sigaction, signal, sysv_signal,
+//                                     sigset) that ends the program on any fault but its
+//                                     own, empties PATH, then raises a fault of its own
+//                                     and expects its handler to see it
 //   shim_log_app blocked N PATH       the main thread blocks SIGBUS (as a worker thread
 //                                     of a server blocks every signal), N pairs, PATH
 //                                     emptied half way
+//   shim_log_app held N PATH          N pairs; half way the main thread blocks SIGBUS
+//                                     with sighold() (after its first rows), empties
+//                                     PATH; then releases it with sigrelse()
+//   shim_log_app ignored N PATH       N pairs; half way sigignore(SIGBUS), then PATH
+//                                     emptied; the action reads back as SIG_IGN
 
 #include "app_support.h"
+
+// sigset, sighold, sigrelse and sigignore are deprecated System V calls; programs
+// still make them, and the shim must see them.
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 
 #include <cuda_runtime_api.h>
 #include <fcntl.h>
@@ -94,6 +103,8 @@ void own_handler(long n, const char* path, std::string const& how) {
     APP_CHECK((before.sa_flags & SA_SIGINFO) == 0 && before.sa_handler == SIG_DFL);  // the program had set none
   } else if (how == "signal") {
     APP_CHECK(signal(SIGBUS, &on_bus_plain) == SIG_DFL);
+  } else if (how == "sigset") {
+    APP_CHECK(sigset(SIGBUS, &on_bus_plain) == SIG_DFL);
   } else {
     APP_CHECK(sysv_signal(SIGBUS, &on_bus_plain) == SIG_DFL);
   }
@@ -137,6 +148,37 @@ void blocked(long n, const char* path) {
   APP_CHECK_EQ(sigismember(&now, SIGBUS), 1);  // still blocked, as the program set it
 }
 
+bool sigbus_blocked() {
+  sigset_t now;
+  APP_CHECK_EQ(pthread_sigmask(SIG_BLOCK, nullptr, &now), 0);
+  return sigismember(&now, SIGBUS) == 1;
+}
+
+// The System V calls change the mask and the action inside the C library, without
+// its exported pthread_sigmask or sigaction.
+void held(long n, const char* path) {
+  pairs(n / 2);  // the thread's mask is read at its first row: SIGBUS not blocked
+  APP_CHECK_EQ(sighold(SIGBUS), 0);
+  APP_CHECK(sigbus_blocked());
+  empty_file(path);
+  pairs(n / 4);
+  APP_CHECK(sigbus_blocked());  // as the program set it
+  APP_CHECK_EQ(sigrelse(SIGBUS), 0);
+  APP_CHECK(!sigbus_blocked());
+  pairs(n - n / 2 - n / 4);
+}
+
+void ignored(long n, const char* path) {
+  pairs(n / 2);
+  APP_CHECK_EQ(sigignore(SIGBUS), 0);
+  struct sigaction now {};
+  APP_CHECK_EQ(sigaction(SIGBUS, nullptr, &now), 0);
+  APP_CHECK((now.sa_flags & SA_SIGINFO) == 0 && now.sa_handler == SIG_IGN);
+  empty_file(path);
+  pairs(n - n / 2);
+  APP_CHECK(sigset(SIGBUS, SIG_DFL) == SIG_IGN);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -152,6 +194,10 @@ int main(int argc, char** argv) {
     own_handler(n, argv[3], argv[4]);
   } else if (scenario == "blocked" && argc > 3) {
     blocked(n, argv[3]);
+  } else if (scenario == "held" && argc > 3) {
+    held(n, argv[3]);
+  } else if (scenario == "ignored" && argc > 3) {
+    ignored(n, argv[3]);
   } else if (scenario == "fsize" && argc > 3) {
     // The device first (the simulated one backs its memory with a file); the
     // limit then applies to the log, opened at the first allocation. SIGXFSZ
@@ -170,7 +216,7 @@ int main(int argc, char** argv) {
   } else {
     fprintf(stderr,
             "usage: shim_log_app pairs N | truncate N PATH | fsize BYTES N | sync N | own-handler N PATH HOW | "
-            "blocked N PATH\n");
+            "blocked N PATH | held N PATH | ignored N PATH\n");
     return 2;
   }
   return app_finish(scenario.c_str());
