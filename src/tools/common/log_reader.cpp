@@ -303,9 +303,7 @@ namespace {
 const char* compressed_with(std::string_view first_line) noexcept {
   if (first_line.starts_with("\x1f\x8b")) return "gzip";
   if (first_line.starts_with("\x28\xb5\x2f\xfd")) return "zstd";
-  if (first_line.starts_with("\xfd"
-                             "7zXZ"))
-    return "xz";  // and a NUL, which the line reader drops
+  if (first_line.starts_with("\xfd\x37zXZ")) return "xz";  // then a NUL, which the line reader drops
   if (first_line.starts_with("BZh") && first_line.size() > 3 && first_line[3] >= '1' && first_line[3] <= '9') {
     return "bzip2";
   }
