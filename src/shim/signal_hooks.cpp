@@ -71,10 +71,15 @@ int real_sigaction(int sig, struct sigaction const* act, struct sigaction* old) 
   return f(sig, act, old);
 }
 
-// signal() and its spellings for SIGBUS, by the C library's rules: BSD
-// semantics (the handler stays, SIGBUS blocked while it runs, calls restarted)
-// or System V's (one-shot, not blocked, not restarted).
-sighandler_t set_sigbus_handler(sighandler_t handler, bool bsd) noexcept {
+// The C library's rules for a SIGBUS action set without sigaction():
+enum class action_style {
+  bsd,        ///< signal(), bsd_signal(): the handler stays, SIGBUS blocked while it runs, calls restarted
+  system_v,   ///< sysv_signal(): one-shot, not blocked, not restarted
+  no_options  ///< sigset(), sigignore(): no flags, an empty mask
+};
+
+// Sets SIGBUS's action to `handler` in `style`; answers the previous handler.
+sighandler_t set_sigbus_handler(sighandler_t handler, action_style style) noexcept {
   if (handler == SIG_ERR) {
     errno = EINVAL;
     return SIG_ERR;
@@ -82,10 +87,10 @@ sighandler_t set_sigbus_handler(sighandler_t handler, bool bsd) noexcept {
   struct sigaction act {};
   act.sa_handler = handler;
   sigemptyset(&act.sa_mask);
-  if (bsd) {
+  if (style == action_style::bsd) {
     sigaddset(&act.sa_mask, SIGBUS);
     act.sa_flags = SA_RESTART;
-  } else {
+  } else if (style == action_style::system_v) {
     act.sa_flags = SA_RESETHAND | SA_NODEFER;
   }
   struct sigaction old {};
@@ -107,6 +112,16 @@ int forward_mask(std::atomic<void*>& slot, const char* name, int how, sigset_t c
   if (f == nullptr) return ENOSYS;
   int const r = f(how, set, old);
   if (set != nullptr) gpumem::detail::sigbus_mask_changed();
+  return r;
+}
+
+// sigprocmask() by its own convention (-1 and errno), through forward_mask.
+int change_process_mask(int how, sigset_t const* set, sigset_t* old) noexcept {
+  int const r = forward_mask(real_sigprocmask_slot, "sigprocmask", how, set, old);
+  if (r > 0) {  // forward_mask's own failure (pthread_sigmask's convention)
+    errno = r;
+    return -1;
+  }
   return r;
 }
 
@@ -135,25 +150,16 @@ sighandler_t set_sigbus_sigset(sighandler_t disp) noexcept {
   sigemptyset(&bus);
   sigaddset(&bus, SIGBUS);
   sigset_t was{};
-  struct sigaction old {};
   if (disp == SIG_HOLD) {
-    if (int const r = forward_mask(real_sigprocmask_slot, "sigprocmask", SIG_BLOCK, &bus, &was); r != 0) {
-      errno = r > 0 ? r : errno;
-      return SIG_ERR;
-    }
+    if (change_process_mask(SIG_BLOCK, &bus, &was) != 0) return SIG_ERR;
     if (sigismember(&was, SIGBUS) == 1) return SIG_HOLD;
+    struct sigaction old {};
     if (gpumem::detail::sigbus_sigaction(nullptr, &old, &real_sigaction) != 0) return SIG_ERR;
     return old.sa_handler;
   }
-  struct sigaction act {};
-  act.sa_handler = disp;
-  sigemptyset(&act.sa_mask);
-  if (gpumem::detail::sigbus_sigaction(&act, &old, &real_sigaction) != 0) return SIG_ERR;
-  if (int const r = forward_mask(real_sigprocmask_slot, "sigprocmask", SIG_UNBLOCK, &bus, &was); r != 0) {
-    errno = r > 0 ? r : errno;
-    return SIG_ERR;
-  }
-  return sigismember(&was, SIGBUS) == 1 ? SIG_HOLD : old.sa_handler;
+  sighandler_t const previous = set_sigbus_handler(disp, action_style::no_options);
+  if (previous == SIG_ERR || change_process_mask(SIG_UNBLOCK, &bus, &was) != 0) return SIG_ERR;
+  return sigismember(&was, SIGBUS) == 1 ? SIG_HOLD : previous;
 }
 
 }  // namespace
@@ -170,17 +176,17 @@ GPUMEM_SIGNAL_EXPORT int sigaction(int sig, struct sigaction const* __restrict a
 
 GPUMEM_SIGNAL_EXPORT sighandler_t signal(int sig, sighandler_t handler) noexcept {
   if (sig != SIGBUS) return forward_signal(real_signal_slot, "signal", sig, handler);
-  return set_sigbus_handler(handler, true);
+  return set_sigbus_handler(handler, action_style::bsd);
 }
 
 GPUMEM_SIGNAL_EXPORT sighandler_t bsd_signal(int sig, sighandler_t handler) noexcept {
   if (sig != SIGBUS) return forward_signal(real_bsd_signal_slot, "bsd_signal", sig, handler);
-  return set_sigbus_handler(handler, true);
+  return set_sigbus_handler(handler, action_style::bsd);
 }
 
 GPUMEM_SIGNAL_EXPORT sighandler_t __sysv_signal(int sig, sighandler_t handler) noexcept {
   if (sig != SIGBUS) return forward_signal(real_sysv_signal_slot, "__sysv_signal", sig, handler);
-  return set_sigbus_handler(handler, false);
+  return set_sigbus_handler(handler, action_style::system_v);
 }
 
 GPUMEM_SIGNAL_EXPORT sighandler_t sysv_signal(int sig, sighandler_t handler) noexcept {
@@ -194,10 +200,7 @@ GPUMEM_SIGNAL_EXPORT sighandler_t sigset(int sig, sighandler_t disp) noexcept {
 
 GPUMEM_SIGNAL_EXPORT int sigignore(int sig) noexcept {
   if (sig != SIGBUS) return forward_one(real_sigignore_slot, "sigignore", sig, false);
-  struct sigaction act {};
-  act.sa_handler = SIG_IGN;
-  sigemptyset(&act.sa_mask);
-  return gpumem::detail::sigbus_sigaction(&act, nullptr, &real_sigaction);
+  return set_sigbus_handler(SIG_IGN, action_style::no_options) == SIG_ERR ? -1 : 0;
 }
 
 GPUMEM_SIGNAL_EXPORT int sighold(int sig) noexcept {
@@ -213,12 +216,7 @@ GPUMEM_SIGNAL_EXPORT int pthread_sigmask(int how, sigset_t const* set, sigset_t*
 }
 
 GPUMEM_SIGNAL_EXPORT int sigprocmask(int how, sigset_t const* set, sigset_t* old) noexcept {
-  int const r = forward_mask(real_sigprocmask_slot, "sigprocmask", how, set, old);
-  if (r > 0) {  // forward_mask's own failure (pthread_sigmask's convention): sigprocmask's is -1 and errno
-    errno = r;
-    return -1;
-  }
-  return r;
+  return change_process_mask(how, set, old);
 }
 
 }  // extern "C"

@@ -135,6 +135,12 @@ void own_handler(long n, const char* path, std::string const& how) {
   munmap(p, 4096);
 }
 
+bool sigbus_blocked() {
+  sigset_t now;
+  APP_CHECK_EQ(pthread_sigmask(SIG_BLOCK, nullptr, &now), 0);
+  return sigismember(&now, SIGBUS) == 1;
+}
+
 void blocked(long n, const char* path) {
   sigset_t bus;
   sigemptyset(&bus);
@@ -143,15 +149,7 @@ void blocked(long n, const char* path) {
   pairs(n / 2);
   empty_file(path);
   pairs(n - n / 2);
-  sigset_t now;
-  APP_CHECK_EQ(pthread_sigmask(SIG_BLOCK, nullptr, &now), 0);
-  APP_CHECK_EQ(sigismember(&now, SIGBUS), 1);  // still blocked, as the program set it
-}
-
-bool sigbus_blocked() {
-  sigset_t now;
-  APP_CHECK_EQ(pthread_sigmask(SIG_BLOCK, nullptr, &now), 0);
-  return sigismember(&now, SIGBUS) == 1;
+  APP_CHECK(sigbus_blocked());  // still blocked, as the program set it
 }
 
 // The System V calls change the mask and the action inside the C library, without
