@@ -1,12 +1,19 @@
 """The workload of FIELD_NOTES §2: an 8-layer MLP, 2048 wide, AdamW, PyTorch.
 
-Prints ms/step for each batch size. Run it three ways, side by side in one job:
+Prints ms/step for each batch size: the mean over all timed steps (ms_per_step), the
+median over blocks of --block steps, each ended by a synchronization (block_median:
+a run the host's neighbours disturbed for a moment keeps its steady figure), and the
+median GPU-timeline time of one step between events recorded at step boundaries
+(gpu_median). Under libgpumem_shim.so it also prints what the shim did during the
+timed steps (reclamation barriers, growth of reserved memory). Run it three ways, side by side in one job:
   python3 pytorch_mlp.py                                   # PyTorch's caching allocator
   PYTORCH_NO_CUDA_MEMORY_CACHING=1 python3 pytorch_mlp.py  # every allocation a cudaMalloc/cudaFree
   PYTORCH_NO_CUDA_MEMORY_CACHING=1 gpumem-run -- python3 pytorch_mlp.py  # those through gpumem
 """
 import argparse
+import ctypes
 import os
+import statistics
 import time
 
 import torch
@@ -20,7 +27,27 @@ def make_model(width: int, depth: int) -> torch.nn.Module:
     return torch.nn.Sequential(*layers).cuda()
 
 
-def run(batch: int, steps: int, warmup: int, width: int, depth: int) -> tuple[float, float]:
+class ShimStats(ctypes.Structure):
+    """gpumem_shim_stats of gpumem_shim.h (its leading fields, in order)."""
+    _fields_ = [("mode", ctypes.c_int), ("chains", ctypes.c_int)] + [
+        (name, ctypes.c_ulonglong)
+        for name in ("chain_allocations", "runtime_allocations", "chain_frees", "passthrough_allocations",
+                     "passthrough_frees", "double_frees", "failed_allocations", "live_allocations", "live_bytes",
+                     "reserved_bytes", "pending_free_bytes", "reclaim_barriers", "captured_passthroughs",
+                     "active_captures", "ipc_refused", "device_syncs")]
+
+
+def shim_stats():
+    """The shim's counters, or None when libgpumem_shim.so is not loaded."""
+    try:
+        get = ctypes.CDLL(None).gpumem_shim_get_stats
+    except AttributeError:
+        return None
+    out = ShimStats()
+    return out if get(ctypes.byref(out)) == 0 else None
+
+
+def run(batch: int, steps: int, warmup: int, width: int, depth: int, block: int) -> dict:
     torch.manual_seed(0)
     model = make_model(width, depth)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
@@ -28,17 +55,37 @@ def run(batch: int, steps: int, warmup: int, width: int, depth: int) -> tuple[fl
     y = torch.randint(0, 10, (batch,), device="cuda")
     loss_fn = torch.nn.CrossEntropyLoss()
     loss = None
+    marks = [torch.cuda.Event(enable_timing=True) for _ in range(steps + 1)]
+    blocks = []
+    before = None
     for i in range(warmup + steps):
         if i == warmup:
             torch.cuda.synchronize()
-            t0 = time.perf_counter()
+            before = shim_stats()
+            t0 = t_block = time.perf_counter()
+        if i >= warmup:
+            marks[i - warmup].record()
         opt.zero_grad(set_to_none=True)
         loss = loss_fn(model(x), y)
         loss.backward()
         opt.step()
+        if i >= warmup and block and (i - warmup + 1) % block == 0:
+            torch.cuda.synchronize()
+            now = time.perf_counter()
+            blocks.append((now - t_block) * 1e3 / block)
+            t_block = now
+    marks[steps].record()
     torch.cuda.synchronize()
-    ms = (time.perf_counter() - t0) * 1e3 / steps
-    return ms, float(loss.item())
+    out = {"ms_per_step": (time.perf_counter() - t0) * 1e3 / steps}
+    if blocks:
+        out["block_median"] = statistics.median(blocks)
+    out["gpu_median"] = statistics.median(marks[k].elapsed_time(marks[k + 1]) for k in range(steps))
+    after = shim_stats()
+    if before is not None and after is not None:
+        out["barriers_per_step"] = (after.reclaim_barriers - before.reclaim_barriers) / steps
+        out["reserved_growth_mib"] = (after.reserved_bytes - before.reserved_bytes) / 2**20
+    out["final_loss"] = float(loss.item())
+    return out
 
 
 def main() -> None:
@@ -48,19 +95,21 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=20)
     ap.add_argument("--width", type=int, default=2048)
     ap.add_argument("--depth", type=int, default=8)
+    ap.add_argument("--block", type=int, default=10, help="steps between synchronizations (0: none)")
     ap.add_argument("--label", default=os.environ.get("MLP_LABEL", "run"))
     a = ap.parse_args()
     caching = os.environ.get("PYTORCH_NO_CUDA_MEMORY_CACHING", "") not in ("1", "true", "True")
     for b in (int(s) for s in a.batches.split(",")):
         if caching:
             torch.cuda.reset_peak_memory_stats()
-        ms, loss = run(b, a.steps, a.warmup, a.width, a.depth)
+        r = run(b, a.steps, a.warmup, a.width, a.depth, a.block)
         memory = ""
         if caching:  # PyTorch's own peaks; with its cache off gpumem's report has them
             memory = (f" max_reserved={torch.cuda.max_memory_reserved()}"
                       f" max_allocated={torch.cuda.max_memory_allocated()}")
             torch.cuda.empty_cache()
-        print(f"mlp label={a.label} batch={b} ms_per_step={ms:.3f} final_loss={loss:.6f}{memory}", flush=True)
+        timing = " ".join(f"{k}={v:.3f}" for k, v in r.items() if k != "final_loss")
+        print(f"mlp label={a.label} batch={b} {timing} final_loss={r['final_loss']:.6f}{memory}", flush=True)
 
 
 if __name__ == "__main__":
