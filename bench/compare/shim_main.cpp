@@ -11,6 +11,7 @@
 // stands for); the replay row is "<label>". Each log is replayed in a process of its
 // own (replay_each_log_alone), so the shim's pool starts empty for it.
 #include "device.hpp"
+#include "host_probe.hpp"
 #include "options.hpp"
 #include "replay_plan.hpp"
 #include "samples.hpp"
@@ -99,7 +100,7 @@ options parse_args(int argc, char** argv) {
   app.add_option("--label", o.label, "row prefix: plain, shim safe, shim stream ...")->type_name("NAME")->required();
   auto* shim = app.add_flag("--expect-shim", o.expect_shim, "fail unless libgpumem_shim.so is loaded and active");
   app.add_flag("--expect-no-shim", o.expect_no_shim, "fail if it is loaded")->excludes(shim);
-  add_common_options(app, o.common, {"latency", "scaling", "replay"});
+  add_common_options(app, o.common, {"host", "latency", "scaling", "replay"});
   gpumem::tools::parse_command_line(app, argc, argv);
   return o;
 }
@@ -148,6 +149,17 @@ std::vector<std::string> replay_each_log_alone(options const& o) {
     }
   }
   return failed;
+}
+
+/// The host's speed now (host_probe.hpp), as samples of the "host" measurement:
+/// `when` tells the probe before the timed measurements from the one after them.
+void host(settings const& st, sample_writer& out, char const* when) {
+  host_speed const h = probe_host_speed();
+  json_object params;
+  params.add("when", when);
+  out.sample("host", st.label, params, "alu_ns", h.alu_ns);
+  out.sample("host", st.label, params, "cache_ns", h.cache_ns);
+  out.sample("host", st.label, params, "memory_ns", h.memory_ns);
 }
 
 void latency(settings const& st, sample_writer& out, stream_set const& streams) {
@@ -363,8 +375,11 @@ int main(int argc, char** argv) try {
   }
   out.meta(meta);
 
+  bool const probe = c.wants("host");
+  if (probe) host(st, out, "before");
   if (c.wants("latency")) latency(st, out, streams);
   if (c.wants("scaling")) scaling(st, out, streams);
+  if (probe && (c.wants("latency") || c.wants("scaling"))) host(st, out, "after");
   if (replay_here) replay(st, out, shim);
   for (auto const& f : replay_failures) {
     std::fprintf(stderr, "gpumem_compare_shim: %s\n", f.c_str());

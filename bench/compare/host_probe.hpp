@@ -1,0 +1,24 @@
+#pragma once
+// The host's speed at the moment, measured inside the process that times the
+// allocators: on a shared or virtual machine the same binary runs at different
+// speeds from one process to the next (CPU frequency, memory placement, neighbours),
+// and a pair latency means little without knowing which state its process ran in.
+//
+// Three dependent chains, each timed once (about 0.2 s in all):
+//   alu_ns     one 64-bit multiply-add whose result feeds the next (the core's clock)
+//   cache_ns   one load of a random cycle through 128 KiB (L2 latency)
+//   memory_ns  one load of a random cycle through 64 MiB (DRAM latency, TLB misses
+//              included: what the program's cold data costs)
+
+namespace gpumem_compare {
+
+struct host_speed {
+  double alu_ns = 0;
+  double cache_ns = 0;
+  double memory_ns = 0;
+};
+
+/// Measures the three figures now. Allocates 64 MiB of host memory for the call.
+[[nodiscard]] host_speed probe_host_speed();
+
+}  // namespace gpumem_compare
