@@ -11,15 +11,17 @@
 //   the guard exists, goes straight to the C library.
 // - sigset, sigignore (System V): the same for SIGBUS; the C library would set
 //   the action without its exported sigaction, and so replace the guard.
+// - siginterrupt(SIGBUS): changes SA_RESTART in the action the program set (the C
+//   library would change it in the guard's, and the program would read back its
+//   old flags), and is remembered for a later signal(SIGBUS), as the C library
+//   remembers it.
 // - pthread_sigmask, sigprocmask, sighold, sigrelse (and sigset's SIG_HOLD): a
 //   thread that changes its mask has its SIGBUS state read again before its next
 //   row (detail::sigbus_mask_changed).
 //
 // Not covered: actions set with the raw rt_sigaction system call (the Go
-// runtime's, at its start, before any log exists), sigvec() (gone from the C
-// library's interface), and siginterrupt(SIGBUS), which rewrites the guard's own
-// action with SA_RESTART changed (the guard stays) and is not seen in the action
-// the program reads back.
+// runtime's, at its start, before any log exists) and sigvec() (gone from the C
+// library's interface).
 //
 // Every entry is async-signal-safe once resolved; the C library's functions are
 // resolved at the first call (glibc's dlsym, RTLD_NEXT from the shim).
@@ -61,6 +63,11 @@ std::atomic<void*> real_sigset_slot{nullptr};
 std::atomic<void*> real_sigignore_slot{nullptr};
 std::atomic<void*> real_sighold_slot{nullptr};
 std::atomic<void*> real_sigrelse_slot{nullptr};
+std::atomic<void*> real_siginterrupt_slot{nullptr};
+
+// siginterrupt(SIGBUS, 1) was the last word on SIGBUS: signal() then sets it
+// without SA_RESTART (the C library keeps the same per-signal flag).
+std::atomic<bool> sigbus_interrupts{false};
 
 int real_sigaction(int sig, struct sigaction const* act, struct sigaction* old) noexcept {
   auto const f = libc<gpumem::detail::sigaction_fn>(real_sigaction_slot, "sigaction");
@@ -89,7 +96,7 @@ sighandler_t set_sigbus_handler(sighandler_t handler, action_style style) noexce
   sigemptyset(&act.sa_mask);
   if (style == action_style::bsd) {
     sigaddset(&act.sa_mask, SIGBUS);
-    act.sa_flags = SA_RESTART;
+    act.sa_flags = sigbus_interrupts.load(std::memory_order_relaxed) ? 0 : SA_RESTART;
   } else if (style == action_style::system_v) {
     act.sa_flags = SA_RESETHAND | SA_NODEFER;
   }
@@ -162,6 +169,20 @@ sighandler_t set_sigbus_sigset(sighandler_t disp) noexcept {
   return sigismember(&was, SIGBUS) == 1 ? SIG_HOLD : previous;
 }
 
+// siginterrupt(SIGBUS, interrupt) by the C library's rules: SA_RESTART off (calls
+// the signal interrupts fail with EINTR) or on, in the action the program set.
+int set_sigbus_interrupt(bool interrupt) noexcept {
+  struct sigaction act {};
+  if (gpumem::detail::sigbus_sigaction(nullptr, &act, &real_sigaction) != 0) return -1;
+  sigbus_interrupts.store(interrupt, std::memory_order_relaxed);
+  if (interrupt) {
+    act.sa_flags &= ~SA_RESTART;
+  } else {
+    act.sa_flags |= SA_RESTART;
+  }
+  return gpumem::detail::sigbus_sigaction(&act, nullptr, &real_sigaction);
+}
+
 }  // namespace
 
 #define GPUMEM_SIGNAL_EXPORT __attribute__((visibility("default")))
@@ -201,6 +222,18 @@ GPUMEM_SIGNAL_EXPORT sighandler_t sigset(int sig, sighandler_t disp) noexcept {
 GPUMEM_SIGNAL_EXPORT int sigignore(int sig) noexcept {
   if (sig != SIGBUS) return forward_one(real_sigignore_slot, "sigignore", sig, false);
   return set_sigbus_handler(SIG_IGN, action_style::no_options) == SIG_ERR ? -1 : 0;
+}
+
+GPUMEM_SIGNAL_EXPORT int siginterrupt(int sig, int interrupt) noexcept {
+  if (sig != SIGBUS) {
+    auto const f = libc<int (*)(int, int)>(real_siginterrupt_slot, "siginterrupt");
+    if (f == nullptr) {
+      errno = ENOSYS;
+      return -1;
+    }
+    return f(sig, interrupt);
+  }
+  return set_sigbus_interrupt(interrupt != 0);
 }
 
 GPUMEM_SIGNAL_EXPORT int sighold(int sig) noexcept {

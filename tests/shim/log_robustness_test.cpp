@@ -343,13 +343,14 @@ TEST_P(ShimLogModes, AThreadThatBlocksSigbusSurvivesATruncation) {
 }
 
 // The System V calls change SIGBUS's mask (sighold, sigrelse) and action
-// (sigignore) inside the C library, past its exported pthread_sigmask and
-// sigaction: the shim sees them too. A thread that holds SIGBUS after its first
-// rows, and a program that ignores SIGBUS, survive a cut, and read back what they set.
+// (sigignore, siginterrupt) inside the C library, past its exported
+// pthread_sigmask and sigaction: the shim sees them too. A thread that holds
+// SIGBUS after its first rows, a program that ignores SIGBUS, and one that makes
+// its handler interrupt calls survive a cut, and read back what they set.
 TEST_P(ShimLogModes, SystemVSignalCallsKeepTheGuardInFront) {
   bool const queued = GetParam();
   constexpr long pairs = 2000;
-  for (std::string const scenario : {"held", "ignored"}) {
+  for (std::string const scenario : {"held", "ignored", "interrupt"}) {
     temp_file tmp{"alloc.csv"};
     std::string const cut = queued ? tmp.path() + ".journal" : tmp.path();
     auto const r = run_process({program("shim_log_app"), scenario, std::to_string(pairs), cut},

@@ -22,6 +22,10 @@
 //                                     PATH; then releases it with sigrelse()
 //   shim_log_app ignored N PATH       N pairs; half way sigignore(SIGBUS), then PATH
 //                                     emptied; the action reads back as SIG_IGN
+//   shim_log_app interrupt N PATH     N pairs; half way signal(SIGBUS, h) and
+//                                     siginterrupt(SIGBUS, 1), each read back (no
+//                                     SA_RESTART, also for a signal() after it), PATH
+//                                     emptied, then a fault of its own for h
 
 #include "app_support.h"
 
@@ -177,6 +181,43 @@ void ignored(long n, const char* path) {
   APP_CHECK(sigset(SIGBUS, SIG_DFL) == SIG_IGN);
 }
 
+bool sigbus_restarts() {
+  struct sigaction now {};
+  APP_CHECK_EQ(sigaction(SIGBUS, nullptr, &now), 0);
+  APP_CHECK(now.sa_handler == &on_bus_plain);
+  return (now.sa_flags & SA_RESTART) != 0;
+}
+
+// siginterrupt rewrites the action inside the C library, without its exported
+// sigaction: what the program reads back must follow it, and the guard stay.
+void interrupt(long n, const char* path) {
+  pairs(n / 2);
+  APP_CHECK(signal(SIGBUS, &on_bus_plain) == SIG_DFL);
+  APP_CHECK(sigbus_restarts());  // signal(): calls restarted
+  APP_CHECK_EQ(siginterrupt(SIGBUS, 1), 0);
+  APP_CHECK(!sigbus_restarts());
+  APP_CHECK(signal(SIGBUS, &on_bus_plain) == &on_bus_plain);
+  APP_CHECK(!sigbus_restarts());  // remembered for signal(), as the C library does
+  APP_CHECK_EQ(siginterrupt(SIGBUS, 0), 0);
+  APP_CHECK(sigbus_restarts());
+  empty_file(path);
+  pairs(n - n / 2);
+  // The program's handler sees a fault of its own (a page of a file with no byte there).
+  char name[] = "/tmp/shim_log_app_bus_XXXXXX";
+  int const fd = mkstemp(name);
+  APP_CHECK(fd >= 0);
+  if (fd < 0) return;
+  unlink(name);
+  void* const p = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  APP_CHECK(p != MAP_FAILED);
+  close(fd);
+  if (p == MAP_FAILED) return;
+  own_page = p;
+  *static_cast<char volatile*>(p) = 1;
+  APP_CHECK_EQ(own_faults, 1);
+  munmap(p, 4096);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -196,6 +237,8 @@ int main(int argc, char** argv) {
     held(n, argv[3]);
   } else if (scenario == "ignored" && argc > 3) {
     ignored(n, argv[3]);
+  } else if (scenario == "interrupt" && argc > 3) {
+    interrupt(n, argv[3]);
   } else if (scenario == "fsize" && argc > 3) {
     // The device first (the simulated one backs its memory with a file); the
     // limit then applies to the log, opened at the first allocation. SIGXFSZ
@@ -214,7 +257,7 @@ int main(int argc, char** argv) {
   } else {
     fprintf(stderr,
             "usage: shim_log_app pairs N | truncate N PATH | fsize BYTES N | sync N | own-handler N PATH HOW | "
-            "blocked N PATH | held N PATH | ignored N PATH\n");
+            "blocked N PATH | held N PATH | ignored N PATH | interrupt N PATH\n");
     return 2;
   }
   return app_finish(scenario.c_str());
