@@ -51,6 +51,17 @@ host_speed probe_host_speed() {
   h.alu_ns = ns_per_step(t0, alu_steps);
   volatile std::uint64_t sink = x;
   static_cast<void>(sink);
+  constexpr std::size_t issue_steps = 5'000'000;
+  std::uint64_t lanes[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  auto const t1 = probe_clock::now();
+  for (std::size_t i = 0; i < issue_steps; ++i) {
+    for (auto& v : lanes) {
+      v = v * 6364136223846793005ULL + 1442695040888963407ULL;
+      asm volatile("" : "+r"(v));
+    }
+  }
+  h.issue_ns = ns_per_step(t1, issue_steps * 8);
+  sink = lanes[0] ^ lanes[7];
   h.cache_ns = chase(std::size_t{128} << 10, 4'000'000);
   h.memory_ns = chase(std::size_t{64} << 20, 2'000'000);
   return h;

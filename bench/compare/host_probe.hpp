@@ -4,8 +4,10 @@
 // speeds from one process to the next (CPU frequency, memory placement, neighbours),
 // and a pair latency means little without knowing which state its process ran in.
 //
-// Three dependent chains, each timed once (about 0.2 s in all):
+// Three dependent chains and one throughput loop, each timed once (about 0.2 s):
 //   alu_ns     one 64-bit multiply-add whose result feeds the next (the core's clock)
+//   issue_ns   eight independent multiply-adds: the core's throughput, which a busy
+//              sibling hyperthread halves while latency chains hardly move
 //   cache_ns   one load of a random cycle through 128 KiB (L2 latency)
 //   memory_ns  one load of a random cycle through 64 MiB (DRAM latency, TLB misses
 //              included: what the program's cold data costs)
@@ -14,6 +16,7 @@ namespace gpumem_compare {
 
 struct host_speed {
   double alu_ns = 0;
+  double issue_ns = 0;
   double cache_ns = 0;
   double memory_ns = 0;
 };

@@ -158,6 +158,7 @@ void host(settings const& st, sample_writer& out, char const* when) {
   json_object params;
   params.add("when", when);
   out.sample("host", st.label, params, "alu_ns", h.alu_ns);
+  out.sample("host", st.label, params, "issue_ns", h.issue_ns);
   out.sample("host", st.label, params, "cache_ns", h.cache_ns);
   out.sample("host", st.label, params, "memory_ns", h.memory_ns);
 }
