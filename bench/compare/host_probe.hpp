@@ -6,11 +6,15 @@
 //
 // Three dependent chains and one throughput loop, each timed once (about 0.2 s):
 //   alu_ns     one 64-bit multiply-add whose result feeds the next (the core's clock)
-//   issue_ns   eight independent multiply-adds: the core's throughput, which a busy
-//              sibling hyperthread halves while latency chains hardly move
+//   issue_ns   eight independent multiply-adds: the core's throughput
 //   cache_ns   one load of a random cycle through 128 KiB (L2 latency)
 //   memory_ns  one load of a random cycle through 64 MiB (DRAM latency, TLB misses
 //              included: what the program's cold data costs)
+//
+// What they do not see: on the H100 host of docs/runs/2026-11-25-h100-session20.md
+// the shim's pair ran at half speed in some windows of a process and at full speed
+// in others while all four figures stayed put; bench/shim_pair_windows.cpp times
+// such windows directly.
 
 namespace gpumem_compare {
 
@@ -21,7 +25,7 @@ struct host_speed {
   double memory_ns = 0;
 };
 
-/// Measures the three figures now. Allocates 64 MiB of host memory for the call.
+/// Measures the four figures now. Allocates 64 MiB of host memory for the call.
 [[nodiscard]] host_speed probe_host_speed();
 
 }  // namespace gpumem_compare

@@ -1,6 +1,7 @@
 // gpumem_compare_shim: a plain CUDA program (shared runtime, nothing of gpumem linked)
 // timing cudaMalloc+cudaFree and cudaMallocAsync+cudaFreeAsync pairs, their scaling
-// over threads, and replaying allocation logs through the entry points the log names.
+// over threads, and replaying allocation logs through the entry points the log names;
+// the host's speed (host_probe.hpp) is measured before and after the timings.
 // scripts/bench-compare runs it without gpumem and under LD_PRELOAD=libgpumem_shim.so
 // (safe and stream mode), interleaved with gpumem_compare's rounds.
 //

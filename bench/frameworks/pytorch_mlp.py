@@ -1,11 +1,12 @@
 """The workload of FIELD_NOTES §2: an 8-layer MLP, 2048 wide, AdamW, PyTorch.
 
-Prints ms/step for each batch size: the mean over all timed steps (ms_per_step), the
-median over blocks of --block steps, each ended by a synchronization (block_median:
-a run the host's neighbours disturbed for a moment keeps its steady figure), and the
-median GPU-timeline time of one step between events recorded at step boundaries
-(gpu_median). Under libgpumem_shim.so it also prints what the shim did during the
-timed steps (reclamation barriers, growth of reserved memory). Run it three ways, side by side in one job:
+Prints ms/step for each batch size: the mean over all timed steps (ms_per_step,
+the synchronizations below included), the median over blocks of --block steps, each
+ended by a synchronization (block_median: a run the host's neighbours disturbed for a
+moment keeps its steady figure), and the median GPU-timeline time of one step between
+events recorded at step boundaries (gpu_median). Under libgpumem_shim.so it also
+prints what the shim did during the timed steps (reclamation barriers a step, growth
+of reserved memory). Run it three ways, side by side in one job:
   python3 pytorch_mlp.py                                   # PyTorch's caching allocator
   PYTORCH_NO_CUDA_MEMORY_CACHING=1 python3 pytorch_mlp.py  # every allocation a cudaMalloc/cudaFree
   PYTORCH_NO_CUDA_MEMORY_CACHING=1 gpumem-run -- python3 pytorch_mlp.py  # those through gpumem
