@@ -12,12 +12,26 @@ of reserved memory). Run it three ways, side by side in one job:
   PYTORCH_NO_CUDA_MEMORY_CACHING=1 gpumem-run -- python3 pytorch_mlp.py  # those through gpumem
 """
 import argparse
-import ctypes
 import os
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
+
+# The shim's counters (ctypes), shared with the framework checks; without them the
+# script still runs, it only prints no counters.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "frameworks"))
+try:
+    import shim_stats
+except ImportError:
+    shim_stats = None
+
+
+def read_shim_stats():
+    """The shim's counters, or None (the shim not loaded, or its reader not found)."""
+    return shim_stats.read() if shim_stats is not None else None
 
 
 def make_model(width: int, depth: int) -> torch.nn.Module:
@@ -26,26 +40,6 @@ def make_model(width: int, depth: int) -> torch.nn.Module:
         layers += [torch.nn.Linear(width, width), torch.nn.ReLU()]
     layers.append(torch.nn.Linear(width, 10))
     return torch.nn.Sequential(*layers).cuda()
-
-
-class ShimStats(ctypes.Structure):
-    """gpumem_shim_stats of gpumem_shim.h (its leading fields, in order)."""
-    _fields_ = [("mode", ctypes.c_int), ("chains", ctypes.c_int)] + [
-        (name, ctypes.c_ulonglong)
-        for name in ("chain_allocations", "runtime_allocations", "chain_frees", "passthrough_allocations",
-                     "passthrough_frees", "double_frees", "failed_allocations", "live_allocations", "live_bytes",
-                     "reserved_bytes", "pending_free_bytes", "reclaim_barriers", "captured_passthroughs",
-                     "active_captures", "ipc_refused", "device_syncs")]
-
-
-def shim_stats():
-    """The shim's counters, or None when libgpumem_shim.so is not loaded."""
-    try:
-        get = ctypes.CDLL(None).gpumem_shim_get_stats
-    except AttributeError:
-        return None
-    out = ShimStats()
-    return out if get(ctypes.byref(out)) == 0 else None
 
 
 def run(batch: int, steps: int, warmup: int, width: int, depth: int, block: int) -> dict:
@@ -62,7 +56,7 @@ def run(batch: int, steps: int, warmup: int, width: int, depth: int, block: int)
     for i in range(warmup + steps):
         if i == warmup:
             torch.cuda.synchronize()
-            before = shim_stats()
+            before = read_shim_stats()
             t0 = t_block = time.perf_counter()
         if i >= warmup:
             marks[i - warmup].record()
@@ -81,10 +75,10 @@ def run(batch: int, steps: int, warmup: int, width: int, depth: int, block: int)
     if blocks:
         out["block_median"] = statistics.median(blocks)
     out["gpu_median"] = statistics.median(marks[k].elapsed_time(marks[k + 1]) for k in range(steps))
-    after = shim_stats()
+    after = read_shim_stats()
     if before is not None and after is not None:
-        out["barriers_per_step"] = (after.reclaim_barriers - before.reclaim_barriers) / steps
-        out["reserved_growth_mib"] = (after.reserved_bytes - before.reserved_bytes) / 2**20
+        out["barriers_per_step"] = (after["reclaim_barriers"] - before["reclaim_barriers"]) / steps
+        out["reserved_growth_mib"] = (after["reserved_bytes"] - before["reserved_bytes"]) / 2**20
     out["final_loss"] = float(loss.item())
     return out
 

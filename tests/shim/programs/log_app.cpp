@@ -88,6 +88,25 @@ void on_bus_plain(int /*sig*/) {
   own_fault(own_page);
 }
 
+// A fault of the program's own, for its handler: a store into a page of a file
+// that has no byte there. Returns the page (to unmap), or nullptr if it could not
+// be made (a failed check says why).
+void* fault_of_its_own() {
+  char name[] = "/tmp/shim_log_app_bus_XXXXXX";
+  int const fd = mkstemp(name);
+  APP_CHECK(fd >= 0);
+  if (fd < 0) return nullptr;
+  unlink(name);
+  void* const p = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  APP_CHECK(p != MAP_FAILED);
+  close(fd);
+  if (p == MAP_FAILED) return nullptr;
+  own_page = p;
+  *static_cast<char volatile*>(p) = 1;
+  APP_CHECK_EQ(own_faults, 1);
+  return p;
+}
+
 bool own_handler_is(std::string const& how) {
   struct sigaction now {};
   APP_CHECK_EQ(sigaction(SIGBUS, nullptr, &now), 0);
@@ -115,19 +134,8 @@ void own_handler(long n, const char* path, std::string const& how) {
   APP_CHECK(own_handler_is(how));
   empty_file(path);
   pairs(n - n / 2);
-  // A fault of its own: a page of a file that has no byte there.
-  char name[] = "/tmp/shim_log_app_bus_XXXXXX";
-  int const fd = mkstemp(name);
-  APP_CHECK(fd >= 0);
-  if (fd < 0) return;
-  unlink(name);
-  void* const p = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  APP_CHECK(p != MAP_FAILED);
-  close(fd);
-  if (p == MAP_FAILED) return;
-  own_page = p;
-  *static_cast<char volatile*>(p) = 1;
-  APP_CHECK_EQ(own_faults, 1);
+  void* const p = fault_of_its_own();
+  if (p == nullptr) return;
   // A one-shot handler (System V) is spent: the action reads back as the default.
   if (how == "sysv_signal") {
     struct sigaction now {};
@@ -202,20 +210,7 @@ void interrupt(long n, const char* path) {
   APP_CHECK(sigbus_restarts());
   empty_file(path);
   pairs(n - n / 2);
-  // The program's handler sees a fault of its own (a page of a file with no byte there).
-  char name[] = "/tmp/shim_log_app_bus_XXXXXX";
-  int const fd = mkstemp(name);
-  APP_CHECK(fd >= 0);
-  if (fd < 0) return;
-  unlink(name);
-  void* const p = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  APP_CHECK(p != MAP_FAILED);
-  close(fd);
-  if (p == MAP_FAILED) return;
-  own_page = p;
-  *static_cast<char volatile*>(p) = 1;
-  APP_CHECK_EQ(own_faults, 1);
-  munmap(p, 4096);
+  if (void* const p = fault_of_its_own()) munmap(p, 4096);
 }
 
 }  // namespace
