@@ -13,6 +13,12 @@
 //                                device's pool (memory the pool caches counts as free)
 //   multi_gpu_test limit BYTES   under GPUMEM_LIMIT=BYTES: cudaMemGetInfo shows the limit on
 //                                each device; each device fills up to its own limit and no further
+//   multi_gpu_test foreign-stream  stream-ordered calls on another device's stream: an
+//                                allocation on device 1's stream (device 0 current) comes
+//                                from device 1; a block freed on a stream whose kernel still
+//                                writes it (late) is handed to a new owner only after that
+//                                kernel, for a block of device 1 freed there with device 0
+//                                current, and for a block of device 0 freed on device 1's stream
 //
 // Build: nvcc -O2 -arch=sm_90 -o multi_gpu_test tests/gpu/multi_gpu_test.cu -ldl
 // (or the gpu tests of CMake with -DGPUMEM_BUILD_GPU_TESTS=ON).
@@ -79,6 +85,21 @@ __global__ void check_kernel(std::uint32_t const* p, std::size_t words, std::uin
   if (mine != 0) atomicAdd(bad, mine);
 }
 
+// Waits `delay_ns` on the GPU's clock, then writes the pattern: an owner whose last
+// writes land long after the host freed the buffer.
+__global__ void late_fill_kernel(std::uint32_t* p, std::size_t words, std::uint32_t seed, unsigned long long delay_ns) {
+  unsigned long long start = 0;
+  unsigned long long now = 0;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+  do {
+    __nanosleep(1000);
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  } while (now - start < delay_ns);
+  for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < words; i += std::size_t{gridDim.x} * blockDim.x) {
+    p[i] = word_of(seed, i);
+  }
+}
+
 constexpr int grid = 264;
 constexpr int block_threads = 256;
 
@@ -98,6 +119,11 @@ unsigned long long mismatches(void const* p, std::size_t bytes, std::uint32_t se
 
 void fill(void* p, std::size_t bytes, std::uint32_t seed, cudaStream_t s) {
   fill_kernel<<<grid, block_threads, 0, s>>>(static_cast<std::uint32_t*>(p), bytes / 4, seed);
+  CHECK_CUDA(cudaGetLastError());
+}
+
+void late_fill(void* p, std::size_t bytes, std::uint32_t seed, cudaStream_t s, unsigned long long delay_ns) {
+  late_fill_kernel<<<grid, block_threads, 0, s>>>(static_cast<std::uint32_t*>(p), bytes / 4, seed, delay_ns);
   CHECK_CUDA(cudaGetLastError());
 }
 
@@ -376,6 +402,93 @@ void limit(std::size_t cap) {
   }
 }
 
+// Stream-ordered calls on a stream of another device than the current one.
+void foreign_stream() {
+  int const n = device_count();
+  EXPECT(n >= 2, "needs two GPUs");
+  if (n < 2) return;
+  constexpr std::size_t bytes = 64 * MiB;
+  constexpr unsigned long long late = 200'000'000ULL;  // 200 ms
+  int can10 = 0;
+  CHECK_CUDA(cudaDeviceCanAccessPeer(&can10, 1, 0));
+  cudaStream_t s0 = nullptr;   // device 0: the new owner's stream
+  cudaStream_t s1 = nullptr;   // device 1: the old owner's stream
+  cudaStream_t s1b = nullptr;  // device 1: the new owner's stream
+  CHECK_CUDA(cudaSetDevice(0));
+  CHECK_CUDA(cudaStreamCreateWithFlags(&s0, cudaStreamNonBlocking));
+  CHECK_CUDA(cudaSetDevice(1));
+  CHECK_CUDA(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
+  CHECK_CUDA(cudaStreamCreateWithFlags(&s1b, cudaStreamNonBlocking));
+
+  // 1. Allocated on device 1's stream with device 0 current: device 1's memory. Its
+  // owner's kernel writes late; the free is issued at once, with device 0 current.
+  CHECK_CUDA(cudaSetDevice(0));
+  void* a = nullptr;
+  CHECK_CUDA(cudaMallocAsync(&a, bytes, s1));
+  cudaPointerAttributes attr{};
+  CHECK_CUDA(cudaPointerGetAttributes(&attr, a));
+  EXPECT(attr.device == 1,
+         "cudaMallocAsync on device 1's stream allocates on device 1 (got device " + std::to_string(attr.device) + ")");
+  CHECK_CUDA(cudaSetDevice(1));
+  late_fill(a, bytes, 11, s1, late);
+  CHECK_CUDA(cudaSetDevice(0));
+  CHECK_CUDA(cudaFreeAsync(a, s1));
+  // A new owner on device 1, synchronous: CUDA lets it have the block only after the
+  // free's work, the late kernel included.
+  CHECK_CUDA(cudaSetDevice(1));
+  void* b = nullptr;
+  CHECK_CUDA(cudaMalloc(&b, bytes));
+  fill(b, bytes, 12, s1b);
+  CHECK_CUDA(cudaDeviceSynchronize());
+  auto const bad_b = mismatches(b, bytes, 12, s1b);
+  std::printf("FOREIGN device-1 block freed on its stream with device 0 current: reused %s, %llu words differ\n",
+              b == a ? "yes" : "no", bad_b);
+  EXPECT(bad_b == 0, "the new owner of a block freed on device 1's stream keeps its bytes (" + std::to_string(bad_b) +
+                         " words differ)");
+  CHECK_CUDA(cudaFree(b));
+
+  // 2. A block of device 0, written late by a kernel on device 1's stream (peer
+  // access), freed on that stream; then a new owner on device 0.
+  if (can10 == 0) {
+    std::printf("SKIP foreign free of device 0's block: device 1 cannot access device 0\n");
+  } else {
+    CHECK_CUDA(cudaSetDevice(1));
+    cudaError_t const e = cudaDeviceEnablePeerAccess(0, 0);
+    EXPECT(e == cudaSuccess || e == cudaErrorPeerAccessAlreadyEnabled, "peer access 1->0 enabled");
+    (void)cudaGetLastError();
+    CHECK_CUDA(cudaSetDevice(0));
+    void* c = nullptr;
+    CHECK_CUDA(cudaMalloc(&c, bytes));
+    CHECK_CUDA(cudaSetDevice(1));
+    late_fill(c, bytes, 21, s1, late);
+    CHECK_CUDA(cudaFreeAsync(c, s1));
+    CHECK_CUDA(cudaSetDevice(0));
+    void* d = nullptr;
+    CHECK_CUDA(cudaMalloc(&d, bytes));
+    fill(d, bytes, 22, s0);
+    CHECK_CUDA(cudaStreamSynchronize(s0));
+    CHECK_CUDA(cudaSetDevice(1));
+    CHECK_CUDA(cudaStreamSynchronize(s1));
+    CHECK_CUDA(cudaSetDevice(0));
+    auto const bad_d = mismatches(d, bytes, 22, s0);
+    std::printf("FOREIGN device-0 block freed on device 1's stream: reused %s, %llu words differ\n",
+                d == c ? "yes" : "no", bad_d);
+    EXPECT(bad_d == 0, "the new owner of device 0's block freed on device 1's stream keeps its bytes (" +
+                           std::to_string(bad_d) + " words differ)");
+    CHECK_CUDA(cudaFree(d));
+  }
+  CHECK_CUDA(cudaSetDevice(0));
+  CHECK_CUDA(cudaStreamDestroy(s0));
+  CHECK_CUDA(cudaSetDevice(1));
+  CHECK_CUDA(cudaStreamDestroy(s1));
+  CHECK_CUDA(cudaStreamDestroy(s1b));
+  auto const st = app_stats();
+  if (st.mode == GPUMEM_SHIM_MODE_ACTIVE) {
+    EXPECT(st.passthrough_allocations == 0, "every buffer came from a pool");
+    EXPECT(st.live_allocations == 0 && st.double_frees == 0, "all freed once");
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -386,10 +499,12 @@ int main(int argc, char** argv) {
     peer();
   } else if (scenario == "meminfo") {
     meminfo_follows_the_pool();
+  } else if (scenario == "foreign-stream") {
+    foreign_stream();
   } else if (scenario == "limit" && argc > 2) {
     limit(std::strtoull(argv[2], nullptr, 10));
   } else {
-    std::fprintf(stderr, "usage: %s threads | peer | meminfo | limit BYTES\n", argv[0]);
+    std::fprintf(stderr, "usage: %s threads | peer | meminfo | foreign-stream | limit BYTES\n", argv[0]);
     return 2;
   }
   CHECK_CUDA(cudaDeviceSynchronize());
