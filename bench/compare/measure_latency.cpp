@@ -29,6 +29,7 @@ void measure_latency(run_context const& ctx) {
         continue;
       }
       ctx.out.sample("latency", kind.name, params, "ns_per_pair", t.ns_per_pair);
+      ctx.out.sample("latency", kind.name, params, "fastest_window_ns_per_pair", t.fastest_window_ns);
     }
   }
   stream_t const other = ctx.streams[1];

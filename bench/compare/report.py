@@ -292,6 +292,17 @@ def latency_section(summary, samples, meta, m, names):
         "",
         table(header, ratio_rows),
     ]
+    fast = [s for s in one_stream if s["metric"] == "fastest_window_ns_per_pair"]
+    if fast:
+        fast_rows = []
+        for name in ordered_contenders([s["contender"] for s in fast if not is_log_row(s["contender"])], meta):
+            row = [name]
+            for size in sizes:
+                v = summary.median(m, name, {"size": size}, "fastest_window_ns_per_pair")
+                row.append(fmt_time_ns(v) if v is not None else "—")
+            fast_rows.append(row)
+        text += ["", "The fastest fifth of each timed loop (medians over the rounds): on a host whose speed "
+                 "changes while a loop runs, the figure of its undisturbed state:", "", table(header, fast_rows)]
     two = [s for s in samples if s["measurement"] == m and s["params"].get("streams") == 2]
     if two:
         two_sizes = values_of(two, m, "size")

@@ -180,6 +180,7 @@ void latency(settings const& st, sample_writer& out, stream_set const& streams) 
     params.add("size", size);
     if (stream_count > 1) params.add("streams", stream_count);
     out.sample("latency", st.row(f), params, "ns_per_pair", t.ns_per_pair);
+    if (stream_count == 1) out.sample("latency", st.row(f), params, "fastest_window_ns_per_pair", t.fastest_window_ns);
   };
   for (std::uint64_t const size : st.latency_sizes) {
     for (family const f : families) measure(f, size, 1, [&] { return one_pair(f, size, streams[0]); });

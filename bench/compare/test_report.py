@@ -34,6 +34,9 @@ def fake_run():
             recs.append(sample("latency", "cudaMallocAsync", {"size": size}, "ns_per_pair", drv, rep))
             recs.append(sample("latency", "shim stream: cudaMalloc", {"size": size}, "ns_per_pair", 2 * pool, rep))
             recs.append(sample("latency", "shim safe: cudaMalloc", {"size": size}, "ns_per_pair", 3 * pool, rep))
+            recs.append(sample("latency", "gpumem pool", {"size": size}, "fastest_window_ns_per_pair", pool - 5, rep))
+            recs.append(sample("latency", "shim safe: cudaMalloc", {"size": size}, "fastest_window_ns_per_pair",
+                               2 * pool, rep))
             recs.append(sample("latency", "shim safe log: cudaMalloc", {"size": size}, "ns_per_pair", 3 * pool + 200,
                                rep))
             recs.append(sample("latency", "shim safe log queued: cudaMalloc", {"size": size}, "ns_per_pair",
@@ -109,6 +112,13 @@ class ReportTest(unittest.TestCase):
         rows = [l for l in self.md.splitlines() if l.startswith("| rmm pool |")]
         self.assertIn("6.46×", rows[1])  # 420 / 65
         self.assertIn("| cudaMallocAsync | 700 ns | 700 ns |", self.md)
+
+    def test_fastest_window_table_after_the_ratios(self):
+        lat = self.md.split("## 1.")[1].split("\n## ")[0]
+        fast = lat.split("The fastest fifth of each timed loop")[1]
+        self.assertIn("| gpumem pool | 60 ns | 60 ns |", fast)  # median of 55, 65, 60
+        self.assertIn("| shim safe: cudaMalloc | 130 ns | 130 ns |", fast)
+        self.assertNotIn("rmm pool", fast)  # no such samples: no row
 
     def test_log_rows_have_their_own_table(self):
         lat = self.md.split("## 1.")[1].split("\n## ")[0]

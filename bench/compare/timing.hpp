@@ -1,7 +1,9 @@
 #pragma once
 // Timing loops shared by the comparison programs (gpumem_compare, gpumem_compare_shim).
 //
-// pair_latency(): one thread, `pair()` repeated on a warm allocator; host time per pair.
+// pair_latency(): one thread, `pair()` repeated on a warm allocator; host time per pair,
+// over the whole timed loop and in its fastest fifth (a host whose speed changes while
+// the loop runs shows the difference; docs/benchmarks.md, "How to time on this host").
 // thread_scaling(): T threads, each with its own pair function (its own stream), released
 // together from a spin gate. Each thread does the SAME number of pairs; the headline rate
 // is total pairs / makespan (first start to last finish): what a program whose threads
@@ -42,9 +44,13 @@ inline void cpu_relax() noexcept {
 /// Result of a timed loop of `pairs` pairs.
 struct pair_timing {
   double ns_per_pair = 0;
+  double fastest_window_ns = 0;  ///< per pair, in the fastest of the loop's timing_windows equal parts
   std::uint64_t pairs = 0;
   bool failed = false;  ///< a pair reported failure; the figure is then meaningless
 };
+
+/// The equal parts a timed pair loop is cut into for pair_timing::fastest_window_ns.
+inline constexpr std::uint64_t timing_windows = 5;
 
 /// Times `pair()` (returns false on failure): `warmup` untimed pairs first, then
 /// enough pairs for about `target_seconds` (at least `min_pairs`), calibrated by a
@@ -79,10 +85,19 @@ pair_timing pair_latency(Pair&& pair, double target_seconds, std::uint64_t warmu
   double const per_pair = t / static_cast<double>(n);
   std::uint64_t const want = std::max<std::uint64_t>(
       min_pairs, static_cast<std::uint64_t>(target_seconds / std::max(per_pair, 1e-10)));
-  double const total = run(want);
-  if (r.failed) return r;
-  r.pairs = want;
-  r.ns_per_pair = total * 1e9 / static_cast<double>(want);
+  // The same loop in timing_windows back-to-back parts (one clock read between them).
+  std::uint64_t const per_window = std::max<std::uint64_t>(1, want / timing_windows);
+  double total = 0;
+  double fastest = 0;
+  for (std::uint64_t w = 0; w < timing_windows; ++w) {
+    double const part = run(per_window);
+    if (r.failed) return r;
+    total += part;
+    fastest = w == 0 ? part : std::min(fastest, part);
+  }
+  r.pairs = per_window * timing_windows;
+  r.ns_per_pair = total * 1e9 / static_cast<double>(r.pairs);
+  r.fastest_window_ns = fastest * 1e9 / static_cast<double>(per_window);
   return r;
 }
 
