@@ -301,8 +301,9 @@ def latency_section(summary, samples, meta, m, names):
                 v = summary.median(m, name, {"size": size}, "fastest_window_ns_per_pair")
                 row.append(fmt_time_ns(v) if v is not None else "—")
             fast_rows.append(row)
-        text += ["", "The fastest fifth of each timed loop (medians over the rounds): on a host whose speed "
-                 "changes while a loop runs, the figure of its undisturbed state:", "", table(header, fast_rows)]
+        text += ["", "The fastest fifth of each timed loop (medians over the rounds): where the host's speed "
+                 "changed while a loop ran, this shows its faster state; a host slow for a whole round shows "
+                 "nothing faster:", "", table(header, fast_rows)]
     two = [s for s in samples if s["measurement"] == m and s["params"].get("streams") == 2]
     if two:
         two_sizes = values_of(two, m, "size")
