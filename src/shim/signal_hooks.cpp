@@ -39,8 +39,6 @@
 namespace {
 
 using sigmask_fn = int (*)(int, sigset_t const*, sigset_t*);
-using signal_fn = sighandler_t (*)(int, sighandler_t);
-using sigone_fn = int (*)(int);
 
 // The C library's `name`, looked up once.
 template <class Fn>
@@ -51,6 +49,17 @@ Fn libc(std::atomic<void*>& slot, const char* name) noexcept {
     slot.store(f, std::memory_order_release);
   }
   return reinterpret_cast<Fn>(f);
+}
+
+// The C library's `name` called with `args`; `failed`, errno ENOSYS, where it has none.
+template <class R, class... Args>
+R call_libc(std::atomic<void*>& slot, const char* name, R failed, Args... args) noexcept {
+  auto const f = libc<R (*)(Args...)>(slot, name);
+  if (f == nullptr) {
+    errno = ENOSYS;
+    return failed;
+  }
+  return f(args...);
 }
 
 std::atomic<void*> real_sigaction_slot{nullptr};
@@ -70,12 +79,7 @@ std::atomic<void*> real_siginterrupt_slot{nullptr};
 std::atomic<bool> sigbus_interrupts{false};
 
 int real_sigaction(int sig, struct sigaction const* act, struct sigaction* old) noexcept {
-  auto const f = libc<gpumem::detail::sigaction_fn>(real_sigaction_slot, "sigaction");
-  if (f == nullptr) {
-    errno = ENOSYS;
-    return -1;
-  }
-  return f(sig, act, old);
+  return call_libc(real_sigaction_slot, "sigaction", -1, sig, act, old);
 }
 
 // The C library's rules for a SIGBUS action set without sigaction():
@@ -106,12 +110,7 @@ sighandler_t set_sigbus_handler(sighandler_t handler, action_style style) noexce
 }
 
 sighandler_t forward_signal(std::atomic<void*>& slot, const char* name, int sig, sighandler_t handler) noexcept {
-  auto const f = libc<signal_fn>(slot, name);
-  if (f == nullptr) {
-    errno = ENOSYS;
-    return SIG_ERR;
-  }
-  return f(sig, handler);
+  return call_libc(slot, name, SIG_ERR, sig, handler);
 }
 
 int forward_mask(std::atomic<void*>& slot, const char* name, int how, sigset_t const* set, sigset_t* old) noexcept {
@@ -135,12 +134,7 @@ int change_process_mask(int how, sigset_t const* set, sigset_t* old) noexcept {
 // sigignore, sighold, sigrelse for another signal than SIGBUS, or (`mask_changes`)
 // for SIGBUS where only the mask changes.
 int forward_one(std::atomic<void*>& slot, const char* name, int sig, bool mask_changes) noexcept {
-  auto const f = libc<sigone_fn>(slot, name);
-  if (f == nullptr) {
-    errno = ENOSYS;
-    return -1;
-  }
-  int const r = f(sig);
+  int const r = call_libc(slot, name, -1, sig);
   if (mask_changes) gpumem::detail::sigbus_mask_changed();
   return r;
 }
@@ -225,14 +219,7 @@ GPUMEM_SIGNAL_EXPORT int sigignore(int sig) noexcept {
 }
 
 GPUMEM_SIGNAL_EXPORT int siginterrupt(int sig, int interrupt) noexcept {
-  if (sig != SIGBUS) {
-    auto const f = libc<int (*)(int, int)>(real_siginterrupt_slot, "siginterrupt");
-    if (f == nullptr) {
-      errno = ENOSYS;
-      return -1;
-    }
-    return f(sig, interrupt);
-  }
+  if (sig != SIGBUS) return call_libc(real_siginterrupt_slot, "siginterrupt", -1, sig, interrupt);
   return set_sigbus_interrupt(interrupt != 0);
 }
 
