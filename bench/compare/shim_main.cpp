@@ -1,7 +1,7 @@
 // gpumem_compare_shim: a plain CUDA program (shared runtime, nothing of gpumem linked)
 // timing cudaMalloc+cudaFree and cudaMallocAsync+cudaFreeAsync pairs, their scaling
 // over threads, and replaying allocation logs through the entry points the log names;
-// the host's speed (host_probe.hpp) is measured before and after the timings.
+// with --only host,... the host's speed (host_probe.hpp) before and after the timings.
 // scripts/bench-compare runs it without gpumem and under LD_PRELOAD=libgpumem_shim.so
 // (safe and stream mode), interleaved with gpumem_compare's rounds.
 //
@@ -378,7 +378,8 @@ int main(int argc, char** argv) try {
   }
   out.meta(meta);
 
-  bool const probe = c.wants("host");
+  // Only when named: about a second a process that the report does not use.
+  bool const probe = !c.only.empty() && c.wants("host");
   if (probe) host(st, out, "before");
   if (c.wants("latency")) latency(st, out, streams);
   if (c.wants("scaling")) scaling(st, out, streams);
