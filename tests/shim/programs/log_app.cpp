@@ -107,9 +107,15 @@ void* fault_of_its_own() {
   return p;
 }
 
-bool own_handler_is(std::string const& how) {
+// SIGBUS's action as the program reads it back.
+struct sigaction sigbus_action() {
   struct sigaction now {};
   APP_CHECK_EQ(sigaction(SIGBUS, nullptr, &now), 0);
+  return now;
+}
+
+bool own_handler_is(std::string const& how) {
+  struct sigaction const now = sigbus_action();
   if (how == "sigaction") return (now.sa_flags & SA_SIGINFO) != 0 && now.sa_sigaction == &on_bus_info;
   return (now.sa_flags & SA_SIGINFO) == 0 && now.sa_handler == &on_bus_plain;
 }
@@ -138,9 +144,7 @@ void own_handler(long n, const char* path, std::string const& how) {
   if (p == nullptr) return;
   // A one-shot handler (System V) is spent: the action reads back as the default.
   if (how == "sysv_signal") {
-    struct sigaction now {};
-    APP_CHECK_EQ(sigaction(SIGBUS, nullptr, &now), 0);
-    APP_CHECK(now.sa_handler == SIG_DFL);
+    APP_CHECK(sigbus_action().sa_handler == SIG_DFL);
   } else {
     APP_CHECK(own_handler_is(how));
   }
@@ -181,8 +185,7 @@ void held(long n, const char* path) {
 void ignored(long n, const char* path) {
   pairs(n / 2);
   APP_CHECK_EQ(sigignore(SIGBUS), 0);
-  struct sigaction now {};
-  APP_CHECK_EQ(sigaction(SIGBUS, nullptr, &now), 0);
+  struct sigaction const now = sigbus_action();
   APP_CHECK((now.sa_flags & SA_SIGINFO) == 0 && now.sa_handler == SIG_IGN);
   empty_file(path);
   pairs(n - n / 2);
@@ -190,8 +193,7 @@ void ignored(long n, const char* path) {
 }
 
 bool sigbus_restarts() {
-  struct sigaction now {};
-  APP_CHECK_EQ(sigaction(SIGBUS, nullptr, &now), 0);
+  struct sigaction const now = sigbus_action();
   APP_CHECK(now.sa_handler == &on_bus_plain);
   return (now.sa_flags & SA_RESTART) != 0;
 }
