@@ -23,11 +23,16 @@
 // Synchronous calls (call_context::synchronous, set by the shim in safe mode for
 // cudaMalloc/cuMemAlloc and cudaFree/cuMemFree, and for any free of synchronously
 // allocated memory):
-// - An allocation is served only from the CLEAN list: memory no queued GPU work
+// - An allocation is served only from CLEAN memory: memory no queued GPU work
 //   can touch (fresh slabs, and memory reclaimed by a barrier). So the program may
-//   use it at once on any stream, as cudaMalloc's memory.
+//   use it at once on any stream, as cudaMalloc's memory. Clean memory is kept in
+//   shards, one per thread (up to 16; stream_free_lists.hpp): a thread takes from
+//   its own shard, where its own frees come back after a barrier, and from the
+//   others only when its own has no block that fits. So threads allocating
+//   synchronously share no lock. Before the pool grows for want of a block that
+//   the shards hold only between them, it joins them, where neighbours coalesce.
 // - Once the pending memory reaches the reclamation threshold (below), a synchronous
-//   request that finds no exact fit in the clean list reclaims before it splits a
+//   request that finds no exact fit in its clean shard reclaims before it splits a
 //   clean block: the waiting memory often holds the better fit, and splitting
 //   meanwhile fragments the pool.
 // - A free files the block as PENDING: work on any stream may still use it (real
@@ -35,10 +40,11 @@
 //   reclamation: one device-wide GPU-side barrier (stream_tracker::barrier(): the
 //   legacy stream waits for every stream, every stream waits for it; the host
 //   never waits), after which every block freed before it — pending, and every
-//   stream's list — moves to the clean list.
+//   stream's list — becomes clean: a thread's pending frees go to its own clean
+//   shard, the streams' lists to the shard of the thread that made the barrier.
 // - Fresh slabs are grown with synchronous semantics on the legacy stream: usable
 //   at once by any stream. What is left of a slab after the request goes to the
-//   clean list for a synchronous request, and to the stream's own list for a
+//   thread's clean shard for a synchronous request, and to the stream's own list for a
 //   stream-ordered one (so that stream's frees coalesce with it).
 //
 // When memory runs short (see grow_and_take in the .cpp): a miss first reclaims if
@@ -71,7 +77,9 @@
 //
 // Thread safety: every member is thread-safe. Threads working on different
 // streams contend on no common lock in allocate/deallocate (one mutex per stream's
-// free list, one for the clean list, eight pending shards; the stream table and the
+// free list, one per clean shard, one per pending shard; a synchronous allocation
+// reads the pending totals from one cache line that the shards update once per 16
+// frees or 64 KiB; the stream table and the
 // slab table are read under shared locks). The thread that owns a stream's list
 // (the first to free on the stream, until it exits) frees without taking its lock:
 // the block waits in the list's one-block slot for the next holder of the lock,

@@ -208,7 +208,7 @@ struct fixed_size_memory_resource::impl : detail::stream_ordered_memory_resource
     if (!sync) {
       if (char* p = take(*lists().borrow(s))) return p;
     }
-    if (char* p = take(lists().clean())) return p;
+    if (char* p = take_clean(/*every_shard=*/false)) return p;
     if (sync) return miss(nullptr);
     auto const e = lists().get(s);  // owned from here: growing calls the upstream
     if (lists().gather_spares_into(*e, block_size)) {
@@ -231,7 +231,7 @@ struct fixed_size_memory_resource::impl : detail::stream_ordered_memory_resource
       if (e != nullptr) {
         if (char* p = take(*e)) return p;
       }
-      return take(lists().clean());
+      return take_clean(/*every_shard=*/true);
     };
     if (char* p = retry()) return p;  // another thread grew or reclaimed meanwhile
     if (e != nullptr && lists().gather_spares_into(*e, block_size)) {
@@ -303,6 +303,26 @@ struct fixed_size_memory_resource::impl : detail::stream_ordered_memory_resource
     return b.ptr;
   }
 
+  /// A block from the clean shards: the calling thread's own, then the others
+  /// (`every_shard`: every one, for a caller about to grow; else those the hint names).
+  char* take_clean(bool every_shard) {
+    std::size_t const mine = lists_type::shard_index();
+    std::uint32_t const hint = every_shard ? ~std::uint32_t{0} : lists().clean_hint();
+    for (std::size_t k = 0; k < lists_type::shard_count; ++k) {
+      std::size_t const i = (mine + k) % lists_type::shard_count;
+      if (k != 0 && (hint & (std::uint32_t{1} << i)) == 0) continue;
+      std::optional<block_ref> b;
+      {
+        entry& e = lists().clean(i);
+        std::lock_guard lock{e.mutex};  // clean shards never defer a free
+        b = e.list.pop();
+        if (b) lists().note_clean(i);
+      }
+      if (b) return hand_out(*b);
+    }
+    return nullptr;
+  }
+
   /// A chunk of n blocks from the upstream, filed as clean blocks (grown with
   /// synchronous semantics on the legacy stream: usable at once by any stream);
   /// false if the upstream is out of memory. Caller holds growth_mutex.
@@ -311,11 +331,13 @@ struct fixed_size_memory_resource::impl : detail::stream_ordered_memory_resource
     auto const grown = grow(bytes, [&](char* start) { return chunk{start, n, block_size}; });
     if (!grown) return false;
     try {
-      entry& e = lists().clean();
+      std::size_t const mine = lists_type::shard_index();
+      entry& e = lists().clean(mine);
       std::lock_guard lock{e.mutex};
       e.list.reserve_extra(n);  // the only step that can throw: nothing is filed yet
       // Pushed high to low so that pops hand out ascending addresses.
       for (std::size_t i = n; i-- > 0;) e.list.push({grown.base + i * block_size, grown.payload});
+      lists().note_clean(mine);
     } catch (...) {
       undo_growth(grown.base);
       throw;

@@ -73,9 +73,11 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
                           " from upstream"};
     }
     frontier = g.ptr + g.bytes;
-    auto& clean = lists().clean();
+    std::size_t const mine = lists_type::shard_index();
+    auto& clean = lists().clean(mine);
     std::lock_guard lock{clean};
     clean.list.add({g.ptr, g.bytes, g.region});
+    lists().note_clean(mine);
   }
 
   void* allocate(std::size_t bytes, stream_ref s) {
@@ -91,9 +93,10 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
       // a split clean block (a training step frees and allocates the same shapes):
       // splitting meanwhile fragments the pool (measured on a PyTorch transformer
       // with varying shapes: 2.2x its live memory instead of 1.7x).
-      auto const pending = lists().pending();
+      // The estimate: one cache line, not one per shard (pending_estimate()).
+      auto const pending = lists().pending_estimate();
       if (worth_reclaiming(pending.bytes, size, pending.blocks)) return reclaim_then_take(size);
-      if (char* p = take(lists().clean(), size)) return p;  // the synchronous hot path
+      if (char* p = take_clean(size, /*every_shard=*/false)) return p;  // the synchronous hot path
       return grow_and_take(nullptr, size);
     }
     if (char* p = take(*lists().borrow(s), size)) return p;  // the stream-ordered hot path: no refcount traffic
@@ -153,16 +156,70 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
   /// what the stream frees, so they coalesce (clean memory needs no ordering).
   /// `counted_move`: the caller does not hold growth_mutex(), so the block, in
   /// neither list for a moment, must be counted (stream_free_lists::moves()).
+  /// The thread's own clean shard first, then the others: those the hint names, or
+  /// every one when the caller holds growth_mutex() (it must not miss memory
+  /// before growing).
   char* adopt_clean(entry& e, std::size_t size, bool counted_move) {
     std::optional<lists_type::move_scope> moving;
     if (counted_move) moving.emplace(lists());
-    detail::free_block b;
-    {
-      auto& clean = lists().clean();
-      std::lock_guard lock{clean};
-      b = clean.list.take_whole_best_fit(size);
+    std::size_t const mine = lists_type::shard_index();
+    std::uint32_t const hint = lists().clean_hint();
+    for (std::size_t k = 0; k < lists_type::shard_count; ++k) {
+      std::size_t const i = (mine + k) % lists_type::shard_count;
+      if (k != 0 && counted_move && (hint & (std::uint32_t{1} << i)) == 0) continue;
+      detail::free_block b;
+      {
+        auto& clean = lists().clean(i);
+        std::lock_guard lock{clean};
+        b = clean.list.take_whole_best_fit(size);
+        if (b) lists().note_clean(i);
+      }
+      if (b) return serve_whole(e, b, size);
     }
-    return b ? serve_whole(e, b, size) : nullptr;
+    return nullptr;
+  }
+
+  /// A synchronous request's block from the clean shards: best fit in the calling
+  /// thread's own, then in the others (split there: the rest stays with that
+  /// shard). `every_shard`: walk every other shard (a caller about to grow, which
+  /// must not miss memory), not only those the hint names.
+  char* take_clean(std::size_t size, bool every_shard) {
+    std::size_t const mine = lists_type::shard_index();
+    if (char* p = take_from_clean(mine, size)) return p;
+    return take_other_clean(mine, size, every_shard);
+  }
+
+  GPUMEM_COLD char* take_other_clean(std::size_t mine, std::size_t size, bool every_shard) {
+    std::uint32_t const hint = lists().clean_hint();
+    for (std::size_t k = 1; k < lists_type::shard_count; ++k) {
+      std::size_t const i = (mine + k) % lists_type::shard_count;
+      if (!every_shard && (hint & (std::uint32_t{1} << i)) == 0) continue;
+      if (char* p = take_from_clean(i, size)) return p;
+    }
+    return nullptr;
+  }
+
+  /// Best fit from clean shard `i` (clean shards never defer a free), its hint kept.
+  char* take_from_clean(std::size_t i, std::size_t size) {
+    auto& clean = lists().clean(i);
+    std::lock_guard lock{clean.mutex};
+    char* const p = clean.list.take_best_fit(size).ptr;
+    if (p != nullptr) lists().note_clean(i);
+    return p;
+  }
+
+  /// When the clean shards hold `size` bytes between them but none has a block
+  /// that large: joins them in the calling thread's shard, where neighbours
+  /// coalesce, and takes from there. Caller holds growth_mutex().
+  char* join_clean_and_take(entry* e, std::size_t size) {
+    std::size_t total = 0;
+    for (std::size_t i = 0; i < lists_type::shard_count; ++i) {
+      auto& clean = lists().clean(i);
+      std::lock_guard lock{clean.mutex};
+      total += clean.list.free_bytes();
+    }
+    if (total < size || lists().join_clean_into(lists_type::shard_index()) == 0) return nullptr;
+    return take_either(e, size);
   }
 
   /// Files a whole clean block in the stream's list `e` and serves the request
@@ -179,7 +236,7 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
   /// stream-ordered request; from the clean list for a synchronous one (e == nullptr).
   /// Caller holds growth_mutex().
   char* take_either(entry* e, std::size_t size) {
-    if (e == nullptr) return take(lists().clean(), size);
+    if (e == nullptr) return take_clean(size, /*every_shard=*/true);
     if (char* p = take(*e, size)) return p;
     return adopt_clean(*e, size, /*counted_move=*/false);
   }
@@ -191,17 +248,29 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
     return worth_a_barrier(waiting, size) || (waiting >= size && blocks >= reclaim_block_count);
   }
 
-  /// A synchronous request while freed memory waits: an exact fit if the clean list
-  /// has one, else reclaim first and take the best fit of everything.
+  /// A synchronous request while freed memory waits: an exact fit if the thread's
+  /// clean shard has one, else reclaim first and take the best fit of everything.
   GPUMEM_COLD char* reclaim_then_take(std::size_t size) {
     {
-      auto& clean = lists().clean();
+      std::size_t const mine = lists_type::shard_index();
+      auto& clean = lists().clean(mine);
       std::lock_guard lock{clean};
-      if (auto b = clean.list.take_exact(size)) return b.ptr;
+      if (auto b = clean.list.take_exact(size)) {
+        lists().note_clean(mine);
+        return b.ptr;
+      }
     }
     {
       std::lock_guard growth{growth_mutex()};
-      if (char* p = reclaim_and_take(nullptr, size)) return p;
+      // Counted exactly now: threads that saw the same estimate wait here in turn,
+      // and after the first one's barrier each would make another for the few
+      // blocks freed meanwhile.
+      auto const pending = lists().pending();
+      if (worth_reclaiming(pending.bytes, size, pending.blocks)) {
+        if (char* p = reclaim_and_take(nullptr, size)) return p;
+      } else if (char* p = take_either(nullptr, size)) {
+        return p;
+      }
     }
     return grow_and_take(nullptr, size);
   }
@@ -214,12 +283,16 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
   /// counted: see stream_free_lists::moves()).
   char* reclaim_and_take(entry* e, std::size_t size) {
     detail::free_block b;
+    bool reclaimed = false;
     if (e == nullptr) {
-      reclaim([&](detail::coalescing_free_list& clean) { b = clean.take_best_fit(size); });
-      return b.ptr;
+      reclaimed = reclaim([&](detail::coalescing_free_list& clean) { b = clean.take_best_fit(size); });
+      if (b) return b.ptr;
+    } else {
+      reclaimed = reclaim([&](detail::coalescing_free_list& clean) { b = clean.take_whole_best_fit(size); });
+      if (b) return serve_whole(*e, b, size);
     }
-    reclaim([&](detail::coalescing_free_list& clean) { b = clean.take_whole_best_fit(size); });
-    return b ? serve_whole(*e, b, size) : nullptr;
+    // Other threads' frees were filed in their own clean shards: one may fit.
+    return reclaimed ? take_either(e, size) : nullptr;
   }
 
   /// The miss path. `e`: the stream's entry for a stream-ordered request, nullptr
@@ -233,6 +306,7 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
     if (worth_reclaiming(waiting_bytes(e == nullptr), size, lists().pending_blocks())) {
       if (char* p = reclaim_and_take(e, size)) return p;
     }
+    if (char* p = join_clean_and_take(e, size)) return p;
 
     std::size_t const preferred = std::max(min_growth, std::min(pool / growth_divisor, growth_cap));
     // Over an upstream that maps growths one after another (vmm_memory_resource), a
@@ -272,6 +346,7 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
       if (char* p = take(*e, size)) return p;
     }
     if (char* p = reclaim_and_take(e, size)) return p;
+    if (char* p = join_clean_and_take(e, size)) return p;
     release_free_regions();
     if (char* p = take_either(e, size)) return p;
     std::size_t const tail = frontier_bytes(e, size);  // the gathering may have made it longer
@@ -327,10 +402,13 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
     auto const g = grow_joined(bytes);
     if (!g) return nullptr;
     frontier = g.ptr + g.bytes;
-    entry& to = e != nullptr ? *e : lists().clean();
+    std::size_t const mine = lists_type::shard_index();
+    entry& to = e != nullptr ? *e : lists().clean(mine);
     std::lock_guard lock{to};
     to.list.add({g.ptr, g.bytes, g.region});  // into the tree: it coalesces with the tail now
-    return to.list.take_best_fit(size).ptr;
+    char* const p = to.list.take_best_fit(size).ptr;
+    if (e == nullptr) lists().note_clean(mine);
+    return p;
   }
 
   /// Grows by `bytes` (at least `size`) and serves `size` from the start of the new
@@ -343,9 +421,11 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
     if (!g) return nullptr;
     frontier = g.ptr + g.bytes;
     if (g.bytes > size) {
-      entry& to = e != nullptr ? *e : lists().clean();
+      std::size_t const mine = lists_type::shard_index();
+      entry& to = e != nullptr ? *e : lists().clean(mine);
       std::lock_guard lock{to};
       to.list.add({g.ptr + size, g.bytes - size, g.region});
+      if (e == nullptr) lists().note_clean(mine);
     }
     return g.ptr;
   }

@@ -25,6 +25,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstring>
 #include <deque>
 #include <map>
 #include <mutex>
@@ -205,10 +206,11 @@ TEST_F(Reclamation, CapturesDeferReclamationAndThePoolGrowsInstead) {
 }
 
 // A request that reclaims is served from the reclaimed memory before any other
-// thread can take it: reclaim() hands it the clean list while it is still locked,
-// with everything reclaimed already merged in.
+// thread can take it: reclaim() hands it the reclaiming thread's clean shard while
+// it is still locked, with everything reclaimed already merged in.
 TEST_F(Reclamation, AReclaimingRequestIsServedBeforeOtherThreadsSeeTheMemory) {
   detail::stream_free_lists<detail::coalescing_free_list> lists;
+  std::size_t const mine = lists.shard_index();
   alignas(256) static char mem[8 * KiB];
   ASSERT_TRUE(lists.add_pending({mem, 4 * KiB, mem}, 4 * KiB));
   ASSERT_TRUE(lists.add_pending({mem + 4 * KiB, 4 * KiB, mem}, 4 * KiB));
@@ -218,8 +220,8 @@ TEST_F(Reclamation, AReclaimingRequestIsServedBeforeOtherThreadsSeeTheMemory) {
     EXPECT_EQ(clean.largest(), 8 * KiB);  // both halves, coalesced
     bool locked_elsewhere = false;
     std::thread other{[&] {
-      locked_elsewhere = !lists.clean().mutex.try_lock();
-      if (!locked_elsewhere) lists.clean().mutex.unlock();
+      locked_elsewhere = !lists.clean(mine).mutex.try_lock();
+      if (!locked_elsewhere) lists.clean(mine).mutex.unlock();
     }};
     other.join();
     EXPECT_TRUE(locked_elsewhere);
@@ -229,6 +231,93 @@ TEST_F(Reclamation, AReclaimingRequestIsServedBeforeOtherThreadsSeeTheMemory) {
   EXPECT_TRUE(called);
   EXPECT_EQ(lists.pending_bytes(), 0U);
   EXPECT_TRUE(lists.clean().list.empty());  // taken inside: nobody else could see it
+}
+
+// Clean memory is sharded by thread: a reclaim files each thread's synchronous
+// frees in that thread's own clean shard, where its next allocations look first,
+// and the streams' lists in the reclaiming thread's.
+TEST_F(Reclamation, AReclaimFilesEachThreadsFreesInItsOwnCleanShard) {
+  detail::stream_free_lists<detail::coalescing_free_list> lists;
+  alignas(256) static char mem[8 * KiB];
+  std::size_t const mine = lists.shard_index();
+  std::size_t theirs = mine;
+  std::thread{[&] {
+    theirs = lists.shard_index();
+    ASSERT_TRUE(lists.add_pending({mem, 4 * KiB, mem}, 4 * KiB));
+  }}.join();
+  ASSERT_NE(theirs, mine);
+  ASSERT_TRUE(lists.add_pending({mem + 4 * KiB, 4 * KiB, mem}, 4 * KiB));
+  EXPECT_EQ(lists.clean_hint(), 0U);
+  ASSERT_TRUE(lists.reclaim(tracker(), [](detail::coalescing_free_list&) {}));
+  EXPECT_EQ(lists.clean(mine).list.free_bytes(), 4 * KiB);
+  EXPECT_EQ(lists.clean(theirs).list.free_bytes(), 4 * KiB);
+  EXPECT_EQ(lists.clean_hint(), (1U << mine) | (1U << theirs));
+  // Neighbours in two shards do not coalesce until the shards are joined.
+  EXPECT_EQ(lists.join_clean_into(mine), 4 * KiB);
+  EXPECT_EQ(lists.clean(mine).list.largest(), 8 * KiB);
+  EXPECT_TRUE(lists.clean(theirs).list.empty());
+  EXPECT_EQ(lists.clean_hint(), 1U << mine);
+}
+
+// Memory freed by two threads lands in their two clean shards. A request that
+// neither shard can serve alone, in a pool that cannot grow, joins the shards
+// (the halves coalesce with the free end of the slab) instead of failing.
+TEST_F(Reclamation, ARequestNoShardServesAloneJoinsTheShardsInsteadOfFailing) {
+  pool_memory_resource pool{&cuda_, pool_options{4 * MiB, 4 * MiB, MiB}};
+  void* x = sync_alloc(pool, MiB);  // [0, 1) MiB of the slab stays in use
+  void* p = nullptr;
+  void* q = nullptr;
+  std::thread{[&] { p = sync_alloc(pool, MiB); }}.join();  // [1, 2)
+  std::thread{[&] { q = sync_alloc(pool, MiB); }}.join();  // [2, 3)
+  ASSERT_EQ(static_cast<char*>(p), static_cast<char*>(x) + MiB);
+  ASSERT_EQ(static_cast<char*>(q), static_cast<char*>(x) + 2 * MiB);
+  std::thread{[&] { sync_free(pool, p, MiB); }}.join();
+  std::thread{[&] { sync_free(pool, q, MiB); }}.join();
+  // 3 MiB free in one run, filed by a barrier in two shards (and the slab's end in a third).
+  void* big = sync_alloc(pool, 3 * MiB);
+  EXPECT_EQ(big, p);
+  EXPECT_EQ(pool.pool_size(), 4 * MiB);  // no growth, nothing given back and taken again
+  sync_free(pool, big, 3 * MiB);
+  sync_free(pool, x, MiB);
+}
+
+// Threads allocating synchronously side by side, each from its own clean shard
+// once its frees came back to it: every block handed out once, and the pool no
+// larger than what waits for a barrier plus a slab per thread.
+TEST_F(Reclamation, ThreadsAllocatingSynchronouslyNeverShareABlock) {
+  pool_memory_resource pool{&cuda_, pool_options{0, {}, MiB}};
+  constexpr int threads = 6;
+  std::atomic<int> overlaps{0};
+  std::vector<std::thread> workers;
+  for (int t = 0; t < threads; ++t) {
+    workers.emplace_back([&, t] {
+      std::mt19937 rng{static_cast<unsigned>(99 + t)};
+      std::vector<std::pair<unsigned char*, std::size_t>> live;
+      auto const tag = static_cast<unsigned char>(t + 1);
+      for (int i = 0; i < 3000; ++i) {
+        if (live.size() < 8 && (live.empty() || rng() % 2 == 0)) {
+          std::size_t const n = 256 * (1 + rng() % 64);
+          auto* b = static_cast<unsigned char*>(sync_alloc(pool, n));
+          std::memset(b, tag, n);
+          live.emplace_back(b, n);
+        } else {
+          std::size_t const k = rng() % live.size();
+          auto [b, n] = live[k];
+          if (std::any_of(b, b + n, [&](unsigned char c) { return c != tag; })) overlaps.fetch_add(1);
+          sync_free(pool, b, n);
+          live[k] = live.back();
+          live.pop_back();
+        }
+        if (i % 64 == 0) std::this_thread::yield();
+      }
+      for (auto [b, n] : live) sync_free(pool, b, n);
+    });
+  }
+  for (auto& w : workers) w.join();
+  EXPECT_EQ(overlaps.load(), 0);
+  EXPECT_LE(pool.pool_size(), 8 * MiB + threads * MiB);
+  auto const i = pool.info();
+  EXPECT_EQ(i.used_bytes, 0U);
 }
 
 // Barriers are batched: a tight cudaMalloc/cudaFree loop makes one per 8 MiB freed

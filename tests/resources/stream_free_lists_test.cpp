@@ -49,6 +49,30 @@ TEST(StreamFreeLists, PendingBytesAreTheSumOfWhatWasFiled) {
   EXPECT_EQ(lists.pending_bytes(), 1536U);
 }
 
+// The estimate a synchronous allocation reads instead of every shard: a shard
+// publishes once 16 blocks or 64 KiB wait beyond what it published, so it never
+// exceeds the exact count and lags it by less than that; a reclaim takes it back.
+TEST(StreamFreeLists, ThePendingEstimateLagsTheExactCountByLessThanAPublish) {
+  lists_type lists;
+  alignas(256) static char mem[64 * 1024 + 32 * 256];
+  for (std::size_t i = 0; i < lists_type::publish_blocks - 1; ++i) {
+    ASSERT_TRUE(lists.add_pending({mem + i * 256, 256, mem}, 256));
+  }
+  EXPECT_EQ(lists.pending_blocks(), lists_type::publish_blocks - 1);
+  EXPECT_EQ(lists.pending_estimate().blocks, 0U);  // not published yet
+  ASSERT_TRUE(lists.add_pending({mem + 15 * 256, 256, mem}, 256));
+  EXPECT_EQ(lists.pending_estimate().blocks, lists_type::publish_blocks);
+  EXPECT_EQ(lists.pending_estimate().bytes, lists_type::publish_blocks * 256);
+  // One large block publishes at once.
+  ASSERT_TRUE(lists.add_pending({mem + 16 * 256, 64 * 1024, mem}, 64 * 1024));
+  EXPECT_EQ(lists.pending_estimate().bytes, lists.pending_bytes());
+  EXPECT_EQ(lists.pending_estimate().blocks, lists.pending_blocks());
+  // From another thread: its own shard, published on its own.
+  std::thread{[&] { ASSERT_TRUE(lists.add_pending({mem + 16 * 256 + 64 * 1024, 256, mem}, 256)); }}.join();
+  EXPECT_EQ(lists.pending_blocks(), lists_type::publish_blocks + 2);
+  EXPECT_EQ(lists.pending_estimate().blocks, lists_type::publish_blocks + 1);
+}
+
 /// The free blocks of `list`, as (offset from `base`, size), in address order.
 std::vector<std::pair<std::ptrdiff_t, std::size_t>> blocks_of(coalescing_free_list const& list, char const* base) {
   std::vector<std::pair<std::ptrdiff_t, std::size_t>> out;
