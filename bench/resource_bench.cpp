@@ -6,12 +6,16 @@
 // the loop measures the steady state a program sees after warm-up. cuda and
 // async are the baselines (cudaMalloc+cudaFree, and the driver's own
 // stream-ordered pool). default_chain is the chain the shim builds from the default
-// configuration: statistics over a pool over statistics over cuda. items_per_second is the aggregate pair rate over all
-// threads, so 16-thread scaling = its value / the 1-thread value.
+// configuration: statistics over a pool over statistics over cuda. The *_sync rows make
+// the same pairs with synchronous semantics, as the shim's safe mode makes cudaMalloc
+// and cudaFree: served from clean memory, frees reused behind a barrier.
+// items_per_second is the aggregate pair rate over all threads, so 16-thread scaling =
+// its value / the 1-thread value.
 //
 //   resource_bench [--benchmark_filter=pool] [--benchmark_min_time=0.2]
 #include <gpumem/async_memory_resource.hpp>
 #include <gpumem/binning_memory_resource.hpp>
+#include <gpumem/call_context.hpp>
 #include <gpumem/cuda_memory_resource.hpp>
 #include <gpumem/detail/driver_api.hpp>
 #include <gpumem/fixed_size_memory_resource.hpp>
@@ -25,6 +29,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 namespace {
@@ -94,9 +99,13 @@ gpumem::device_memory_resource& resource_for(kind k, std::size_t bytes) {
   return e.cuda;
 }
 
-void pair(benchmark::State& state, kind k) {
+void pair(benchmark::State& state, kind k, bool synchronous = false) {
   auto const bytes = static_cast<std::size_t>(state.range(0));
   gpumem::stream_ref stream{};
+  // cudaMalloc/cudaFree in safe mode: the whole loop under one context, as each call
+  // of the shim's would be (the context is a thread-local, set per call there).
+  std::optional<gpumem::scoped_call_context> sync;
+  if (synchronous) sync.emplace("cudaMalloc", -1, true);
   try {
     auto& mr = resource_for(k, bytes);
     stream = gpumem::stream_ref{env().streams[static_cast<std::size_t>(state.thread_index()) % max_threads]};
@@ -131,6 +140,15 @@ GPUMEM_PAIR_BENCH(pool);
 GPUMEM_PAIR_BENCH(binning);
 GPUMEM_PAIR_BENCH(fixed_size);
 GPUMEM_PAIR_BENCH(default_chain);
+
+#define GPUMEM_SYNC_PAIR_BENCH(name)                                        \
+  void BM_##name##_sync(benchmark::State& s) { pair(s, kind::name, true); } \
+  BENCHMARK(BM_##name##_sync)->Apply(sizes)->UseRealTime()->Threads(1);     \
+  BENCHMARK(BM_##name##_sync)->Apply(sizes)->UseRealTime()->Threads(max_threads)
+
+GPUMEM_SYNC_PAIR_BENCH(pool);
+GPUMEM_SYNC_PAIR_BENCH(binning);
+GPUMEM_SYNC_PAIR_BENCH(default_chain);
 
 }  // namespace
 
