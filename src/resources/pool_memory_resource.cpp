@@ -12,6 +12,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 
 namespace gpumem {
 namespace {
@@ -261,7 +262,8 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
       }
     }
     {
-      std::lock_guard growth{growth_mutex()};
+      std::unique_lock<std::mutex> growth;
+      if (char* p = lock_growth_or_take(growth, nullptr, size)) return p;
       // Counted exactly now: threads that saw the same estimate wait here in turn,
       // and after the first one's barrier each would make another for the few
       // blocks freed meanwhile.
@@ -295,10 +297,34 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
     return reclaimed ? take_either(e, size) : nullptr;
   }
 
+  /// Takes growth_mutex() into `lock`. While another thread holds it (a reclaim
+  /// files each thread's frees in that thread's clean shard as it goes; a growth
+  /// files new memory), looks in the list this request is served from first (the
+  /// thread's own clean shard, or the stream's list) between tries, so the request
+  /// goes on as soon as memory reaches it rather than after the rest of the reclaim
+  /// (on an H100 with 16 threads in a cudaMalloc+cudaFree loop, a wait for the lock
+  /// averaged 130-180 us). The looks stop after a few hundred (a growth of many GiB
+  /// can hold the lock for milliseconds: the thread then sleeps on the lock rather
+  /// than spin). Returns such a block (the lock then not taken), or nullptr with
+  /// the lock taken.
+  char* lock_growth_or_take(std::unique_lock<std::mutex>& lock, entry* e, std::size_t size) {
+    constexpr int most_looks = 256;
+    lock = std::unique_lock<std::mutex>{growth_mutex(), std::try_to_lock};
+    for (int i = 0; i < most_looks && !lock.owns_lock(); ++i) {
+      char* const p = e != nullptr ? take(*e, size) : take_from_clean(lists_type::shard_index(), size);
+      if (p != nullptr) return p;
+      std::this_thread::yield();
+      static_cast<void>(lock.try_lock());
+    }
+    if (!lock.owns_lock()) lock.lock();
+    return nullptr;
+  }
+
   /// The miss path. `e`: the stream's entry for a stream-ordered request, nullptr
   /// for a synchronous one (served from the clean list only).
   GPUMEM_COLD char* grow_and_take(entry* e, std::size_t size) {
-    std::lock_guard growth{growth_mutex()};
+    std::unique_lock<std::mutex> growth;
+    if (char* p = lock_growth_or_take(growth, e, size)) return p;
     if (char* p = take_either(e, size)) return p;  // another thread grew or reclaimed meanwhile
     learn_granularity();
 

@@ -183,6 +183,27 @@ TEST(CoalescingFreeList, ShareIntoKeepsTheFrontOfASingleBlock) {
   EXPECT_EQ(to.take_best_fit(63 * cap).ptr, base + MiB);
 }
 
+// A reclaim's batch (add_all) is filed when the list is next used, by whoever uses
+// it. Until then its blocks are free all the same: a block in it is never handed
+// out again unchecked (reissue), a double free in it is dropped when it is filed,
+// and every query sees the batch filed and coalesced.
+TEST(CoalescingFreeList, ABatchIsFiledAtTheNextUseAndCountsAsFreeUntilThen) {
+  alignas(256) static char slab[8 * 256];
+  detail::coalescing_free_list list;
+  list.add({slab, 8 * 256, slab});
+  auto const b = list.take_best_fit(256);  // the block handed out last
+  ASSERT_EQ(b.ptr, slab);
+  list.add_all({{slab, 256, slab}});  // freed elsewhere, reclaimed into this list
+  EXPECT_FALSE(list.reissue(b));      // free again (in the batch): not handed out twice
+  EXPECT_FALSE(list.empty());
+  list.add_all({{slab, 256, slab}});  // the same block again: a double free
+  EXPECT_EQ(list.total_bytes(), 8 * 256U);
+  EXPECT_EQ(list.largest(), 8 * 256U);  // filed: the block joined the rest
+  EXPECT_FALSE(list.insert({slab + 256, 256, slab}));  // the checks see filed blocks
+  EXPECT_EQ(list.take_exact(8 * 256).ptr, slab);
+  EXPECT_TRUE(list.empty());
+}
+
 TEST(CoalescingFreeList, MergeAndRemoveRegions) {
   alignas(256) static char mem[8192];
   detail::coalescing_free_list a;
