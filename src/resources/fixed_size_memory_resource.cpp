@@ -226,7 +226,8 @@ struct fixed_size_memory_resource::impl : detail::stream_ordered_memory_resource
   /// some stream holds a free block that can be ordered or reclaimed. `e`: the
   /// stream's entry, nullptr for a synchronous request (clean blocks only).
   GPUMEM_COLD char* miss(entry* e) {
-    std::lock_guard growth{growth_mutex()};
+    std::unique_lock<std::mutex> growth;
+    if (char* p = lock_growth_or_take(growth, [&] { return e != nullptr ? take(*e) : take_own_clean(); })) return p;
     auto const retry = [&]() -> char* {
       if (e != nullptr) {
         if (char* p = take(*e)) return p;
@@ -307,20 +308,29 @@ struct fixed_size_memory_resource::impl : detail::stream_ordered_memory_resource
   /// (`every_shard`: every one, for a caller about to grow; else those the hint names).
   char* take_clean(bool every_shard) {
     std::size_t const mine = lists_type::shard_index();
+    if (char* p = take_from_clean(mine)) return p;
     std::uint32_t const hint = every_shard ? ~std::uint32_t{0} : lists().clean_hint();
-    for (std::size_t k = 0; k < lists_type::shard_count; ++k) {
+    for (std::size_t k = 1; k < lists_type::shard_count; ++k) {
       std::size_t const i = (mine + k) % lists_type::shard_count;
-      if (k != 0 && (hint & (std::uint32_t{1} << i)) == 0) continue;
-      std::optional<block_ref> b;
-      {
-        entry& e = lists().clean(i);
-        std::lock_guard lock{e.mutex};  // clean shards never defer a free
-        b = e.list.pop();
-        if (b) lists().note_clean(i);
-      }
-      if (b) return hand_out(*b);
+      if ((hint & (std::uint32_t{1} << i)) == 0) continue;
+      if (char* p = take_from_clean(i)) return p;
     }
     return nullptr;
+  }
+
+  /// A block from the calling thread's own clean shard only.
+  char* take_own_clean() { return take_from_clean(lists_type::shard_index()); }
+
+  /// A block from clean shard `i` (clean shards never defer a free), its hint kept.
+  char* take_from_clean(std::size_t i) {
+    std::optional<block_ref> b;
+    {
+      entry& e = lists().clean(i);
+      std::lock_guard lock{e.mutex};
+      b = e.list.pop();
+      if (b) lists().note_clean(i);
+    }
+    return b ? hand_out(*b) : nullptr;
   }
 
   /// A chunk of n blocks from the upstream, filed as clean blocks (grown with

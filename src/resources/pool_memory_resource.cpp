@@ -12,7 +12,6 @@
 #include <mutex>
 #include <optional>
 #include <string>
-#include <thread>
 
 namespace gpumem {
 namespace {
@@ -20,10 +19,14 @@ namespace {
 /// Largest request any pool can accept: align_up of anything larger overflows.
 constexpr std::size_t largest_request = align_down(std::numeric_limits<std::size_t>::max(), allocation_alignment);
 
-/// A synchronous request also reclaims once this many blocks wait, whatever their
-/// size: a loop of small frees then cycles through a few thousand addresses, not
-/// the 32768 of 8 MiB in 256 B blocks, so the lists (and the shim's pointer table)
-/// stay in cache. A barrier per 4096 frees costs the host at most 5 ns a free.
+/// A synchronous request also reclaims once this many blocks wait in its thread's
+/// pending shard, whatever their size: a loop of small frees then cycles through a
+/// few thousand addresses, not the 32768 of 8 MiB in 256 B blocks, so the lists
+/// (and the shim's pointer table) stay in cache. A barrier per 4096 frees costs the
+/// host at most 5 ns a free. Per thread, not over all threads: counted over all
+/// of them, 16 threads freeing 256 B blocks each cycled through 256 and met at a
+/// barrier every 256 pairs (on an H100, in-process, 16 threads made fewer pairs a
+/// second than one). A miss still reclaims once 4096 blocks wait in all.
 constexpr std::size_t reclaim_block_count = 4096;
 /// Growth beyond the request: 1/64 of the pool, at most 32 MiB. Sized to the request
 /// first (measured on a PyTorch MLP: 1/16 of the pool per step left 20% of the pool
@@ -94,9 +97,10 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
       // a split clean block (a training step frees and allocates the same shapes):
       // splitting meanwhile fragments the pool (measured on a PyTorch transformer
       // with varying shapes: 2.2x its live memory instead of 1.7x).
-      // The estimate: one cache line, not one per shard (pending_estimate()).
+      // The bytes from the estimate (one cache line, not one per shard:
+      // pending_estimate()), the blocks from the thread's own shard.
       auto const pending = lists().pending_estimate();
-      if (worth_reclaiming(pending.bytes, size, pending.blocks)) return reclaim_then_take(size);
+      if (worth_reclaiming(pending.bytes, size, lists().pending_blocks_here())) return reclaim_then_take(size);
       if (char* p = take_clean(size, /*every_shard=*/false)) return p;  // the synchronous hot path
       return grow_and_take(nullptr, size);
     }
@@ -263,12 +267,13 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
     }
     {
       std::unique_lock<std::mutex> growth;
-      if (char* p = lock_growth_or_take(growth, nullptr, size)) return p;
+      if (char* p = lock_growth_or_take(growth, [&] { return take_from_clean(lists_type::shard_index(), size); })) {
+        return p;
+      }
       // Counted exactly now: threads that saw the same estimate wait here in turn,
       // and after the first one's barrier each would make another for the few
       // blocks freed meanwhile.
-      auto const pending = lists().pending();
-      if (worth_reclaiming(pending.bytes, size, pending.blocks)) {
+      if (worth_reclaiming(lists().pending_bytes(), size, lists().pending_blocks_here())) {
         if (char* p = reclaim_and_take(nullptr, size)) return p;
       } else if (char* p = take_either(nullptr, size)) {
         return p;
@@ -297,34 +302,14 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
     return reclaimed ? take_either(e, size) : nullptr;
   }
 
-  /// Takes growth_mutex() into `lock`. While another thread holds it (a reclaim
-  /// files each thread's frees in that thread's clean shard as it goes; a growth
-  /// files new memory), looks in the list this request is served from first (the
-  /// thread's own clean shard, or the stream's list) between tries, so the request
-  /// goes on as soon as memory reaches it rather than after the rest of the reclaim
-  /// (on an H100 with 16 threads in a cudaMalloc+cudaFree loop, a wait for the lock
-  /// averaged 130-180 us). The looks stop after a few hundred (a growth of many GiB
-  /// can hold the lock for milliseconds: the thread then sleeps on the lock rather
-  /// than spin). Returns such a block (the lock then not taken), or nullptr with
-  /// the lock taken.
-  char* lock_growth_or_take(std::unique_lock<std::mutex>& lock, entry* e, std::size_t size) {
-    constexpr int most_looks = 256;
-    lock = std::unique_lock<std::mutex>{growth_mutex(), std::try_to_lock};
-    for (int i = 0; i < most_looks && !lock.owns_lock(); ++i) {
-      char* const p = e != nullptr ? take(*e, size) : take_from_clean(lists_type::shard_index(), size);
-      if (p != nullptr) return p;
-      std::this_thread::yield();
-      static_cast<void>(lock.try_lock());
-    }
-    if (!lock.owns_lock()) lock.lock();
-    return nullptr;
-  }
-
   /// The miss path. `e`: the stream's entry for a stream-ordered request, nullptr
   /// for a synchronous one (served from the clean list only).
   GPUMEM_COLD char* grow_and_take(entry* e, std::size_t size) {
     std::unique_lock<std::mutex> growth;
-    if (char* p = lock_growth_or_take(growth, e, size)) return p;
+    if (char* p = lock_growth_or_take(
+            growth, [&] { return e != nullptr ? take(*e, size) : take_from_clean(lists_type::shard_index(), size); })) {
+      return p;
+    }
     if (char* p = take_either(e, size)) return p;  // another thread grew or reclaimed meanwhile
     learn_granularity();
 

@@ -198,7 +198,7 @@ TEST(CoalescingFreeList, ABatchIsFiledAtTheNextUseAndCountsAsFreeUntilThen) {
   EXPECT_FALSE(list.empty());
   list.add_all({{slab, 256, slab}});  // the same block again: a double free
   EXPECT_EQ(list.total_bytes(), 8 * 256U);
-  EXPECT_EQ(list.largest(), 8 * 256U);  // filed: the block joined the rest
+  EXPECT_EQ(list.largest(), 8 * 256U);                 // filed: the block joined the rest
   EXPECT_FALSE(list.insert({slab + 256, 256, slab}));  // the checks see filed blocks
   EXPECT_EQ(list.take_exact(8 * 256).ptr, slab);
   EXPECT_TRUE(list.empty());
