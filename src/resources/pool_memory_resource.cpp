@@ -19,14 +19,13 @@ namespace {
 /// Largest request any pool can accept: align_up of anything larger overflows.
 constexpr std::size_t largest_request = align_down(std::numeric_limits<std::size_t>::max(), allocation_alignment);
 
-/// A synchronous request also reclaims once this many blocks wait in its thread's
-/// pending shard, whatever their size: a loop of small frees then cycles through a
-/// few thousand addresses, not the 32768 of 8 MiB in 256 B blocks, so the lists
-/// (and the shim's pointer table) stay in cache. A barrier per 4096 frees costs the
-/// host at most 5 ns a free. Per thread, not over all threads: counted over all
-/// of them, 16 threads freeing 256 B blocks each cycled through 256 and met at a
-/// barrier every 256 pairs (on an H100, in-process, 16 threads made fewer pairs a
-/// second than one). A miss still reclaims once 4096 blocks wait in all.
+/// A synchronous request also reclaims once this many blocks wait, whatever their
+/// size: a loop of small frees then cycles through a few thousand addresses, not
+/// the 32768 of 8 MiB in 256 B blocks, so the lists (and the shim's pointer table)
+/// stay in cache. A barrier per 4096 frees costs the host at most 5 ns a free.
+/// Counted over all threads: counting each thread's own (16 threads then held up
+/// to 16 times as many blocks waiting) made no difference to 16 threads' pair rate
+/// on an H100, in-process or through the shim.
 constexpr std::size_t reclaim_block_count = 4096;
 /// Growth beyond the request: 1/64 of the pool, at most 32 MiB. Sized to the request
 /// first (measured on a PyTorch MLP: 1/16 of the pool per step left 20% of the pool
@@ -97,10 +96,9 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
       // a split clean block (a training step frees and allocates the same shapes):
       // splitting meanwhile fragments the pool (measured on a PyTorch transformer
       // with varying shapes: 2.2x its live memory instead of 1.7x).
-      // The bytes from the estimate (one cache line, not one per shard:
-      // pending_estimate()), the blocks from the thread's own shard.
+      // The estimate: one cache line, not one per shard (pending_estimate()).
       auto const pending = lists().pending_estimate();
-      if (worth_reclaiming(pending.bytes, size, lists().pending_blocks_here())) return reclaim_then_take(size);
+      if (worth_reclaiming(pending.bytes, size, pending.blocks)) return reclaim_then_take(size);
       if (char* p = take_clean(size, /*every_shard=*/false)) return p;  // the synchronous hot path
       return grow_and_take(nullptr, size);
     }
@@ -273,7 +271,8 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
       // Counted exactly now: threads that saw the same estimate wait here in turn,
       // and after the first one's barrier each would make another for the few
       // blocks freed meanwhile.
-      if (worth_reclaiming(lists().pending_bytes(), size, lists().pending_blocks_here())) {
+      auto const pending = lists().pending();
+      if (worth_reclaiming(pending.bytes, size, pending.blocks)) {
         if (char* p = reclaim_and_take(nullptr, size)) return p;
       } else if (char* p = take_either(nullptr, size)) {
         return p;

@@ -437,11 +437,6 @@ class stream_free_lists {
   }
   [[nodiscard]] std::size_t pending_bytes() const noexcept { return pending().bytes; }
   [[nodiscard]] std::size_t pending_blocks() const noexcept { return pending().blocks; }
-  /// Blocks waiting in the calling thread's pending shard (one load of a line
-  /// only this thread's frees write, unless threads share the shard).
-  [[nodiscard]] std::size_t pending_blocks_here() const noexcept {
-    return pending_shards_[shard_index()].blocks_n.load(std::memory_order_relaxed);
-  }
   /// pending() for a hot path: two loads of one cache line, which the shards
   /// write only once per publish_bytes or publish_blocks freed into them. At most
   /// the exact totals, and short of them by less than that much per shard.
