@@ -208,7 +208,7 @@ struct fixed_size_memory_resource::impl : detail::stream_ordered_memory_resource
     if (!sync) {
       if (char* p = take(*lists().borrow(s))) return p;
     }
-    if (char* p = take_clean(/*every_shard=*/false)) return p;
+    if (char* p = take_clean(lists_type::shards::hinted)) return p;
     if (sync) return miss(nullptr);
     auto const e = lists().get(s);  // owned from here: growing calls the upstream
     if (lists().gather_spares_into(*e, block_size)) {
@@ -227,12 +227,14 @@ struct fixed_size_memory_resource::impl : detail::stream_ordered_memory_resource
   /// stream's entry, nullptr for a synchronous request (clean blocks only).
   GPUMEM_COLD char* miss(entry* e) {
     std::unique_lock<std::mutex> growth;
-    if (char* p = lock_growth_or_take(growth, [&] { return e != nullptr ? take(*e) : take_own_clean(); })) return p;
+    if (char* p = lock_growth_or_take(growth,
+                                      [&] { return e != nullptr ? take(*e) : take_clean(lists_type::shards::own); }))
+      return p;
     auto const retry = [&]() -> char* {
       if (e != nullptr) {
         if (char* p = take(*e)) return p;
       }
-      return take_clean(/*every_shard=*/true);
+      return take_clean(lists_type::shards::every);
     };
     if (char* p = retry()) return p;  // another thread grew or reclaimed meanwhile
     if (e != nullptr && lists().gather_spares_into(*e, block_size)) {
@@ -304,32 +306,9 @@ struct fixed_size_memory_resource::impl : detail::stream_ordered_memory_resource
     return b.ptr;
   }
 
-  /// A block from the clean shards: the calling thread's own, then the others
-  /// (`every_shard`: every one, for a caller about to grow; else those the hint names).
-  char* take_clean(bool every_shard) {
-    std::size_t const mine = lists_type::shard_index();
-    if (char* p = take_from_clean(mine)) return p;
-    std::uint32_t const hint = every_shard ? ~std::uint32_t{0} : lists().clean_hint();
-    for (std::size_t k = 1; k < lists_type::shard_count; ++k) {
-      std::size_t const i = (mine + k) % lists_type::shard_count;
-      if ((hint & (std::uint32_t{1} << i)) == 0) continue;
-      if (char* p = take_from_clean(i)) return p;
-    }
-    return nullptr;
-  }
-
-  /// A block from the calling thread's own clean shard only.
-  char* take_own_clean() { return take_from_clean(lists_type::shard_index()); }
-
-  /// A block from clean shard `i` (clean shards never defer a free), its hint kept.
-  char* take_from_clean(std::size_t i) {
-    std::optional<block_ref> b;
-    {
-      entry& e = lists().clean(i);
-      std::lock_guard lock{e.mutex};
-      b = e.list.pop();
-      if (b) lists().note_clean(i);
-    }
+  /// A block from the clean shards: the calling thread's own, then the others `which` names.
+  char* take_clean(lists_type::shards which) {
+    auto const b = lists().take_clean(which, [](block_stack& l) { return l.pop(); });
     return b ? hand_out(*b) : nullptr;
   }
 

@@ -99,7 +99,7 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
       // The estimate: one cache line, not one per shard (pending_estimate()).
       auto const pending = lists().pending_estimate();
       if (worth_reclaiming(pending.bytes, size, pending.blocks)) return reclaim_then_take(size);
-      if (char* p = take_clean(size, /*every_shard=*/false)) return p;  // the synchronous hot path
+      if (char* p = take_clean(size, lists_type::shards::hinted)) return p;  // the synchronous hot path
       return grow_and_take(nullptr, size);
     }
     if (char* p = take(*lists().borrow(s), size)) return p;  // the stream-ordered hot path: no refcount traffic
@@ -165,63 +165,23 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
   char* adopt_clean(entry& e, std::size_t size, bool counted_move) {
     std::optional<lists_type::move_scope> moving;
     if (counted_move) moving.emplace(lists());
-    std::size_t const mine = lists_type::shard_index();
-    std::uint32_t const hint = lists().clean_hint();
-    for (std::size_t k = 0; k < lists_type::shard_count; ++k) {
-      std::size_t const i = (mine + k) % lists_type::shard_count;
-      if (k != 0 && counted_move && (hint & (std::uint32_t{1} << i)) == 0) continue;
-      detail::free_block b;
-      {
-        auto& clean = lists().clean(i);
-        std::lock_guard lock{clean};
-        b = clean.list.take_whole_best_fit(size);
-        if (b) lists().note_clean(i);
-      }
-      if (b) return serve_whole(e, b, size);
-    }
-    return nullptr;
+    auto const b = lists().take_clean(counted_move ? lists_type::shards::hinted : lists_type::shards::every,
+                                      [&](detail::coalescing_free_list& l) { return l.take_whole_best_fit(size); });
+    return b ? serve_whole(e, b, size) : nullptr;
   }
 
   /// A synchronous request's block from the clean shards: best fit in the calling
-  /// thread's own, then in the others (split there: the rest stays with that
-  /// shard). `every_shard`: walk every other shard (a caller about to grow, which
-  /// must not miss memory), not only those the hint names.
-  char* take_clean(std::size_t size, bool every_shard) {
-    std::size_t const mine = lists_type::shard_index();
-    if (char* p = take_from_clean(mine, size)) return p;
-    return take_other_clean(mine, size, every_shard);
-  }
-
-  GPUMEM_COLD char* take_other_clean(std::size_t mine, std::size_t size, bool every_shard) {
-    std::uint32_t const hint = lists().clean_hint();
-    for (std::size_t k = 1; k < lists_type::shard_count; ++k) {
-      std::size_t const i = (mine + k) % lists_type::shard_count;
-      if (!every_shard && (hint & (std::uint32_t{1} << i)) == 0) continue;
-      if (char* p = take_from_clean(i, size)) return p;
-    }
-    return nullptr;
-  }
-
-  /// Best fit from clean shard `i` (clean shards never defer a free), its hint kept.
-  char* take_from_clean(std::size_t i, std::size_t size) {
-    auto& clean = lists().clean(i);
-    std::lock_guard lock{clean.mutex};
-    char* const p = clean.list.take_best_fit(size).ptr;
-    if (p != nullptr) lists().note_clean(i);
-    return p;
+  /// thread's own, then in the others `which` names (split there: the rest stays
+  /// with that shard).
+  char* take_clean(std::size_t size, lists_type::shards which) {
+    return lists().take_clean(which, [&](detail::coalescing_free_list& l) { return l.take_best_fit(size); }).ptr;
   }
 
   /// When the clean shards hold `size` bytes between them but none has a block
   /// that large: joins them in the calling thread's shard, where neighbours
   /// coalesce, and takes from there. Caller holds growth_mutex().
   char* join_clean_and_take(entry* e, std::size_t size) {
-    std::size_t total = 0;
-    for (std::size_t i = 0; i < lists_type::shard_count; ++i) {
-      auto& clean = lists().clean(i);
-      std::lock_guard lock{clean.mutex};
-      total += clean.list.free_bytes();
-    }
-    if (total < size || lists().join_clean_into(lists_type::shard_index()) == 0) return nullptr;
+    if (lists().join_clean_into(lists_type::shard_index(), size) == 0) return nullptr;
     return take_either(e, size);
   }
 
@@ -239,7 +199,7 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
   /// stream-ordered request; from the clean list for a synchronous one (e == nullptr).
   /// Caller holds growth_mutex().
   char* take_either(entry* e, std::size_t size) {
-    if (e == nullptr) return take_clean(size, /*every_shard=*/true);
+    if (e == nullptr) return take_clean(size, lists_type::shards::every);
     if (char* p = take(*e, size)) return p;
     return adopt_clean(*e, size, /*counted_move=*/false);
   }
@@ -254,20 +214,11 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
   /// A synchronous request while freed memory waits: an exact fit if the thread's
   /// clean shard has one, else reclaim first and take the best fit of everything.
   GPUMEM_COLD char* reclaim_then_take(std::size_t size) {
-    {
-      std::size_t const mine = lists_type::shard_index();
-      auto& clean = lists().clean(mine);
-      std::lock_guard lock{clean};
-      if (auto b = clean.list.take_exact(size)) {
-        lists().note_clean(mine);
-        return b.ptr;
-      }
-    }
+    auto const exact = [&](detail::coalescing_free_list& l) { return l.take_exact(size); };
+    if (auto b = lists().take_clean(lists_type::shards::own, exact)) return b.ptr;
     {
       std::unique_lock<std::mutex> growth;
-      if (char* p = lock_growth_or_take(growth, [&] { return take_from_clean(lists_type::shard_index(), size); })) {
-        return p;
-      }
+      if (char* p = lock_growth_or_take(growth, [&] { return take_clean(size, lists_type::shards::own); })) return p;
       // Counted exactly now: threads that saw the same estimate wait here in turn,
       // and after the first one's barrier each would make another for the few
       // blocks freed meanwhile.
@@ -306,7 +257,7 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
   GPUMEM_COLD char* grow_and_take(entry* e, std::size_t size) {
     std::unique_lock<std::mutex> growth;
     if (char* p = lock_growth_or_take(
-            growth, [&] { return e != nullptr ? take(*e, size) : take_from_clean(lists_type::shard_index(), size); })) {
+            growth, [&] { return e != nullptr ? take(*e, size) : take_clean(size, lists_type::shards::own); })) {
       return p;
     }
     if (char* p = take_either(e, size)) return p;  // another thread grew or reclaimed meanwhile

@@ -253,7 +253,7 @@ TEST_F(Reclamation, AReclaimFilesEachThreadsFreesInItsOwnCleanShard) {
   EXPECT_EQ(lists.clean(theirs).list.free_bytes(), 4 * KiB);
   EXPECT_EQ(lists.clean_hint(), (1U << mine) | (1U << theirs));
   // Neighbours in two shards do not coalesce until the shards are joined.
-  EXPECT_EQ(lists.join_clean_into(mine), 4 * KiB);
+  EXPECT_EQ(lists.join_clean_into(mine, 0), 4 * KiB);
   EXPECT_EQ(lists.clean(mine).list.largest(), 8 * KiB);
   EXPECT_TRUE(lists.clean(theirs).list.empty());
   EXPECT_EQ(lists.clean_hint(), 1U << mine);

@@ -386,14 +386,48 @@ class stream_free_lists {
     }
   }
 
+  /// Which clean shards take_clean() looks in after the calling thread's own.
+  enum class shards {
+    own,     ///< none
+    hinted,  ///< those clean_hint() names
+    every    ///< all of them: for a caller about to grow, which must not miss memory
+  };
+
+  /// Calls take(List&) on the calling thread's clean shard, then on the others
+  /// `which` names, each under its lock, until one returns something (a result
+  /// that converts to true); keeps the hint. Returns that result, or an empty one.
+  template <class Take>
+  auto take_clean(shards which, Take&& take) -> decltype(take(std::declval<List&>())) {
+    std::size_t const mine = shard_index();
+    std::uint32_t const hint = which == shards::every ? ~std::uint32_t{0} : clean_hint();
+    std::size_t const looks = which == shards::own ? 1 : shard_count;
+    for (std::size_t k = 0; k < looks; ++k) {
+      std::size_t const i = (mine + k) % shard_count;
+      if (k != 0 && (hint & (std::uint32_t{1} << i)) == 0) continue;
+      entry& e = *clean_[i];
+      std::lock_guard lock{e.mutex};  // clean shards never defer a free: nothing to settle
+      if (auto got = take(e.list)) {
+        note_clean(i);
+        return got;
+      }
+    }
+    return {};
+  }
+
   /// Moves every other clean shard's memory into shard `into`, where neighbours
-  /// coalesce: for a request none of the shards can serve alone. The caller holds
+  /// coalesce: for a request none of the shards can serve alone. Nothing moves
+  /// unless the shards hold at least `needed` bytes together. The caller holds
   /// the owner's growth mutex (so the move is not counted: see moves()). Takes the
   /// shards' locks in index order (lock order: the clean shards come first among
   /// the entries). Returns the bytes moved.
-  std::size_t join_clean_into(std::size_t into) {
+  std::size_t join_clean_into(std::size_t into, std::size_t needed) {
     std::array<std::unique_lock<entry>, shard_count> locks;
-    for (std::size_t i = 0; i < shard_count; ++i) locks[i] = std::unique_lock<entry>{*clean_[i]};
+    std::size_t total = 0;
+    for (std::size_t i = 0; i < shard_count; ++i) {
+      locks[i] = std::unique_lock<entry>{*clean_[i]};
+      total += clean_[i]->list.free_bytes();
+    }
+    if (total < needed) return 0;
     std::size_t moved = 0;
     for (std::size_t i = 0; i < shard_count; ++i) {
       if (i == into || clean_[i]->list.empty()) continue;
