@@ -10,7 +10,10 @@
 // bytes. Stream: "0" for null, else 0x-hex. Device: ordinal, -1 unknown. Entry:
 // the intercepted entry point, or allocate/free for library calls. TimeNs:
 // CLOCK_REALTIME ns (absolute: comparable across processes and ranks).
-// DurationNs: time the upstream call took. Result: CUDA_SUCCESS or the error name.
+// DurationNs: time the call took; empty when it was not measured (the shim
+// measures a call only if it reached the driver or waited: detail/slow_work.hpp;
+// a call served from gpumem's free lists takes well under a microsecond).
+// Result: CUDA_SUCCESS or the error name.
 // Reserved: bytes the writer's resource chain held from the device after the
 // event, decimal; empty when unknown (logging_resource_adaptor leaves it empty).
 // Stack: the id (hex, no 0x) of the calling stack in the stack table written
@@ -147,6 +150,9 @@ enum class log_action : std::uint8_t { allocate, allocate_failure, free };
 
 /// One event, as format_row() writes it.
 struct log_row {
+  /// duration_ns of a call whose duration was not measured.
+  static constexpr std::uint64_t unmeasured = ~std::uint64_t{0};
+
   std::uint64_t thread_id{};
   std::int64_t time_ns{};       ///< CLOCK_REALTIME
   std::int32_t utc_offset_s{};  ///< local time = time_ns + offset (Time column)
@@ -158,8 +164,8 @@ struct log_row {
   /// nullptr: "allocate"/"free" from the action. A string that never changes (a
   /// literal): format_row remembers its sanitized text by address.
   const char* entry{};
-  std::uint64_t duration_ns{};
-  const char* result{};       ///< nullptr: "CUDA_SUCCESS"
+  std::uint64_t duration_ns{};  ///< log_row::unmeasured: empty DurationNs
+  const char* result{};         ///< nullptr: "CUDA_SUCCESS"
   std::int64_t reserved{-1};  ///< Reserved column; negative: unknown (empty)
   std::uint64_t stack{};      ///< Stack column; 0: none (empty)
 };

@@ -77,7 +77,7 @@
 // Not queued (push() answers false and the caller writes the row directly): in
 // a forked child (the ring is the parent's), after close() or exit, once the
 // journal was found truncated, rows whose
-// fields do not fit a record (a duration over 2^32 ns, or 2^32 counter ticks, about
+// fields do not fit a record (a duration of 2^32 - 1 ns or more, or as many counter ticks, about
 // 1.4 s at 3 GHz, for a row pushed in ticks; a thread id of 2^32 - 1 or more; a device past 127, more
 // than 255 distinct names or one of 64 characters or more). Such a row may reach
 // the log ahead of rows queued before it.
@@ -123,8 +123,10 @@ class row_journal {
   /// (detail::log_ticks()); row.time_ns and row.duration_ns are not read. The
   /// conversion to the wall clock is left to the formatter (one anchor per
   /// batch, kept in the journal for recovery): the calling thread only stores
-  /// the two counter values. False also for an event longer than 2^32 ticks.
+  /// the two counter values. False also for an event of 2^32 - 1 ticks or longer.
   [[nodiscard]] bool push(log_row const& row, std::uint64_t start_ticks, std::uint64_t end_ticks) noexcept;
+  /// The same for a row whose duration was not measured (log_row::unmeasured).
+  [[nodiscard]] bool push(log_row const& row, std::uint64_t start_ticks) noexcept;
 
   /// Formats every queued row into the log now, then queues no more, stops the
   /// helper and removes the journal file. Idempotent.

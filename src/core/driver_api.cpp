@@ -1,5 +1,6 @@
 #include <gpumem/detail/driver_api.hpp>
 #include <gpumem/detail/real_dlsym.hpp>
+#include <gpumem/detail/slow_work.hpp>
 
 #include <dlfcn.h>
 
@@ -10,6 +11,21 @@ namespace {
 
 #define GPUMEM_STR2(x) #x
 #define GPUMEM_STR(x) GPUMEM_STR2(x)
+
+// The functions as libcuda exports them; driver() hands out counted_call wrappers.
+constinit driver_api g_raw{};
+
+// Each driver call gpumem makes counts as slow work (slow_work.hpp) before it goes
+// to libcuda: one thread-local increment on a path that costs hundreds of ns.
+template <auto Member, class Fn>
+struct counted_call;
+template <auto Member, class R, class... A>
+struct counted_call<Member, R (*)(A...)> {
+  static R call(A... a) {
+    note_slow_work();
+    return (g_raw.*Member)(a...);
+  }
+};
 
 driver_api load() noexcept {
   driver_api api{};
@@ -26,10 +42,15 @@ driver_api load() noexcept {
     api.init_result = CUDA_ERROR_NOT_INITIALIZED;
     return api;
   }
-#define GPUMEM_DRIVER_LOAD(name) api.name = reinterpret_cast<decltype(api.name)>(sym(h, GPUMEM_STR(name)));
+  // An entry the driver lacks stays null in both tables (callers check).
+#define GPUMEM_DRIVER_LOAD(name)                                                          \
+  g_raw.name = reinterpret_cast<decltype(api.name)>(sym(h, GPUMEM_STR(name)));            \
+  api.name = g_raw.name != nullptr ? &counted_call<&driver_api::name, decltype(api.name)>::call : nullptr;
   GPUMEM_DRIVER_FUNCTIONS(GPUMEM_DRIVER_LOAD)
 #undef GPUMEM_DRIVER_LOAD
+  g_raw.handle = h;
   api.init_result = api.cuInit != nullptr ? api.cuInit(0) : CUDA_ERROR_NOT_INITIALIZED;
+  g_raw.init_result = api.init_result;
   return api;
 }
 

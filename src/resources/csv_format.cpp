@@ -350,7 +350,7 @@ std::size_t format_row(char* out, log_row const& row) noexcept {
     o = put_i64(o, row.time_ns);
   }
   *o++ = ',';
-  o = put_small_u64(o, row.duration_ns);
+  if (row.duration_ns != log_row::unmeasured) o = put_small_u64(o, row.duration_ns);
   *o++ = ',';
   o = row.result != nullptr ? put_name(o, row.result) : put_text(o, "CUDA_SUCCESS");
   *o++ = ',';

@@ -70,6 +70,8 @@ constexpr std::uint64_t void_thread = 0xffff'ffff;  // a stamp's thread id: no r
 // record::action's top bit: time_ns and duration_ns hold log_ticks() values
 // (the start, and the ticks elapsed), converted when the record is formatted.
 constexpr std::uint8_t action_in_ticks = 0x80;
+// record::duration_ns of a row whose duration was not measured (log_row::unmeasured).
+constexpr std::uint32_t unmeasured_duration = 0xffff'ffff;
 
 std::int64_t now_ns() noexcept {
   timespec ts{};
@@ -149,10 +151,12 @@ namespace {
 template <class Names>
 log_row row_of(row_journal::record const& r, std::uint64_t stamp, Names const& names,
                detail::tick_anchor const& anchor) noexcept {
+  bool const measured = r.duration_ns != unmeasured_duration;
   detail::row_time when{r.time_ns, r.duration_ns};
   if ((r.action & action_in_ticks) != 0) {
-    when = detail::to_row_time(anchor, static_cast<std::uint64_t>(r.time_ns), r.duration_ns);
+    when = detail::to_row_time(anchor, static_cast<std::uint64_t>(r.time_ns), measured ? r.duration_ns : 0);
   }
+  if (!measured) when.duration_ns = log_row::unmeasured;
   return log_row{.thread_id = stamp & 0xffff'ffffU,
                  .time_ns = when.start_ns,
                  .utc_offset_s = detail::local_utc_offset(when.start_ns),
@@ -261,7 +265,8 @@ std::uint8_t row_journal::name_index(const char* name) noexcept {
 }
 
 bool row_journal::push(log_row const& row) noexcept {
-  if (row.duration_ns > UINT32_MAX) [[unlikely]]
+  if (row.duration_ns == log_row::unmeasured) return push_record(row, row.time_ns, unmeasured_duration, 0);
+  if (row.duration_ns >= unmeasured_duration) [[unlikely]]
     return false;
   return push_record(row, row.time_ns, static_cast<std::uint32_t>(row.duration_ns), 0);
 }
@@ -269,9 +274,13 @@ bool row_journal::push(log_row const& row) noexcept {
 bool row_journal::push(log_row const& row, std::uint64_t start_ticks, std::uint64_t end_ticks) noexcept {
   // Backwards (another core's counter, a hair behind): duration 0, as log_row_time gives.
   std::uint64_t const elapsed = end_ticks > start_ticks ? end_ticks - start_ticks : 0;
-  if (elapsed > UINT32_MAX) [[unlikely]]
+  if (elapsed >= unmeasured_duration) [[unlikely]]
     return false;
   return push_record(row, static_cast<std::int64_t>(start_ticks), static_cast<std::uint32_t>(elapsed), action_in_ticks);
+}
+
+bool row_journal::push(log_row const& row, std::uint64_t start_ticks) noexcept {
+  return push_record(row, static_cast<std::int64_t>(start_ticks), unmeasured_duration, action_in_ticks);
 }
 
 bool row_journal::push_record(log_row const& row, std::int64_t time, std::uint32_t duration,

@@ -60,7 +60,7 @@ void* as_pointer(CUmemGenericAllocationHandle h) noexcept {
   return reinterpret_cast<void*>(static_cast<std::uintptr_t>(h));
 }
 
-CUresult failed(std::size_t bytes, int device, std::int64_t start, CUresult r) noexcept {
+CUresult failed(std::size_t bytes, int device, event_start start, CUresult r) noexcept {
   state().stats.failed_allocations.add();
   log_event(event{log_action::allocate_failure, nullptr, bytes, nullptr, device, "cuMemCreate", start, r});
   return r;
@@ -129,6 +129,7 @@ CUresult create_tracked(CUmemGenericAllocationHandle* handle, std::size_t bytes,
     return failed(bytes, dev, start, CUDA_ERROR_OUT_OF_MEMORY);
   }
   CUresult r = f(handle, bytes, prop, flags);
+  detail::note_slow_work();  // CUDA's own call: its row is timed
   if (r == CUDA_ERROR_OUT_OF_MEMORY && c != nullptr) {
     // What the pool caches may be what fills the device: given back, one more try.
     try {
@@ -168,6 +169,7 @@ CUresult release_tracked(CUmemGenericAllocationHandle handle) noexcept {
     }
   }
   CUresult const result = f(handle);
+  detail::note_slow_work();  // CUDA's own call: its row is timed
   if (!c) return result;  // not one we saw created: CUDA's answer alone
   std::lock_guard lock{t.mtx};
   if (result != CUDA_SUCCESS) {

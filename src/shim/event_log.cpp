@@ -186,8 +186,14 @@ std::uint64_t stack_lines_lost() noexcept {
 
 void record_event(event const& e) noexcept {
   unsigned const needs = event_needs_now();
+  bool const row_wanted = (needs & needs_row) != 0;
+  // The end first (the stack walk and the row's own work are not the call's), and
+  // only for a call that may have taken long: one served from the free lists did
+  // no slow work and leaves DurationNs empty (detail/slow_work.hpp).
+  bool const measured = row_wanted && detail::slow_work_count() != e.start.slow_work;
+  std::uint64_t const end = measured ? detail::log_ticks() : 0;
   stack_ref const stack = (needs & needs_stack) != 0 ? note_call_site(e) : stack_ref{};
-  if ((needs & needs_row) == 0) return;
+  if (!row_wanted) return;
   log_sink* const sink = sink_for(e.device);
   if (sink == nullptr) return;
   csv_log_writer* const w = sink->log.get();
@@ -201,8 +207,7 @@ void record_event(event const& e) noexcept {
     // Before the row: a row never refers to a stack its stack file lacks.
     write_stack_once(stack, *sink->stacks, sink->index);
   }
-  auto const start = static_cast<std::uint64_t>(e.start);
-  std::uint64_t const end = detail::log_ticks();
+  std::uint64_t const start = e.start.ticks;
   log_row row{.thread_id = detail::os_thread_id(),
               .action = e.action,
               .pointer = e.pointer,
@@ -210,15 +215,22 @@ void record_event(event const& e) noexcept {
               .stream = reinterpret_cast<std::uintptr_t>(e.stream),
               .device = e.device,
               .entry = e.entry,
+              .duration_ns = log_row::unmeasured,
               .result = e.result == CUDA_SUCCESS ? nullptr : result_name(e.result),
               .reserved = reserved_bytes(e.device),
               .stack = stack.id};
-  // Queued: the two counter values; the helper converts them to the wall clock.
-  if (sink->queue != nullptr && sink->queue->push(row, start, end)) return;
-  auto const when = detail::log_row_time(start, end);
-  row.time_ns = when.start_ns;
-  row.utc_offset_s = detail::local_utc_offset(when.start_ns);
-  row.duration_ns = when.duration_ns;
+  // Queued: the counter values alone; the helper converts them to the wall clock.
+  if (sink->queue != nullptr && (measured ? sink->queue->push(row, start, end) : sink->queue->push(row, start))) {
+    return;
+  }
+  if (measured) {
+    auto const when = detail::log_row_time(start, end);
+    row.time_ns = when.start_ns;
+    row.duration_ns = when.duration_ns;
+  } else {
+    row.time_ns = detail::log_time_ns(start);
+  }
+  row.utc_offset_s = detail::local_utc_offset(row.time_ns);
   w->write(row);
 }
 

@@ -10,11 +10,15 @@
 // moves to "<path>.<pid>" when another process holds the path, and reports
 // dropped rows and truncation through message().
 //
-// Cost per row: two cycle-counter reads (event_clock() at entry, one at the end;
-// detail::log_clock), the formatting and one compare-and-swap; no clock_gettime
-// except once a millisecond per thread. With settings.log_queue the formatting
-// and the copy move to a helper thread: the row is a 64-byte record in the log's
-// journal (row_journal.hpp).
+// Cost per row: one cycle-counter read at entry (event_clock(); detail::log_clock),
+// the formatting and one compare-and-swap; no clock_gettime except once a
+// millisecond per thread. The counter is read again at the end, for DurationNs,
+// only when the call did something that may take long (a driver call, a wait for
+// another thread, the pool's slow path: detail/slow_work.hpp); a call served from
+// gpumem's free lists leaves DurationNs empty. On an H100 host a counter read costs
+// 20-30 ns, about as much as the pool's whole allocate+free pair. With
+// settings.log_queue the formatting and the copy move to a helper thread: the row
+// is a 64-byte record in the log's journal (row_journal.hpp).
 //
 // Stacks (settings.stacks > 0): the stack of an event is written to "<log>.stacks"
 // (stack_file.hpp) before the row that refers to it.
@@ -24,6 +28,7 @@
 #include <gpumem/config/settings.hpp>
 #include <gpumem/csv_log_writer.hpp>
 #include <gpumem/detail/log_clock.hpp>
+#include <gpumem/detail/slow_work.hpp>
 
 #include <cuda.h>
 
@@ -34,6 +39,13 @@
 
 namespace gpumem::shim {
 
+/// When an event started (event_clock()): the log's counter, and the thread's
+/// slow-work count then, so the end knows whether the call is worth timing.
+struct event_start {
+  std::uint64_t ticks = 0;  ///< detail::log_ticks(); 0 when logging is off
+  std::uint32_t slow_work = 0;
+};
+
 struct event {
   log_action action = log_action::allocate;
   void const* pointer = nullptr;
@@ -41,7 +53,7 @@ struct event {
   CUstream stream = nullptr;
   int device = -1;
   const char* entry = nullptr;
-  std::int64_t start = 0;  ///< event_clock() at entry (log ticks, not ns)
+  event_start start{};  ///< event_clock() at entry
   CUresult result = CUDA_SUCCESS;
 };
 
@@ -58,9 +70,10 @@ extern std::atomic<unsigned> g_event_needs;  ///< 0 until decided
 
 /// Whether a log file is configured (read once).
 [[nodiscard]] inline bool logging_enabled() noexcept { return (event_needs_now() & needs_row) != 0; }
-/// Start stamp for an event (detail::log_ticks()): 0, no clock read, when logging is off.
-[[nodiscard]] inline std::int64_t event_clock() noexcept {
-  return logging_enabled() ? static_cast<std::int64_t>(detail::log_ticks()) : 0;
+/// Start stamp for an event: nothing read when logging is off.
+[[nodiscard]] inline event_start event_clock() noexcept {
+  if (!logging_enabled()) return {};
+  return {detail::log_ticks(), detail::slow_work_count()};
 }
 /// log_event's work: the stack, then the row.
 void record_event(event const& e) noexcept;

@@ -83,7 +83,7 @@ cudaError_t answered(const char* entry, CUresult r, Fn replay, Args... args) noe
 // Registers what the runtime allocated when it did so without our driver hook
 // seeing it (insert_if_absent: counted once either way).
 void after_runtime_alloc(cudaError_t e, void* p, std::size_t bytes, CUstream s, alloc_kind kind, const char* entry,
-                         std::int64_t start) noexcept {
+                         event_start start) noexcept {
   if (e == cudaSuccess && p != nullptr) note_passthrough_allocation(p, bytes, s, kind, entry, CUDA_SUCCESS, start);
 }
 

@@ -13,6 +13,7 @@
 #include <gpumem/config.hpp>
 #include <gpumem/detail/assert.hpp>
 #include <gpumem/detail/driver_api.hpp>
+#include <gpumem/detail/slow_work.hpp>
 #include <gpumem/detail/stream_ordering.hpp>
 #include <gpumem/limiting_resource_adaptor.hpp>
 #include <gpumem/statistics_resource_adaptor.hpp>
@@ -128,7 +129,7 @@ CUresult chain_allocate(void** out, std::size_t bytes, CUstream stream, alloc_ki
 
 namespace {
 
-free_outcome refuse_double_free(void* p, CUstream stream, const char* entry, std::int64_t start) noexcept {
+free_outcome refuse_double_free(void* p, CUstream stream, const char* entry, event_start start) noexcept {
   state().stats.double_frees.add();
   message(level::error, "%s(%p): double free of a pointer gpumem handed out; refused (invalid value)", entry, p);
   log_event(event{log_action::free, p, 0, stream, -1, entry, start, CUDA_ERROR_INVALID_VALUE});
@@ -287,13 +288,14 @@ void restore_registration(void* p, allocation const& a) noexcept {
 }
 
 bool note_passthrough_allocation(void* p, std::size_t bytes, CUstream stream, alloc_kind kind, const char* entry,
-                                 CUresult result, std::int64_t start_ns, device_chain* charged) noexcept {
+                                 CUresult result, event_start start, device_chain* charged) noexcept {
+  detail::note_slow_work();  // CUDA's own call: its row is timed
   CUcontext ctx = nullptr;
   int const dev = current_device(ctx);
   auto& st = state().stats;
   if (result != CUDA_SUCCESS) {
     st.failed_allocations.add();
-    log_event(event{log_action::allocate_failure, nullptr, bytes, stream, dev, entry, start_ns, result});
+    log_event(event{log_action::allocate_failure, nullptr, bytes, stream, dev, entry, start, result});
     return false;
   }
   if (p == nullptr) return false;  // a successful zero-byte request
@@ -311,15 +313,16 @@ bool note_passthrough_allocation(void* p, std::size_t bytes, CUstream stream, al
   }
   st.passthrough_allocations.add();
   if (kind == alloc_kind::captured) st.captured_passthroughs.add();
-  log_event(event{log_action::allocate, p, bytes, stream, dev, entry, start_ns, CUDA_SUCCESS});
+  log_event(event{log_action::allocate, p, bytes, stream, dev, entry, start, CUDA_SUCCESS});
   return registered;
 }
 
 void note_passthrough_free(void* p, CUstream stream, const char* entry, CUresult result,
-                           std::int64_t start_ns) noexcept {
+                           event_start start) noexcept {
+  detail::note_slow_work();  // CUDA's own call: its row is timed
   state().stats.passthrough_frees.add();
   CUcontext ctx = nullptr;
-  log_event(event{log_action::free, p, 0, stream, current_device(ctx), entry, start_ns, result});
+  log_event(event{log_action::free, p, 0, stream, current_device(ctx), entry, start, result});
 }
 
 void note_failed_allocation(std::size_t bytes, CUstream stream, const char* entry, CUresult result) noexcept {

@@ -12,6 +12,7 @@
 // registries and chains.
 
 #include "allocation_registry.hpp"
+#include "event_log.hpp"
 #include "live_streams.hpp"
 
 #include <cuda.h>
@@ -89,10 +90,10 @@ free_outcome free_registered(void* p, CUstream stream, bool stream_ordered, cons
 /// Returns whether this call registered it: if not (it failed, is already
 /// registered, or there was no host memory), nothing keeps `charged`.
 bool note_passthrough_allocation(void* p, std::size_t bytes, CUstream stream, alloc_kind kind, const char* entry,
-                                 CUresult result, std::int64_t start_ns, device_chain* charged = nullptr) noexcept;
+                                 CUresult result, event_start start, device_chain* charged = nullptr) noexcept;
 /// Counts and logs a free handed to CUDA.
 void note_passthrough_free(void* p, CUstream stream, const char* entry, CUresult result,
-                           std::int64_t start_ns) noexcept;
+                           event_start start) noexcept;
 /// Counts and logs an allocation refused before reaching a chain (bad arguments).
 void note_failed_allocation(std::size_t bytes, CUstream stream, const char* entry, CUresult result) noexcept;
 

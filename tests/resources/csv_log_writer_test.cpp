@@ -112,6 +112,17 @@ TEST(FormatRow, NullPointerNullStreamFailureAndDefaults) {
   EXPECT_EQ(split_csv_field(format(row), 11), "0");
 }
 
+// A call whose duration was not measured: DurationNs empty, the rest unchanged.
+TEST(FormatRow, AnUnmeasuredDurationIsAnEmptyField) {
+  auto row = example_row();
+  row.duration_ns = log_row::unmeasured;
+  EXPECT_EQ(format(row),
+            "140245,14:02:07.123456,allocate,0x7f3a40000000,1048576,0x1,0,cudaMalloc,1763733727123456789,,"
+            "CUDA_SUCCESS,2097152,\n");
+  row.duration_ns = 0;
+  EXPECT_EQ(split_csv_field(format(row), 9), "0");
+}
+
 TEST(FormatRow, LocalOffsetWrapsAroundMidnight) {
   auto row = example_row();
   row.utc_offset_s = 10 * 3600;  // 14:02:07 UTC is 00:02:07 the next day at UTC+10

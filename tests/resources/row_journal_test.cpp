@@ -309,6 +309,35 @@ TEST(RowJournal, RowsQueuedInTicksGetTheirCountersWallClockTime) {
   }
 }
 
+// Rows whose duration was not measured (pushed with their start alone, or with
+// log_row::unmeasured) keep an empty DurationNs, formatted and recovered alike;
+// a measured row between them keeps its duration.
+TEST(RowJournal, UnmeasuredDurationsStayEmptyFormattedAndRecovered) {
+  temp_file f;
+  {
+    csv_log_writer log{f.path()};
+    row_journal journal{log};
+    std::uint64_t const start = detail::log_ticks();
+    ASSERT_TRUE(journal.push(make_row(1, 0), start));
+    ASSERT_TRUE(journal.push(make_row(1, 1), start, start + 1000));
+    auto row = make_row(1, 2);
+    row.duration_ns = log_row::unmeasured;
+    ASSERT_TRUE(journal.push(row));
+    row = make_row(1, 3);
+    row.duration_ns = 0xffff'ffffU;  // the record's mark for "not measured": too long to queue
+    EXPECT_FALSE(journal.push(row));
+    journal.close();
+    log.close();
+  }
+  auto const log = read_csv_log(f.path());
+  ASSERT_EQ(log.rows.size(), 3U);
+  EXPECT_EQ(log.rows[0][9], "");
+  EXPECT_FALSE(log.rows[1][9].empty());
+  EXPECT_EQ(log.rows[2][9], "");
+  EXPECT_NEAR(static_cast<double>(std::stoll(log.rows[0][8])), static_cast<double>(std::stoll(log.rows[1][8])),
+              1'000'000.0);
+}
+
 TEST(RowJournal, RowsQueuedInTicksAreRecoveredWithTheJournalsAnchor) {
   temp_file f;
   auto const before = std::chrono::system_clock::now();

@@ -1,6 +1,6 @@
 // The allocation log never harms the program it records: several processes on one
 // log path, the log truncated while the program runs, a full disk (RLIMIT_FSIZE),
-// unusable log paths, an unwritable report file, and the Reserved column. Each
+// unusable log paths, an unwritable report file, the Reserved and DurationNs columns. Each
 // case runs a real program under the shim on the simulated device.
 #include "shim_process.hpp"
 #include "support/csv_log_reader.hpp"
@@ -426,6 +426,37 @@ TEST(ShimLog, ReservedColumnIsWhatTheChainHoldsFromTheDevice) {
     ASSERT_FALSE(row[11].empty());
     EXPECT_GE(std::stoull(row[11]), 4096U);
     EXPECT_EQ(row[11], plog.rows[0][11]);
+  }
+}
+
+// DurationNs: measured (a second clock read) for a call that reached the driver or
+// waited, empty for one the pool served from its free lists. In both log modes.
+TEST_P(ShimLogModes, DurationIsMeasuredOnlyForCallsThatReachedTheDriver) {
+  // Every call a driver call: every row timed.
+  temp_file tmp{"alloc.csv"};
+  auto env = shim_env(tmp.path(), GetParam());
+  env["GPUMEM_RESOURCE"] = "cuda";
+  auto const r = run_process({program("shim_log_app"), "pairs", "5"}, env);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto const log = read_csv_log(tmp.path());
+  ASSERT_EQ(log.rows.size(), 10U);
+  for (std::size_t i = 0; i < log.rows.size(); ++i) {
+    EXPECT_FALSE(log.rows[i][9].empty()) << "row " << i;
+    EXPECT_EQ(log.rows[i][9].find_first_not_of("0123456789"), std::string::npos) << "row " << i;
+  }
+  // The default chain: the first allocation grows the pool (timed); the frees only
+  // file the block (safe mode: it waits for a barrier) and the later allocations
+  // take fresh memory from the pool, no driver call: not timed.
+  temp_file pooled{"alloc.csv"};
+  auto const p = run_process({program("shim_log_app"), "pairs", "5"}, shim_env(pooled.path(), GetParam()));
+  ASSERT_EQ(p.exit_code, 0) << p.output;
+  auto const plog = read_csv_log(pooled.path());
+  ASSERT_EQ(plog.rows.size(), 10U);
+  EXPECT_FALSE(plog.rows[0][9].empty()) << "the growth";
+  for (std::size_t i = 1; i < plog.rows.size(); ++i) EXPECT_EQ(plog.rows[i][9], "") << "row " << i;
+  // Untimed rows keep their place in time: TimeNs never goes backwards.
+  for (std::size_t i = 1; i < plog.rows.size(); ++i) {
+    EXPECT_GE(std::stoll(plog.rows[i][8]), std::stoll(plog.rows[i - 1][8])) << "row " << i;
   }
 }
 

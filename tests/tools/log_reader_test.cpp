@@ -76,6 +76,20 @@ TEST(LogReader, ReadsGpumemDialect) {
   EXPECT_EQ(log.strings.size(), 5u);
 }
 
+// DurationNs is empty for calls the shim did not time: read as absent, no warning.
+TEST(LogReader, AnEmptyDurationIsReadAsNotMeasured) {
+  auto const log = parse_log(
+      "Thread,Time,Action,Pointer,Size,Stream,Device,Entry,TimeNs,DurationNs,Result\n"
+      "1,14:02:07.123456,allocate,0x10,256,0,0,cudaMalloc,1763733727123456789,,CUDA_SUCCESS\n"
+      "1,14:02:07.123457,free,0x10,256,0,0,cudaFree,1763733727123457000,5000,CUDA_SUCCESS\n",
+      "g.csv");
+  ASSERT_TRUE(log.readable);
+  EXPECT_EQ(log.warning_count, 0u);
+  ASSERT_EQ(log.events.size(), 2u);
+  EXPECT_EQ(log.events[0].duration_ns, -1);
+  EXPECT_EQ(log.events[1].duration_ns, 5000);
+}
+
 TEST(LogReader, ReadsRmmDialectWithTimeOfDayClock) {
   auto const log = parse_log(
       "Thread,Time,Action,Pointer,Size,Stream\n"

@@ -76,6 +76,9 @@ struct row_time {
 [[nodiscard]] row_time log_row_time(std::uint64_t start_ticks) noexcept;
 /// The same for an event that ended at `end_ticks` (log_ticks(), read just now).
 [[nodiscard]] row_time log_row_time(std::uint64_t start_ticks, std::uint64_t end_ticks) noexcept;
+/// CLOCK_REALTIME ns of `ticks` (log_ticks(), read just now), for an event whose
+/// duration is not measured: no second read.
+[[nodiscard]] std::int64_t log_time_ns(std::uint64_t ticks) noexcept;
 
 /// The conversion of ticks to the wall clock that log_row_time() uses on the
 /// calling thread now: `real_ns` (CLOCK_REALTIME) at `ticks`, `mult` ns per

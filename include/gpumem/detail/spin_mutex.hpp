@@ -16,6 +16,7 @@
 // shim's pointer registry, a library of its own, takes the same lock.
 
 #include <gpumem/detail/assert.hpp>
+#include <gpumem/detail/slow_work.hpp>
 
 #include <sched.h>
 #include <time.h>
@@ -56,6 +57,7 @@ class spin_mutex {
 };
 
 GPUMEM_COLD inline void spin_mutex::lock_contended() noexcept {
+  note_slow_work();  // waiting for another thread: the call may take long
   // Spin on a load (no cache-line ping-pong), exchange only when it looks free.
   constexpr int spins = 128;
   constexpr int yields = 16;

@@ -28,6 +28,7 @@
 #include <gpumem/detail/assert.hpp>
 #include <gpumem/detail/driver_api.hpp>
 #include <gpumem/detail/region_table.hpp>
+#include <gpumem/detail/slow_work.hpp>
 #include <gpumem/detail/stream_free_lists.hpp>
 #include <gpumem/device_memory_resource.hpp>
 #include <gpumem/error.hpp>
@@ -141,6 +142,7 @@ class stream_ordered_memory_resource {
   template <class Look>
   char* lock_growth_or_take(std::unique_lock<std::mutex>& lock, Look&& look) {
     constexpr int most_looks = 256;
+    note_slow_work();  // the slow path: it may wait, grow or reclaim
     lock = std::unique_lock<std::mutex>{growth_mutex_, std::try_to_lock};
     for (int i = 0; i < most_looks && !lock.owns_lock(); ++i) {
       if (char* p = look()) return p;

@@ -27,7 +27,7 @@ struct log_event {
   std::uint64_t size{};       ///< requested bytes
   std::uint64_t stream{};     ///< handle as written (0 = null stream)
   std::uint64_t thread{};
-  std::int64_t duration_ns{-1};  ///< DurationNs; -1 if absent
+  std::int64_t duration_ns{-1};  ///< DurationNs; -1 if absent or empty (not measured)
   std::int64_t reserved{-1};     ///< Reserved (bytes held from the device); -1 if absent
   std::uint64_t stack{};         ///< Stack: id in the log's stack table; 0 if none or absent
   std::uint64_t index{};         ///< 0-based position among the log's events

@@ -538,9 +538,12 @@ bool log_reader::read_row(std::string_view line, std::size_t line_no, log_event&
     warn(line_no, fmt::format("bad TimeNs {}", quoted(field(col_time_ns))));
     return false;
   }
-  if (index_[col_duration] != no_column && !parse_decimal(field(col_duration), ev.duration_ns)) {
-    warn(line_no, fmt::format("bad DurationNs {}", quoted(field(col_duration))));
-    return false;
+  if (index_[col_duration] != no_column) {
+    std::string_view const d = field(col_duration);  // empty: not measured
+    if (!d.empty() && !parse_decimal(d, ev.duration_ns)) {
+      warn(line_no, fmt::format("bad DurationNs {}", quoted(d)));
+      return false;
+    }
   }
   if (index_[col_reserved] != no_column) {
     std::string_view const r = field(col_reserved);
