@@ -146,6 +146,9 @@ class row_journal {
   void helper_loop() noexcept;
   void wake_helper() noexcept;
   bool push_record(log_row const& row, std::int64_t time, std::uint32_t duration, std::uint8_t flags) noexcept;
+  /// push_record() with the ring full: formats the oldest records until slot `i` is
+  /// free; false if the record was given up meanwhile (the caller writes the row).
+  [[gnu::cold, gnu::noinline]] bool wait_for_slot(std::uint64_t i) noexcept;
   /// The formatter's tick anchor, copied to the header if it changed (the
   /// caller holds drain_mutex_, or is the constructor).
   detail::tick_anchor publish_anchor() noexcept;
@@ -171,6 +174,8 @@ class row_journal {
   void drain_until(std::uint64_t until) noexcept;
   /// The record's name index for `name` (0 for nullptr); 255: the table is full.
   std::uint8_t name_index(const char* name) noexcept;
+  /// name_index() past the first few names: looks further, adds `name` if new.
+  [[gnu::noinline]] std::uint8_t add_name(const char* name) noexcept;
   static void close_all_at_exit() noexcept;
 
   csv_log_writer* log_;

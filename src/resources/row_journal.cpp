@@ -235,9 +235,20 @@ row_journal::~row_journal() {
   close();
 }
 
-std::uint8_t row_journal::name_index(const char* name) noexcept {
+// Inline into push_record: a row's two names are almost always among the first
+// few entries (the program's few entry points; nullptr for CUDA_SUCCESS).
+[[gnu::always_inline]] inline std::uint8_t row_journal::name_index(const char* name) noexcept {
   if (name == nullptr) return 0;
-  for (std::size_t i = 1; i <= max_names; ++i) {
+  for (std::size_t i = 1; i <= 4; ++i) {
+    const char* const n = names_[i].load(std::memory_order_acquire);
+    if (n == name) return static_cast<std::uint8_t>(i);
+    if (n == nullptr) break;
+  }
+  return add_name(name);
+}
+
+std::uint8_t row_journal::add_name(const char* name) noexcept {
+  for (std::size_t i = 5; i <= max_names; ++i) {
     const char* const n = names_[i].load(std::memory_order_acquire);
     if (n == name) return static_cast<std::uint8_t>(i);
     if (n == nullptr) break;
@@ -298,24 +309,7 @@ bool row_journal::push_record(log_row const& row, std::int64_t time, std::uint32
   std::uint64_t const i = head_.fetch_add(1, std::memory_order_relaxed);
   // (Compared so, not as i - tail: `tail` passes i when the formatter gave up on
   // this record meanwhile.)
-  if (i >= tail_.load(std::memory_order_acquire) + ring_slots) [[unlikely]] {
-    // Full: format the oldest records here until this one has a slot. Bounded:
-    // the formatter gives up on a record its writer never stores.
-    std::uint64_t t = 0;
-    while (i >= (t = tail_.load(std::memory_order_acquire)) + ring_slots) {
-      if (pthread_mutex_trylock(&drain_mutex_) == 0) {
-        (void)drain_batch_locked();
-        pthread_mutex_unlock(&drain_mutex_);
-      } else {
-        ::sched_yield();
-      }
-    }
-    // Given up while this thread waited for room (after a cut the formatter
-    // waits for a record only until one deadline): counted lost already; the
-    // caller writes the row directly.
-    if (t > i) [[unlikely]]
-      return false;
-  }
+  if (i >= tail_.load(std::memory_order_acquire) + ring_slots && !wait_for_slot(i)) [[unlikely]] { return false; }
   record& r = ring_[i & (ring_slots - 1)];
   r.time_ns = time;
   r.pointer = reinterpret_cast<std::uintptr_t>(row.pointer);
@@ -340,6 +334,24 @@ bool row_journal::push_record(log_row const& row, std::int64_t time, std::uint32
   if ((state_.load() & closed_bit) != 0) [[unlikely]]
     drain_until(i + 1);
   return !cut;
+}
+
+bool row_journal::wait_for_slot(std::uint64_t i) noexcept {
+  // Full: format the oldest records here until this one has a slot. Bounded:
+  // the formatter gives up on a record its writer never stores.
+  std::uint64_t t = 0;
+  while (i >= (t = tail_.load(std::memory_order_acquire)) + ring_slots) {
+    if (pthread_mutex_trylock(&drain_mutex_) == 0) {
+      (void)drain_batch_locked();
+      pthread_mutex_unlock(&drain_mutex_);
+    } else {
+      ::sched_yield();
+    }
+  }
+  // Given up while this thread waited for room (after a cut the formatter waits
+  // for a record only until one deadline): counted lost already; the caller
+  // writes the row directly.
+  return t <= i;
 }
 
 bool row_journal::drain_batch_locked() noexcept {

@@ -47,11 +47,13 @@ struct log_sink {
 
 struct log_sinks {
   std::mutex mtx;
-  // Slot max_devices: events whose device is unknown.
-  std::array<std::atomic<log_sink*>, max_devices + 1> by_device{};
   std::vector<std::unique_ptr<log_sink>> sinks;  // never destroyed (exit-time rows)
   bool failed = false;
 };
+
+// Each device's sink once made; slot max_devices: events whose device is unknown.
+// Outside log_sinks so that a row finds its sink with one load, no static guard.
+constinit std::array<std::atomic<log_sink*>, max_devices + 1> g_sink_by_device{};
 
 log_sinks& sinks() noexcept {
   // NOLINTNEXTLINE(bugprone-unhandled-exception-at-new): running out of memory here ends the process
@@ -59,12 +61,16 @@ log_sinks& sinks() noexcept {
   return *s;
 }
 
-log_sink* sink_for(int device) noexcept {
-  auto const slot = static_cast<std::size_t>(device >= 0 && device < max_devices ? device : max_devices);
+std::size_t sink_slot(int device) noexcept {
+  return static_cast<std::size_t>(device >= 0 && device < max_devices ? device : max_devices);
+}
+
+// sink_for()'s first call for a device: makes (or finds) its sink.
+[[gnu::noinline]] log_sink* make_sink(int device) noexcept {
+  auto const slot = sink_slot(device);
   auto& s = sinks();
-  if (auto* w = s.by_device[slot].load(std::memory_order_acquire)) return w;
   std::lock_guard lock{s.mtx};
-  if (auto* w = s.by_device[slot].load(std::memory_order_acquire)) return w;
+  if (auto* w = g_sink_by_device[slot].load(std::memory_order_acquire)) return w;
   if (s.failed) return nullptr;
   try {
     auto const path = config::expand_template(state().settings.log_file, device < 0 ? 0 : device);
@@ -92,7 +98,7 @@ log_sink* sink_for(int device) noexcept {
       s.sinks.push_back(std::move(sink));
       w = s.sinks.back().get();
     }
-    s.by_device[slot].store(w, std::memory_order_release);
+    g_sink_by_device[slot].store(w, std::memory_order_release);
     return w;
   } catch (std::exception const& e) {
     // Checked at start (check_log_path); this is a path that broke since, or a
@@ -105,6 +111,11 @@ log_sink* sink_for(int device) noexcept {
             what.data());
     return nullptr;
   }
+}
+
+log_sink* sink_for(int device) noexcept {
+  if (auto* w = g_sink_by_device[sink_slot(device)].load(std::memory_order_acquire)) [[likely]] { return w; }
+  return make_sink(device);
 }
 
 // Bytes the device's chain holds from the device now: the statistics adaptor
