@@ -166,8 +166,8 @@ struct log_row {
   const char* entry{};
   std::uint64_t duration_ns{};  ///< log_row::unmeasured: empty DurationNs
   const char* result{};         ///< nullptr: "CUDA_SUCCESS"
-  std::int64_t reserved{-1};  ///< Reserved column; negative: unknown (empty)
-  std::uint64_t stack{};      ///< Stack column; 0: none (empty)
+  std::int64_t reserved{-1};    ///< Reserved column; negative: unknown (empty)
+  std::uint64_t stack{};        ///< Stack column; 0: none (empty)
 };
 
 inline constexpr std::string_view csv_log_header =

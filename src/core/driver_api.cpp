@@ -43,8 +43,8 @@ driver_api load() noexcept {
     return api;
   }
   // An entry the driver lacks stays null in both tables (callers check).
-#define GPUMEM_DRIVER_LOAD(name)                                                          \
-  g_raw.name = reinterpret_cast<decltype(api.name)>(sym(h, GPUMEM_STR(name)));            \
+#define GPUMEM_DRIVER_LOAD(name)                                               \
+  g_raw.name = reinterpret_cast<decltype(api.name)>(sym(h, GPUMEM_STR(name))); \
   api.name = g_raw.name != nullptr ? &counted_call<&driver_api::name, decltype(api.name)>::call : nullptr;
   GPUMEM_DRIVER_FUNCTIONS(GPUMEM_DRIVER_LOAD)
 #undef GPUMEM_DRIVER_LOAD

@@ -170,7 +170,7 @@ CUresult release_tracked(CUmemGenericAllocationHandle handle) noexcept {
   }
   CUresult const result = f(handle);
   detail::note_slow_work();  // CUDA's own call: its row is timed
-  if (!c) return result;  // not one we saw created: CUDA's answer alone
+  if (!c) return result;     // not one we saw created: CUDA's answer alone
   std::lock_guard lock{t.mtx};
   if (result != CUDA_SUCCESS) {
     try {

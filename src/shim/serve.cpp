@@ -317,8 +317,7 @@ bool note_passthrough_allocation(void* p, std::size_t bytes, CUstream stream, al
   return registered;
 }
 
-void note_passthrough_free(void* p, CUstream stream, const char* entry, CUresult result,
-                           event_start start) noexcept {
+void note_passthrough_free(void* p, CUstream stream, const char* entry, CUresult result, event_start start) noexcept {
   detail::note_slow_work();  // CUDA's own call: its row is timed
   state().stats.passthrough_frees.add();
   CUcontext ctx = nullptr;

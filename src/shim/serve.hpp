@@ -92,8 +92,7 @@ free_outcome free_registered(void* p, CUstream stream, bool stream_ordered, cons
 bool note_passthrough_allocation(void* p, std::size_t bytes, CUstream stream, alloc_kind kind, const char* entry,
                                  CUresult result, event_start start, device_chain* charged = nullptr) noexcept;
 /// Counts and logs a free handed to CUDA.
-void note_passthrough_free(void* p, CUstream stream, const char* entry, CUresult result,
-                           event_start start) noexcept;
+void note_passthrough_free(void* p, CUstream stream, const char* entry, CUresult result, event_start start) noexcept;
 /// Counts and logs an allocation refused before reaching a chain (bad arguments).
 void note_failed_allocation(std::size_t bytes, CUstream stream, const char* entry, CUresult result) noexcept;
 

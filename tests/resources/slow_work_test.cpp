@@ -100,7 +100,7 @@ TEST_F(SlowWork, ThePoolsGrowthCountsItsFreeListHitsDoNot) {
 
 TEST_F(SlowWork, BinningOverAPoolCountsOnlyItsGrowths) {
   pool_memory_resource pool{&cuda_, pool_options{0, {}, 8 * MiB}};
-  binning_memory_resource bins{&pool, 8, 20};  // 256 B .. 1 MiB bins
+  binning_memory_resource bins{&pool, 8, 20};                                             // 256 B .. 1 MiB bins
   for (std::size_t n : {256UL, 64 * KiB, 4 * MiB}) bins.deallocate(bins.allocate(n), n);  // each bin grows once
   std::uint32_t const before = detail::slow_work_count();
   for (int i = 0; i < 100; ++i) {
