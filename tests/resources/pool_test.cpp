@@ -44,6 +44,30 @@ char* as_char(void* p) { return static_cast<char*>(p); }
 
 // ---- the free list alone -------------------------------------------------------
 
+// A list moved away keeps nothing: a destroyed stream's list moves into a foreign
+// batch, and a reclaim that still holds the stream's entry must find it empty. The
+// implicit move copied the recent frees' slots, so the moved-from list still held
+// (and would hand out again) the blocks it had given away.
+TEST(CoalescingFreeList, AMovedFromListHoldsNothing) {
+  alignas(256) static char mem[8192];
+  detail::coalescing_free_list a;
+  ASSERT_TRUE(a.insert({mem, 1024, mem}));  // a recent free: kept in a quick slot
+  a.add({mem + 4096, 2048, mem});           // into the tree
+  detail::coalescing_free_list b{std::move(a)};
+  EXPECT_TRUE(a.empty());  // NOLINT(bugprone-use-after-move): what a move leaves is the point
+  EXPECT_EQ(a.total_bytes(), 0U);
+  EXPECT_FALSE(a.take_best_fit(1024));
+  EXPECT_EQ(b.total_bytes(), 3072U);
+  detail::coalescing_free_list c;
+  c = std::move(b);
+  EXPECT_TRUE(b.empty());  // NOLINT(bugprone-use-after-move)
+  EXPECT_EQ(b.total_bytes(), 0U);
+  EXPECT_EQ(c.total_bytes(), 3072U);
+  EXPECT_EQ(c.take_best_fit(1024).ptr, mem);
+  EXPECT_EQ(c.take_best_fit(2048).ptr, mem + 4096);
+  EXPECT_TRUE(c.empty());
+}
+
 TEST(CoalescingFreeList, MergesNeighboursOfOneSlabOnly) {
   // Room past slab 2, so the refused block running off its end stays inside the array.
   alignas(256) static char mem[8192 + 512];
