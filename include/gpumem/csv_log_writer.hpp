@@ -11,8 +11,9 @@
 // the intercepted entry point, or allocate/free for library calls. TimeNs:
 // CLOCK_REALTIME ns (absolute: comparable across processes and ranks).
 // DurationNs: time the call took; empty when it was not measured (the shim
-// measures a call only if it reached the driver or waited: detail/slow_work.hpp;
-// a call served from gpumem's free lists takes well under a microsecond).
+// measures a call only if it reached the driver or took gpumem's slow path:
+// detail/slow_work.hpp; a call served from the free lists takes well under a
+// microsecond).
 // Result: CUDA_SUCCESS or the error name.
 // Reserved: bytes the writer's resource chain held from the device after the
 // event, decimal; empty when unknown (logging_resource_adaptor leaves it empty).

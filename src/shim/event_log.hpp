@@ -13,8 +13,8 @@
 // Cost per row: one cycle-counter read at entry (event_clock(); detail::log_clock),
 // the formatting and one compare-and-swap; no clock_gettime except once a
 // millisecond per thread. The counter is read again at the end, for DurationNs,
-// only when the call did something that may take long (a driver call, a wait for
-// another thread, the pool's slow path: detail/slow_work.hpp); a call served from
+// only when the call did something that may take long (a driver call, a free-list
+// lock another thread held, the pool's slow path: detail/slow_work.hpp); a call served from
 // gpumem's free lists leaves DurationNs empty. On an H100 host a counter read costs
 // 20-30 ns, about as much as the pool's whole allocate+free pair. With
 // settings.log_queue the formatting and the copy move to a helper thread: the row
