@@ -12,7 +12,8 @@ namespace {
 #define GPUMEM_STR2(x) #x
 #define GPUMEM_STR(x) GPUMEM_STR2(x)
 
-// The functions as libcuda exports them; driver() hands out counted_call wrappers.
+// The functions as libcuda exports them (only these members are used); driver()
+// hands out counted_call wrappers.
 constinit driver_api g_raw{};
 
 // Each driver call gpumem makes counts as slow work (slow_work.hpp) before it goes
@@ -48,9 +49,7 @@ driver_api load() noexcept {
   api.name = g_raw.name != nullptr ? &counted_call<&driver_api::name, decltype(api.name)>::call : nullptr;
   GPUMEM_DRIVER_FUNCTIONS(GPUMEM_DRIVER_LOAD)
 #undef GPUMEM_DRIVER_LOAD
-  g_raw.handle = h;
   api.init_result = api.cuInit != nullptr ? api.cuInit(0) : CUDA_ERROR_NOT_INITIALIZED;
-  g_raw.init_result = api.init_result;
   return api;
 }
 

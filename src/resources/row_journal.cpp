@@ -59,6 +59,7 @@ constexpr std::uint32_t header_bytes = 20480;            // 5 pages: counters, t
 constexpr std::size_t name_bytes = 64;                   // a name and its NUL
 constexpr std::size_t max_names = 255;                   // indices 1..255; 0 = none
 constexpr std::uint8_t no_index = 0xff;                  // name_index(): the table is full
+constexpr std::size_t inline_names = 4;                  // names name_index() looks at inline
 constexpr std::size_t batch_buffer = 32768;              // rows formatted per copy into the log
 constexpr std::int64_t publish_wait_ns = 1'000'000'000;  // a reserved record not stored for this long is given up
 constexpr std::uint64_t wake_every = row_journal::ring_slots / 8;
@@ -239,7 +240,7 @@ row_journal::~row_journal() {
 // few entries (the program's few entry points; nullptr for CUDA_SUCCESS).
 [[gnu::always_inline]] inline std::uint8_t row_journal::name_index(const char* name) noexcept {
   if (name == nullptr) return 0;
-  for (std::size_t i = 1; i <= 4; ++i) {
+  for (std::size_t i = 1; i <= inline_names; ++i) {
     const char* const n = names_[i].load(std::memory_order_acquire);
     if (n == name) return static_cast<std::uint8_t>(i);
     if (n == nullptr) break;
@@ -248,7 +249,7 @@ row_journal::~row_journal() {
 }
 
 std::uint8_t row_journal::add_name(const char* name) noexcept {
-  for (std::size_t i = 5; i <= max_names; ++i) {
+  for (std::size_t i = inline_names + 1; i <= max_names; ++i) {
     const char* const n = names_[i].load(std::memory_order_acquire);
     if (n == name) return static_cast<std::uint8_t>(i);
     if (n == nullptr) break;

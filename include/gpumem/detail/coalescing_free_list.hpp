@@ -62,12 +62,7 @@ class coalescing_tree {
  public:
   coalescing_tree() = default;
   // A move leaves the source empty, its byte count included.
-  coalescing_tree(coalescing_tree&& other) noexcept
-      : by_end_{std::move(other.by_end_)},
-        by_size_{std::move(other.by_size_)},
-        total_{std::exchange(other.total_, 0)},
-        spare_ends_{std::move(other.spare_ends_)},
-        spare_sizes_{std::move(other.spare_sizes_)} {}
+  coalescing_tree(coalescing_tree&& other) noexcept { *this = std::move(other); }
   coalescing_tree& operator=(coalescing_tree&& other) noexcept {
     if (this == &other) return *this;
     by_end_ = std::move(other.by_end_);
@@ -343,15 +338,7 @@ class coalescing_free_list {
   // slots, so a list moved away (a destroyed stream's, into a foreign batch) still
   // held up to quick_slots of the blocks it had given away.
   coalescing_free_list() = default;
-  coalescing_free_list(coalescing_free_list&& other) noexcept
-      : tree_{std::move(other.tree_)},
-        quick_{other.quick_},
-        quick_n_{std::exchange(other.quick_n_, 0)},
-        batch_{std::move(other.batch_)},
-        lent_ptr_{std::exchange(other.lent_ptr_, nullptr)},
-        lent_size_{std::exchange(other.lent_size_, 0)} {
-    other.batch_.clear();
-  }
+  coalescing_free_list(coalescing_free_list&& other) noexcept { *this = std::move(other); }
   coalescing_free_list& operator=(coalescing_free_list&& other) noexcept {
     if (this == &other) return *this;
     tree_ = std::move(other.tree_);
