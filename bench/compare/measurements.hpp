@@ -50,5 +50,7 @@ void measure_replay(run_context const& ctx);
 
 /// The scaling measurement's control row (no allocator; size 0 in its samples).
 inline constexpr char const* cpu_control_name = "(CPU loop, no allocator)";
+/// The second control row: the same with eight independent chains (fills a core).
+inline constexpr char const* cpu_throughput_control_name = "(CPU loop, 8 chains, no allocator)";
 
 }  // namespace gpumem_compare
