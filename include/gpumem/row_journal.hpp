@@ -14,9 +14,11 @@
 // calling thread makes no system call and takes no page fault (except, rarely, a
 // minor one after the kernel wrote a ring page back to disk).
 //
-// Cost on the calling thread: one fetch_add on the ring's head, a 64-byte store,
-// two relaxed loads of the journal's state, and, once per ring_slots/8 rows, a
-// futex wake of the helper. A row pushed with
+// Cost on the calling thread: one fetch_add on the ring's head, a 64-byte store
+// (the line eight records ahead is fetched for writing meanwhile: the formatter
+// read it a lap ago, and a store that missed would hold up the next locked
+// instruction), two relaxed loads of the journal's state, and, once per
+// ring_slots/8 rows, a futex wake of the helper. A row pushed with
 // its start and end counter values (as the shim does) is not even converted to
 // the wall clock there: the formatter converts it, with an anchor it also keeps
 // in the journal's header for recovery.
@@ -128,6 +130,26 @@ class row_journal {
   /// The same for a row whose duration was not measured (log_row::unmeasured).
   [[nodiscard]] bool push(log_row const& row, std::uint64_t start_ticks) noexcept;
 
+  /// What a record keeps of a row besides its times: log_row's other fields, for
+  /// a caller that has no log_row yet. An aggregate with no default values, so a
+  /// caller that names every member stores each once (a log_row is zeroed first).
+  struct fields {
+    std::uint64_t thread_id;
+    void const* pointer;
+    std::size_t size;
+    std::uintptr_t stream;
+    std::int64_t reserved;
+    std::uint64_t stack;
+    const char* entry;   ///< as log_row::entry
+    const char* result;  ///< as log_row::result
+    int device;
+    log_action action;
+  };
+  /// push(row, start_ticks, end_ticks) for a row given as its fields.
+  [[nodiscard]] bool push(fields const& row, std::uint64_t start_ticks, std::uint64_t end_ticks) noexcept;
+  /// push(row, start_ticks) for a row given as its fields.
+  [[nodiscard]] bool push(fields const& row, std::uint64_t start_ticks) noexcept;
+
   /// Formats every queued row into the log now, then queues no more, stops the
   /// helper and removes the journal file. Idempotent.
   void close() noexcept;
@@ -145,7 +167,7 @@ class row_journal {
   void start_helper() noexcept;
   void helper_loop() noexcept;
   void wake_helper() noexcept;
-  bool push_record(log_row const& row, std::int64_t time, std::uint32_t duration, std::uint8_t flags) noexcept;
+  bool push_record(fields const& row, std::int64_t time, std::uint32_t duration, std::uint8_t flags) noexcept;
   /// push_record() with the ring full: formats the oldest records until slot `i` is
   /// free; false if the record was given up meanwhile (the caller writes the row).
   [[gnu::cold, gnu::noinline]] bool wait_for_slot(std::uint64_t i) noexcept;

@@ -211,7 +211,6 @@ resource_chain::~resource_chain() {
 
 device_memory_resource& resource_chain::top() noexcept { return *top_; }
 statistics_resource_adaptor& resource_chain::live_stats() noexcept { return *live_stats_; }
-statistics_resource_adaptor& resource_chain::device_stats() noexcept { return *device_stats_; }
 tracking_resource_adaptor* resource_chain::tracker() noexcept { return tracker_; }
 limiting_resource_adaptor* resource_chain::limiter() noexcept { return limiter_; }
 resource_info resource_chain::info() const { return top_->info(); }

@@ -11,12 +11,11 @@
 namespace gpumem::detail {
 namespace {
 
-// 0: not read yet. Read on every logged row, so the hit path is one TLS load.
-thread_local std::uint64_t tl_thread_id = 0;
-
 // A forked child runs only the thread that forked: forgetting that thread's id is
 // enough to make every id the child reports its own.
 void on_fork_child() noexcept { tl_thread_id = 0; }
+
+}  // namespace
 
 std::uint64_t read_thread_id() noexcept {
   // Registered before any id is cached, so no cached id can outlive a fork.
@@ -24,14 +23,6 @@ std::uint64_t read_thread_id() noexcept {
   std::call_once(once, [] { pthread_atfork(nullptr, nullptr, &on_fork_child); });
   tl_thread_id = static_cast<std::uint64_t>(::syscall(SYS_gettid));
   return tl_thread_id;
-}
-
-}  // namespace
-
-std::uint64_t os_thread_id() noexcept {
-  if (std::uint64_t const id = tl_thread_id; id != 0) [[likely]]
-    return id;
-  return read_thread_id();
 }
 
 std::int32_t local_utc_offset(std::int64_t time_ns) noexcept {

@@ -219,21 +219,30 @@ void record_event(event const& e) noexcept {
     write_stack_once(stack, *sink->stacks, sink->index);
   }
   std::uint64_t const start = e.start.ticks;
-  log_row row{.thread_id = detail::os_thread_id(),
-              .action = e.action,
-              .pointer = e.pointer,
-              .size = e.size,
-              .stream = reinterpret_cast<std::uintptr_t>(e.stream),
-              .device = e.device,
-              .entry = e.entry,
-              .duration_ns = log_row::unmeasured,
-              .result = e.result == CUDA_SUCCESS ? nullptr : result_name(e.result),
-              .reserved = reserved_bytes(e.device),
-              .stack = stack.id};
+  // Every member named: nothing zeroed first (the queued path's row is these stores).
+  row_journal::fields const f{.thread_id = detail::os_thread_id(),
+                              .pointer = e.pointer,
+                              .size = e.size,
+                              .stream = reinterpret_cast<std::uintptr_t>(e.stream),
+                              .reserved = reserved_bytes(e.device),
+                              .stack = stack.id,
+                              .entry = e.entry,
+                              .result = e.result == CUDA_SUCCESS ? nullptr : result_name(e.result),
+                              .device = e.device,
+                              .action = e.action};
   // Queued: the counter values alone; the helper converts them to the wall clock.
-  if (sink->queue != nullptr && (measured ? sink->queue->push(row, start, end) : sink->queue->push(row, start))) {
-    return;
-  }
+  if (sink->queue != nullptr && (measured ? sink->queue->push(f, start, end) : sink->queue->push(f, start))) return;
+  log_row row{.thread_id = f.thread_id,
+              .action = f.action,
+              .pointer = f.pointer,
+              .size = f.size,
+              .stream = f.stream,
+              .device = f.device,
+              .entry = f.entry,
+              .duration_ns = log_row::unmeasured,
+              .result = f.result,
+              .reserved = f.reserved,
+              .stack = f.stack};
   if (measured) {
     auto const when = detail::log_row_time(start, end);
     row.time_ns = when.start_ns;

@@ -39,7 +39,7 @@ class resource_chain {
   /// Outermost: bytes the program holds.
   [[nodiscard]] statistics_resource_adaptor& live_stats() noexcept;
   /// Just above the device resource: bytes reserved from the device, upstream calls.
-  [[nodiscard]] statistics_resource_adaptor& device_stats() noexcept;
+  [[nodiscard]] statistics_resource_adaptor& device_stats() noexcept { return *device_stats_; }
   /// The first tracking adaptor, nullptr unless the chain has one.
   [[nodiscard]] tracking_resource_adaptor* tracker() noexcept;
   /// The outermost limiting adaptor, nullptr unless limited (cudaMemGetInfo reports its

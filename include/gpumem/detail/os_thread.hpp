@@ -9,10 +9,19 @@
 
 namespace gpumem::detail {
 
-/// The OS thread id (gettid), cached per thread (one TLS load per call). Correct
-/// in a forked child: a pthread_atfork child handler clears the forking thread's
-/// cache, the only thread the child has.
-[[nodiscard]] std::uint64_t os_thread_id() noexcept;
+/// The calling thread's id once read; 0 before (os_thread_id()).
+inline thread_local std::uint64_t tl_thread_id = 0;
+/// os_thread_id()'s first call on a thread: reads the id and caches it.
+[[nodiscard]] std::uint64_t read_thread_id() noexcept;
+
+/// The OS thread id (gettid), cached per thread (one TLS load per call: every
+/// logged row asks). Correct in a forked child: a pthread_atfork child handler
+/// clears the forking thread's cache, the only thread the child has.
+[[nodiscard]] inline std::uint64_t os_thread_id() noexcept {
+  if (std::uint64_t const id = tl_thread_id; id != 0) [[likely]]
+    return id;
+  return read_thread_id();
+}
 
 /// CLOCK_REALTIME in nanoseconds since the epoch (vDSO, no syscall).
 [[nodiscard]] inline std::int64_t realtime_ns() noexcept {
