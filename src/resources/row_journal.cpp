@@ -83,7 +83,8 @@ std::int64_t now_ns() noexcept {
 constexpr std::uint64_t prefetch_distance = 8;  // records ahead of the one stored
 
 // Brings the cache line at `p` in for writing (PREFETCHW; a no-op on x86-64 CPUs
-// without it, whose decoders treat its opcode as a NOP).
+// without it, whose decoders treat its opcode as a NOP). A prefetch never faults,
+// so a page the journal's truncation took raises no SIGBUS here.
 inline void prefetch_for_write(void const* p) noexcept {
 #if defined(__x86_64__)
   asm volatile("prefetchw %0" : : "m"(*static_cast<char const*>(p)));
