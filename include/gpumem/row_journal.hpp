@@ -145,6 +145,8 @@ class row_journal {
     int device;
     log_action action;
   };
+  /// The fields of `row` (its times left out).
+  [[nodiscard]] static fields fields_of(log_row const& row) noexcept;
   /// push(row, start_ticks, end_ticks) for a row given as its fields.
   [[nodiscard]] bool push(fields const& row, std::uint64_t start_ticks, std::uint64_t end_ticks) noexcept;
   /// push(row, start_ticks) for a row given as its fields.

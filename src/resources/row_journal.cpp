@@ -289,9 +289,7 @@ std::uint8_t row_journal::add_name(const char* name) noexcept {
   return index;
 }
 
-namespace {
-
-row_journal::fields fields_of(log_row const& row) noexcept {
+row_journal::fields row_journal::fields_of(log_row const& row) noexcept {
   return {.thread_id = row.thread_id,
           .pointer = row.pointer,
           .size = row.size,
@@ -303,8 +301,6 @@ row_journal::fields fields_of(log_row const& row) noexcept {
           .device = row.device,
           .action = row.action};
 }
-
-}  // namespace
 
 bool row_journal::push(log_row const& row) noexcept {
   if (row.duration_ns == log_row::unmeasured) return push_record(fields_of(row), row.time_ns, unmeasured_duration, 0);

@@ -349,16 +349,7 @@ TEST(RowJournal, RowsGivenAsFieldsMatchRowsGivenAsLogRows) {
     row_journal journal{log};
     for (std::uint64_t i = 0; i < 40; ++i) {
       log_row const row = make_row(3, i);
-      row_journal::fields const f{.thread_id = row.thread_id,
-                                  .pointer = row.pointer,
-                                  .size = row.size,
-                                  .stream = row.stream,
-                                  .reserved = row.reserved,
-                                  .stack = row.stack,
-                                  .entry = row.entry,
-                                  .result = row.result,
-                                  .device = row.device,
-                                  .action = row.action};
+      row_journal::fields const f = row_journal::fields_of(row);
       std::uint64_t const t = start + i * 1000;
       bool const measured = i % 3 != 0;
       if (as_fields) {
