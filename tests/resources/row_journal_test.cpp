@@ -338,8 +338,9 @@ TEST(RowJournal, UnmeasuredDurationsStayEmptyFormattedAndRecovered) {
               1'000'000.0);
 }
 
-// A row given as its fields (the shim's path, no log_row built) reaches the log
-// exactly as the same row given as a log_row with the same counter values.
+// A row given as its fields (the shim's path, no log_row built) reaches the log as
+// the same row given as a log_row with the same counter values: every column equal,
+// the times within what two journals' anchors make of the same ticks.
 TEST(RowJournal, RowsGivenAsFieldsMatchRowsGivenAsLogRows) {
   temp_file a;
   temp_file b;
