@@ -361,9 +361,11 @@ def scaling_section(summary, samples, meta, m, names):
         "Each thread on its own non-blocking stream, one shared allocator, `allocate` + `free` pairs of one "
         "size; every thread does the same number of pairs, and the rate is all pairs over the time from the "
         "first thread's start to the last thread's end (what a program with that much work per thread sees); "
-        f"in parentheses, the ratio to one thread ({rounds_note(summary, samples, m)}). The *control* row is the "
-        "same harness with no allocator: each \"pair\" is ~60 ns of arithmetic touching no shared memory, so its "
-        "ratio is the most any allocator can reach on these cores (hyperthreads, all-core clocks, vCPUs).",
+        f"in parentheses, the ratio to one thread ({rounds_note(summary, samples, m)}). The *control* rows are the "
+        "same harness with no allocator, touching no shared memory: one dependent chain of ~60 ns of arithmetic a "
+        "\"pair\" (latency-bound: the most any allocator can reach on these cores, all-core clocks and vCPUs "
+        "included), and eight independent chains (work that fills a core: where vCPUs share cores in pairs, it "
+        "reaches about half as far). An allocator's pair lies between the two.",
         "",
         table(header, rows),
         "",
