@@ -278,6 +278,7 @@ class csv_log_writer {
     resumed,          ///< a repair let reservations go on again; the file is not whole yet
     remapped,         ///< a repair mapped the log's windows from the file again (growth lock held)
     growing,          ///< a growth found the file whole and is about to allocate more (growth lock held)
+    noting,           ///< a repair is about to write its note (growth lock released)
   };
   using repair_hook_fn = void (*)(repair_point) noexcept;
   static void set_repair_hook_for_testing(repair_hook_fn hook) noexcept;
@@ -329,7 +330,14 @@ class csv_log_writer {
   /// growth or pwrite undid), writes it again and a marker line; true if it did.
   bool rewrite_cut_header_locked() noexcept;
   /// Says that the log was found cut inside its header (after the lock is released).
-  void notify_header_cut() const noexcept;
+  void notify_header_cut() noexcept;
+  /// Under the growth lock: a repair's note will follow once the lock is released.
+  void note_due() noexcept;
+  /// Writes a note that note_due() announced.
+  void notify_due(std::string const& line) noexcept;
+  /// Waits (a second at most: stderr may be a pipe nobody reads) until every
+  /// announced note is written.
+  void wait_for_notes() const noexcept;
   void finish(bool unmap) noexcept;
   static void finish_all_at_exit() noexcept;  // atexit hook over the live writers
   void start_helper() noexcept;
@@ -365,6 +373,10 @@ class csv_log_writer {
   /// Times a repair mapped the windows from the file again (the helper then
   /// populates them afresh).
   std::atomic<std::uint32_t> remaps_{0};
+  /// Repairs' notes announced under the growth lock and not written yet. The
+  /// thread that repaired (often the helper) writes its note after releasing the
+  /// lock; finish() waits for it, or a program that exits right then loses it.
+  std::atomic<std::uint32_t> notes_due_{0};
   std::uint64_t final_bytes_{};  ///< bytes_written() after close()
   std::uint64_t final_dropped_{};
   std::uint32_t final_truncations_{};

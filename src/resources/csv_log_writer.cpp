@@ -723,13 +723,29 @@ bool csv_log_writer::rewrite_cut_header_locked() noexcept {
   shared_->truncations.fetch_add(1, std::memory_order_relaxed);
   // Through the file, not the mapping: the helper may be the one here.
   append_marker(marker_max, false, true);
+  note_due();
   return true;
 }
 
-void csv_log_writer::notify_header_cut() const noexcept {
-  notify("the allocation log '" + path_ +
-         "' was truncated by another program while in use: its earlier rows are gone (the file holds NUL bytes "
-         "where they were); a line in the log says so");
+void csv_log_writer::notify_header_cut() noexcept {
+  notify_due("the allocation log '" + path_ +
+             "' was truncated by another program while in use: its earlier rows are gone (the file holds NUL bytes "
+             "where they were); a line in the log says so");
+}
+
+void csv_log_writer::note_due() noexcept { notes_due_.fetch_add(1, std::memory_order_relaxed); }
+
+void csv_log_writer::notify_due(std::string const& line) noexcept {
+  at_repair_point(repair_point::noting);
+  notify(line);
+  notes_due_.fetch_sub(1, std::memory_order_release);
+}
+
+void csv_log_writer::wait_for_notes() const noexcept {
+  for (int ms = 0; ms < 1000 && notes_due_.load(std::memory_order_acquire) != 0; ++ms) {
+    timespec const pause{0, 1'000'000};
+    ::nanosleep(&pause, nullptr);
+  }
 }
 
 bool csv_log_writer::header_cut() const noexcept {
@@ -845,6 +861,7 @@ void csv_log_writer::recover() noexcept {
   {
     grow_lock lock{&shared_->grow};
     lost = recover_locked(kept);
+    if (lost) note_due();
     if (lost || !no_overlay(overlays_.load())) {
       // Replace the pages the SIGBUS handler made anonymous (and any page still
       // mapped from before) by the file's. Every overlay counted as made by now
@@ -869,8 +886,8 @@ void csv_log_writer::recover() noexcept {
     }
   }
   if (!lost) return;
-  notify("the allocation log '" + path_ + "' was truncated by another program while in use (to " +
-         std::to_string(kept) + " bytes): its earlier rows are gone; logging goes on after a line that says so");
+  notify_due("the allocation log '" + path_ + "' was truncated by another program while in use (to " +
+             std::to_string(kept) + " bytes): its earlier rows are gone; logging goes on after a line that says so");
 }
 
 // Under the growth lock. True when the file was found shorter than what was
@@ -1058,6 +1075,9 @@ void csv_log_writer::finish(bool unmap) noexcept {
   // its copy must not cut off its parent's rows.
   if (::getpid() == owner_pid_ && (s->tail.load() & closed_bit) == 0) {
     recover();  // a truncation not found yet (or being repaired by the helper): settled first
+    // A repair's note still being written (the helper's, at exit: nothing stops
+    // the helper then) comes out before the close's own.
+    wait_for_notes();
     bool const incomplete = s->dropped.load(std::memory_order_relaxed) != 0 ||
                             s->truncations.load(std::memory_order_relaxed) != 0;
     // The marker and the close in one step: nothing follows the marker.

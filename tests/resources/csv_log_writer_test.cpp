@@ -937,6 +937,40 @@ TEST(CsvLogWriterHostile, AForkWhileAnotherThreadMapsItsPageLeavesTheChildLoggin
   EXPECT_EQ(marker_dropped(log.last_line), 1) << log.last_line;  // row 2/0
 }
 
+// The helper repairs a truncation and, about to write its note, loses its core
+// (a loaded machine) while the program exits: nothing stops the helper at exit,
+// so the exit's close must wait for the note, or the program's stderr never says
+// what happened to its log (only the close's own "is incomplete" would).
+TEST(CsvLogWriterHostile, ARepairsNoteIsWrittenWhenTheProgramExitsRightAfterTheRepair) {
+  test::temp_file tmp;
+  auto const r = in_child([&] {
+    // Never destroyed, as the shim's log: the program exits with it open. In
+    // static storage, so that the leak checker sees it reachable.
+    alignas(csv_log_writer) static unsigned char storage[sizeof(csv_log_writer)];
+    auto* const w = new (storage) csv_log_writer{tmp.path(), &capture_note};
+    for (std::size_t i = 0; i < 3000; ++i) w->write(numbered_row(1, i));
+    if (!wait_until_allocated_ahead(*w)) return exit_not_reached;
+    csv_log_writer::set_repair_hook_for_testing([](csv_log_writer::repair_point p) noexcept {
+      if (p == csv_log_writer::repair_point::noting && advance(0, 1)) {
+        timespec const preempted{0, 300'000'000};
+        ::nanosleep(&preempted, nullptr);
+      }
+    });
+    truncate_file(tmp.path());  // the helper finds it (nobody writes meanwhile)
+    wait_stage(1);
+    if (g_stuck.load()) return exit_not_reached;
+    std::exit(0);  // the atexit hook finishes the log
+  });
+  ASSERT_TRUE(WIFEXITED(r.status)) << describe(r.status);
+  ASSERT_NE(WEXITSTATUS(r.status), exit_not_reached) << "the helper did not repair the truncation";
+  EXPECT_EQ(WEXITSTATUS(r.status), 0);
+  std::string const repaired = "' was truncated by another program while in use (to 0 bytes)";
+  std::string const incomplete = "' is incomplete (truncated by another program while in use): 0 rows dropped";
+  ASSERT_EQ(r.notes.size(), 2U) << ::testing::PrintToString(r.notes);
+  EXPECT_NE(r.notes[0].find(repaired), std::string::npos) << r.notes[0];
+  EXPECT_NE(r.notes[1].find(incomplete), std::string::npos) << r.notes[1];
+}
+
 // ": > log" just after a growth of the file checked that it was whole, before it
 // allocated more: the growth makes the file as long as before (zeros where the
 // erased rows were), so its size no longer shows the truncation. The header must
