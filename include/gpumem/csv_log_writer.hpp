@@ -337,7 +337,7 @@ class csv_log_writer {
   void notify_due(std::string const& line) noexcept;
   /// Waits (a second at most: stderr may be a pipe nobody reads) until every
   /// announced note is written.
-  void wait_for_notes() const noexcept;
+  void wait_for_notes() noexcept;
   void finish(bool unmap) noexcept;
   static void finish_all_at_exit() noexcept;  // atexit hook over the live writers
   void start_helper() noexcept;
@@ -376,7 +376,8 @@ class csv_log_writer {
   /// Repairs' notes announced under the growth lock and not written yet. The
   /// thread that repaired (often the helper) writes its note after releasing the
   /// lock; finish() waits for it, or a program that exits right then loses it.
-  std::atomic<std::uint32_t> notes_due_{0};
+  /// A futex word: the last note written wakes finish().
+  alignas(4) std::atomic<std::uint32_t> notes_due_{0};
   std::uint64_t final_bytes_{};  ///< bytes_written() after close()
   std::uint64_t final_dropped_{};
   std::uint32_t final_truncations_{};

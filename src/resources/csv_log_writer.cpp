@@ -79,6 +79,7 @@ constexpr std::uint64_t kept_room = 2 * marker_max;       // rows never use the 
 constexpr std::int64_t grow_backoff_ns = 100'000'000;     // after a failed growth
 constexpr std::int64_t truncation_poll_ns = 200'000'000;  // the helper's fstat
 constexpr std::int64_t pause_wait_ns = 20'000'000;        // longest wait on a repair's pause
+constexpr std::int64_t note_wait_ns = 1'000'000'000;      // longest wait at close for a repair's note
 constexpr std::size_t reason_max = 120;
 
 std::int64_t coarse_now_ns() noexcept {
@@ -738,13 +739,15 @@ void csv_log_writer::note_due() noexcept { notes_due_.fetch_add(1, std::memory_o
 void csv_log_writer::notify_due(std::string const& line) noexcept {
   at_repair_point(repair_point::noting);
   notify(line);
-  notes_due_.fetch_sub(1, std::memory_order_release);
+  if (notes_due_.fetch_sub(1, std::memory_order_release) == 1) detail::futex_wake(&notes_due_);
 }
 
-void csv_log_writer::wait_for_notes() const noexcept {
-  for (int ms = 0; ms < 1000 && notes_due_.load(std::memory_order_acquire) != 0; ++ms) {
-    timespec const pause{0, 1'000'000};
-    ::nanosleep(&pause, nullptr);
+void csv_log_writer::wait_for_notes() noexcept {
+  auto const give_up = coarse_now_ns() + note_wait_ns;
+  for (std::uint32_t due; (due = notes_due_.load(std::memory_order_acquire)) != 0;) {
+    auto const now = coarse_now_ns();
+    if (now >= give_up) return;
+    detail::futex_wait(&notes_due_, due, give_up - now);
   }
 }
 
