@@ -75,6 +75,8 @@ class async_memory_resource final : public device_memory_resource {
   void do_deallocate(void* p, std::size_t bytes, stream_ref stream) noexcept override;
   /// cuMemPoolTrimTo(pool, 0); returns the drop in reserved bytes.
   std::size_t do_release() override;
+  /// cuMemPoolTrimTo(keep) on its pools.
+  std::size_t do_trim(std::size_t keep) override;
   /// From the pool's RESERVED_MEM_CURRENT / USED_MEM_CURRENT attributes
   /// (largest_free_block unknown: 0).
   [[nodiscard]] resource_info do_info() const override;

@@ -58,6 +58,8 @@ class binning_memory_resource final : public device_memory_resource {
   void do_deallocate(void* p, std::size_t bytes, stream_ref stream) noexcept override;
   /// Releases every bin, then the upstream; the sum of what each reported.
   std::size_t do_release() override;
+  /// The bins keep their chunks; the upstream trims.
+  std::size_t do_trim(std::size_t keep) override;
   [[nodiscard]] resource_info do_info() const override;
   void do_stream_destroyed(stream_ref stream) noexcept override;
   [[nodiscard]] bool do_owns(void const* p) const noexcept override;

@@ -66,6 +66,12 @@ class device_memory_resource {
   /// Memory still in use stays. Adaptors forward to their upstream.
   std::size_t release() { return do_release(); }
 
+  /// Gives cached memory back until at most `keep` bytes of free memory stay
+  /// backed by device memory (cudaMemPoolTrimTo's meaning; trim(0) is release()).
+  /// Returns the bytes given back. A resource that cannot keep part of its cache
+  /// gives nothing back for keep > 0. Adaptors forward.
+  std::size_t trim(std::size_t keep) { return keep == 0 ? do_release() : do_trim(keep); }
+
   /// What this resource and its upstreams hold; adaptors forward.
   [[nodiscard]] resource_info info() const { return do_info(); }
 
@@ -95,6 +101,20 @@ class device_memory_resource {
   [[nodiscard]] bool extends(void const* earlier_end, void const* next) const noexcept {
     return do_extends(earlier_end, next);
   }
+
+  /// Page release (vmm_memory_resource): gives the device memory behind
+  /// [p, p + bytes) back to the device while the addresses stay allocated; an
+  /// access to them faults until commit(). The range lies inside one allocation of
+  /// this resource, its ends on multiples of contiguous_granularity() (the page
+  /// size), and no queued GPU work may still use it (the caller has waited for
+  /// that). False, changing nothing, where the resource cannot (every resource but
+  /// vmm_memory_resource, and a device without virtual memory management).
+  /// Adaptors forward. Never throws.
+  bool decommit(void* p, std::size_t bytes) noexcept { return do_decommit(p, bytes); }
+  /// Backs a decommitted range with device memory again, usable at once by any
+  /// stream. Throws out_of_memory (changing nothing) when the device has none.
+  /// Adaptors forward.
+  void commit(void* p, std::size_t bytes) { do_commit(p, bytes); }
 
   /// Whether deallocate() may call the CUDA driver, and so needs the context of the
   /// resource's device current (the shim makes it current for a free only then: a
@@ -149,11 +169,16 @@ class device_memory_resource {
   virtual void* do_allocate(std::size_t bytes, stream_ref stream) = 0;
   virtual void do_deallocate(void* p, std::size_t bytes, stream_ref stream) noexcept = 0;
   virtual std::size_t do_release() { return 0; }
+  virtual std::size_t do_trim(std::size_t /*keep*/) { return 0; }
   [[nodiscard]] virtual resource_info do_info() const { return {}; }
   virtual void do_stream_destroyed(stream_ref) noexcept {}
   [[nodiscard]] virtual bool do_owns(void const*) const noexcept { return false; }
   [[nodiscard]] virtual std::size_t do_contiguous_granularity() const noexcept { return 0; }
   [[nodiscard]] virtual bool do_extends(void const*, void const*) const noexcept { return false; }
+  virtual bool do_decommit(void*, std::size_t) noexcept { return false; }
+  virtual void do_commit(void*, std::size_t) {
+    throw logic_error{"gpumem: commit() on a resource without page release"};
+  }
   [[nodiscard]] virtual bool do_deallocate_calls_driver() const noexcept { return true; }
   [[nodiscard]] virtual bool do_is_equal(device_memory_resource const&) const noexcept { return false; }
 };

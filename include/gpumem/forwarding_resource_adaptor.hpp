@@ -1,8 +1,9 @@
 #pragma once
 // forwarding_resource_adaptor: the base of the adaptors (limiting, logging,
 // statistics, tracking). It holds the upstream resource and forwards to it what an
-// adaptor leaves as it is: release(), info(), owns(), stream_destroyed(),
-// contiguous_granularity(), extends() and deallocate_calls_driver() (so an adaptor's
+// adaptor leaves as it is: release(), trim(), info(), owns(), stream_destroyed(),
+// contiguous_granularity(), extends(), decommit(), commit() and
+// deallocate_calls_driver() (so an adaptor's
 // own do_deallocate must not call the driver, or override that too). A
 // derived adaptor implements do_allocate and do_deallocate (passing the calls on
 // to get_upstream() itself) and may override the others.
@@ -25,6 +26,7 @@ class forwarding_resource_adaptor : public device_memory_resource {
 
  private:
   std::size_t do_release() override { return upstream_->release(); }
+  std::size_t do_trim(std::size_t keep) override { return upstream_->trim(keep); }
   [[nodiscard]] resource_info do_info() const override { return upstream_->info(); }
   void do_stream_destroyed(stream_ref s) noexcept override { upstream_->stream_destroyed(s); }
   [[nodiscard]] bool do_owns(void const* p) const noexcept override { return upstream_->owns(p); }
@@ -34,6 +36,8 @@ class forwarding_resource_adaptor : public device_memory_resource {
   [[nodiscard]] bool do_extends(void const* earlier_end, void const* next) const noexcept override {
     return upstream_->extends(earlier_end, next);
   }
+  bool do_decommit(void* p, std::size_t bytes) noexcept override { return upstream_->decommit(p, bytes); }
+  void do_commit(void* p, std::size_t bytes) override { upstream_->commit(p, bytes); }
   [[nodiscard]] bool do_deallocate_calls_driver() const noexcept override {
     return upstream_->deallocate_calls_driver();
   }

@@ -117,6 +117,9 @@ struct pool_options {
   /// Device whose streams a reclamation barrier orders (stream_tracker::of). -1:
   /// the device of the context current when the pool first grows.
   int device = -1;
+  /// Give the device memory of free pages back (over an upstream that can:
+  /// vmm_memory_resource), so that the pool holds about what is live; see above.
+  bool release_pages = true;
 };
 
 class pool_memory_resource final : public device_memory_resource {
@@ -130,8 +133,14 @@ class pool_memory_resource final : public device_memory_resource {
   ~pool_memory_resource() override;
 
   [[nodiscard]] device_memory_resource* upstream() const noexcept;
-  /// Bytes currently reserved from the upstream (sum of slab sizes).
+  /// Bytes of device memory the pool holds: its slabs less their released pages.
   [[nodiscard]] std::size_t pool_size() const noexcept;
+  /// Bytes of addresses the pool holds from the upstream (its slabs, released pages included).
+  [[nodiscard]] std::size_t address_bytes() const noexcept;
+  /// Reclaims what waits for a barrier and gives device memory back until at most
+  /// `keep` free bytes stay backed (0: whole free slabs go back upstream too). The
+  /// host waits for the GPU to reach the barrier. Returns the bytes given back.
+  std::size_t trim(std::size_t keep);
   /// Bytes freed with synchronous semantics that wait for a reclamation barrier.
   [[nodiscard]] std::size_t pending_bytes() const noexcept;
   /// Reclamations made so far (each one barrier).
@@ -144,6 +153,8 @@ class pool_memory_resource final : public device_memory_resource {
   void do_deallocate(void* p, std::size_t bytes, stream_ref stream) noexcept override;
   /// Returns every completely free slab to the upstream; the bytes returned.
   std::size_t do_release() override;
+  /// trim(keep) above.
+  std::size_t do_trim(std::size_t keep) override;
   [[nodiscard]] resource_info do_info() const override;
   void do_stream_destroyed(stream_ref stream) noexcept override;
   /// p inside one of the pool's slabs (or a caching upstream's memory).

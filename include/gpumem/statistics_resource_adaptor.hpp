@@ -65,6 +65,10 @@ class statistics_resource_adaptor final : public forwarding_resource_adaptor {
 
   void* do_allocate(std::size_t bytes, stream_ref stream) override;
   void do_deallocate(void* p, std::size_t bytes, stream_ref stream) noexcept override;
+  /// Pages given back or mapped again inside an allocation count in bytes() (so,
+  /// below a pool, bytes() is the device memory it holds), not in allocations().
+  bool do_decommit(void* p, std::size_t bytes) noexcept override;
+  void do_commit(void* p, std::size_t bytes) override;
   [[nodiscard]] counters read(detail::peak_gauge const& g, total t) const noexcept {
     auto const [current, peak] = g.read();
     return {current, peak, static_cast<std::int64_t>(totals_.get(t))};

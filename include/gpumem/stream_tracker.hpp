@@ -107,6 +107,12 @@ class stream_tracker {
   /// extra events (of any context) that E_L must follow.
   [[nodiscard]] bool barrier(std::span<CUevent const> also_after = {}) noexcept;
 
+  /// Whether all work submitted before the last barrier has run on the GPU (its
+  /// E_L completed), so that memory the barrier made reusable may also be unmapped.
+  /// `wait`: block the host until it has (cuEventSynchronize). True when no barrier
+  /// was made yet; false during a capture, or when the driver fails.
+  [[nodiscard]] bool last_barrier_complete(bool wait) noexcept;
+
   /// Barriers made so far on this device (successful ones).
   [[nodiscard]] std::uint64_t barrier_count() const noexcept;
   /// Streams registered now (blocking and non-blocking).

@@ -14,6 +14,15 @@
 // reservation. Sizes are rounded up to the device's allocation granularity (2 MiB
 // on current GPUs): contiguous_granularity() says how much.
 //
+// Pages: each granule of an allocation is mapped with a physical allocation of its
+// own (cuMemCreate of one granule), so decommit() can unmap any whole granules
+// inside an allocation, giving their memory back to the device while the addresses
+// stay reserved, and commit() maps fresh memory there again. A pool over this
+// resource uses that to hold physical memory only where it is live or cached
+// (pool_memory_resource.hpp). Costs: an allocation of n granules makes n cuMemCreate
+// and n cuMemMap calls and one cuMemSetAccess; a decommit one cuMemUnmap per run of
+// mapped granules. info() counts mapped bytes: what the device has given.
+//
 // Access: the owning device, and every device that can access it as a peer
 // (cuDeviceCanAccessPeer), may read and write it: memory from cuMemAlloc becomes
 // reachable from a peer once the program enables peer access, and a program that
@@ -65,6 +74,8 @@ class vmm_memory_resource final : public device_memory_resource {
   [[nodiscard]] resource_info do_info() const override;
   [[nodiscard]] std::size_t do_contiguous_granularity() const noexcept override;
   [[nodiscard]] bool do_extends(void const* earlier_end, void const* next) const noexcept override;
+  bool do_decommit(void* p, std::size_t bytes) noexcept override;
+  void do_commit(void* p, std::size_t bytes) override;
 
   std::unique_ptr<impl> impl_;
 };

@@ -110,6 +110,18 @@ class chain_builder {
     return raw;
   }
 
+  /// The smallest limit of the limiting entries outside entry `index`, if any.
+  std::optional<std::size_t> limit_above(std::size_t index) const {
+    std::optional<std::size_t> out;
+    for (std::size_t i = 0; i < index; ++i) {
+      if (auto const* l = std::get_if<limiting_spec>(&s_.chain[i].options); l != nullptr) {
+        std::size_t const limit = l->limit.resolve(free_);
+        if (!out || limit < *out) out = limit;
+      }
+    }
+    return out;
+  }
+
   /// Builds entry `index` over `upstream`; returns the new top.
   device_memory_resource* entry(std::size_t index, device_memory_resource* upstream) {
     resource_spec const& spec = s_.chain[index];
@@ -123,6 +135,14 @@ class chain_builder {
               if (p.maximum_size) {
                 maximum = p.maximum_size->resolve(free_);
                 detail::check_pool_bounds(spec, key + ".maximum_size", initial, *maximum, s_.on_config_error);
+              }
+              // A limit above the pool caps the device memory the pool holds, not only
+              // what the program holds: free pages go back before the pool grows past it.
+              if (auto const limit = limit_above(index);
+                  limit && (!maximum || *limit < *maximum) && *limit >= initial) {
+                maximum = *limit;
+                text += fmt::format(", max {} (the limit)", format_bytes(*limit));
+              } else if (p.maximum_size) {
                 text += fmt::format(", max {}", shown(*p.maximum_size, *maximum));
               }
               std::size_t const growth = p.min_growth.resolve(free_);

@@ -214,13 +214,15 @@ bool async_memory_resource::reclaim() noexcept {
   return true;
 }
 
-std::size_t async_memory_resource::do_release() {
+std::size_t async_memory_resource::do_release() { return do_trim(0); }
+
+std::size_t async_memory_resource::do_trim(std::size_t keep) {
   static_cast<void>(reclaim());
   std::size_t released = 0;
   for (CUmemoryPool p : {pool_, sync_pool_.load(std::memory_order_acquire)}) {
     if (p == nullptr) continue;
     auto const before = pool_attribute(p, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT);
-    check(detail::driver().cuMemPoolTrimTo(p, 0), "cuMemPoolTrimTo");
+    check(detail::driver().cuMemPoolTrimTo(p, keep), "cuMemPoolTrimTo");
     auto const after = pool_attribute(p, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT);
     released += before > after ? static_cast<std::size_t>(before - after) : 0;
   }

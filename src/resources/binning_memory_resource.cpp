@@ -85,6 +85,8 @@ std::size_t binning_memory_resource::do_release() {
   return released + upstream_->release();
 }
 
+std::size_t binning_memory_resource::do_trim(std::size_t keep) { return upstream_->trim(keep); }
+
 resource_info binning_memory_resource::do_info() const {
   resource_info const up = upstream_->info();
   std::size_t bin_reserved = 0;

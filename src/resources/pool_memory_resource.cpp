@@ -12,6 +12,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace gpumem {
 namespace {
@@ -268,6 +269,19 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
       if (char* p = reclaim_and_take(e, size)) return p;
     }
     if (char* p = join_clean_and_take(e, size)) return p;
+    if (page != 0) {
+      // No free block fits: new memory is mapped, in released addresses of the pool
+      // if a range fits, else in a growth. Either way the device memory of free
+      // pages that no request can use goes back first, so the pool's footprint
+      // grows only when free memory is short, not because it is scattered. Memory
+      // waiting for a barrier holds device memory too: reclaimed first (it may
+      // also serve the request), its pages can go.
+      if (waiting_bytes(e == nullptr) >= page) {
+        if (char* p = reclaim_and_take(e, size)) return p;
+      }
+      release_pages(align_up(size, page), /*wait=*/true);
+      if (char* p = commit_and_serve(e, size)) return p;
+    }
 
     std::size_t const preferred = std::max(min_growth, std::min(pool / growth_divisor, growth_cap));
     // Over an upstream that maps growths one after another (vmm_memory_resource), a
@@ -310,6 +324,10 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
     if (char* p = join_clean_and_take(e, size)) return p;
     release_free_regions();
     if (char* p = take_either(e, size)) return p;
+    if (page != 0) {
+      release_pages(std::numeric_limits<std::size_t>::max(), /*wait=*/true);  // every free page: the maximum binds
+      if (char* p = commit_and_serve(e, size)) return p;
+    }
     std::size_t const tail = frontier_bytes(e, size);  // the gathering may have made it longer
     if (std::size_t const alone = growth_step(size - tail, 0); alone != 0) {
       if (char* p = grow_and_serve(e, alone, size)) return p;
@@ -322,7 +340,7 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
   /// max(size, preferred) clamped to what the maximum still allows, in multiples of
   /// the upstream's granularity when it grows contiguously; 0 if not even `size` fits.
   [[nodiscard]] std::size_t growth_step(std::size_t size, std::size_t preferred) const noexcept {
-    std::size_t const room = maximum - std::min(maximum, reserved_bytes());
+    std::size_t const room = maximum - std::min(maximum, committed_bytes());
     if (room < size) return 0;
     std::size_t const step = std::min(align_up(std::max(size, preferred), allocation_alignment), room);
     if (granularity == 0) return step;
@@ -337,7 +355,105 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
   void learn_granularity() noexcept {
     if (granularity_known) return;
     granularity = upstream()->contiguous_granularity();
+    page = opts.release_pages ? granularity : 0;
     granularity_known = true;
+  }
+
+  /// Gives the device memory of whole pages inside free clean blocks back to the
+  /// device (upstream()->decommit), smallest blocks first and from each block's
+  /// end, until `want` bytes are released or no such page is left; the blocks'
+  /// other bytes stay free. Clean memory is ordered after all its earlier uses by a
+  /// GPU-side barrier, but that work may still run: the last barrier must have
+  /// completed first (the host waits for it if `wait`, else nothing is released).
+  /// Returns the bytes released. Caller holds growth_mutex().
+  std::size_t release_pages(std::size_t want, bool wait) {
+    if (page == 0 || want == 0) return 0;
+    if (auto* t = tracker(); t != nullptr && !t->last_barrier_complete(wait)) return 0;
+    struct candidate {
+      detail::free_block block;
+      entry* from;
+      char* first;  ///< its first whole page
+      std::size_t bytes;
+    };
+    std::size_t done = 0;
+    try {
+      lists().with_all_locked([&](lists_type::locked_view& v) {
+        std::vector<candidate> found;
+        for (entry* e : v.entries) {
+          if (!e->clean) continue;
+          e->list.for_each([&](detail::free_block const& b) {
+            auto const start = align_up(reinterpret_cast<std::uintptr_t>(b.ptr), page);
+            auto const end = align_down(reinterpret_cast<std::uintptr_t>(b.end()), page);
+            if (end > start) found.push_back({b, e, reinterpret_cast<char*>(start), end - start});
+          });
+        }
+        std::sort(found.begin(), found.end(), [](candidate const& a, candidate const& b) {
+          return a.bytes != b.bytes ? a.bytes < b.bytes : a.block.ptr < b.block.ptr;
+        });
+        for (auto const& c : found) {
+          if (done >= want) break;
+          std::size_t const n = std::min(c.bytes, align_up(want - done, page));
+          char* const at = c.first + (c.bytes - n);  // the block's last pages: its front stays for requests
+          if (!c.from->list.remove(c.block.ptr)) continue;
+          if (!upstream()->decommit(at, n)) {
+            c.from->list.add(c.block);
+            break;  // the upstream cannot (a fallback device): nothing more will go
+          }
+          note_released(at, n, c.block.slab);
+          if (at > c.block.ptr)
+            c.from->list.add({c.block.ptr, static_cast<std::size_t>(at - c.block.ptr), c.block.slab});
+          if (at + n < c.block.end()) {
+            c.from->list.add({at + n, static_cast<std::size_t>(c.block.end() - (at + n)), c.block.slab});
+          }
+          done += n;
+        }
+      });
+    } catch (...) {
+      // Out of host memory for the bookkeeping: what was released so far stays released.
+    }
+    return done;
+  }
+
+  /// Serves `size` by mapping device memory again in released addresses of the pool
+  /// (the smallest released range that holds the request's pages), filed with the
+  /// requester as new memory is (grow_and_serve). nullptr if no range holds them,
+  /// the maximum leaves no room or the device has no memory. Caller holds growth_mutex().
+  char* commit_and_serve(entry* e, std::size_t size) {
+    std::size_t const bytes = align_up(size, page);
+    if (bytes > maximum - std::min(maximum, committed_bytes())) return nullptr;  // the maximum binds
+    auto const got = take_released(bytes);
+    if (!got) return nullptr;
+    try {
+      upstream()->commit(got.ptr, got.bytes);
+    } catch (out_of_memory const&) {
+      try {
+        note_released(got.ptr, got.bytes, got.region);
+      } catch (...) {
+        // No host memory to record them: those addresses stay unused, nothing else.
+      }
+      return nullptr;
+    }
+    std::size_t const mine = lists_type::shard_index();
+    entry& to = e != nullptr ? *e : lists().clean(mine);
+    std::lock_guard lock{to};
+    to.list.add({got.ptr, got.bytes, got.region});  // joins free neighbours of the same region
+    char* const p = to.list.take_best_fit(size).ptr;
+    if (e == nullptr) lists().note_clean(mine);
+    return p;
+  }
+
+  /// trim(): reclaims what waits for a barrier, then gives device memory back until
+  /// at most `keep` free bytes stay backed: whole free regions first when `keep` is
+  /// 0, then free pages. Blocks the host until the barrier's work has run.
+  std::size_t trim(std::size_t keep) {
+    std::lock_guard growth{growth_mutex()};
+    learn_granularity();
+    reclaim();
+    std::size_t given = 0;
+    if (keep == 0) given += release_free_regions() + release_free_tails();
+    std::size_t const free = info_locked().free_bytes;
+    if (free > keep) given += release_pages(free - keep, /*wait=*/true);
+    return given;
   }
 
   /// The free bytes at the pool's growth frontier (the end of its last growth) in
@@ -402,6 +518,10 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
   std::size_t granularity{};
   bool granularity_known = false;
   char* frontier{};
+  /// Page release (guarded by growth_mutex()): the upstream's page size when it can
+  /// give the memory of free pages back (vmm_memory_resource) and the options allow
+  /// it; 0 otherwise.
+  std::size_t page{};
 };
 
 pool_memory_resource::pool_memory_resource(device_memory_resource* upstream, pool_options opts)
@@ -412,7 +532,9 @@ pool_memory_resource::pool_memory_resource(device_memory_resource* upstream, poo
 pool_memory_resource::~pool_memory_resource() = default;
 
 device_memory_resource* pool_memory_resource::upstream() const noexcept { return impl_->upstream(); }
-std::size_t pool_memory_resource::pool_size() const noexcept { return impl_->reserved_bytes(); }
+std::size_t pool_memory_resource::pool_size() const noexcept { return impl_->committed_bytes(); }
+std::size_t pool_memory_resource::address_bytes() const noexcept { return impl_->reserved_bytes(); }
+std::size_t pool_memory_resource::trim(std::size_t keep) { return impl_->trim(keep); }
 std::size_t pool_memory_resource::pending_bytes() const noexcept { return impl_->lists().pending_bytes(); }
 std::size_t pool_memory_resource::reclaim_count() const noexcept { return impl_->reclaim_count(); }
 pool_options const& pool_memory_resource::options() const noexcept { return impl_->opts; }
@@ -421,7 +543,8 @@ void* pool_memory_resource::do_allocate(std::size_t bytes, stream_ref stream) { 
 void pool_memory_resource::do_deallocate(void* p, std::size_t bytes, stream_ref stream) noexcept {
   impl_->deallocate(p, bytes, stream);
 }
-std::size_t pool_memory_resource::do_release() { return impl_->release(); }
+std::size_t pool_memory_resource::do_release() { return impl_->trim(0); }
+std::size_t pool_memory_resource::do_trim(std::size_t keep) { return impl_->trim(keep); }
 resource_info pool_memory_resource::do_info() const { return impl_->info(); }
 bool pool_memory_resource::do_owns(void const* p) const noexcept { return impl_->owns(p); }
 void pool_memory_resource::do_stream_destroyed(stream_ref stream) noexcept { impl_->stream_destroyed(stream); }

@@ -39,4 +39,15 @@ void statistics_resource_adaptor::do_deallocate(void* p, std::size_t bytes, stre
   totals_.add(total_deallocations);
 }
 
+bool statistics_resource_adaptor::do_decommit(void* p, std::size_t bytes) noexcept {
+  if (!get_upstream()->decommit(p, bytes)) return false;
+  bytes_.add(-static_cast<std::int64_t>(bytes));
+  return true;
+}
+
+void statistics_resource_adaptor::do_commit(void* p, std::size_t bytes) {
+  get_upstream()->commit(p, bytes);
+  bytes_.add(static_cast<std::int64_t>(bytes));
+}
+
 }  // namespace gpumem

@@ -346,6 +346,18 @@ bool stream_tracker::barrier(std::span<CUevent const> also_after) noexcept {
   return true;
 }
 
+bool stream_tracker::last_barrier_complete(bool wait) noexcept {
+  auto const& d = detail::driver();
+  if (d.init_result != CUDA_SUCCESS || device_ < 0) return false;
+  std::lock_guard lock{tracker_mutex()};
+  if (active_captures.load(std::memory_order_acquire) > 0) return false;
+  state* const st = state_.load(std::memory_order_acquire);
+  if (st == nullptr || st->legacy_event == nullptr) return true;  // no barrier yet
+  detail::scoped_context ctx{st->primary};
+  if (!ctx.ok()) return false;
+  return (wait ? d.cuEventSynchronize(st->legacy_event) : d.cuEventQuery(st->legacy_event)) == CUDA_SUCCESS;
+}
+
 std::uint64_t stream_tracker::barrier_count() const noexcept {
   auto const* s = state_.load(std::memory_order_acquire);
   return s == nullptr ? 0 : s->barriers.load(std::memory_order_relaxed);

@@ -40,12 +40,15 @@ struct device_state {
   address last_end = 0;  ///< where the previous allocation ended: the next goes there if it can
 };
 
-/// One allocation handed out.
+/// One allocation handed out. Its pages are mapped one physical allocation each,
+/// so that any of them can be given back (decommit) and mapped again (commit).
 struct chunk {
   std::size_t size{};
   int device{};
-  std::size_t reservation{};  ///< index in the device's reservations (vmm only)
-  bool fallback = false;      ///< made with cuMemAlloc_v2
+  std::size_t reservation{};     ///< index in the device's reservations (vmm only)
+  bool fallback = false;         ///< made with cuMemAlloc_v2
+  std::vector<bool> released{};  ///< per page: decommitted (vmm only; empty until the first decommit)
+  std::size_t released_bytes{};
 };
 
 bool has_vmm_entry_points(detail::driver_api const& d) noexcept {
@@ -182,7 +185,6 @@ struct vmm_memory_resource::impl {
       detail::throw_allocation_error(r, "cuMemCreate", bytes);
     int const device = detail::current_device();
     if (device < 0) detail::throw_allocation_error(CUDA_ERROR_INVALID_CONTEXT, "cuMemCreate", bytes);
-    auto const& d = detail::driver();
     std::lock_guard lock{mutex};
     device_state& s = state(device);
     if (!s.vmm) return allocate_fallback(bytes, device);
@@ -191,32 +193,163 @@ struct vmm_memory_resource::impl {
     }
     std::size_t const size = align_up(bytes, s.granularity);
     auto const [index, at] = place(s, size);
-    auto const undo_place = [&, index = index, at = at] { give_back(s.reservations[index], at, size); };
-    CUmemGenericAllocationHandle handle{};
-    if (CUresult r = d.cuMemCreate(&handle, size, &s.prop, 0); r != CUDA_SUCCESS) {
-      undo_place();
+    if (CUresult r = map_pages(s, at, size); r != CUDA_SUCCESS) {
+      give_back(s.reservations[index], at, size);
       detail::throw_allocation_error(r, "cuMemCreate", size);
-    }
-    CUresult r = d.cuMemMap(static_cast<CUdeviceptr>(at), size, 0, handle, 0);
-    bool const mapped = r == CUDA_SUCCESS;
-    if (mapped) r = d.cuMemSetAccess(static_cast<CUdeviceptr>(at), size, s.access.data(), s.access.size());
-    // The mapping keeps the memory; the handle is no longer needed (unmapping frees it).
-    static_cast<void>(d.cuMemRelease(handle));
-    if (r != CUDA_SUCCESS) {
-      if (mapped) static_cast<void>(d.cuMemUnmap(static_cast<CUdeviceptr>(at), size));
-      undo_place();
-      detail::throw_allocation_error(r, mapped ? "cuMemSetAccess" : "cuMemMap", size);
     }
     try {
       chunks.emplace(at, chunk{size, device, index, false});
     } catch (...) {
-      static_cast<void>(d.cuMemUnmap(static_cast<CUdeviceptr>(at), size));
-      undo_place();
+      unmap_range(at, size);
+      give_back(s.reservations[index], at, size);
       throw;
     }
     s.last_end = at + size;
     held += size;
     return reinterpret_cast<void*>(at);
+  }
+
+  /// Maps [at, at + size) with one new physical allocation per page and gives the
+  /// device and its peers access. On failure nothing stays mapped. Caller holds `mutex`.
+  static CUresult map_pages(device_state const& s, address at, std::size_t size) noexcept {
+    auto const& d = detail::driver();
+    for (std::size_t done = 0; done < size; done += s.granularity) {
+      CUmemGenericAllocationHandle handle{};
+      CUresult r = d.cuMemCreate(&handle, s.granularity, &s.prop, 0);
+      if (r == CUDA_SUCCESS) {
+        r = d.cuMemMap(static_cast<CUdeviceptr>(at + done), s.granularity, 0, handle, 0);
+        // The mapping keeps the memory; the handle is no longer needed (unmapping frees it).
+        static_cast<void>(d.cuMemRelease(handle));
+      }
+      if (r != CUDA_SUCCESS) {
+        if (done != 0) unmap_range(at, done);
+        return r;
+      }
+    }
+    CUresult const r = d.cuMemSetAccess(static_cast<CUdeviceptr>(at), size, s.access.data(), s.access.size());
+    if (r != CUDA_SUCCESS) unmap_range(at, size);
+    return r;
+  }
+
+  /// Unmaps a range of whole mappings (one call covers adjacent mappings); the
+  /// physical memory goes back to the device with its last mapping.
+  static CUresult unmap_range(address at, std::size_t size) noexcept {
+    return detail::driver().cuMemUnmap(static_cast<CUdeviceptr>(at), size);
+  }
+
+  /// Calls f(start, bytes) for each run of mapped pages of chunk `c` at `base`.
+  template <class F>
+  static void for_each_mapped_run(address base, chunk const& c, std::size_t page, F&& f) {
+    if (c.released.empty()) {
+      f(base, c.size);
+      return;
+    }
+    std::size_t const n = c.released.size();
+    for (std::size_t i = 0; i < n;) {
+      if (c.released[i]) {
+        ++i;
+        continue;
+      }
+      std::size_t j = i;
+      while (j < n && !c.released[j]) ++j;
+      f(base + i * page, (j - i) * page);
+      i = j;
+    }
+  }
+
+  /// One chunk's share of a range that decommit() or commit() was given.
+  struct chunk_part {
+    chunk* c{};
+    address at{};
+    std::size_t first{};  ///< index of its first page in the chunk
+    std::size_t pages{};
+  };
+
+  /// Splits [p, p + bytes) into its parts in consecutive chunks of one device
+  /// (a pool's block may span several of its growths), and gives that device's
+  /// page size; no parts if the range is not whole pages of such chunks, or if a
+  /// page is not in the state `released` says. Caller holds `mutex`.
+  std::pair<std::vector<chunk_part>, std::size_t> parts_of(address p, std::size_t bytes, bool released) {
+    std::vector<chunk_part> parts;
+    auto it = chunks.upper_bound(p);
+    if (bytes == 0 || it == chunks.begin()) return {};
+    --it;
+    auto const st = devices.find(it->second.device);
+    if (st == devices.end() || !st->second.vmm) return {};
+    std::size_t const page = st->second.granularity;
+    if (!is_aligned(p, page) || !is_aligned(bytes, page)) return {};
+    address at = p;
+    address const end = p + bytes;
+    while (at < end) {
+      if (it == chunks.end() || it->first > at || it->second.fallback || it->second.device != st->first ||
+          at - it->first >= it->second.size) {
+        return {};
+      }
+      chunk& c = it->second;
+      std::size_t const first = (at - it->first) / page;
+      std::size_t const pages = std::min(end - at, it->first + c.size - at) / page;
+      for (std::size_t i = first; i < first + pages; ++i) {
+        bool const is_released = !c.released.empty() && c.released[i];
+        if (is_released != released) return {};
+      }
+      parts.push_back({&c, at, first, pages});
+      at += pages * page;
+      ++it;
+    }
+    return {std::move(parts), page};
+  }
+
+  static void mark(chunk_part const& part, std::size_t page, bool released) {
+    for (std::size_t i = part.first; i < part.first + part.pages; ++i) part.c->released[i] = released;
+    if (released) {
+      part.c->released_bytes += part.pages * page;
+    } else {
+      part.c->released_bytes -= part.pages * page;
+    }
+  }
+
+  bool decommit(void* ptr, std::size_t bytes) noexcept {
+    auto const p = reinterpret_cast<address>(ptr);
+    std::lock_guard lock{mutex};
+    try {
+      auto const [parts, page] = parts_of(p, bytes, /*released=*/false);
+      if (parts.empty()) return false;
+      for (auto const& part : parts) {
+        if (part.c->released.empty()) part.c->released.assign(part.c->size / page, false);
+      }
+      for (auto const& part : parts) {
+        // A failed unmap leaves those pages mapped, and the earlier parts released.
+        if (CUresult const r = unmap_range(part.at, part.pages * page); r != CUDA_SUCCESS) {
+          detail::report_free_failure("cuMemUnmap", r, ptr);
+          return false;
+        }
+        mark(part, page, true);
+        held -= part.pages * page;
+      }
+      return true;
+    } catch (...) {
+      return false;  // no host memory for the page map: the pages stay mapped
+    }
+  }
+
+  void commit(void* ptr, std::size_t bytes) {
+    auto const p = reinterpret_cast<address>(ptr);
+    std::lock_guard lock{mutex};
+    auto const [parts, page] = parts_of(p, bytes, /*released=*/true);
+    if (parts.empty()) throw logic_error{"gpumem: vmm commit of a range that is not whole released pages"};
+    device_state const& s = devices.at(parts.front().c->device);
+    for (std::size_t i = 0; i < parts.size(); ++i) {
+      if (CUresult r = map_pages(s, parts[i].at, parts[i].pages * page); r != CUDA_SUCCESS) {
+        for (std::size_t j = 0; j < i; ++j) {  // all or nothing
+          static_cast<void>(unmap_range(parts[j].at, parts[j].pages * page));
+          mark(parts[j], page, true);
+          held -= parts[j].pages * page;
+        }
+        detail::throw_allocation_error(r, "cuMemCreate", bytes);
+      }
+      mark(parts[i], page, false);
+      held += parts[i].pages * page;
+    }
   }
 
   void* allocate_fallback(std::size_t bytes, int device) {
@@ -265,13 +398,17 @@ struct vmm_memory_resource::impl {
     if (it == chunks.end()) return;  // freed twice at once by two threads: the other one did it
     chunk const c = it->second;
     if (!c.fallback) {
-      if (CUresult const r = d.cuMemUnmap(reinterpret_cast<CUdeviceptr>(p), c.size); r != CUDA_SUCCESS) {
-        detail::report_free_failure("cuMemUnmap", r, p);
-        return;
-      }
       auto const st = devices.find(c.device);
       GPUMEM_ASSERT(st != devices.end(), "vmm: a mapping on a device without state");
       device_state& s = st->second;
+      CUresult unmapped = CUDA_SUCCESS;
+      for_each_mapped_run(it->first, c, s.granularity, [&](address at, std::size_t n) {
+        if (unmapped == CUDA_SUCCESS) unmapped = unmap_range(at, n);
+      });
+      if (unmapped != CUDA_SUCCESS) {
+        detail::report_free_failure("cuMemUnmap", unmapped, p);
+        return;
+      }
       auto& r = s.reservations[c.reservation];
       try {
         give_back(r, it->first, c.size);
@@ -283,7 +420,7 @@ struct vmm_memory_resource::impl {
       }
     }
     chunks.erase(it);
-    held -= c.size;
+    held -= c.size - c.released_bytes;
   }
 
   std::size_t granularity() const noexcept {
@@ -334,11 +471,13 @@ struct vmm_memory_resource::impl {
       }
       auto const at = static_cast<CUdeviceptr>(it->first);
       if (!it->second.fallback) {
-        static_cast<void>(d.cuMemUnmap(at, it->second.size));
+        auto const s = devices.find(device);
+        std::size_t const page = s != devices.end() ? s->second.granularity : 0;
+        for_each_mapped_run(it->first, it->second, page, [](address a, std::size_t n) { unmap_range(a, n); });
       } else if (free_fallback) {
         static_cast<void>(d.cuMemFree(at));
       }
-      held -= it->second.size;
+      held -= it->second.size - it->second.released_bytes;
       it = chunks.erase(it);
     }
     auto const s = devices.find(device);
@@ -378,5 +517,9 @@ std::size_t vmm_memory_resource::do_contiguous_granularity() const noexcept { re
 bool vmm_memory_resource::do_extends(void const* earlier_end, void const* next) const noexcept {
   return impl_->extends(earlier_end, next);
 }
+
+bool vmm_memory_resource::do_decommit(void* p, std::size_t bytes) noexcept { return impl_->decommit(p, bytes); }
+
+void vmm_memory_resource::do_commit(void* p, std::size_t bytes) { impl_->commit(p, bytes); }
 
 }  // namespace gpumem

@@ -84,7 +84,7 @@ TEST_F(ChainBuilder, AdaptorsAboveCachingResources) {
   EXPECT_EQ(chain->types(), (types{"statistics", "limiting", "tracking", "binning", "pool", "statistics", "cuda"}));
   EXPECT_EQ(chain->describe(),
             "limiting(512 MiB) \u2192 tracking \u2192 binning(256 B, 4 KiB) "
-            "\u2192 pool(initial 64 MiB, max 768 MiB) \u2192 cuda");
+            "\u2192 pool(initial 64 MiB, max 512 MiB (the limit)) \u2192 cuda");
   ASSERT_NE(chain->limiter(), nullptr);
   EXPECT_EQ(chain->limiter()->limit(), 512 * MiB);
   ASSERT_NE(chain->tracker(), nullptr);

@@ -62,11 +62,52 @@ TEST_F(Vmm, AllocationsFollowEachOtherAndServeAsOneBuffer) {
   EXPECT_EQ(mr.info().used_bytes, 3 * granularity);
   // One memset and one copy across both mappings.
   EXPECT_TRUE(test::fill_and_check(a, 3 * granularity, 0x5a));
-  if (sim.present()) { EXPECT_EQ(sim.call_count("cuMemCreate"), creates + 2); }
+  // One physical allocation per granule, so that any of them can be given back.
+  if (sim.present()) { EXPECT_EQ(sim.call_count("cuMemCreate"), creates + 3); }
   mr.deallocate(b, granularity);
   mr.deallocate(a, granularity + 1);
   EXPECT_EQ(mr.info().reserved_bytes, 0U);
   EXPECT_EQ(mr.fallback_allocations(), 0U);
+}
+
+// decommit() gives the device memory of whole granules back while the addresses
+// stay allocated, across the seam of two allocations that follow each other too;
+// commit() maps fresh memory there; a free unmaps only what is still mapped.
+TEST_F(Vmm, PagesGoBackAndComeBackInsideAllocations) {
+  void* a = mr.allocate(3 * granularity);
+  void* b = mr.allocate(2 * granularity);
+  ASSERT_EQ(as_char(b), as_char(a) + 3 * granularity);
+  std::size_t const device_before = sim.present() ? sim.live_bytes(0) : 0;
+  ASSERT_TRUE(test::fill_and_check(a, 5 * granularity, 0x11));
+
+  // a's last two granules and b's first: one range over the seam.
+  char* const mid = as_char(a) + granularity;
+  ASSERT_TRUE(mr.decommit(mid, 3 * granularity));
+  EXPECT_EQ(mr.info().reserved_bytes, 2 * granularity);
+  if (sim.present()) { EXPECT_EQ(sim.live_bytes(0), device_before - 3 * granularity); }
+  EXPECT_TRUE(test::fill_and_check(a, granularity, 0x22));  // the rest is untouched and usable
+  EXPECT_TRUE(test::fill_and_check(as_char(b) + granularity, granularity, 0x33));
+
+  // Refused, changing nothing: twice, not whole granules, not ours.
+  EXPECT_FALSE(mr.decommit(mid, granularity));
+  EXPECT_FALSE(mr.decommit(a, granularity / 2));
+  EXPECT_FALSE(mr.decommit(as_char(a) + 256, granularity));
+  int host = 0;
+  EXPECT_FALSE(mr.decommit(&host, granularity));
+  EXPECT_THROW(mr.commit(a, granularity), logic_error);  // still mapped
+
+  mr.commit(mid, 3 * granularity);
+  EXPECT_EQ(mr.info().reserved_bytes, 5 * granularity);
+  EXPECT_TRUE(test::fill_and_check(a, 5 * granularity, 0x44));
+
+  ASSERT_TRUE(mr.decommit(as_char(b) + granularity, granularity));
+  mr.deallocate(b, 2 * granularity);  // one granule mapped, one released
+  mr.deallocate(a, 3 * granularity);
+  EXPECT_EQ(mr.info().reserved_bytes, 0U);
+  if (sim.present()) {
+    EXPECT_EQ(sim.live_bytes(0), device_before - 5 * granularity);
+    EXPECT_EQ(sim.violations(), 0);
+  }
 }
 
 TEST_F(Vmm, AFreedEndIsMappedAgainInPlace) {

@@ -10,6 +10,12 @@
 // contiguous(g): it then stands for vmm_memory_resource, reporting granularity g
 // and that an allocation extends the live one ending where it starts.
 //
+// pages(true) (with contiguous(g)): it also stands for vmm_memory_resource's page
+// release: decommit() makes whole g-pages of live allocations inaccessible
+// (PROT_NONE, their memory dropped), so a test that touches a released page
+// faults, and commit() makes them usable again. The arena's base is aligned to
+// 2 MiB for it.
+//
 // waits_for_streams(true): a free first waits for its stream
 // (cuStreamSynchronize), as vmm_memory_resource does before it unmaps, so memory
 // given back is handed out again only after the work the caller ordered before
@@ -21,8 +27,10 @@
 #include <sys/mman.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <map>
 #include <mutex>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -38,12 +46,15 @@ class arena_test_resource final : public device_memory_resource {
   };
 
   explicit arena_test_resource(std::size_t capacity) : capacity_{align_up(capacity, allocation_alignment)} {
-    void* m = mmap(nullptr, capacity_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    mapped_ = capacity_ + base_alignment;
+    void* m = mmap(nullptr, mapped_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (m == MAP_FAILED) throw std::runtime_error{"arena_test_resource: mmap failed"};
-    base_ = static_cast<char*>(m);
+    mapping_ = static_cast<char*>(m);
+    base_ = mapping_ +
+            (align_up(reinterpret_cast<std::uintptr_t>(m), base_alignment) - reinterpret_cast<std::uintptr_t>(m));
     holes_.emplace(base_, capacity_);
   }
-  ~arena_test_resource() override { munmap(base_, capacity_); }
+  ~arena_test_resource() override { munmap(mapping_, mapped_); }
 
   [[nodiscard]] std::vector<call> allocations() const {
     std::lock_guard lock{mutex_};
@@ -69,6 +80,27 @@ class arena_test_resource final : public device_memory_resource {
   [[nodiscard]] char* base() const noexcept { return base_; }
   /// Report contiguous growth with granularity `g` (0: none, the default).
   void contiguous(std::size_t g) noexcept { granularity_ = g; }
+  /// Accept decommit() and commit() of whole pages of the granularity.
+  void pages(bool on) noexcept { pages_ = on; }
+  /// Bytes decommitted now, and the calls made.
+  [[nodiscard]] std::size_t decommitted_bytes() const {
+    std::lock_guard lock{mutex_};
+    return released_.size() * granularity_;
+  }
+  [[nodiscard]] std::size_t decommit_calls() const {
+    std::lock_guard lock{mutex_};
+    return decommits_;
+  }
+  [[nodiscard]] std::size_t commit_calls() const {
+    std::lock_guard lock{mutex_};
+    return commits_;
+  }
+  /// Calls that broke the rules: a range not of whole live pages, a page released
+  /// twice or committed while mapped.
+  [[nodiscard]] std::size_t bad_page_calls() const {
+    std::lock_guard lock{mutex_};
+    return bad_page_calls_;
+  }
   /// Wait for a free's stream before its memory can be handed out again.
   void waits_for_streams(bool on) noexcept { waits_for_streams_ = on; }
   /// Frees whose stream could not be synchronized (their memory is never reused).
@@ -112,6 +144,10 @@ class arena_test_resource final : public device_memory_resource {
     }
     frees_.push_back({p, bytes, stream_handle(s)});
     std::size_t size = it->second;
+    if (pages_) {
+      for (auto r = released_.lower_bound(p); r != released_.end() && *r < p + size;) r = released_.erase(r);
+      mprotect(p, size, PROT_READ | PROT_WRITE);
+    }
     live_bytes_ -= size;
     live_.erase(it);
     // Coalesce with the neighbouring holes.
@@ -141,13 +177,76 @@ class arena_test_resource final : public device_memory_resource {
     return prev->first + prev->second == it->first;
   }
 
+  /// Whether [p, p + n) is whole pages inside consecutive live allocations, each
+  /// page released or not as `released` says. Caller holds mutex_.
+  [[nodiscard]] bool whole_pages(char* p, std::size_t n, bool released) const {
+    if (!pages_ || granularity_ == 0 || n == 0 || (reinterpret_cast<std::uintptr_t>(p) % granularity_) != 0 ||
+        (n % granularity_) != 0) {
+      return false;
+    }
+    for (char* at = p; at < p + n; at += granularity_) {
+      auto it = live_.upper_bound(at);
+      if (it == live_.begin()) return false;
+      --it;
+      if (at >= it->first + it->second || released_.contains(at) != released) return false;
+    }
+    return true;
+  }
+
+  bool do_decommit(void* ptr, std::size_t n) noexcept override {
+    std::lock_guard lock{mutex_};
+    auto* p = static_cast<char*>(ptr);
+    if (!whole_pages(p, n, false)) {
+      ++bad_page_calls_;
+      return false;
+    }
+    for (char* at = p; at < p + n; at += granularity_) released_.insert(at);
+    madvise(p, n, MADV_DONTNEED);  // its contents are gone, as a device's would be
+    mprotect(p, n, PROT_NONE);
+    ++decommits_;
+    return true;
+  }
+
+  void do_commit(void* ptr, std::size_t n) override {
+    std::lock_guard lock{mutex_};
+    auto* p = static_cast<char*>(ptr);
+    if (!whole_pages(p, n, true)) {
+      ++bad_page_calls_;
+      throw logic_error{"arena_test_resource: commit of pages that are not released"};
+    }
+    if (commit_fails_ > 0) {
+      --commit_fails_;
+      throw out_of_memory{"arena_test_resource: commit refused"};
+    }
+    for (char* at = p; at < p + n; at += granularity_) released_.erase(at);
+    mprotect(p, n, PROT_READ | PROT_WRITE);
+    ++commits_;
+  }
+
+ public:
+  /// The next `n` commits throw out_of_memory.
+  void fail_commits(std::size_t n) {
+    std::lock_guard lock{mutex_};
+    commit_fails_ = n;
+  }
+
+ private:
   [[nodiscard]] resource_info do_info() const override {
     std::lock_guard lock{mutex_};
     return {.reserved_bytes = live_bytes_, .used_bytes = live_bytes_, .free_bytes = 0, .largest_free_block = 0};
   }
 
+  static constexpr std::size_t base_alignment = std::size_t{2} << 20;
   std::size_t capacity_;
+  std::size_t mapped_{};
+  char* mapping_{};
   std::size_t granularity_ = 0;
+  bool pages_ = false;
+  std::set<char*> released_;  // page starts
+  std::size_t decommits_{};
+  std::size_t commits_{};
+  std::size_t commit_fails_{};
+  std::size_t bad_page_calls_{};
   bool waits_for_streams_ = false;
   std::size_t failed_waits_{};
   char* base_{};

@@ -728,8 +728,9 @@ class stream_free_lists {
   /// each with a stream ordered after every stream that holds part of it (one
   /// holder's stream, made to wait on the others' events; no driver call when a
   /// single live stream, or only the clean list, holds it). region_size(base)
-  /// gives a region's size. Regions held partly by a capturing stream, or partly
-  /// pending, stay.
+  /// gives a region's size and the bytes of it that must be free in lists (less
+  /// when part of it is in none: released pages). Regions held partly by a
+  /// capturing stream, or partly pending, stay.
   template <class RegionSize>
   std::vector<free_region> extract_free_regions(locked_view& v, RegionSize&& region_size) {
     struct holdings {
@@ -763,8 +764,8 @@ class stream_free_lists {
     auto const pair_key = [](void const* a, CUstream t) { return std::pair<void const*, CUstream>{a, t}; };
     std::vector<free_region> out;
     for (auto& [base, h] : by_region) {
-      std::size_t const size = region_size(base);
-      if (h.bytes != size) continue;
+      auto const [size, listed] = region_size(base);
+      if (h.bytes != listed) continue;
       // Given back on a holder's stream this thread can name (others are ordered
       // before it), else on the legacy stream.
       auto const own = std::find_if(h.streams.begin(), h.streams.end(),

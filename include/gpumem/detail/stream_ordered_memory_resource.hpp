@@ -37,10 +37,13 @@
 #include <algorithm>
 #include <atomic>
 #include <cstddef>
+#include <iterator>
+#include <map>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
 namespace gpumem::detail {
 
@@ -73,8 +76,16 @@ class stream_ordered_memory_resource {
   [[nodiscard]] lists_type const& lists() const noexcept { return lists_; }
   [[nodiscard]] region_table<Payload>& regions() noexcept { return regions_; }
   [[nodiscard]] std::mutex& growth_mutex() noexcept { return growth_mutex_; }
-  /// Bytes held from the upstream (the regions' sizes).
+  /// Bytes of addresses held from the upstream (the regions' sizes).
   [[nodiscard]] std::size_t reserved_bytes() const noexcept { return regions_.reserved_bytes(); }
+  /// Bytes of those backed by device memory: all but the released pages.
+  [[nodiscard]] std::size_t committed_bytes() const noexcept {
+    return regions_.reserved_bytes() - released_bytes_.load(std::memory_order_relaxed);
+  }
+  /// Bytes of released pages (addresses held, device memory given back).
+  [[nodiscard]] std::size_t released_bytes() const noexcept { return released_bytes_.load(std::memory_order_relaxed); }
+  /// The stream tracker of the memory's device; null before the first growth.
+  [[nodiscard]] stream_tracker* tracker() const noexcept { return tracker_.load(std::memory_order_acquire); }
   /// Reclamations made so far (each one barrier).
   [[nodiscard]] std::size_t reclaim_count() const noexcept { return reclaims_.load(std::memory_order_relaxed); }
 
@@ -117,6 +128,81 @@ class stream_ordered_memory_resource {
       regions_.insert(p, bytes);
       return {p, bytes, p};
     });
+  }
+
+  // -- Released pages -------------------------------------------------------------
+  // A resource whose upstream can decommit (vmm_memory_resource) takes the pages
+  // wholly inside free blocks out of its lists and gives their device memory back
+  // (the pool's policy decides which and when); the addresses stay in their region,
+  // recorded here as released ranges, until the resource commits them again or the
+  // region goes back upstream. Ranges never join across regions. All of it under
+  // growth_mutex().
+
+  /// Records [p, p + bytes) of region `owner` as released (joined with its neighbours).
+  /// Throws (changing nothing) if no host memory is left for a new range.
+  void note_released(char* p, std::size_t bytes, char* owner) {
+    std::size_t const added = bytes;
+    auto next = released_.lower_bound(p);
+    bool const join_next = next != released_.end() && next->first == p + bytes && next->second.region == owner;
+    auto prev = next == released_.begin() ? released_.end() : std::prev(next);
+    bool const join_prev = prev != released_.end() && prev->second.region == owner &&
+                           prev->first + prev->second.size == p;
+    if (join_prev) {
+      prev->second.size += bytes + (join_next ? next->second.size : 0);
+      if (join_next) released_.erase(next);
+    } else if (join_next) {
+      auto node = released_.extract(next);        // re-keyed, not reallocated
+      if (node.empty()) __builtin_unreachable();  // an element's node (spares -Wnull-dereference)
+      node.key() = p;
+      node.mapped().size += bytes;
+      released_.insert(std::move(node));
+    } else {
+      released_.emplace(p, released_range{bytes, owner});
+    }
+    released_bytes_.fetch_add(added, std::memory_order_relaxed);
+  }
+
+  /// What take_released() found: `bytes` at `ptr` in `region`, no longer released.
+  struct released_piece {
+    char* ptr{};
+    std::size_t bytes{};
+    char* region{};
+    explicit operator bool() const noexcept { return ptr != nullptr; }
+  };
+
+  /// Takes `bytes` (whole pages) from the start of the smallest released range that
+  /// holds them; none if no range does. The caller commits them, or gives them back
+  /// with note_released().
+  released_piece take_released(std::size_t bytes) {
+    auto best = released_.end();
+    for (auto it = released_.begin(); it != released_.end(); ++it) {
+      if (it->second.size >= bytes && (best == released_.end() || it->second.size < best->second.size)) best = it;
+    }
+    if (best == released_.end()) return {};
+    released_piece const got{best->first, bytes, best->second.region};
+    released_range const rest{best->second.size - bytes, best->second.region};
+    released_.erase(best);
+    if (rest.size != 0) released_.emplace(got.ptr + bytes, rest);
+    released_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
+    return got;
+  }
+
+  /// Bytes released inside the region [base, base + size).
+  [[nodiscard]] std::size_t released_in(char* base, std::size_t size) const {
+    std::size_t n = 0;
+    for (auto it = released_.lower_bound(base); it != released_.end() && it->first < base + size; ++it) {
+      n += it->second.size;
+    }
+    return n;
+  }
+
+  /// Forgets the released ranges of a region that goes back upstream.
+  void forget_released(char* base, std::size_t size) {
+    auto it = released_.lower_bound(base);
+    while (it != released_.end() && it->first < base + size) {
+      released_bytes_.fetch_sub(it->second.size, std::memory_order_relaxed);
+      it = released_.erase(it);
+    }
   }
 
   /// Undoes grow() for a region none of whose memory was handed out or filed
@@ -244,15 +330,34 @@ class stream_ordered_memory_resource {
   /// Caller holds growth_mutex().
   std::size_t release_free_regions() {
     return lists_.with_all_locked([&](typename lists_type::locked_view& v) {
-      auto const free = lists_.extract_free_regions(v, [&](char* base) { return regions_.size_at(base); });
+      // A region's released pages count as free: they are in no list.
+      auto const free = lists_.extract_free_regions(v, [&](char* base) {
+        std::size_t const size = regions_.size_at(base);
+        return std::pair<std::size_t, std::size_t>{size, size - released_in(base, size)};
+      });
       std::size_t released = 0;
       end_borrows();
       for (auto const& r : free) {
         auto const pieces = regions_.pieces(r.base);  // an extended region goes back piece by piece
         [[maybe_unused]] std::size_t const size = regions_.erase(r.base);  // invalidates every thread's lookup hints
         GPUMEM_ASSERT(size == r.size, "a free region changed size while the lists were locked");
+        std::size_t const unbacked = released_in(r.base, r.size);
+        forget_released(r.base, r.size);
         for (auto const& [base, n] : pieces) upstream_->deallocate(base, n, stream_ref{r.stream});
-        released += r.size;
+        released += r.size - unbacked;
+      }
+      // Regions whose every page is released are in no list: no stream holds them.
+      std::vector<char*> unbacked_regions;
+      if (!released_.empty()) {
+        regions_.for_each([&](char* base, std::size_t size) {
+          if (released_in(base, size) == size) unbacked_regions.push_back(base);
+        });
+      }
+      for (char* base : unbacked_regions) {
+        auto const pieces = regions_.pieces(base);
+        std::size_t const size = regions_.erase(base);
+        forget_released(base, size);
+        for (auto const& [b, n] : pieces) upstream_->deallocate(b, n, stream_ref{});
       }
       return released;
     });
@@ -332,7 +437,7 @@ class stream_ordered_memory_resource {
       // Pending blocks are free from the program's point of view (it freed them).
       r.pending_bytes = lists_.pending_bytes();
       free += r.pending_bytes;
-      r.reserved_bytes = regions_.reserved_bytes();
+      r.reserved_bytes = committed_bytes();  // released pages hold no device memory
       r.free_bytes = std::min(free, r.reserved_bytes);
       r.used_bytes = r.reserved_bytes - r.free_bytes;
     });
@@ -385,6 +490,12 @@ class stream_ordered_memory_resource {
   std::mutex growth_mutex_;                  ///< serialises growth, reclamation, release and info; outermost lock
   static constexpr int max_last_looks = 16;  ///< while moves keep interfering
   std::atomic<std::size_t> reclaims_{0};
+  struct released_range {
+    std::size_t size{};
+    char* region{};
+  };
+  std::map<char*, released_range> released_;    ///< released pages by start; under growth_mutex_
+  std::atomic<std::size_t> released_bytes_{0};  ///< their sum, read without the lock
   region_table<Payload> regions_;
   lists_type lists_;
 };
