@@ -52,6 +52,13 @@ class statistics_resource_adaptor final : public forwarding_resource_adaptor {
   /// every log row): exact when one thread allocates or with sharing::every_change,
   /// otherwise within (threads - 1) × 4 MiB.
   [[nodiscard]] std::int64_t current_bytes_estimate() const noexcept { return bytes_.estimate(); }
+  /// The highest bytes().current since the last reset_bytes_mark() (since
+  /// construction before the first): lock-free, one load, as exact as the peak.
+  /// bytes().peak is never lowered: the report's peaks stay whole.
+  [[nodiscard]] std::int64_t bytes_mark() const noexcept { return bytes_.mark(); }
+  /// Restarts bytes_mark() from the calling thread's estimate of bytes().current;
+  /// returns the mark it replaces. Lock-free.
+  std::int64_t reset_bytes_mark() noexcept { return bytes_.reset_mark(); }
   [[nodiscard]] counters allocations() const noexcept { return read(allocations_, total_allocations); }
   [[nodiscard]] std::int64_t deallocations() const noexcept {
     return static_cast<std::int64_t>(totals_.get(total_deallocations));

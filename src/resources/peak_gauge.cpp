@@ -25,10 +25,27 @@ void peak_gauge::add_shared(std::int64_t v) noexcept {
   if (v > 0) raise_peak(estimate_with(0, 0));
 }
 
+namespace {
+
+/// Raises `a` to `to` unless another thread already raised it further.
+void raise(std::atomic<std::int64_t>& a, std::int64_t to) noexcept {
+  auto seen = a.load(relaxed);
+  while (to > seen && !a.compare_exchange_weak(seen, to, relaxed)) {}
+}
+
+}  // namespace
+
 void peak_gauge::raise_peak_from(std::int64_t to) const noexcept {
-  // Unless another thread already raised it further.
-  auto seen = peak_.load(relaxed);
-  while (to > seen && !peak_.compare_exchange_weak(seen, to, relaxed)) {}
+  // The mark first, then the peak: a thread that finds the mark raised and skips
+  // the peak was at most `to`, which this thread raises the peak to.
+  raise(mark_, to);
+  raise(peak_, to);
+}
+
+std::int64_t peak_gauge::reset_mark() noexcept {
+  auto const now = estimate();
+  raise(peak_, now);  // the new mark may not stand above the peak
+  return mark_.exchange(now, relaxed);
 }
 
 std::int64_t peak_gauge::current() const noexcept { return as_signed(slots_.get(value)); }

@@ -18,6 +18,13 @@
 // - A thread whose net change stays within one step (allocate, free, allocate...)
 //   writes no shared cache line at all.
 //
+// Mark: a high-water that can be restarted (mark(), reset_mark()) without touching
+// the peak, for "the most held since X" (the shim's release at synchronization
+// points, cudaMemPoolGetAttribute's resettable highs). It is never above the peak,
+// so an add compares its estimate with the mark alone: the hot path keeps its one
+// load and compare. After a restart, an add that sets a new high since then writes
+// the mark's shared line (as one that set a new peak always did).
+//
 // Thread safety: add() and estimate() are lock-free (a thread's first call takes
 // thread_counters' lock once, to attach its block of slots); current() and peak()
 // take that process-wide lock and see every add that returned before them.
@@ -69,6 +76,14 @@ class peak_gauge {
   /// one thread changes it, otherwise within (threads - 1) × step.
   [[nodiscard]] std::int64_t estimate() const noexcept;
 
+  /// The highest value seen since the last reset_mark() (since construction before
+  /// the first): lock-free, one load. Never above peak(); as exact as the peak.
+  [[nodiscard]] std::int64_t mark() const noexcept { return mark_.load(std::memory_order_relaxed); }
+  /// Restarts mark() from the calling thread's estimate of the value; returns the
+  /// mark it replaces. An add racing with it counts in the returned mark or in the
+  /// new one. Lock-free; peak() is unchanged.
+  std::int64_t reset_mark() noexcept;
+
  private:
   // `published` below `value`: a thread exiting moves its slots into the retired
   // totals in ascending order, so a reader that sees the new `value` total also
@@ -83,9 +98,10 @@ class peak_gauge {
     auto const exited_published = static_cast<std::int64_t>(exited_published_->load(std::memory_order_acquire));
     return published_.load(std::memory_order_relaxed) - mine_published + mine + (exited - exited_published);
   }
-  /// Raises the peak to `to` unless it is already there (one load when it is).
+  /// Raises the mark and the peak to `to` unless the mark is already there (one
+  /// load when it is: the mark is never above the peak).
   void raise_peak(std::int64_t to) const noexcept {
-    if (to > peak_.load(std::memory_order_relaxed)) [[unlikely]]
+    if (to > mark_.load(std::memory_order_relaxed)) [[unlikely]]
       raise_peak_from(to);
   }
   void raise_peak_from(std::int64_t to) const noexcept;
@@ -100,8 +116,10 @@ class peak_gauge {
   std::atomic<std::uint64_t> const* const exited_;            ///< slots_' retired `value`
   std::atomic<std::uint64_t> const* const exited_published_;  ///< slots_' retired `published`
   alignas(64) std::atomic<std::int64_t> published_{0};        ///< sum of every thread's published part
-  // mutable: read() raises it to the exact value it found, so no later read is lower.
+  // mutable: read() raises them to the exact value it found, so no later read is
+  // lower. One line: raised together. mark_ <= peak_ whenever no raise is under way.
   alignas(64) mutable std::atomic<std::int64_t> peak_{0};
+  mutable std::atomic<std::int64_t> mark_{0};
 };
 
 }  // namespace gpumem::detail
