@@ -29,11 +29,12 @@ namespace {
 constexpr std::string_view env_source = "environment";
 
 /// The variables gpumem reads (for the did-you-mean of unknown ones).
-constexpr std::array<std::string_view, 18> known_variables{
-    "GPUMEM_CONFIG",       "GPUMEM_DISABLE",        "GPUMEM_RESOURCE",       "GPUMEM_POOL_SIZE", "GPUMEM_POOL_MAX",
-    "GPUMEM_LIMIT",        "GPUMEM_LOG_FILE",       "GPUMEM_LOG_LEVEL",      "GPUMEM_SYNC_MODE", "GPUMEM_ON_ERROR",
-    "GPUMEM_REPORT",       "GPUMEM_REPORT_FILE",    "GPUMEM_DEFERRED_FLUSH", "GPUMEM_SHIM",      "GPUMEM_STACKS",
-    "GPUMEM_STACK_SAMPLE", "GPUMEM_STACK_MIN_SIZE", "GPUMEM_LOG_QUEUE"};
+constexpr std::array<std::string_view, 19> known_variables{
+    "GPUMEM_CONFIG",         "GPUMEM_DISABLE",   "GPUMEM_RESOURCE",         "GPUMEM_POOL_SIZE",
+    "GPUMEM_POOL_MAX",       "GPUMEM_LIMIT",     "GPUMEM_LOG_FILE",         "GPUMEM_LOG_LEVEL",
+    "GPUMEM_SYNC_MODE",      "GPUMEM_ON_ERROR",  "GPUMEM_REPORT",           "GPUMEM_REPORT_FILE",
+    "GPUMEM_DEFERRED_FLUSH", "GPUMEM_SHIM",      "GPUMEM_STACKS",           "GPUMEM_STACK_SAMPLE",
+    "GPUMEM_STACK_MIN_SIZE", "GPUMEM_LOG_QUEUE", "GPUMEM_RELEASE_THRESHOLD"};
 /// Variables of other gpumem components (the simulated device, the test harness).
 constexpr std::array<std::string_view, 3> foreign_prefixes{"GPUMEM_SIM_", "GPUMEM_BUILD_DIR", "GPUMEM_SOURCE_DIR"};
 
@@ -132,6 +133,14 @@ class overrides {
       fail(var, fmt::format("\"{}\" is a percentage; this variable needs an absolute size", *v), "e.g. 256MiB");
     }
     return s;
+  }
+
+  [[nodiscard]] std::optional<release_rule> release(std::string_view var) const {
+    std::string const* v = get(var);
+    if (v == nullptr) { return std::nullopt; }
+    try {
+      return parse_release_rule(*v, "variable");
+    } catch (config_error const& e) { fail(var, e.what(), release_threshold_hint); }
   }
 
   [[nodiscard]] std::string const* path_template(std::string_view var) const {
@@ -325,6 +334,7 @@ settings load(environment const& env) {
     if (auto const v = o.size("GPUMEM_STACK_MIN_SIZE", false)) {
       s.stack_min_size = static_cast<std::size_t>(v->bytes);
     }
+    if (auto const v = o.release("GPUMEM_RELEASE_THRESHOLD")) { s.release_threshold = *v; }
     if (o.size("GPUMEM_DEFERRED_FLUSH", false)) {
       warnings.emplace_back(
           "GPUMEM_DEFERRED_FLUSH no longer has an effect (safe mode reclaims freed memory with GPU-side barriers, "

@@ -2,6 +2,8 @@
 
 #include <gpumem/config/settings.hpp>
 
+#include <fmt/format.h>
+
 #include <variant>
 
 namespace gpumem::config {
@@ -24,6 +26,21 @@ resource_role role_of(resource_options const& options) noexcept {
 
 bool caches_memory(resource_options const& options) noexcept {
   return role_of(options) == resource_role::caching || std::holds_alternative<async_spec>(options);
+}
+
+std::string release_rule::to_string() const {
+  if (automatic) { return "auto"; }
+  return bytes == never ? std::string{"unlimited"} : format_bytes(bytes);
+}
+
+release_rule parse_release_rule(std::string_view const text, std::string_view const what) {
+  if (text == "auto") { return release_rule{}; }
+  if (text == "unlimited") { return release_rule::keep(release_rule::never); }
+  size_value const v = parse_size(text);
+  if (v.is_percent) {
+    throw config_error{fmt::format("\"{}\" is a percentage; this {} needs an absolute size", text, what)};
+  }
+  return release_rule::keep(v.bytes);
 }
 
 std::string_view to_string(sync_mode const m) noexcept { return m == sync_mode::safe ? "safe" : "stream"; }

@@ -135,6 +135,20 @@ class parser {
     return v;
   }
 
+  /// A release threshold: "auto", "unlimited", a size string without a percentage,
+  /// or a non-negative integer of bytes.
+  release_rule get_release_rule(toml::node const& n, std::string_view key) const {
+    if (auto const* i = n.as_integer()) {
+      if (i->get() < 0) { fail(n.source(), key, fmt::format("negative size {}", i->get()), release_threshold_hint); }
+      return release_rule::keep(static_cast<std::uint64_t>(i->get()));
+    }
+    auto const* s = n.as_string();
+    if (s == nullptr) { wrong_type(n, key, "a string or an integer", release_threshold_hint); }
+    try {
+      return parse_release_rule(s->get(), "key");
+    } catch (config_error const& e) { fail(n.source(), key, e.what(), release_threshold_hint); }
+  }
+
   std::string get_template(toml::node const& n, std::string_view key) const {
     std::string value = get_string(n, key, "a file path; %p pid, %r rank, %h host, %d device, %% a literal %");
     if (std::string const problem = check_template(value); !problem.empty()) {
@@ -148,7 +162,7 @@ class parser {
     if (t == nullptr) { wrong_type(node, "gpumem", "a table", "write [gpumem] followed by its keys"); }
     static constexpr std::string_view valid =
         "valid: sync_mode, log_file, log_queue, log_level, on_error, report, report_file, stacks, stack_sample, "
-        "stack_min_size, deferred_flush";
+        "stack_min_size, release_threshold, deferred_flush";
     // on_error first, so a later mistake in this table already honours it.
     if (toml::node const* e = t->get("on_error")) {
       s.on_config_error = get_choice(*e, "gpumem.on_error", "fail|passthrough") == "fail" ? on_error::fail
@@ -180,6 +194,8 @@ class parser {
             get_integer(v, key, 1, 1'000'000'000, "1 (every allocation) or K: every K-th allocation of a thread"));
       } else if (name == "stack_min_size") {
         s.stack_min_size = static_cast<std::size_t>(get_size(v, key, false).bytes);
+      } else if (name == "release_threshold") {
+        s.release_threshold = get_release_rule(v, key);
       } else if (name == "deferred_flush") {
         static_cast<void>(get_size(v, key, false));  // still checked: a typo is still an error
         s.warnings.push_back(

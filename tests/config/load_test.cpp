@@ -2,9 +2,12 @@
 
 #include <gpumem/config.hpp>
 
+#include "support/temp_file.hpp"
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <ostream>
 #include <string>
 
@@ -268,7 +271,17 @@ INSTANTIATE_TEST_SUITE_P(
                            "K-th allocation of a thread)"},
         env_error_case{"stack_min_size_percent", "GPUMEM_STACK_MIN_SIZE", "5%",
                        E + "environment: GPUMEM_STACK_MIN_SIZE: \"5%\" is a percentage; this variable needs an "
-                           "absolute size (e.g. 256MiB)"}),
+                           "absolute size (e.g. 256MiB)"},
+        env_error_case{"release_threshold_word", "GPUMEM_RELEASE_THRESHOLD", "never",
+                       E + "environment: GPUMEM_RELEASE_THRESHOLD: \"never\": not a number (auto, "
+                           "unlimited, or the cached bytes to keep: a size such as 0, 512MiB or 4GiB)"},
+        env_error_case{"release_threshold_percent", "GPUMEM_RELEASE_THRESHOLD", "10%",
+                       E + "environment: GPUMEM_RELEASE_THRESHOLD: \"10%\" is a percentage; this variable needs "
+                           "an absolute size (auto, unlimited, or the cached bytes to keep: a size such as 0, "
+                           "512MiB or 4GiB)"},
+        env_error_case{"release_threshold_negative", "GPUMEM_RELEASE_THRESHOLD", "-1GiB",
+                       E + "environment: GPUMEM_RELEASE_THRESHOLD: \"-1GiB\": negative size (auto, unlimited, or "
+                           "the cached bytes to keep: a size such as 0, 512MiB or 4GiB)"}),
     [](auto const& test) { return test.param.name; });
 
 TEST(Load, StackSettingsFromTheEnvironmentAndTheirDefaults) {
@@ -282,6 +295,27 @@ TEST(Load, StackSettingsFromTheEnvironmentAndTheirDefaults) {
   EXPECT_EQ(s.stack_sample, 100U);
   EXPECT_EQ(s.stack_min_size, std::size_t{1} << 20);
   EXPECT_TRUE(s.warnings.empty());
+}
+
+TEST(Load, ReleaseThresholdFromTheEnvironmentAndItsDefault) {
+  EXPECT_EQ(gc::load(env_of({})).release_threshold, gc::release_rule{});
+  EXPECT_TRUE(gc::load(env_of({})).release_threshold.automatic);
+  EXPECT_EQ(gc::load(env_of({{"GPUMEM_RELEASE_THRESHOLD", "auto"}})).release_threshold, gc::release_rule{});
+  EXPECT_EQ(gc::load(env_of({{"GPUMEM_RELEASE_THRESHOLD", "4GiB"}})).release_threshold,
+            gc::release_rule::keep(std::uint64_t{4} << 30));
+  EXPECT_EQ(gc::load(env_of({{"GPUMEM_RELEASE_THRESHOLD", "0"}})).release_threshold, gc::release_rule::keep(0));
+  EXPECT_EQ(gc::load(env_of({{"GPUMEM_RELEASE_THRESHOLD", "unlimited"}})).release_threshold,
+            gc::release_rule::keep(gc::release_rule::never));
+  EXPECT_EQ(gc::load(env_of({{"GPUMEM_RELEASE_THRESHOLD", "18446744073709551615"}})).release_threshold,
+            gc::release_rule::keep(gc::release_rule::never));
+  // The variable outranks the file.
+  gpumem::test::temp_file const f{"release.toml"};
+  std::ofstream{f.path()} << "[gpumem]\nrelease_threshold = \"1GiB\"\n";
+  EXPECT_EQ(gc::load(env_of({{"GPUMEM_CONFIG", f.path()}})).release_threshold,
+            gc::release_rule::keep(std::uint64_t{1} << 30));
+  EXPECT_EQ(gc::load(env_of({{"GPUMEM_CONFIG", f.path()}, {"GPUMEM_RELEASE_THRESHOLD", "auto"}})).release_threshold,
+            gc::release_rule{});
+  EXPECT_TRUE(gc::load(env_of({{"GPUMEM_RELEASE_THRESHOLD", "8MiB"}})).warnings.empty());
 }
 
 TEST(Load, UnknownVariablesWarnWithSuggestion) {

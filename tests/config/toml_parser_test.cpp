@@ -169,6 +169,23 @@ TEST(ParseToml, EmbeddedDefaultIsConfigDefaultToml) {
   EXPECT_TRUE(std::holds_alternative<gc::vmm_spec>(s.chain[1].options));
 }
 
+TEST(ParseToml, ReleaseThreshold) {
+  auto const rule = [](std::string const& value) {
+    return gc::parse_toml("[gpumem]\nrelease_threshold = " + value + "\n", "t.toml").release_threshold;
+  };
+  EXPECT_EQ(rule("\"auto\""), gc::release_rule{});
+  EXPECT_EQ(rule("\"unlimited\""), gc::release_rule::keep(gc::release_rule::never));
+  EXPECT_EQ(rule("\"4GiB\""), gc::release_rule::keep(std::uint64_t{4} << 30));
+  EXPECT_EQ(rule("\"1.5GB\""), gc::release_rule::keep(1'500'000'000));
+  EXPECT_EQ(rule("0"), gc::release_rule::keep(0));
+  EXPECT_EQ(rule("4096"), gc::release_rule::keep(4096));
+  EXPECT_EQ(gc::parse_toml("[gpumem]\nreport = true\n", "t.toml").release_threshold, gc::release_rule{});
+  EXPECT_EQ(gc::parse_toml(gc::default_toml(), "embedded default").release_threshold, gc::release_rule{});
+  EXPECT_EQ(gc::release_rule{}.to_string(), "auto");
+  EXPECT_EQ(gc::release_rule::keep(gc::release_rule::never).to_string(), "unlimited");
+  EXPECT_EQ(gc::release_rule::keep(std::uint64_t{512} << 20).to_string(), "512 MiB");
+}
+
 TEST(ParseToml, EveryShippedExampleParses) {
   int count = 0;
   for (auto const& entry : std::filesystem::directory_iterator{source_dir() / "config"}) {
@@ -221,7 +238,8 @@ INSTANTIATE_TEST_SUITE_P(
         error_case{
             "unknown_gpumem_key", "[gpumem]\nsync_mod = \"safe\"\n",
             E + "2:1: gpumem.sync_mod: unknown key \"sync_mod\" (valid: sync_mode, log_file, log_queue, log_level, "
-                "on_error, report, report_file, stacks, stack_sample, stack_min_size, deferred_flush)"},
+                "on_error, report, report_file, stacks, stack_sample, stack_min_size, release_threshold, "
+                "deferred_flush)"},
         error_case{"stacks_range", "[gpumem]\nstacks = 129\n",
                    E + "2:10: gpumem.stacks: 129 is out of range (0 (off) or the frames to record per allocation, 1 "
                        "to 128)"},
@@ -250,6 +268,18 @@ INSTANTIATE_TEST_SUITE_P(
         error_case{"report_file_lone_percent", "[gpumem]\nreport_file = \"r%\"\n",
                    E + "2:15: gpumem.report_file: ends with a lone % (valid placeholders: %p pid, %r rank, "
                        "%h host, %d device, %% a literal %)"},
+        error_case{"release_threshold_word", "[gpumem]\nrelease_threshold = \"sometimes\"\n",
+                   E + "2:21: gpumem.release_threshold: \"sometimes\": not a number (auto, "
+                       "unlimited, or the cached bytes to keep: a size such as 0, 512MiB or 4GiB)"},
+        error_case{"release_threshold_percent", "[gpumem]\nrelease_threshold = \"25%\"\n",
+                   E + "2:21: gpumem.release_threshold: \"25%\" is a percentage; this key needs an absolute size "
+                       "(auto, unlimited, or the cached bytes to keep: a size such as 0, 512MiB or 4GiB)"},
+        error_case{"release_threshold_negative", "[gpumem]\nrelease_threshold = -1\n",
+                   E + "2:21: gpumem.release_threshold: negative size -1 (auto, unlimited, or the cached bytes to "
+                       "keep: a size such as 0, 512MiB or 4GiB)"},
+        error_case{"release_threshold_type", "[gpumem]\nrelease_threshold = true\n",
+                   E + "2:21: gpumem.release_threshold: expected a string or an integer, got a boolean (auto, "
+                       "unlimited, or the cached bytes to keep: a size such as 0, 512MiB or 4GiB)"},
         error_case{"deferred_flush_percent", "[gpumem]\ndeferred_flush = \"10%\"\n",
                    E + "2:18: gpumem.deferred_flush: \"10%\" is a percentage; this key needs an absolute size "
                        "(e.g. 4096, 64KiB, 2MiB)"},

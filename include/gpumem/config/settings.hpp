@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -24,6 +25,32 @@ enum class sync_mode {
   safe,
   stream  ///< trust stream order as RMM does: both are stream-ordered on the legacy stream
 };
+
+/// What a synchronization point (cudaDeviceSynchronize, cudaStreamSynchronize,
+/// cudaEventSynchronize and their driver twins) leaves cached of the memory a
+/// device's chain holds and the program does not: `release_threshold`.
+struct release_rule {
+  /// bytes: never give back at synchronization points ("unlimited").
+  static constexpr std::uint64_t never = ~std::uint64_t{0};
+  /// "auto" (default): what the program needed since the previous synchronization
+  /// point stays cached (the high-water of its live bytes since then, less what it
+  /// holds now); the rest goes back.
+  bool automatic = true;
+  std::uint64_t bytes = 0;  ///< !automatic: at most this many cached bytes stay; `never`: all
+
+  [[nodiscard]] static constexpr release_rule keep(std::uint64_t b) noexcept { return {false, b}; }
+  /// "auto", "unlimited" or the size ("4 GiB").
+  [[nodiscard]] std::string to_string() const;
+  friend bool operator==(release_rule const&, release_rule const&) = default;
+};
+
+/// A release_threshold as written: "auto", "unlimited" or an absolute size
+/// (parse_size; no percentage). Throws config_error whose message is the problem
+/// only (add release_threshold_hint when showing it); `what` names the setting's
+/// kind in it ("variable", "key", "option").
+[[nodiscard]] release_rule parse_release_rule(std::string_view text, std::string_view what);
+inline constexpr std::string_view release_threshold_hint =
+    "auto, unlimited, or the cached bytes to keep: a size such as 0, 512MiB or 4GiB";
 
 // Typed options of each chain entry. Sizes may be percentages of the device's free
 // memory; build_chain resolves them. Defaults are those of an entry that omits the key.
@@ -104,6 +131,8 @@ struct settings {
   std::uint32_t stack_sample = 1;
   /// ...and of every allocation of at least this many bytes, whatever the sampling.
   std::size_t stack_min_size = std::size_t{16} << 20U;
+  /// What synchronization points give back of the memory the chains cache.
+  release_rule release_threshold{};
   std::vector<resource_spec> chain;  ///< outermost first; the last is a device resource
   std::string source;                ///< "embedded default", or the file path
   /// Non-fatal findings (unknown GPUMEM_* variables, ...), already printed to stderr by
