@@ -56,6 +56,27 @@ TEST(RunOptions, StackOptionsSetTheirVariables) {
   EXPECT_NE(run::usage().find("--stacks N"), std::string::npos);
 }
 
+TEST(RunOptions, ReleaseThresholdTakesAutoUnlimitedOrAnAbsoluteSize) {
+  using kv = std::pair<std::string, std::string>;
+  for (auto const* good : {"auto", "unlimited", "0", "4GiB", "1.5GB"}) {
+    EXPECT_EQ(run::parse_arguments({"--release-threshold", good, "--", "p"}).env,
+              (std::vector<kv>{{"GPUMEM_RELEASE_THRESHOLD", good}}));
+  }
+  EXPECT_EQ(run::parse_arguments({"--release-threshold=auto", "p"}).env,
+            (std::vector<kv>{{"GPUMEM_RELEASE_THRESHOLD", "auto"}}));
+  auto const message = [](char const* bad) {
+    try {
+      (void)run::parse_arguments({"--release-threshold", bad, "--", "p"});
+    } catch (std::invalid_argument const& e) { return std::string{e.what()}; }
+    return std::string{"(accepted)"};
+  };
+  EXPECT_EQ(message("10%"), "--release-threshold: \"10%\" is a percentage; this option needs an absolute size");
+  EXPECT_EQ(message("never"), "--release-threshold: \"never\": not a number");
+  EXPECT_EQ(message("-1"), "--release-threshold: \"-1\": negative size");
+  EXPECT_NE(run::usage().find("--release-threshold"), std::string::npos);
+  EXPECT_NE(run::usage().find("GPUMEM_RELEASE_THRESHOLD"), std::string::npos);
+}
+
 TEST(RunOptions, RejectsBadInput) {
   EXPECT_THROW((void)run::parse_arguments({"--pool-size", "12XB", "--", "p"}), std::invalid_argument);
   EXPECT_THROW((void)run::parse_arguments({"--pool-max", "-1", "--", "p"}), std::invalid_argument);

@@ -1,5 +1,6 @@
 #include "run_options.hpp"
 
+#include <gpumem/config/settings.hpp>
 #include <gpumem/config/size_parse.hpp>
 
 #include <unistd.h>
@@ -17,11 +18,11 @@ namespace {
 struct option_spec {
   std::string_view name;  // without the leading "--"
   std::string_view variable;
-  enum kind { text, size, choice, flag, count } type;
+  enum kind { text, size, choice, flag, count, release } type;
   std::string_view choices;  // "a|b|c" for choice; "lo|hi" for count
 };
 
-constexpr std::array<option_spec, 15> options{{
+constexpr std::array<option_spec, 16> options{{
     {"config", "GPUMEM_CONFIG", option_spec::text, {}},
     {"resource", "GPUMEM_RESOURCE", option_spec::choice, "pool|cuda-pool|binning|async|cuda|managed"},
     {"pool-size", "GPUMEM_POOL_SIZE", option_spec::size, {}},
@@ -37,6 +38,7 @@ constexpr std::array<option_spec, 15> options{{
     {"stacks", "GPUMEM_STACKS", option_spec::count, "0|128"},
     {"stack-sample", "GPUMEM_STACK_SAMPLE", option_spec::count, "1|1000000000"},
     {"stack-min-size", "GPUMEM_STACK_MIN_SIZE", option_spec::size, {}},
+    {"release-threshold", "GPUMEM_RELEASE_THRESHOLD", option_spec::release, {}},
 }};
 
 bool in_choices(std::string_view value, std::string_view choices) {
@@ -55,6 +57,10 @@ void check_value(option_spec const& o, std::string const& value) {
   if (o.type == option_spec::size) {
     try {
       (void)config::parse_size(value);  // percentages are resolved per device by the shim
+    } catch (config::config_error const& e) { throw std::invalid_argument{where + ": " + e.what()}; }
+  } else if (o.type == option_spec::release) {
+    try {
+      (void)config::parse_release_rule(value, "option");
     } catch (config::config_error const& e) { throw std::invalid_argument{where + ": " + e.what()}; }
   } else if (o.type == option_spec::count) {
     auto const bar = o.choices.find('|');
@@ -195,6 +201,19 @@ Options (each sets the variable shown; the variables work without gpumem-run too
                        a stack (cheaper); failures always do       GPUMEM_STACK_SAMPLE
   --stack-min-size SIZE  ...and every allocation of SIZE or more
                        (default 16MiB)                             GPUMEM_STACK_MIN_SIZE
+  --release-threshold T  what synchronizations (cudaDeviceSynchronize,
+                       cudaStreamSynchronize, cudaEventSynchronize)
+                       leave cached of the device memory gpumem holds
+                       and the program does not; the rest goes back.
+                       auto (default): what the program needed since
+                       the previous synchronization (the most it held
+                       since then less what it holds now, and a
+                       quarter more for fragmentation), so a loop that
+                       synchronizes every step keeps its working set;
+                       SIZE (no %): that many bytes; unlimited:
+                       nothing goes back there. A program's
+                       cudaMemPoolSetAttribute(RELEASE_THRESHOLD) on
+                       the default pool sets it too                GPUMEM_RELEASE_THRESHOLD
   --disable            load the shim but pass everything to CUDA   GPUMEM_DISABLE
   -h, --help           this text
   --version            gpumem version
