@@ -1,4 +1,5 @@
-// Driver entry points: allocation, free, memory info and pointer queries. Each
+// Driver entry points: allocation, free, memory info and pointer queries,
+// synchronizations and the default pool's trim and attributes (release.hpp). Each
 // _ptsz variant is the same hook with stream 0 read as the per-thread stream (0x2).
 // Pass-through (GPUMEM_DISABLE, on_error = passthrough) calls the real function
 // straight away.
@@ -12,6 +13,7 @@
 #include "hook_table.hpp"
 #include "live_streams.hpp"
 #include "own_context_memory.hpp"
+#include "release.hpp"
 #include "serve.hpp"
 #include "shim_state.hpp"
 
@@ -160,6 +162,19 @@ CUresult alloc_pool_impl(CUdeviceptr* dptr, std::size_t bytes, CUmemoryPool pool
   if (r == CUDA_SUCCESS) *dptr = reinterpret_cast<CUdeviceptr>(p);
   return r;
 }
+
+// Whether this driver call is the program's own: not one a runtime hook made
+// through the real runtime (that hook does the shim's part once, for both levels).
+bool programs_own_call() noexcept { return current_runtime_call().entry == nullptr && active(); }
+
+// A synchronization's result, after giving back what the release threshold lets go
+// when it succeeded (release.hpp).
+CUresult synchronized(CUresult r) noexcept {
+  if (r == CUDA_SUCCESS && programs_own_call()) release_at_sync();
+  return r;
+}
+
+using stream_sync_fn = CUresult (*)(CUstream);
 
 }  // namespace
 }  // namespace gpumem::shim
@@ -335,4 +350,50 @@ GPUMEM_HOOK(CUresult, cuIpcGetMemHandle, (CUipcMemHandle * handle, CUdeviceptr d
   }
   auto const f = real<fn>(hook_id::h_cuIpcGetMemHandle);
   return f != nullptr ? f(handle, dptr) : not_loaded();
+}
+
+// Synchronizations: CUDA's answer, then the release threshold (release.hpp). The
+// shim never calls these itself (its own waits go through detail::driver()).
+GPUMEM_HOOK(CUresult, cuCtxSynchronize, ()) {
+  auto const f = real<CUresult (*)()>(hook_id::h_cuCtxSynchronize);
+  return f != nullptr ? synchronized(f()) : not_loaded();
+}
+GPUMEM_HOOK(CUresult, cuCtxSynchronize_v2, (CUcontext ctx)) {
+  auto const f = real<CUresult (*)(CUcontext)>(hook_id::h_cuCtxSynchronize_v2);
+  return f != nullptr ? synchronized(f(ctx)) : not_loaded();
+}
+GPUMEM_HOOK(CUresult, cuStreamSynchronize, (CUstream s)) {
+  auto const f = real<stream_sync_fn>(hook_id::h_cuStreamSynchronize);
+  return f != nullptr ? synchronized(f(s)) : not_loaded();
+}
+GPUMEM_HOOK(CUresult, cuStreamSynchronize_ptsz, (CUstream s)) {
+  auto const f = real<stream_sync_fn>(hook_id::h_cuStreamSynchronize_ptsz);
+  return f != nullptr ? synchronized(f(s)) : not_loaded();
+}
+GPUMEM_HOOK(CUresult, cuEventSynchronize, (CUevent e)) {
+  auto const f = real<CUresult (*)(CUevent)>(hook_id::h_cuEventSynchronize);
+  return f != nullptr ? synchronized(f(e)) : not_loaded();
+}
+
+// The default pool of a device gpumem serves: its chain holds the memory CUDA's
+// pool would have held, so it is trimmed and counted with it. Other pools pass.
+GPUMEM_HOOK(CUresult, cuMemPoolTrimTo, (CUmemoryPool pool, std::size_t keep)) {
+  auto const f = real<CUresult (*)(CUmemoryPool, std::size_t)>(hook_id::h_cuMemPoolTrimTo);
+  if (f == nullptr) return not_loaded();
+  if (programs_own_call()) trim_default_pool(pool, keep, "cuMemPoolTrimTo");
+  return f(pool, keep);  // CUDA's pool may hold memory of its own
+}
+GPUMEM_HOOK(CUresult, cuMemPoolGetAttribute, (CUmemoryPool pool, CUmemPool_attribute attr, void* value)) {
+  auto const f = real<CUresult (*)(CUmemoryPool, CUmemPool_attribute, void*)>(hook_id::h_cuMemPoolGetAttribute);
+  if (f == nullptr) return not_loaded();
+  CUresult const r = f(pool, attr, value);  // CUDA checks the arguments and adds its own pool's part
+  if (r == CUDA_SUCCESS && programs_own_call()) add_pool_attribute(pool, attr, value);
+  return r;
+}
+GPUMEM_HOOK(CUresult, cuMemPoolSetAttribute, (CUmemoryPool pool, CUmemPool_attribute attr, void* value)) {
+  auto const f = real<CUresult (*)(CUmemoryPool, CUmemPool_attribute, void*)>(hook_id::h_cuMemPoolSetAttribute);
+  if (f == nullptr) return not_loaded();
+  CUresult const r = f(pool, attr, value);  // CUDA refuses what it refuses (a high reset to other than 0)
+  if (r == CUDA_SUCCESS && programs_own_call()) note_pool_attribute_set(pool, attr, value);
+  return r;
 }

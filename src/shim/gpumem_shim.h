@@ -47,6 +47,15 @@ int gpumem_shim_get_stats(gpumem_shim_stats* out);
  *  the length written without the NUL (truncated to len - 1), or -1. */
 int gpumem_shim_describe_chain(int device, char* buf, unsigned long len);
 
+/** Gives back to the device what the chain of `device` (-1: of every device) caches,
+ *  until at most `keep` cached bytes (device memory held, less the bytes the program
+ *  holds) stay in each; *released (may be NULL) receives the bytes given back. Waits
+ *  for the device's queued work (as cudaMemPoolTrimTo may). Returns 0, also when no
+ *  chain is built or gpumem is disabled; -1 for a device outside -1..63, while a
+ *  stream capture is active (nothing is given back: a wait would break it), or when
+ *  a chain could not trim (what others gave back is still counted). */
+int gpumem_shim_trim(int device, unsigned long long keep, unsigned long long* released);
+
 #ifdef __cplusplus
 }
 #endif

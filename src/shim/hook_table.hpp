@@ -31,7 +31,9 @@ namespace gpumem::shim {
   X(cuStreamBeginCapture_v2) X(cuStreamBeginCapture_v2_ptsz) X(cuStreamBeginCaptureToGraph)   \
   X(cuStreamBeginCaptureToGraph_ptsz) X(cuStreamEndCapture) X(cuStreamEndCapture_ptsz)        \
   X(cuDevicePrimaryCtxReset) X(cuDevicePrimaryCtxReset_v2) X(cuMemCreate) X(cuMemRelease)      \
-  X(cuMemMap) X(cuMemUnmap) X(cuGreenCtxCreate) X(cuGreenCtxDestroy)
+  X(cuMemMap) X(cuMemUnmap) X(cuGreenCtxCreate) X(cuGreenCtxDestroy) X(cuCtxSynchronize)       \
+  X(cuCtxSynchronize_v2) X(cuStreamSynchronize) X(cuStreamSynchronize_ptsz) X(cuEventSynchronize) \
+  X(cuMemPoolTrimTo) X(cuMemPoolGetAttribute) X(cuMemPoolSetAttribute)
 // clang-format on
 
 // Runtime entry points (exported by a shared libcudart).
@@ -42,7 +44,9 @@ namespace gpumem::shim {
   X(cudaMallocFromPoolAsync_ptsz) X(cudaMemGetInfo) X(cudaPointerGetAttributes)               \
   X(cudaStreamDestroy) X(cudaDeviceReset) X(cudaIpcGetMemHandle) X(cudaGetDriverEntryPoint)   \
   X(cudaGetDriverEntryPoint_ptsz) X(cudaGetDriverEntryPointByVersion)                         \
-  X(cudaGetDriverEntryPointByVersion_ptsz)
+  X(cudaGetDriverEntryPointByVersion_ptsz) X(cudaDeviceSynchronize) X(cudaStreamSynchronize)   \
+  X(cudaStreamSynchronize_ptsz) X(cudaEventSynchronize) X(cudaMemPoolTrimTo)                  \
+  X(cudaMemPoolGetAttribute) X(cudaMemPoolSetAttribute)
 // clang-format on
 
 // Every hook, in table order. The shim's version script is generated from this list

@@ -4,6 +4,7 @@
 
 #include "allocation_registry.hpp"
 #include "device_chains.hpp"
+#include "release.hpp"
 #include "shim_state.hpp"
 
 #include <gpumem/statistics_resource_adaptor.hpp>
@@ -56,4 +57,30 @@ extern "C" __attribute__((visibility("default"))) int gpumem_shim_describe_chain
     buf[n] = '\0';
     return static_cast<int>(n);
   } catch (...) { return -1; }
+}
+
+extern "C" __attribute__((visibility("default"))) int gpumem_shim_trim(int device, unsigned long long keep,
+                                                                       unsigned long long* released) {
+  if (released != nullptr) *released = 0;
+  if (device < -1 || device >= max_devices) return -1;
+  if (!active()) return 0;  // no chain holds anything
+  // A trim waits for the GPU, which would break a capture: refused, not skipped,
+  // so that a caller who asked to give memory back learns it did not happen.
+  if (gpumem::stream_tracker::capture_active()) return -1;
+  int result = 0;
+  unsigned long long total = 0;
+  auto const one = [&](device_chain& c) {
+    std::size_t n = 0;
+    if (!trim_chain(c, static_cast<std::size_t>(keep), n, "gpumem_shim_trim")) result = -1;
+    total += n;
+  };
+  if (device >= 0) {
+    if (device_chain* c = built_chain(device)) one(*c);
+  } else {
+    for (int d = 0; d < max_devices; ++d) {
+      if (device_chain* c = built_chain(d)) one(*c);
+    }
+  }
+  if (released != nullptr) *released = total;
+  return result;
 }

@@ -11,6 +11,7 @@
 #include "hook_macros.hpp"
 #include "hook_table.hpp"
 #include "live_streams.hpp"
+#include "release.hpp"
 #include "serve.hpp"
 #include "shim_state.hpp"
 
@@ -162,6 +163,39 @@ cudaError_t malloc_pool_impl(void** p, std::size_t n, cudaMemPool_t pool, cudaSt
   return delegate(entry, r, [&] { return f(p, n, pool, s); });
 }
 
+// The runtime's answer to a call with a part of the shim's (a synchronization, a
+// default pool's trim or attribute), the real runtime marked so that the driver
+// hook it reaches leaves that part to this hook. Only the outermost hook does it: a
+// runtime whose entry points call one another through their exported names (the
+// _ptsz twins) reaches this hook twice.
+template <class Call, class Then>
+cudaError_t with_shims_part(const char* entry, Call&& call, Then&& then) noexcept {
+  bool const outermost = current_runtime_call().entry == nullptr;
+  cudaError_t e = cudaSuccess;
+  {
+    scoped_runtime_call marker{entry};
+    e = call();
+  }
+  if (e == cudaSuccess && outermost && active()) then();
+  return e;
+}
+
+template <class Call>
+cudaError_t synchronize(const char* entry, Call&& call) noexcept {
+  return with_shims_part(entry, call, [] { release_at_sync(); });
+}
+
+using stream_sync_fn = cudaError_t (*)(cudaStream_t);
+using pool_attribute_fn = cudaError_t (*)(cudaMemPool_t, cudaMemPoolAttr, void*);
+
+// The runtime's pool attributes are the driver's, number for number.
+static_assert(static_cast<int>(cudaMemPoolAttrReleaseThreshold) == CU_MEMPOOL_ATTR_RELEASE_THRESHOLD);
+static_assert(static_cast<int>(cudaMemPoolAttrReservedMemCurrent) == CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT);
+static_assert(static_cast<int>(cudaMemPoolAttrReservedMemHigh) == CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH);
+static_assert(static_cast<int>(cudaMemPoolAttrUsedMemCurrent) == CU_MEMPOOL_ATTR_USED_MEM_CURRENT);
+static_assert(static_cast<int>(cudaMemPoolAttrUsedMemHigh) == CU_MEMPOOL_ATTR_USED_MEM_HIGH);
+CUmemPool_attribute driver_attribute(cudaMemPoolAttr a) noexcept { return static_cast<CUmemPool_attribute>(a); }
+
 }  // namespace
 }  // namespace gpumem::shim
 
@@ -305,4 +339,52 @@ GPUMEM_HOOK(cudaError_t, cudaIpcGetMemHandle, (cudaIpcMemHandle_t * handle, void
   if (f == nullptr) return no_runtime;
   scoped_runtime_call marker{"cudaIpcGetMemHandle"};
   return f(handle, p);
+}
+
+// Synchronizations: the runtime's answer, then the release threshold (release.hpp).
+GPUMEM_HOOK(cudaError_t, cudaDeviceSynchronize, ()) {
+  auto const f = real<cudaError_t (*)()>(hook_id::h_cudaDeviceSynchronize);
+  if (f == nullptr) return no_runtime;
+  return synchronize("cudaDeviceSynchronize", [&] { return f(); });
+}
+GPUMEM_HOOK(cudaError_t, cudaStreamSynchronize, (cudaStream_t s)) {
+  auto const f = real<stream_sync_fn>(hook_id::h_cudaStreamSynchronize);
+  if (f == nullptr) return no_runtime;
+  return synchronize("cudaStreamSynchronize", [&] { return f(s); });
+}
+GPUMEM_HOOK(cudaError_t, cudaStreamSynchronize_ptsz, (cudaStream_t s)) {
+  auto const f = real<stream_sync_fn>(hook_id::h_cudaStreamSynchronize_ptsz);
+  if (f == nullptr) return no_runtime;
+  return synchronize("cudaStreamSynchronize", [&] { return f(s); });
+}
+GPUMEM_HOOK(cudaError_t, cudaEventSynchronize, (cudaEvent_t e)) {
+  auto const f = real<cudaError_t (*)(cudaEvent_t)>(hook_id::h_cudaEventSynchronize);
+  if (f == nullptr) return no_runtime;
+  return synchronize("cudaEventSynchronize", [&] { return f(e); });
+}
+
+// The default pool of a device gpumem serves (release.hpp); other pools pass.
+GPUMEM_HOOK(cudaError_t, cudaMemPoolTrimTo, (cudaMemPool_t pool, std::size_t keep)) {
+  auto const f = real<cudaError_t (*)(cudaMemPool_t, std::size_t)>(hook_id::h_cudaMemPoolTrimTo);
+  if (f == nullptr) return no_runtime;
+  // The chain first, then CUDA's pool (it may hold memory of its own).
+  if (current_runtime_call().entry == nullptr && active()) {
+    trim_default_pool(reinterpret_cast<CUmemoryPool>(pool), keep, "cudaMemPoolTrimTo");
+  }
+  scoped_runtime_call marker{"cudaMemPoolTrimTo"};
+  return f(pool, keep);
+}
+GPUMEM_HOOK(cudaError_t, cudaMemPoolGetAttribute, (cudaMemPool_t pool, cudaMemPoolAttr attr, void* value)) {
+  auto const f = real<pool_attribute_fn>(hook_id::h_cudaMemPoolGetAttribute);
+  if (f == nullptr) return no_runtime;
+  return with_shims_part(
+      "cudaMemPoolGetAttribute", [&] { return f(pool, attr, value); },
+      [&] { add_pool_attribute(reinterpret_cast<CUmemoryPool>(pool), driver_attribute(attr), value); });
+}
+GPUMEM_HOOK(cudaError_t, cudaMemPoolSetAttribute, (cudaMemPool_t pool, cudaMemPoolAttr attr, void* value)) {
+  auto const f = real<pool_attribute_fn>(hook_id::h_cudaMemPoolSetAttribute);
+  if (f == nullptr) return no_runtime;
+  return with_shims_part(
+      "cudaMemPoolSetAttribute", [&] { return f(pool, attr, value); },
+      [&] { note_pool_attribute_set(reinterpret_cast<CUmemoryPool>(pool), driver_attribute(attr), value); });
 }

@@ -7,6 +7,7 @@
 #include "live_streams.hpp"
 #include "oom_snapshot.hpp"
 #include "own_context_memory.hpp"
+#include "release.hpp"
 #include "shim_state.hpp"
 
 #include <gpumem/call_context.hpp>
@@ -425,6 +426,7 @@ void forget_device(int device) noexcept {
     registry().drop_device(device);
   } catch (...) {}
   drop_chain(device);
+  forget_release_state(device);
 }
 
 }  // namespace gpumem::shim

@@ -7,6 +7,7 @@
 #include "event_log.hpp"
 #include "live_streams.hpp"
 #include "own_context_memory.hpp"
+#include "release.hpp"
 #include "report.hpp"
 
 #include <gpumem/config.hpp>
@@ -31,6 +32,7 @@ void on_fork_child() noexcept {
   reset_parked_blocks_after_fork();
   reset_created_after_fork();
   reset_own_context_after_fork();
+  reset_release_after_fork();
   state().stats.reset();
 }
 

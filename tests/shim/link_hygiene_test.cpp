@@ -56,7 +56,8 @@ std::set<std::string> const extra_exports{"dlsym",
                                           "pthread_sigmask",
                                           "sigprocmask",
                                           "gpumem_shim_get_stats",
-                                          "gpumem_shim_describe_chain"};
+                                          "gpumem_shim_describe_chain",
+                                          "gpumem_shim_trim"};
 
 TEST(ShimLinkHygiene, HookListHasEveryTableEntryOnce) {
   EXPECT_EQ(hook_names().size(), static_cast<std::size_t>(shim::hook_id::count))

@@ -10,7 +10,10 @@
  *                   still mapped until its unmap.
  *   drv_app vmm_own_context : the same call while a context the program made
  *                   (cuCtxCreate) is current: counted, but no chain is built for it,
- *                   so gpumem never makes the device's primary context. */
+ *                   so gpumem never makes the device's primary context.
+ *   drv_app release : synchronizations and the default pool's trim and attributes
+ *                   through dlsym and cuGetProcAddress: memory the pool caches goes
+ *                   back to the device (src/shim/release.hpp). */
 #include "app_support.h"
 
 #include <cuda.h>
@@ -204,6 +207,76 @@ static void created_in_own_context(void) {
   APP_CHECK_EQ(st.passthrough_frees, 1);
 }
 
+typedef CUresult (*stream_sync_fn)(CUstream);
+typedef CUresult (*default_pool_fn)(CUmemoryPool*, CUdevice);
+typedef CUresult (*trim_to_fn)(CUmemoryPool, size_t);
+typedef CUresult (*pool_attr_fn)(CUmemoryPool, CUmemPool_attribute, void*);
+typedef size_t (*sim_bytes_fn)(int);
+
+/* Device memory held (the simulated device's count; 0 on a real GPU, where this
+ * scenario is not run). */
+static size_t held(void) {
+  sim_bytes_fn f = (sim_bytes_fn)app_sim_symbol("gpumemsim_live_bytes");
+  return f != NULL ? f(0) : 0;
+}
+
+static void allocate_and_free(alloc_fn alloc, free_fn release, size_t mib) {
+  CUdeviceptr d[32];
+  for (size_t i = 0; i < mib; ++i) APP_CHECK_EQ(alloc(&d[i], (size_t)1 << 20), CUDA_SUCCESS);
+  for (size_t i = 0; i < mib; ++i) APP_CHECK_EQ(release(d[i]), CUDA_SUCCESS);
+}
+
+static void release_cached(void) {
+  const size_t mib = (size_t)1 << 20;
+  make_context();
+  alloc_fn alloc = (alloc_fn)dlsym(lib, "cuMemAlloc_v2");
+  free_fn release = (free_fn)dlsym(lib, "cuMemFree_v2");
+  sync_fn ctx_sync = (sync_fn)dlsym(lib, "cuCtxSynchronize");
+  gpa_fn gpa = (gpa_fn)dlsym(lib, "cuGetProcAddress_v2");
+  /* The resolver hands out the shim's synchronizations, the per-thread one for the
+   * per-thread ABI. */
+  void* fns[2] = {0, 0};
+  CUdriverProcAddressQueryResult q;
+  APP_CHECK_EQ(gpa("cuStreamSynchronize", &fns[0], 13000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &q),
+               CUDA_SUCCESS);
+  APP_CHECK_EQ(gpa("cuCtxSynchronize", &fns[1], 13000, CU_GET_PROC_ADDRESS_DEFAULT, &q), CUDA_SUCCESS);
+  APP_CHECK(fns[0] == dlsym(RTLD_DEFAULT, "cuStreamSynchronize_ptsz"));
+  APP_CHECK(fns[1] == (void*)ctx_sync);
+  stream_sync_fn stream_sync = (stream_sync_fn)fns[0];
+  /* Auto: kept at the first synchronization (the interval needed it), given back at
+   * the second (the next one did not). */
+  allocate_and_free(alloc, release, 24);
+  APP_CHECK(held() >= 24 * mib);
+  APP_CHECK_EQ(ctx_sync(), CUDA_SUCCESS);
+  APP_CHECK(held() >= 24 * mib);
+  APP_CHECK_EQ(stream_sync(NULL), CUDA_SUCCESS);
+  APP_CHECK(held() <= 2 * mib);
+  /* The default pool's trim and attributes. */
+  CUmemoryPool pool = NULL;
+  APP_CHECK_EQ(((default_pool_fn)dlsym(lib, "cuDeviceGetDefaultMemPool"))(&pool, 0), CUDA_SUCCESS);
+  pool_attr_fn get = (pool_attr_fn)dlsym(lib, "cuMemPoolGetAttribute");
+  pool_attr_fn set = (pool_attr_fn)dlsym(lib, "cuMemPoolSetAttribute");
+  cuuint64_t zero = 0;
+  APP_CHECK_EQ(set(pool, CU_MEMPOOL_ATTR_USED_MEM_HIGH, &zero), CUDA_SUCCESS);
+  allocate_and_free(alloc, release, 16);
+  cuuint64_t used_high = 0;
+  cuuint64_t reserved = 0;
+  APP_CHECK_EQ(get(pool, CU_MEMPOOL_ATTR_USED_MEM_HIGH, &used_high), CUDA_SUCCESS);
+  APP_CHECK_EQ(get(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved), CUDA_SUCCESS);
+  APP_CHECK_EQ(used_high, 16 * mib);
+  APP_CHECK(reserved >= 16 * mib);
+  APP_CHECK_EQ(((trim_to_fn)dlsym(lib, "cuMemPoolTrimTo"))(pool, 0), CUDA_SUCCESS);
+  APP_CHECK(held() <= 2 * mib);
+  APP_CHECK_EQ(get(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved), CUDA_SUCCESS);
+  APP_CHECK(reserved <= 2 * mib);
+  /* A threshold the program sets: that many cached bytes stay at synchronizations. */
+  cuuint64_t threshold = 8 * mib;
+  APP_CHECK_EQ(set(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &threshold), CUDA_SUCCESS);
+  allocate_and_free(alloc, release, 16);
+  APP_CHECK_EQ(ctx_sync(), CUDA_SUCCESS);
+  APP_CHECK(held() >= 8 * mib && held() <= 10 * mib);
+}
+
 int main(int argc, char** argv) {
   const char* scenario = argc > 1 ? argv[1] : "dlsym";
   lib = dlopen("libcuda.so.1", RTLD_NOW);
@@ -219,6 +292,8 @@ int main(int argc, char** argv) {
     created_by_the_program();
   } else if (strcmp(scenario, "vmm_own_context") == 0) {
     created_in_own_context();
+  } else if (strcmp(scenario, "release") == 0) {
+    release_cached();
   } else {
     fprintf(stderr, "unknown scenario %s\n", scenario);
     return 2;
