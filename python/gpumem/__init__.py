@@ -9,6 +9,7 @@ and, inside that program::
     import gpumem
     gpumem.active()   # True once the shim serves this process's allocations
     gpumem.stats()    # its counters as a dict (None when the shim is not loaded)
+    gpumem.trim()     # give the memory its pools cache back to the device now
 
 Nothing here loads the shim. Its query functions are looked up among the libraries
 the process already has (the shim arrives through ``LD_PRELOAD``), so importing
@@ -21,7 +22,7 @@ import os
 
 from ._stats_fields import FIELDS as _FIELDS
 
-__all__ = ["active", "chain", "config_dir", "loaded", "mode", "shim_path", "simdevice_dir", "stats"]
+__all__ = ["active", "chain", "config_dir", "loaded", "mode", "shim_path", "simdevice_dir", "stats", "trim"]
 
 _PREFIX = os.path.dirname(os.path.abspath(__file__))
 _C_TYPES = {"int": ctypes.c_int, "unsigned long long": ctypes.c_ulonglong}
@@ -53,7 +54,12 @@ def _functions():
             get_stats.restype = ctypes.c_int
             describe.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_ulong]
             describe.restype = ctypes.c_int
-            _query = (get_stats, describe)
+            # Newer than the other two: a shim without it still answers them.
+            trim = getattr(process, "gpumem_shim_trim", None)
+            if trim is not None:
+                trim.argtypes = [ctypes.c_int, ctypes.c_ulonglong, ctypes.POINTER(ctypes.c_ulonglong)]
+                trim.restype = ctypes.c_int
+            _query = (get_stats, describe, trim)
     return _query or None
 
 
@@ -101,6 +107,27 @@ def chain(device=0):
     if n < 0:
         raise RuntimeError("gpumem: gpumem_shim_describe_chain failed")
     return buf.value.decode("utf-8", "replace")
+
+
+def trim(device=None, keep=0):
+    """Gives what gpumem's pools cache (device memory they hold that the program
+    does not) back to the device now, until at most `keep` cached bytes stay in each:
+    the pool of `device`, or of every device when None. Waits for the device's queued
+    work first, like torch.cuda.synchronize(); allocating again afterwards maps
+    memory anew. Returns the bytes given back, or None when the shim is not loaded
+    (or is too old to trim). Raises RuntimeError while a CUDA graph is being
+    captured (giving memory back would break the capture), or when it failed."""
+    query = _functions()
+    if query is None or query[2] is None:
+        return None
+    if keep < 0:
+        raise ValueError("gpumem.trim: keep must be 0 or more bytes, not {}".format(keep))
+    released = ctypes.c_ulonglong(0)
+    if query[2](-1 if device is None else int(device), int(keep), ctypes.byref(released)) != 0:
+        raise RuntimeError(
+            "gpumem: gpumem_shim_trim failed (a stream capture is active, device {} is not one of 0..63, "
+            "or the pool could not give memory back; {} bytes were given back)".format(device, released.value))
+    return released.value
 
 
 def _installed(*parts):
