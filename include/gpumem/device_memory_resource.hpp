@@ -41,6 +41,11 @@ struct resource_info {
   /// Freed with synchronous semantics and not reusable until the next reclamation
   /// barrier (call_context::synchronous); counted in free_bytes too.
   std::size_t pending_bytes{};
+  /// The most pending_bytes seen so far (at each reclamation, and now).
+  std::size_t peak_pending_bytes{};
+  /// Addresses held without device memory behind them (a pool's released pages):
+  /// not in reserved_bytes, which counts device memory.
+  std::size_t released_bytes{};
   /// (free - largest free) / free, in [0, 1]: TensorFlow BFC's fragmentation measure.
   [[nodiscard]] double fragmentation() const noexcept {
     return free_bytes == 0 ? 0.0

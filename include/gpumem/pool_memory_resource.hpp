@@ -72,6 +72,34 @@
 // list for a moment), and a reclamation made for a request serves that request
 // before any other thread sees the reclaimed memory.
 //
+// Page release (over an upstream that can decommit: vmm_memory_resource, which maps
+// every 2 MiB page with a physical allocation of its own; pool_options::release_pages):
+// addresses and device memory are held apart. The pool's free blocks hold device
+// memory; a released range holds addresses only, in no free list, so the hot paths
+// never meet one and pay nothing for it.
+// - When no free block fits a request (after the reclaims and joins above), memory
+//   waiting for a barrier is reclaimed first (a barrier makes it clean, and it may
+//   serve the request), then the device memory of whole pages inside free clean
+//   blocks goes back to the device, as much as the request needs, smallest blocks
+//   first and from each block's end. Only then is new memory mapped: in a released
+//   range of the pool that holds the request's pages (the smallest; it joins the
+//   free memory around it), else in a growth. So the pool maps new memory only when
+//   free memory is short, never because it is scattered in pieces too small for the
+//   request: the device memory moves to where it is needed (GMLake's stitching, by
+//   page), and the footprint follows live memory within a page per free block.
+// - Only clean memory is released, and only once the last barrier's work has run on
+//   the GPU (the host waits for it there: cuMemUnmap must not pull memory from under
+//   queued work). A stream's list and pending frees are first made clean by a barrier.
+// - trim(keep) reclaims, waits for the barrier, and releases free pages until at most
+//   `keep` free bytes stay backed (keep == 0: whole free slabs go back upstream too);
+//   release() is trim(0). The shim calls it for cudaMemPoolTrimTo, gpumem.trim()
+//   and, at synchronization points, with the release threshold.
+// - maximum_size bounds the device memory the pool holds (pool_size()), not its
+//   addresses (address_bytes()): before it refuses a request it releases every free
+//   page and maps the request in released addresses.
+// Cost: one page map and unmap per page moved (vmm_memory_resource.hpp); a program
+// whose shapes repeat never misses once warm, and never pays it.
+//
 // A barrier is refused while any stream capture is active (it would break the
 // capture): pending memory then stays pending and the pool grows instead.
 //

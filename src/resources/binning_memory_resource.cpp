@@ -93,12 +93,14 @@ resource_info binning_memory_resource::do_info() const {
   std::size_t bin_used = 0;
   std::size_t largest = up.largest_free_block;
   std::size_t pending = up.pending_bytes;
+  std::size_t peak_pending = up.peak_pending_bytes;  // the parts' peaks: an upper bound
   for (auto* bin : distinct_bins()) {
     auto const b = bin->info();
     bin_reserved += b.reserved_bytes;
     bin_used += b.used_bytes;
     largest = std::max(largest, b.largest_free_block);
     pending += b.pending_bytes;
+    peak_pending += b.peak_pending_bytes;
   }
   resource_info r{};
   r.reserved_bytes = up.reserved_bytes;
@@ -107,6 +109,8 @@ resource_info binning_memory_resource::do_info() const {
   r.free_bytes = r.reserved_bytes - r.used_bytes;
   r.largest_free_block = largest;
   r.pending_bytes = pending;
+  r.peak_pending_bytes = peak_pending;
+  r.released_bytes = up.released_bytes;
   return r;
 }
 

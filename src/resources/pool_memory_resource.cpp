@@ -274,9 +274,10 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
       // if a range fits, else in a growth. Either way the device memory of free
       // pages that no request can use goes back first, so the pool's footprint
       // grows only when free memory is short, not because it is scattered. Memory
-      // waiting for a barrier holds device memory too: reclaimed first (it may
-      // also serve the request), its pages can go.
-      if (waiting_bytes(e == nullptr) >= page) {
+      // waiting for a barrier, and what other streams' lists hold, holds device
+      // memory too: reclaimed first (made clean, it coalesces across the lists and
+      // may serve the request), its pages can go.
+      if (waiting_bytes(/*synchronous=*/true) >= page) {
         if (char* p = reclaim_and_take(e, size)) return p;
       }
       release_pages(align_up(size, page), /*wait=*/true);

@@ -48,6 +48,10 @@ std::string build_report() {
                        bytes(u(dev.bytes().peak)), bytes(u(live.bytes().current)), bytes(info.reserved_bytes));
     out += fmt::format("  pool: cached free {}  largest free block {}  fragmentation {:.2f}\n", bytes(info.free_bytes),
                        bytes(info.largest_free_block), info.fragmentation());
+    if (info.released_bytes != 0) {
+      out += fmt::format("  pages given back to the device: {} of the pool's addresses hold no memory now\n",
+                         bytes(info.released_bytes));
+    }
     // Below a pool these are its growths and releases: each a driver call (three for vmm).
     out += fmt::format("  reached the device resource: {} allocations, {} frees\n", dev.allocations().total,
                        dev.deallocations());
@@ -60,11 +64,11 @@ std::string build_report() {
       auto& tracker = stream_tracker::of(c.device);
       out += fmt::format(
           "  safe mode: {} reclamation barriers (GPU-side, no host wait; each joins the {} non-blocking "
-          "streams{} known now), {} waiting for one\n",
+          "streams{} known now), {} waiting for one (peak {})\n",
           tracker.barrier_count(), tracker.non_blocking_stream_count(),
           tracker.green_context_count() == 0 ? std::string{}
                                              : fmt::format(" and {} green contexts", tracker.green_context_count()),
-          bytes(info.pending_bytes));
+          bytes(info.pending_bytes), bytes(info.peak_pending_bytes));
     }
   });
   if (!any_chain) out += "no device chain was built (no allocation reached gpumem)\n";

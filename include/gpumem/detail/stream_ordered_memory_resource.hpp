@@ -245,6 +245,8 @@ class stream_ordered_memory_resource {
   bool reclaim(OnClean&& on_clean) {
     auto* const tracker = tracker_.load(std::memory_order_relaxed);
     if (tracker == nullptr) return false;  // never grew: nothing can be waiting
+    // Pending memory peaks just before a reclamation takes it.
+    peak_pending_ = std::max(peak_pending_, lists_.pending_bytes());
     bool const done = lists_.reclaim(*tracker, std::forward<OnClean>(on_clean));
     if (done) reclaims_.fetch_add(1, std::memory_order_relaxed);
     return done;
@@ -436,6 +438,8 @@ class stream_ordered_memory_resource {
       }
       // Pending blocks are free from the program's point of view (it freed them).
       r.pending_bytes = lists_.pending_bytes();
+      r.peak_pending_bytes = peak_pending_ = std::max(peak_pending_, r.pending_bytes);
+      r.released_bytes = released_bytes();
       free += r.pending_bytes;
       r.reserved_bytes = committed_bytes();  // released pages hold no device memory
       r.free_bytes = std::min(free, r.reserved_bytes);
@@ -490,6 +494,7 @@ class stream_ordered_memory_resource {
   std::mutex growth_mutex_;                  ///< serialises growth, reclamation, release and info; outermost lock
   static constexpr int max_last_looks = 16;  ///< while moves keep interfering
   std::atomic<std::size_t> reclaims_{0};
+  std::size_t peak_pending_ = 0;  ///< the most pending bytes seen at a reclamation or info(); under growth_mutex_
   struct released_range {
     std::size_t size{};
     char* region{};
