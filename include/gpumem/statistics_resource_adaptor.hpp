@@ -25,6 +25,8 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <map>
+#include <mutex>
 
 namespace gpumem {
 
@@ -74,8 +76,13 @@ class statistics_resource_adaptor final : public forwarding_resource_adaptor {
   void do_deallocate(void* p, std::size_t bytes, stream_ref stream) noexcept override;
   /// Pages given back or mapped again inside an allocation count in bytes() (so,
   /// below a pool, bytes() is the device memory it holds), not in allocations().
+  /// The released ranges are remembered (decommits are rare: a pool's slow path),
+  /// so that an allocation freed with some of its pages released subtracts only
+  /// what it still held.
   bool do_decommit(void* p, std::size_t bytes) noexcept override;
   void do_commit(void* p, std::size_t bytes) override;
+  /// Forgets the released ranges inside [p, p + bytes); returns their bytes.
+  std::size_t take_released(char* p, std::size_t bytes) noexcept;
   [[nodiscard]] counters read(detail::peak_gauge const& g, total t) const noexcept {
     auto const [current, peak] = g.read();
     return {current, peak, static_cast<std::int64_t>(totals_.get(t))};
@@ -87,6 +94,9 @@ class statistics_resource_adaptor final : public forwarding_resource_adaptor {
   detail::peak_gauge bytes_;
   detail::peak_gauge allocations_;
   alignas(64) std::atomic<std::int64_t> failures_{0};
+  std::atomic<bool> any_released_{false};  ///< read on every free: released_ is locked only when set
+  std::mutex released_mutex_;
+  std::map<char*, std::size_t> released_;  ///< decommitted ranges (start -> bytes), disjoint
   detail::thread_counters totals_{total_count};
 };
 

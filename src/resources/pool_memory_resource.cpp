@@ -205,6 +205,15 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
     return adopt_clean(*e, size, /*counted_move=*/false);
   }
 
+  /// Free memory a barrier would make clean, less the requesting stream's own list
+  /// (already searched; it stays where its stream's next frees coalesce with it).
+  std::size_t waiting_elsewhere(entry* e) {
+    std::size_t const all = waiting_bytes(/*synchronous=*/true);
+    if (e == nullptr) return all;
+    std::lock_guard lock{*e};
+    return all - std::min(all, e->list.free_bytes());
+  }
+
   /// Whether `waiting` bytes (pending frees, and for a synchronous request the
   /// streams' lists) are worth a barrier for a request of `size`: the shared
   /// threshold, or many small blocks waiting (`blocks`: the pending block count).
@@ -277,7 +286,7 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
       // waiting for a barrier, and what other streams' lists hold, holds device
       // memory too: reclaimed first (made clean, it coalesces across the lists and
       // may serve the request), its pages can go.
-      if (waiting_bytes(/*synchronous=*/true) >= page) {
+      if (waiting_elsewhere(e) >= page) {
         if (char* p = reclaim_and_take(e, size)) return p;
       }
       release_pages(align_up(size, page), /*wait=*/true);

@@ -71,12 +71,9 @@ TEST(ShimRelease, TrimToOnTheDefaultPoolTrimsGpumemsPool) {
 
 TEST(ShimRelease, GpumemShimTrimGivesBackWhatIsCached) { expect_pass(run_release({"shim-trim"}), "shim-trim"); }
 
-// Disabled: a whole trim after a partial one leaves the chain's count of device
-// memory 24 MiB below zero. The pool gives a region with released pages back whole
-// (release_free_regions deallocates every piece), and the statistics adaptor below
-// it, which counted the pages' release already, subtracts them a second time. Enable
-// once the pool's page release and the count agree.
-TEST(ShimRelease, DISABLED_TheDeviceMemoryCountStaysRightAfterAPartialAndAWholeTrim) {
+// A region with released pages goes back whole: the device memory count must not
+// subtract its released pages a second time.
+TEST(ShimRelease, TheDeviceMemoryCountStaysRightAfterAPartialAndAWholeTrim) {
   expect_pass(run_release({"shim-trim", "accounting"}), "shim-trim");
 }
 
