@@ -4,6 +4,9 @@
 
 #include <fmt/format.h>
 
+#include <charconv>
+#include <string>
+#include <system_error>
 #include <variant>
 
 namespace gpumem::config {
@@ -29,12 +32,23 @@ bool caches_memory(resource_options const& options) noexcept {
 }
 
 std::string release_rule::to_string() const {
-  if (automatic) { return "auto"; }
+  if (automatic) { return window_s == default_window_s ? std::string{"auto"} : fmt::format("auto:{}", window_s); }
   return bytes == never ? std::string{"unlimited"} : format_bytes(bytes);
 }
 
 release_rule parse_release_rule(std::string_view const text, std::string_view const what) {
   if (text == "auto") { return release_rule{}; }
+  if (text.starts_with("auto:")) {
+    std::string_view n = text.substr(5);
+    if (n.ends_with('s')) { n.remove_suffix(1); }
+    std::uint32_t seconds = 0;
+    auto const [end, ec] = std::from_chars(n.data(), n.data() + n.size(), seconds);
+    if (n.empty() || ec != std::errc{} || end != n.data() + n.size() || seconds > release_rule::longest_window_s) {
+      throw config_error{
+          fmt::format("\"{}\": the window of auto is whole seconds, 0 to {}", text, release_rule::longest_window_s)};
+    }
+    return release_rule::automatic_over(seconds);
+  }
   if (text == "unlimited") { return release_rule::keep(release_rule::never); }
   size_value const v = parse_size(text);
   if (v.is_percent) {

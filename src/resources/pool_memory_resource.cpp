@@ -274,7 +274,12 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
     learn_granularity();
 
     std::size_t const pool = reserved_bytes();
-    if (worth_reclaiming(waiting_bytes(e == nullptr), size, lists().pending_blocks())) {
+    // With page release a stream-ordered miss counts what other streams' lists hold
+    // too: made clean, it coalesces, and its pages can go (16 threads of
+    // cudaMallocAsync on streams of their own otherwise grew a pool to 40 GiB for
+    // 682 MiB live on an H100).
+    std::size_t const waiting = page != 0 ? waiting_elsewhere(e) : waiting_bytes(e == nullptr);
+    if (worth_reclaiming(waiting, size, lists().pending_blocks())) {
       if (char* p = reclaim_and_take(e, size)) return p;
     }
     if (char* p = join_clean_and_take(e, size)) return p;
@@ -283,12 +288,8 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
       // if a range fits, else in a growth. Either way the device memory of free
       // pages that no request can use goes back first, so the pool's footprint
       // grows only when free memory is short, not because it is scattered. Memory
-      // waiting for a barrier, and what other streams' lists hold, holds device
-      // memory too: reclaimed first (made clean, it coalesces across the lists and
-      // may serve the request), its pages can go.
-      if (waiting_elsewhere(e) >= page) {
-        if (char* p = reclaim_and_take(e, size)) return p;
-      }
+      // waiting for a barrier goes only after the reclaims above made it clean: a
+      // barrier made here for it would make the host wait for the GPU at every miss.
       release_pages(align_up(size, page), /*wait=*/true);
       if (char* p = commit_and_serve(e, size)) return p;
     }

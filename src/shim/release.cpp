@@ -15,11 +15,13 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <ctime>
 
 namespace gpumem::shim {
 namespace {
 
 constexpr auto relaxed = std::memory_order_relaxed;
+constexpr std::size_t window_buckets = 16;
 
 /// What a device's chain remembers between synchronizations and pool calls. Zero
 /// means "nothing yet" everywhere, so the array needs no constructor.
@@ -40,6 +42,12 @@ struct device_release {
   /// for the GPU). 0: no such release.
   std::atomic<std::int64_t> futile_held{0};
   std::atomic<std::int64_t> futile_live{0};
+  /// The auto rule's window: the highest interval high-water ended in each of the
+  /// last window_buckets spans of time (a span: window / (window_buckets - 1)
+  /// seconds, at least one), and which span each bucket holds (its number + 1; 0:
+  /// empty). Racing synchronizations may lose a raise: the rule is an estimate.
+  std::array<std::atomic<std::int64_t>, window_buckets> window_span{};
+  std::array<std::atomic<std::int64_t>, window_buckets> window_high{};
 };
 
 std::array<device_release, max_devices>& releases() noexcept {
@@ -74,6 +82,36 @@ std::uint64_t non_negative(std::int64_t v) noexcept { return v > 0 ? static_cast
 std::uint64_t auto_keep(std::int64_t high, std::int64_t live) noexcept {
   std::uint64_t const need = non_negative(high - live);
   return need + need / 4;
+}
+
+/// Seconds on a coarse monotonic clock (the vDSO's: no system call).
+std::int64_t now_s() noexcept {
+  timespec t{};
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &t);
+  return static_cast<std::int64_t>(t.tv_sec);
+}
+
+/// Files the high-water of an interval that ended now in the device's window (if
+/// `file`) and returns the highest one the window holds, `high` included. A window
+/// of 0 seconds holds only the interval that just ended.
+std::int64_t window_high(device_release& r, std::int64_t high, std::uint32_t window, bool file = true) noexcept {
+  if (window == 0) return high;
+  std::int64_t const width = std::max<std::int64_t>(1, (window + window_buckets - 2) / (window_buckets - 1));
+  std::int64_t const span = now_s() / width + 1;  // never 0
+  auto const slot = static_cast<std::size_t>(span) % window_buckets;
+  if (!file) {
+  } else if (r.window_span[slot].load(relaxed) != span) {
+    r.window_high[slot].store(high, relaxed);
+    r.window_span[slot].store(span, relaxed);
+  } else {
+    raise(r.window_high[slot], high);
+  }
+  std::int64_t const oldest = span - (window + width - 1) / width;  // spans that end within the window
+  std::int64_t out = high;
+  for (std::size_t i = 0; i < window_buckets; ++i) {
+    if (r.window_span[i].load(relaxed) >= oldest) out = std::max(out, r.window_high[i].load(relaxed));
+  }
+  return out;
 }
 
 /// The device's threshold: the program's, else the configured one.
@@ -128,7 +166,9 @@ void release_at_sync() noexcept {
   // device's is exact): a threshold needs no more.
   std::int64_t const live = live_stats.current_bytes_estimate();
   std::int64_t const held = c->chain->device_stats().current_bytes_estimate();
-  std::uint64_t const keep = rule.automatic ? auto_keep(end_interval(r, live_stats), live) : rule.bytes;
+  std::uint64_t const keep = rule.automatic
+                                 ? auto_keep(window_high(r, end_interval(r, live_stats), rule.window_s), live)
+                                 : rule.bytes;
   std::uint64_t const cached = non_negative(held - live);
   if (cached <= keep || cached - keep <= release_slack) return;
   // The last try found nothing to give back, and nothing changed that could.
@@ -217,7 +257,7 @@ void add_pool_attribute(CUmemoryPool pool, CUmemPool_attribute attr, void* value
       if (c != nullptr) {
         auto& live = c->chain->live_stats();
         std::int64_t const high = std::max(live.bytes_mark(), r.interval_carry.load(relaxed));
-        out = auto_keep(high, live.current_bytes_estimate());
+        out = auto_keep(window_high(r, high, rule.window_s, /*file=*/false), live.current_bytes_estimate());
       }
     }
     return;
@@ -272,6 +312,7 @@ void forget_release_state(int device) noexcept {
   r.used_high.store(0, relaxed);
   r.futile_held.store(0, relaxed);
   r.futile_live.store(0, relaxed);
+  for (auto& s : r.window_span) s.store(0, relaxed);
 }
 
 void reset_release_after_fork() noexcept {

@@ -274,14 +274,20 @@ INSTANTIATE_TEST_SUITE_P(
                            "absolute size (e.g. 256MiB)"},
         env_error_case{"release_threshold_word", "GPUMEM_RELEASE_THRESHOLD", "never",
                        E + "environment: GPUMEM_RELEASE_THRESHOLD: \"never\": not a number (auto, "
-                           "unlimited, or the cached bytes to keep: a size such as 0, 512MiB or 4GiB)"},
+                           "unlimited, or the cached bytes to keep: a size such as 0, 512MiB or 4GiB; auto:SECONDS "
+                           "sets auto's window (auto is auto:10))"},
+        env_error_case{"release_threshold_window", "GPUMEM_RELEASE_THRESHOLD", "auto:soon",
+                       E + "environment: GPUMEM_RELEASE_THRESHOLD: \"auto:soon\": the window of auto is whole "
+                           "seconds, 0 to 3600 (auto, unlimited, or the cached bytes to keep: a size such as 0, 512MiB "
+                           "or 4GiB; auto:SECONDS sets auto's window (auto is auto:10))"},
         env_error_case{"release_threshold_percent", "GPUMEM_RELEASE_THRESHOLD", "10%",
                        E + "environment: GPUMEM_RELEASE_THRESHOLD: \"10%\" is a percentage; this variable needs "
                            "an absolute size (auto, unlimited, or the cached bytes to keep: a size such as 0, "
-                           "512MiB or 4GiB)"},
+                           "512MiB or 4GiB; auto:SECONDS sets auto's window (auto is auto:10))"},
         env_error_case{"release_threshold_negative", "GPUMEM_RELEASE_THRESHOLD", "-1GiB",
                        E + "environment: GPUMEM_RELEASE_THRESHOLD: \"-1GiB\": negative size (auto, unlimited, or "
-                           "the cached bytes to keep: a size such as 0, 512MiB or 4GiB)"}),
+                           "the cached bytes to keep: a size such as 0, 512MiB or 4GiB; auto:SECONDS sets auto's "
+                           "window (auto is auto:10))"}),
     [](auto const& test) { return test.param.name; });
 
 TEST(Load, StackSettingsFromTheEnvironmentAndTheirDefaults) {
@@ -301,6 +307,13 @@ TEST(Load, ReleaseThresholdFromTheEnvironmentAndItsDefault) {
   EXPECT_EQ(gc::load(env_of({})).release_threshold, gc::release_rule{});
   EXPECT_TRUE(gc::load(env_of({})).release_threshold.automatic);
   EXPECT_EQ(gc::load(env_of({{"GPUMEM_RELEASE_THRESHOLD", "auto"}})).release_threshold, gc::release_rule{});
+  EXPECT_EQ(gc::load(env_of({})).release_threshold.window_s, 10U);
+  EXPECT_EQ(gc::load(env_of({{"GPUMEM_RELEASE_THRESHOLD", "auto:0"}})).release_threshold,
+            gc::release_rule::automatic_over(0));
+  EXPECT_EQ(gc::load(env_of({{"GPUMEM_RELEASE_THRESHOLD", "auto:30s"}})).release_threshold,
+            gc::release_rule::automatic_over(30));
+  EXPECT_EQ(gc::release_rule::automatic_over(30).to_string(), "auto:30");
+  EXPECT_EQ(gc::release_rule::automatic_over(10).to_string(), "auto");
   EXPECT_EQ(gc::load(env_of({{"GPUMEM_RELEASE_THRESHOLD", "4GiB"}})).release_threshold,
             gc::release_rule::keep(std::uint64_t{4} << 30));
   EXPECT_EQ(gc::load(env_of({{"GPUMEM_RELEASE_THRESHOLD", "0"}})).release_threshold, gc::release_rule::keep(0));

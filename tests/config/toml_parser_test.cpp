@@ -270,16 +270,19 @@ INSTANTIATE_TEST_SUITE_P(
                        "%h host, %d device, %% a literal %)"},
         error_case{"release_threshold_word", "[gpumem]\nrelease_threshold = \"sometimes\"\n",
                    E + "2:21: gpumem.release_threshold: \"sometimes\": not a number (auto, "
-                       "unlimited, or the cached bytes to keep: a size such as 0, 512MiB or 4GiB)"},
+                       "unlimited, or the cached bytes to keep: a size such as 0, 512MiB or 4GiB; auto:SECONDS sets "
+                       "auto's window (auto is auto:10))"},
         error_case{"release_threshold_percent", "[gpumem]\nrelease_threshold = \"25%\"\n",
                    E + "2:21: gpumem.release_threshold: \"25%\" is a percentage; this key needs an absolute size "
-                       "(auto, unlimited, or the cached bytes to keep: a size such as 0, 512MiB or 4GiB)"},
+                       "(auto, unlimited, or the cached bytes to keep: a size such as 0, 512MiB or 4GiB; auto:SECONDS "
+                       "sets auto's window (auto is auto:10))"},
         error_case{"release_threshold_negative", "[gpumem]\nrelease_threshold = -1\n",
                    E + "2:21: gpumem.release_threshold: negative size -1 (auto, unlimited, or the cached bytes to "
-                       "keep: a size such as 0, 512MiB or 4GiB)"},
+                       "keep: a size such as 0, 512MiB or 4GiB; auto:SECONDS sets auto's window (auto is auto:10))"},
         error_case{"release_threshold_type", "[gpumem]\nrelease_threshold = true\n",
                    E + "2:21: gpumem.release_threshold: expected a string or an integer, got a boolean (auto, "
-                       "unlimited, or the cached bytes to keep: a size such as 0, 512MiB or 4GiB)"},
+                       "unlimited, or the cached bytes to keep: a size such as 0, 512MiB or 4GiB; auto:SECONDS sets "
+                       "auto's window (auto is auto:10))"},
         error_case{"deferred_flush_percent", "[gpumem]\ndeferred_flush = \"10%\"\n",
                    E + "2:18: gpumem.deferred_flush: \"10%\" is a percentage; this key needs an absolute size "
                        "(e.g. 4096, 64KiB, 2MiB)"},

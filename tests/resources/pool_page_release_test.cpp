@@ -120,13 +120,15 @@ TEST_F(PoolPageRelease, ReleasedAddressesAreMappedAgainForARequestTheyHold) {
   pool_memory_resource pool{&arena_, pool_options{0, {}, 2 * MiB}};
   void* a = sync_alloc(pool, 8 * MiB);
   void* b = sync_alloc(pool, 8 * MiB);
+  void* c = sync_alloc(pool, 8 * MiB);
   sync_free(pool, a, 8 * MiB);
-  void* d = sync_alloc(pool, 16 * MiB);  // a's pages released for it
-  ASSERT_GE(arena_.decommitted_bytes(), 8 * MiB);
+  sync_free(pool, c, 8 * MiB);
+  void* d = sync_alloc(pool, 16 * MiB);  // a's and c's pages released for it
+  ASSERT_GE(arena_.decommitted_bytes(), 16 * MiB);
   auto const upstream_calls = arena_.allocations().size();
 
-  void* e = sync_alloc(pool, 8 * MiB);  // nothing free is backed: a's addresses again
-  EXPECT_EQ(e, a);
+  void* e = sync_alloc(pool, 8 * MiB);  // nothing free is backed: a's or c's addresses again
+  EXPECT_TRUE(e == a || e == c);
   EXPECT_EQ(arena_.allocations().size(), upstream_calls);
   EXPECT_GE(arena_.commit_calls(), 1U);
   ASSERT_TRUE(host_fill(e, 8 * MiB, 0x44));
@@ -218,12 +220,15 @@ TEST_F(PoolPageRelease, ARefusedCommitNeverHandsOutAReleasedPage) {
   pool_memory_resource pool{&arena_, pool_options{0, {}, 2 * MiB}};
   void* a = sync_alloc(pool, 8 * MiB);
   void* b = sync_alloc(pool, 8 * MiB);
+  void* c = sync_alloc(pool, 8 * MiB);
   sync_free(pool, a, 8 * MiB);
+  sync_free(pool, c, 8 * MiB);
   void* d = sync_alloc(pool, 16 * MiB);
   arena_.fail_commits(1);
-  void* e = sync_alloc(pool, 8 * MiB);  // a's range refused: served by a growth instead
+  void* e = sync_alloc(pool, 8 * MiB);  // the released range refused: served by a growth instead
   ASSERT_NE(e, nullptr);
   EXPECT_NE(e, a);
+  EXPECT_NE(e, c);
   ASSERT_TRUE(host_fill(e, 8 * MiB, 9));
   void* f = sync_alloc(pool, 8 * MiB);  // a's range again, committed this time
   ASSERT_TRUE(host_fill(f, 8 * MiB, 10));
@@ -231,6 +236,41 @@ TEST_F(PoolPageRelease, ARefusedCommitNeverHandsOutAReleasedPage) {
     sync_free(pool, p, n);
   }
   EXPECT_EQ(arena_.bad_page_calls(), 0U);
+}
+
+// Stream-ordered frees on many streams: each stream's list holds memory the others
+// cannot use without an event, and none of it alone fits a larger request. A miss
+// reclaims the lists (one barrier), so the memory coalesces and serves it, or its
+// pages go, rather than the pool growing by the request each time.
+TEST_F(PoolPageRelease, OtherStreamsListsAreReclaimedBeforeThePoolGrows) {
+  std::vector<CUstream> streams(4);
+  for (auto& st : streams) {
+    ASSERT_EQ(detail::driver().cuStreamCreate(&st, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    stream_tracker::of(device_).stream_created(st, CU_STREAM_NON_BLOCKING);
+  }
+  {
+    pool_memory_resource pool{&arena_, pool_options{0, {}, 2 * MiB, device_}};
+    std::vector<void*> blocks;
+    for (auto st : streams) blocks.push_back(pool.allocate(24 * MiB, stream_ref{st}));
+    for (std::size_t i = 0; i < streams.size(); ++i) pool.deallocate(blocks[i], 24 * MiB, stream_ref{streams[i]});
+    std::size_t const before = pool.pool_size();
+    // Each stream in turn asks for more than any one list holds, and more each time:
+    // the four 24 MiB blocks lie side by side and, reclaimed, hold every request.
+    std::size_t n = 40 * MiB;
+    for (auto st : streams) {
+      void* p = pool.allocate(n, stream_ref{st});
+      ASSERT_TRUE(host_fill(p, n, 0x5c));
+      pool.deallocate(p, n, stream_ref{st});
+      n += 16 * MiB;
+    }
+    EXPECT_EQ(pool.pool_size(), before);  // not 40 + 56 + 72 + 88 MiB more
+    EXPECT_EQ(arena_.bad_page_calls(), 0U);
+  }
+  for (auto st : streams) {
+    ASSERT_EQ(detail::driver().cuStreamSynchronize(st), CUDA_SUCCESS);
+    stream_tracker::of(device_).stream_destroying(st);
+    ASSERT_EQ(detail::driver().cuStreamDestroy(st), CUDA_SUCCESS);
+  }
 }
 
 // Work queued before a free may still run when the pool wants the block's pages:
@@ -249,9 +289,11 @@ TEST_F(PoolPageRelease, QueuedWorkFinishesBeforeItsPagesGoBack) {
     std::size_t const device_before = sim.live_bytes(device_);
     void* a = sync_alloc(pool, 8 * MiB);
     void* b = sync_alloc(pool, 8 * MiB);
+    void* c = sync_alloc(pool, 8 * MiB);
     ASSERT_EQ(probe.touch(s, a, 8 * MiB, probe.next_generation()), CUDA_SUCCESS);  // still queued
     sync_free(pool, a, 8 * MiB);
-    void* d = sync_alloc(pool, 16 * MiB);  // a's pages go back for it: after the probe ran
+    sync_free(pool, c, 8 * MiB);
+    void* d = sync_alloc(pool, 16 * MiB);  // a's and c's pages go back for it: after the probe ran
     EXPECT_EQ(probe.ran(), 1);
     ASSERT_EQ(probe.touch(s, d, 16 * MiB, probe.next_generation()), CUDA_SUCCESS);
     ASSERT_EQ(detail::driver().cuStreamSynchronize(s), CUDA_SUCCESS);

@@ -16,6 +16,9 @@ process_result run_release(std::vector<std::string> args, std::map<std::string, 
                            bool shim = true) {
   if (shim) env.emplace("LD_PRELOAD", shim_path());
   env.emplace("GPUMEM_SIM_STRICT", "1");
+  // The auto rule over the last interval alone, unless a test says otherwise: the
+  // scenarios count synchronizations, not seconds (sync-window checks the window).
+  env.emplace("GPUMEM_RELEASE_THRESHOLD", "auto:0");
   args.insert(args.begin(), program("shim_release_app"));
   return run_process(args, env);
 }
@@ -46,6 +49,10 @@ TEST(ShimRelease, TheSyncScenarioFailsWhenSynchronizationsGiveNothingBack) {
   // The same program with the release at synchronizations switched off: what it
   // checks is the feature, not the pool's own behaviour.
   expect_fail(run_release({"sync-auto", "device"}, {{"GPUMEM_RELEASE_THRESHOLD", "unlimited"}}));
+}
+
+TEST(ShimRelease, AutoKeepsWhatItsWindowNeededThenGivesItBack) {
+  expect_pass(run_release({"sync-window"}, {{"GPUMEM_RELEASE_THRESHOLD", "auto:1"}}), "sync-window");
 }
 
 TEST(ShimRelease, ANumericThresholdKeepsThatMuch) {
@@ -86,8 +93,9 @@ TEST(ShimRelease, NothingGoesBackDuringACaptureAndTheCaptureStaysValid) {
 }
 
 TEST(ShimRelease, DriverLevelSynchronizationsAndPoolCallsThroughDlsymAndTheResolver) {
-  auto const r = run_process({program("shim_drv_app"), "release"},
-                             {{"LD_PRELOAD", shim_path()}, {"GPUMEM_SIM_STRICT", "1"}});
+  auto const r = run_process(
+      {program("shim_drv_app"), "release"},
+      {{"LD_PRELOAD", shim_path()}, {"GPUMEM_SIM_STRICT", "1"}, {"GPUMEM_RELEASE_THRESHOLD", "auto:0"}});
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("PASS release"), std::string::npos) << r.output;
 }

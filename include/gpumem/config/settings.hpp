@@ -32,25 +32,36 @@ enum class sync_mode {
 struct release_rule {
   /// bytes: never give back at synchronization points ("unlimited").
   static constexpr std::uint64_t never = ~std::uint64_t{0};
-  /// "auto" (default): what the program needed since the previous synchronization
-  /// point stays cached (the high-water of its live bytes since then, less what it
-  /// holds now); the rest goes back.
+  /// "auto" (default): what the program needed over the last `window_s` seconds
+  /// stays cached (the high-water of its live bytes in the intervals between
+  /// synchronizations that ended then, less what it holds now); the rest goes back.
+  /// So a loop whose steps vary keeps what its largest recent step needs, and
+  /// memory unneeded for a whole window goes back at the next synchronization.
   bool automatic = true;
   std::uint64_t bytes = 0;  ///< !automatic: at most this many cached bytes stay; `never`: all
+  /// "auto:N" (N seconds, 0..3600; "auto" is 10): 0 keeps only what the last
+  /// interval needed.
+  std::uint32_t window_s = default_window_s;
+  static constexpr std::uint32_t default_window_s = 10;
+  static constexpr std::uint32_t longest_window_s = 3600;
 
-  [[nodiscard]] static constexpr release_rule keep(std::uint64_t b) noexcept { return {false, b}; }
-  /// "auto", "unlimited" or the size ("4 GiB").
+  [[nodiscard]] static constexpr release_rule keep(std::uint64_t b) noexcept { return {false, b, 0}; }
+  [[nodiscard]] static constexpr release_rule automatic_over(std::uint32_t seconds) noexcept {
+    return {true, 0, seconds};
+  }
+  /// "auto", "auto:N", "unlimited" or the size ("4 GiB").
   [[nodiscard]] std::string to_string() const;
   friend bool operator==(release_rule const&, release_rule const&) = default;
 };
 
-/// A release_threshold as written: "auto", "unlimited" or an absolute size
+/// A release_threshold as written: "auto", "auto:N" (seconds), "unlimited" or an absolute size
 /// (parse_size; no percentage). Throws config_error whose message is the problem
 /// only (add release_threshold_hint when showing it); `what` names the setting's
 /// kind in it ("variable", "key", "option").
 [[nodiscard]] release_rule parse_release_rule(std::string_view text, std::string_view what);
 inline constexpr std::string_view release_threshold_hint =
-    "auto, unlimited, or the cached bytes to keep: a size such as 0, 512MiB or 4GiB";
+    "auto, unlimited, or the cached bytes to keep: a size such as 0, 512MiB or 4GiB; auto:SECONDS sets auto's "
+    "window (auto is auto:10)";
 
 // Typed options of each chain entry. Sizes may be percentages of the device's free
 // memory; build_chain resolves them. Defaults are those of an entry that omits the key.

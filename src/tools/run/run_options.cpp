@@ -205,11 +205,12 @@ Options (each sets the variable shown; the variables work without gpumem-run too
                        cudaStreamSynchronize, cudaEventSynchronize)
                        leave cached of the device memory gpumem holds
                        and the program does not; the rest goes back.
-                       auto (default): what the program needed since
-                       the previous synchronization (the most it held
-                       since then less what it holds now, and a
-                       quarter more for fragmentation), so a loop that
-                       synchronizes every step keeps its working set;
+                       auto (default): what the program needed in the
+                       last 10 s (the most it held between
+                       synchronizations then, less what it holds now,
+                       and a quarter more for fragmentation), so a
+                       loop keeps what its largest recent step needs;
+                       auto:N: over N seconds;
                        SIZE (no %): that many bytes; unlimited:
                        nothing goes back there. A program's
                        cudaMemPoolSetAttribute(RELEASE_THRESHOLD) on

@@ -12,6 +12,7 @@
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -134,6 +135,22 @@ void sync_auto(std::string const& kind) {
   // Nothing was mapped again after the second step.
   APP_CHECK_EQ(app_sim_calls("cuMemCreate"), created);
   sync();  // the last interval needed nothing
+  HELD_AT_MOST(near_zero);
+}
+
+// The auto rule's window (run with GPUMEM_RELEASE_THRESHOLD=auto:1): what an
+// interval needed stays while the window holds it, a second at most, though later
+// intervals need nothing; once the window has passed, the next synchronization
+// gives it back.
+void sync_window() {
+  syncer const sync{"device"};
+  auto ps = allocate_working_set();
+  free_all(ps);
+  sync();
+  sync();  // this interval needed nothing, but the window still holds the first one's need
+  HELD_AT_LEAST(working_set);
+  std::this_thread::sleep_for(std::chrono::milliseconds{2100});
+  sync();
   HELD_AT_MOST(near_zero);
 }
 
@@ -384,6 +401,8 @@ int main(int argc, char** argv) {
   std::string const variant = argc > 2 ? argv[2] : "";
   if (scenario == "sync-auto")
     sync_auto(variant.empty() ? "device" : variant);
+  else if (scenario == "sync-window")
+    sync_window();
   else if (scenario == "sync-threshold")
     sync_threshold(variant);
   else if (scenario == "trim-to")
