@@ -21,6 +21,7 @@
 #include <gpumem/stream.hpp>
 
 #include <cstddef>
+#include <cstdint>
 
 namespace gpumem {
 
@@ -46,6 +47,12 @@ struct resource_info {
   /// Addresses held without device memory behind them (a pool's released pages):
   /// not in reserved_bytes, which counts device memory.
   std::size_t released_bytes{};
+  /// Page release over the resource's life: bytes of pages given back to the device,
+  /// bytes mapped again in released addresses, and the time spent doing so (the
+  /// driver calls and the waits for the GPU before a release), in nanoseconds.
+  std::size_t pages_released_total{};
+  std::size_t pages_recommitted_total{};
+  std::uint64_t page_work_ns{};
   /// (free - largest free) / free, in [0, 1]: TensorFlow BFC's fragmentation measure.
   [[nodiscard]] double fragmentation() const noexcept {
     return free_bytes == 0 ? 0.0

@@ -111,6 +111,9 @@ resource_info binning_memory_resource::do_info() const {
   r.pending_bytes = pending;
   r.peak_pending_bytes = peak_pending;
   r.released_bytes = up.released_bytes;
+  r.pages_released_total = up.pages_released_total;
+  r.pages_recommitted_total = up.pages_recommitted_total;
+  r.page_work_ns = up.page_work_ns;
   return r;
 }
 

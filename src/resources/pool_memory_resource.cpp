@@ -7,6 +7,8 @@
 #include <gpumem/detail/stream_ordered_memory_resource.hpp>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <limits>
 #include <mutex>
@@ -379,6 +381,7 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
   /// Returns the bytes released. Caller holds growth_mutex().
   std::size_t release_pages(std::size_t want, bool wait) {
     if (page == 0 || want == 0) return 0;
+    page_timer const timed{*this};
     if (auto* t = tracker(); t != nullptr && !t->last_barrier_complete(wait)) return 0;
     struct candidate {
       detail::free_block block;
@@ -422,6 +425,7 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
     } catch (...) {
       // Out of host memory for the bookkeeping: what was released so far stays released.
     }
+    pages_released.fetch_add(done, std::memory_order_relaxed);
     return done;
   }
 
@@ -434,6 +438,7 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
     if (bytes > maximum - std::min(maximum, committed_bytes())) return nullptr;  // the maximum binds
     auto const got = take_released(bytes);
     if (!got) return nullptr;
+    page_timer const timed{*this};
     try {
       upstream()->commit(got.ptr, got.bytes);
     } catch (out_of_memory const&) {
@@ -444,6 +449,7 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
       }
       return nullptr;
     }
+    pages_recommitted.fetch_add(got.bytes, std::memory_order_relaxed);
     std::size_t const mine = lists_type::shard_index();
     entry& to = e != nullptr ? *e : lists().clean(mine);
     std::lock_guard lock{to};
@@ -533,6 +539,25 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
   /// give the memory of free pages back (vmm_memory_resource) and the options allow
   /// it; 0 otherwise.
   std::size_t page{};
+  // What page release did and cost (written under growth_mutex(), read by info()).
+  std::atomic<std::size_t> pages_released{0};
+  std::atomic<std::size_t> pages_recommitted{0};
+  std::atomic<std::uint64_t> page_ns{0};
+  /// Adds the time of a release or commit to page_ns.
+  class page_timer {
+   public:
+    explicit page_timer(impl& p) noexcept : p_{p}, start_{std::chrono::steady_clock::now()} {}
+    ~page_timer() {
+      auto const ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start_);
+      p_.page_ns.fetch_add(static_cast<std::uint64_t>(ns.count()), std::memory_order_relaxed);
+    }
+    page_timer(page_timer const&) = delete;
+    page_timer& operator=(page_timer const&) = delete;
+
+   private:
+    impl& p_;
+    std::chrono::steady_clock::time_point start_;
+  };
 };
 
 pool_memory_resource::pool_memory_resource(device_memory_resource* upstream, pool_options opts)
@@ -556,7 +581,13 @@ void pool_memory_resource::do_deallocate(void* p, std::size_t bytes, stream_ref 
 }
 std::size_t pool_memory_resource::do_release() { return impl_->trim(0); }
 std::size_t pool_memory_resource::do_trim(std::size_t keep) { return impl_->trim(keep); }
-resource_info pool_memory_resource::do_info() const { return impl_->info(); }
+resource_info pool_memory_resource::do_info() const {
+  resource_info i = impl_->info();
+  i.pages_released_total = impl_->pages_released.load(std::memory_order_relaxed);
+  i.pages_recommitted_total = impl_->pages_recommitted.load(std::memory_order_relaxed);
+  i.page_work_ns = impl_->page_ns.load(std::memory_order_relaxed);
+  return i;
+}
 bool pool_memory_resource::do_owns(void const* p) const noexcept { return impl_->owns(p); }
 void pool_memory_resource::do_stream_destroyed(stream_ref stream) noexcept { impl_->stream_destroyed(stream); }
 

@@ -48,9 +48,12 @@ std::string build_report() {
                        bytes(u(dev.bytes().peak)), bytes(u(live.bytes().current)), bytes(info.reserved_bytes));
     out += fmt::format("  pool: cached free {}  largest free block {}  fragmentation {:.2f}\n", bytes(info.free_bytes),
                        bytes(info.largest_free_block), info.fragmentation());
-    if (info.released_bytes != 0) {
-      out += fmt::format("  pages given back to the device: {} of the pool's addresses hold no memory now\n",
-                         bytes(info.released_bytes));
+    if (info.pages_released_total != 0) {
+      out += fmt::format(
+          "  pages: {} given back to the device and {} mapped again over the run, in {:.1f} ms (driver calls and "
+          "waits for the GPU); {} of the pool's addresses hold no memory now\n",
+          bytes(info.pages_released_total), bytes(info.pages_recommitted_total),
+          static_cast<double>(info.page_work_ns) / 1e6, bytes(info.released_bytes));
     }
     // Below a pool these are its growths and releases: each a driver call (three for vmm).
     out += fmt::format("  reached the device resource: {} allocations, {} frees\n", dev.allocations().total,

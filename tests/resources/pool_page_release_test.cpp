@@ -109,6 +109,8 @@ TEST_F(PoolPageRelease, FreePagesGoBackBeforeThePoolGrows) {
   EXPECT_EQ(arena_.live_bytes() - arena_.decommitted_bytes(), pool.pool_size());
   EXPECT_EQ(pool.info().reserved_bytes, pool.pool_size());
   EXPECT_EQ(pool.info().used_bytes, 24 * MiB);
+  EXPECT_EQ(pool.info().pages_released_total, arena_.decommitted_bytes());
+  EXPECT_EQ(pool.info().released_bytes, arena_.decommitted_bytes());
   EXPECT_EQ(arena_.bad_page_calls(), 0U);
   sync_free(pool, b, 8 * MiB);
   sync_free(pool, d, 16 * MiB);
@@ -131,6 +133,7 @@ TEST_F(PoolPageRelease, ReleasedAddressesAreMappedAgainForARequestTheyHold) {
   EXPECT_TRUE(e == a || e == c);
   EXPECT_EQ(arena_.allocations().size(), upstream_calls);
   EXPECT_GE(arena_.commit_calls(), 1U);
+  EXPECT_EQ(pool.info().pages_recommitted_total, 8 * MiB);
   ASSERT_TRUE(host_fill(e, 8 * MiB, 0x44));
   EXPECT_EQ(pool.pool_size(), 32 * MiB);
   for (auto [p, n] : {std::pair{b, 8 * MiB}, std::pair{d, 16 * MiB}, std::pair{e, 8 * MiB}}) sync_free(pool, p, n);
