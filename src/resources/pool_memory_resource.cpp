@@ -7,6 +7,7 @@
 #include <gpumem/detail/stream_ordered_memory_resource.hpp>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -14,6 +15,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace gpumem {
@@ -292,8 +294,8 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
       // grows only when free memory is short, not because it is scattered. Memory
       // waiting for a barrier goes only after the reclaims above made it clean: a
       // barrier made here for it would make the host wait for the GPU at every miss.
+      if (char* p = stitch_and_serve(e, size)) return p;
       release_pages(align_up(size, page), /*wait=*/true);
-      if (char* p = commit_and_serve(e, size)) return p;
     }
 
     std::size_t const preferred = std::max(min_growth, std::min(pool / growth_divisor, growth_cap));
@@ -339,7 +341,7 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
     if (char* p = take_either(e, size)) return p;
     if (page != 0) {
       release_pages(std::numeric_limits<std::size_t>::max(), /*wait=*/true);  // every free page: the maximum binds
-      if (char* p = commit_and_serve(e, size)) return p;
+      if (char* p = stitch_and_serve(e, size)) return p;
     }
     std::size_t const tail = frontier_bytes(e, size);  // the gathering may have made it longer
     if (std::size_t const alone = growth_step(size - tail, 0); alone != 0) {
@@ -372,88 +374,168 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
     granularity_known = true;
   }
 
+  /// Whether clean memory may be unmapped: the last barrier's work has run on the
+  /// GPU (the host waits for it if `wait`). Clean memory is ordered after all its
+  /// earlier uses by a GPU-side barrier, but that work may still be queued.
+  bool clean_is_idle(bool wait) noexcept {
+    auto* const t = tracker();
+    return t == nullptr || t->last_barrier_complete(wait);
+  }
+
   /// Gives the device memory of whole pages inside free clean blocks back to the
   /// device (upstream()->decommit), smallest blocks first and from each block's
   /// end, until `want` bytes are released or no such page is left; the blocks'
-  /// other bytes stay free. Clean memory is ordered after all its earlier uses by a
-  /// GPU-side barrier, but that work may still run: the last barrier must have
-  /// completed first (the host waits for it if `wait`, else nothing is released).
-  /// Returns the bytes released. Caller holds growth_mutex().
+  /// other bytes stay free. Only once clean_is_idle(wait). Returns the bytes
+  /// released. Caller holds growth_mutex().
   std::size_t release_pages(std::size_t want, bool wait) {
     if (page == 0 || want == 0) return 0;
     page_timer const timed{*this};
-    if (auto* t = tracker(); t != nullptr && !t->last_barrier_complete(wait)) return 0;
+    if (!clean_is_idle(wait)) return 0;
+    std::size_t done = 0;
+    try {
+      lists().with_all_locked([&](lists_type::locked_view& v) { done = release_pages_locked(v, want, {}); });
+    } catch (...) {
+      // Out of host memory for the bookkeeping: nothing more goes.
+    }
+    return done;
+  }
+
+  /// release_pages() inside with_all_locked(), clean_is_idle() known; the blocks
+  /// starting at the addresses in `spare` stay whole (a stitch is about to use them).
+  std::size_t release_pages_locked(lists_type::locked_view& v, std::size_t want, std::array<char*, 2> spare) {
     struct candidate {
       detail::free_block block;
       entry* from;
       char* first;  ///< its first whole page
       std::size_t bytes;
     };
-    std::size_t done = 0;
-    try {
-      lists().with_all_locked([&](lists_type::locked_view& v) {
-        std::vector<candidate> found;
-        for (entry* e : v.entries) {
-          if (!e->clean) continue;
-          e->list.for_each([&](detail::free_block const& b) {
-            auto const start = align_up(reinterpret_cast<std::uintptr_t>(b.ptr), page);
-            auto const end = align_down(reinterpret_cast<std::uintptr_t>(b.end()), page);
-            if (end > start) found.push_back({b, e, reinterpret_cast<char*>(start), end - start});
-          });
-        }
-        std::sort(found.begin(), found.end(), [](candidate const& a, candidate const& b) {
-          return a.bytes != b.bytes ? a.bytes < b.bytes : a.block.ptr < b.block.ptr;
-        });
-        for (auto const& c : found) {
-          if (done >= want) break;
-          std::size_t const n = std::min(c.bytes, align_up(want - done, page));
-          char* const at = c.first + (c.bytes - n);  // the block's last pages: its front stays for requests
-          if (!c.from->list.remove(c.block.ptr)) continue;
-          if (!upstream()->decommit(at, n)) {
-            c.from->list.add(c.block);
-            break;  // the upstream cannot (a fallback device): nothing more will go
-          }
-          note_released(at, n, c.block.slab);
-          if (at > c.block.ptr)
-            c.from->list.add({c.block.ptr, static_cast<std::size_t>(at - c.block.ptr), c.block.slab});
-          if (at + n < c.block.end()) {
-            c.from->list.add({at + n, static_cast<std::size_t>(c.block.end() - (at + n)), c.block.slab});
-          }
-          done += n;
-        }
+    std::vector<candidate> found;
+    for (entry* e : v.entries) {
+      if (!e->clean) continue;
+      e->list.for_each([&](detail::free_block const& b) {
+        if (b.ptr == spare[0] || b.ptr == spare[1]) return;
+        auto const start = align_up(reinterpret_cast<std::uintptr_t>(b.ptr), page);
+        auto const end = align_down(reinterpret_cast<std::uintptr_t>(b.end()), page);
+        if (end > start) found.push_back({b, e, reinterpret_cast<char*>(start), end - start});
       });
-    } catch (...) {
-      // Out of host memory for the bookkeeping: what was released so far stays released.
+    }
+    std::sort(found.begin(), found.end(), [](candidate const& a, candidate const& b) {
+      return a.bytes != b.bytes ? a.bytes < b.bytes : a.block.ptr < b.block.ptr;
+    });
+    std::size_t done = 0;
+    for (auto const& c : found) {
+      if (done >= want) break;
+      std::size_t const n = std::min(c.bytes, align_up(want - done, page));
+      char* const at = c.first + (c.bytes - n);  // the block's last pages: its front stays for requests
+      if (!c.from->list.remove(c.block.ptr)) continue;
+      if (!upstream()->decommit(at, n)) {
+        c.from->list.add(c.block);
+        break;  // the upstream cannot (a fallback device): nothing more will go
+      }
+      try {
+        note_released(at, n, c.block.slab);
+      } catch (...) {
+        // No host memory to record them: those addresses stay unused, nothing else.
+      }
+      if (at > c.block.ptr) c.from->list.add({c.block.ptr, static_cast<std::size_t>(at - c.block.ptr), c.block.slab});
+      if (at + n < c.block.end()) {
+        c.from->list.add({at + n, static_cast<std::size_t>(c.block.end() - (at + n)), c.block.slab});
+      }
+      done += n;
     }
     pages_released.fetch_add(done, std::memory_order_relaxed);
     return done;
   }
 
-  /// Serves `size` by mapping device memory again in released addresses of the pool
-  /// (the smallest released range that holds the request's pages), filed with the
-  /// requester as new memory is (grow_and_serve). nullptr if no range holds them,
-  /// the maximum leaves no room or the device has no memory. Caller holds growth_mutex().
-  char* commit_and_serve(entry* e, std::size_t size) {
-    std::size_t const bytes = align_up(size, page);
-    if (bytes > maximum - std::min(maximum, committed_bytes())) return nullptr;  // the maximum binds
-    auto const got = take_released(bytes);
-    if (!got) return nullptr;
+  /// Serves `size` by mapping device memory again in released addresses, joined
+  /// with the free clean blocks on either side of them (GMLake's stitching, by
+  /// page): of the released ranges that, with their neighbours, hold the request,
+  /// the one that needs the fewest pages mapped. As many pages elsewhere go back
+  /// first (release_pages), so the footprint stays where it was. The joined block
+  /// goes to the requester's list (clean memory needs no ordering) and serves the
+  /// request. nullptr if no released range does, the maximum leaves no room or the
+  /// device has no memory. Caller holds growth_mutex().
+  char* stitch_and_serve(entry* e, std::size_t size) {
+    if (page == 0 || released_bytes() == 0) return nullptr;
     page_timer const timed{*this};
+    bool const idle = clean_is_idle(/*wait=*/true);
+    char* served = nullptr;
     try {
-      upstream()->commit(got.ptr, got.bytes);
+      lists().with_all_locked([&](lists_type::locked_view& v) { served = stitch_locked(v, e, size, idle); });
+    } catch (...) {
+      // Out of host memory for the plan: the request grows the pool instead.
+    }
+    return served;
+  }
+
+  /// stitch_and_serve() inside with_all_locked(); `idle`: pages may be released.
+  char* stitch_locked(lists_type::locked_view& v, entry* e, std::size_t size, bool idle) {
+    struct located {
+      detail::free_block block{};
+      entry* in{};
+    };
+    std::unordered_map<char*, located> by_start;
+    std::unordered_map<char*, located> by_end;
+    for (entry* x : v.entries) {
+      if (!x->clean) continue;
+      x->list.for_each([&](detail::free_block const& b) {
+        by_start.emplace(b.ptr, located{b, x});
+        by_end.emplace(b.end(), located{b, x});
+      });
+    }
+    struct plan_t {
+      char* at{};           ///< the released range's start
+      std::size_t range{};  ///< its bytes
+      char* slab{};
+      std::size_t map{};  ///< bytes to map at `at`
+      located before, after;
+    } best;
+    for_each_released([&](char* at, std::size_t range, char* slab) {
+      located before;
+      if (auto it = by_end.find(at); it != by_end.end() && it->second.block.slab == slab) before = it->second;
+      located after;
+      if (auto it = by_start.find(at + range); it != by_start.end() && it->second.block.slab == slab) {
+        after = it->second;
+      }
+      std::size_t const need = size - std::min(size, before.block.size);
+      std::size_t map = 0;
+      if (need <= range) {
+        map = std::min(range, align_up(need, page));
+        after = {};  // the range's rest stays released between them
+      } else if (need <= range + after.block.size) {
+        map = range;
+      } else {
+        return;
+      }
+      if (map < best.map || best.at == nullptr) best = {at, range, slab, map, before, after};
+    });
+    if (best.at == nullptr) return nullptr;
+    if (idle) release_pages_locked(v, best.map, {best.before.block.ptr, best.after.block.ptr});
+    if (best.map > maximum - std::min(maximum, committed_bytes())) return nullptr;  // the maximum binds
+    take_released_at(best.at, best.map);
+    try {
+      upstream()->commit(best.at, best.map);
     } catch (out_of_memory const&) {
       try {
-        note_released(got.ptr, got.bytes, got.region);
+        note_released(best.at, best.map, best.slab);
       } catch (...) {
         // No host memory to record them: those addresses stay unused, nothing else.
       }
       return nullptr;
     }
-    pages_recommitted.fetch_add(got.bytes, std::memory_order_relaxed);
+    pages_recommitted.fetch_add(best.map, std::memory_order_relaxed);
+    char* start = best.at;
+    char* end = best.at + best.map;
+    for (located const* l : {&best.before, &best.after}) {
+      if (l->in == nullptr) continue;
+      [[maybe_unused]] bool const removed = l->in->list.remove(l->block.ptr);
+      GPUMEM_ASSERT(removed, "pool: a block to stitch left its list while the lists were locked");
+      start = std::min(start, l->block.ptr);
+      end = std::max(end, l->block.end());
+    }
     std::size_t const mine = lists_type::shard_index();
-    entry& to = e != nullptr ? *e : lists().clean(mine);
-    std::lock_guard lock{to};
-    to.list.add({got.ptr, got.bytes, got.region});  // joins free neighbours of the same region
+    entry& to = e != nullptr ? *e : lists().clean(mine);  // locked by with_all_locked()
+    to.list.add({start, static_cast<std::size_t>(end - start), best.slab});
     char* const p = to.list.take_best_fit(size).ptr;
     if (e == nullptr) lists().note_clean(mine);
     return p;

@@ -140,6 +140,34 @@ TEST_F(PoolPageRelease, ReleasedAddressesAreMappedAgainForARequestTheyHold) {
   EXPECT_EQ(arena_.bad_page_calls(), 0U);
 }
 
+// A released range joins the free block beside it: a request that neither holds is
+// served by mapping only the pages the block lacks (stitching), at the block's
+// address, rather than by a growth that maps the whole request.
+TEST_F(PoolPageRelease, AReleasedRangeAndTheFreeBlockBesideItServeARequestTogether) {
+  pool_memory_resource pool{&arena_, pool_options{32 * MiB, {}, 2 * MiB}};  // one region
+  void* a = sync_alloc(pool, 8 * MiB);                                      // [0, 8 MiB)
+  void* b = sync_alloc(pool, 8 * MiB);                                      // [8, 16 MiB)
+  void* c = sync_alloc(pool, 16 * MiB);                                     // [16, 32 MiB)
+  ASSERT_EQ(as_char(b), as_char(a) + 8 * MiB);
+  sync_free(pool, b, 8 * MiB);
+  EXPECT_EQ(pool.trim(4 * MiB), 4 * MiB);  // b's last 4 MiB go; its first 4 MiB stay free and backed
+  EXPECT_EQ(pool.pool_size(), 28 * MiB);
+  auto const upstream_calls = arena_.allocations().size();
+
+  void* d = sync_alloc(pool, 8 * MiB);  // 4 MiB free + 4 MiB released, side by side
+  EXPECT_EQ(d, b);
+  EXPECT_EQ(pool.info().pages_recommitted_total, 4 * MiB);  // only what the free block lacked
+  EXPECT_EQ(arena_.allocations().size(), upstream_calls);   // no growth
+  EXPECT_EQ(pool.pool_size(), 32 * MiB);
+  ASSERT_TRUE(host_fill(d, 8 * MiB, 0x6d));
+  ASSERT_TRUE(host_fill(a, 8 * MiB, 0x6e));
+  ASSERT_TRUE(host_fill(c, 16 * MiB, 0x6f));
+  sync_free(pool, a, 8 * MiB);
+  sync_free(pool, d, 8 * MiB);
+  sync_free(pool, c, 16 * MiB);
+  EXPECT_EQ(arena_.bad_page_calls(), 0U);
+}
+
 // A block's pages go; its ends that share a page with other memory stay, and the
 // block stays usable for requests that fit those ends.
 TEST_F(PoolPageRelease, OnlyWholePagesInsideAFreeBlockGoBack) {

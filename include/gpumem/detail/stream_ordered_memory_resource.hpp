@@ -162,29 +162,29 @@ class stream_ordered_memory_resource {
     released_bytes_.fetch_add(added, std::memory_order_relaxed);
   }
 
-  /// What take_released() found: `bytes` at `ptr` in `region`, no longer released.
-  struct released_piece {
-    char* ptr{};
-    std::size_t bytes{};
-    char* region{};
-    explicit operator bool() const noexcept { return ptr != nullptr; }
-  };
+  /// Calls f(start, bytes, region) for each released range, in address order.
+  template <class F>
+  void for_each_released(F&& f) const {
+    for (auto const& [at, r] : released_) f(at, r.size, r.region);
+  }
 
-  /// Takes `bytes` (whole pages) from the start of the smallest released range that
-  /// holds them; none if no range does. The caller commits them, or gives them back
-  /// with note_released().
-  released_piece take_released(std::size_t bytes) {
-    auto best = released_.end();
-    for (auto it = released_.begin(); it != released_.end(); ++it) {
-      if (it->second.size >= bytes && (best == released_.end() || it->second.size < best->second.size)) best = it;
+  /// Takes [at, at + bytes) from the start of the released range that starts at
+  /// `at` (it must hold them). The caller commits them, or gives them back with
+  /// note_released().
+  void take_released_at(char* at, std::size_t bytes) {
+    auto const it = released_.find(at);
+    GPUMEM_ASSERT(it != released_.end() && it->second.size >= bytes, "take_released_at: no such released range");
+    if (it == released_.end() || it->second.size < bytes) return;
+    if (it->second.size == bytes) {
+      released_.erase(it);
+    } else {
+      auto node = released_.extract(it);  // re-keyed, not reallocated
+      if (node.empty()) __builtin_unreachable();
+      node.key() = at + bytes;
+      node.mapped().size -= bytes;
+      released_.insert(std::move(node));
     }
-    if (best == released_.end()) return {};
-    released_piece const got{best->first, bytes, best->second.region};
-    released_range const rest{best->second.size - bytes, best->second.region};
-    released_.erase(best);
-    if (rest.size != 0) released_.emplace(got.ptr + bytes, rest);
     released_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
-    return got;
   }
 
   /// Bytes released inside the region [base, base + size).
