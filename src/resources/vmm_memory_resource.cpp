@@ -217,7 +217,8 @@ struct vmm_memory_resource::impl {
       CUmemGenericAllocationHandle handle{};
       CUresult r = d.cuMemCreate(&handle, s.granularity, &s.prop, 0);
       if (r == CUDA_SUCCESS) {
-        r = d.cuMemMap(static_cast<CUdeviceptr>(at + done), s.granularity, 0, handle, 0);
+        address const page_at = at + done;
+        r = d.cuMemMap(static_cast<CUdeviceptr>(page_at), s.granularity, 0, handle, 0);
         // The mapping keeps the memory; the handle is no longer needed (unmapping frees it).
         static_cast<void>(d.cuMemRelease(handle));
       }
