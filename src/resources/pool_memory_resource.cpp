@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <exception>
 #include <limits>
 #include <mutex>
 #include <optional>
@@ -499,6 +500,9 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
       }
       std::size_t const need = size - std::min(size, before.block.size);
       std::size_t map = 0;
+      if (need == 0) {
+        return;  // a free block that holds the request alone is no miss (another thread's reclaim)
+      }
       if (need <= range) {
         map = std::min(range, align_up(need, page));
         after = {};  // the range's rest stays released between them
@@ -515,7 +519,7 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
     take_released_at(best.at, best.map);
     try {
       upstream()->commit(best.at, best.map);
-    } catch (out_of_memory const&) {
+    } catch (std::exception const&) {  // out of memory, or the driver failed: the range stays released
       try {
         note_released(best.at, best.map, best.slab);
       } catch (...) {
