@@ -13,7 +13,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <array>
+#include <cerrno>
 #include <csignal>
+#include <optional>
+#include <thread>
+#include <vector>
 
 using namespace gpumem::tools;
 using namespace std::string_literals;
@@ -476,6 +481,77 @@ TEST(LogReader, AnOverlongLineIsSkippedWithoutHoldingIt) {
   EXPECT_EQ(log.events[0].line, 3u);
   EXPECT_EQ(warning_texts(log),
             std::vector<std::string>{"l.csv:2: line longer than 64 KiB (not an allocation log row); ignored"});
+}
+
+// Where the header should be, a line over the bound (NUL bytes included) is no
+// log's: reading stops there, so a source that never sends a newline
+// (/dev/zero, `yes | tr -d '\n'`) cannot keep the reader busy for ever.
+TEST(LogReader, NulsWhereTheHeaderShouldBeStopTheReadingAtTheLineBound) {
+  std::string const stopped =
+      ":1: more than 64 KiB of NUL bytes where the header should be (not an allocation log); reading stopped";
+  auto const zeros = parse_log(std::string(log_reader::max_line_bytes + 1, '\0'), "z.csv");
+  EXPECT_FALSE(zeros.readable);
+  ASSERT_TRUE(zeros.fatal);
+  EXPECT_EQ(zeros.fatal->text(), "z.csv" + stopped);
+  // A header cut short by them, too.
+  auto const torn = parse_log("Thread,Time" + std::string(log_reader::max_line_bytes + 1, '\0') + "\n", "t.csv");
+  ASSERT_TRUE(torn.fatal);
+  EXPECT_EQ(torn.fatal->text(), "t.csv" + stopped);
+  // Up to the bound, NULs before the header are skipped as before.
+  auto const few = parse_log(
+      std::string(log_reader::max_line_bytes, '\0') + gpumem::test::gpumem_log{}.alloc(0x1000, 64, 10).text(), "f.csv");
+  ASSERT_TRUE(few.readable);
+  EXPECT_EQ(few.events.size(), 1u);
+  // After the header they are a dead writer's room, however long: ignored at the end.
+  auto const padded = parse_log(gpumem::test::gpumem_log{}.alloc(0x1000, 64, 10).text() + std::string(4 << 20, '\0'),
+                                "p.csv");
+  ASSERT_TRUE(padded.readable);
+  EXPECT_EQ(padded.events.size(), 1u);
+  EXPECT_EQ(padded.warning_count, 0u);
+  EXPECT_TRUE(padded.ended_abruptly);
+}
+
+TEST(LogReader, AnOverlongLineWhereTheHeaderShouldBeStopsTheReading) {
+  std::string text(log_reader::max_line_bytes * 3, 'x');
+  text += "\nAction,Pointer,Size,TimeNs\nallocate,0x100,10,1\n";
+  auto const log = parse_log(text, "l.csv");
+  EXPECT_FALSE(log.readable);
+  ASSERT_TRUE(log.fatal);
+  EXPECT_EQ(log.fatal->text(),
+            "l.csv:1: line longer than 64 KiB where the header should be (not an allocation log); reading stopped");
+}
+
+// From a source that never ends, the reader takes a window's worth past the bound
+// at most: a pipe fed NULs until it is closed (or 64 MiB, so that a reader that
+// reads on fails this test instead of hanging it).
+TEST(LogReader, AnEndlessSourceOfNulsIsReadOnlyUpToTheBound) {
+  std::array<int, 2> p{};
+  ASSERT_EQ(::pipe(p.data()), 0);
+  std::size_t written = 0;
+  std::thread writer{[&] {
+    sigset_t pipe_signal;  // the write that finds the pipe closed fails with EPIPE instead
+    sigemptyset(&pipe_signal);
+    sigaddset(&pipe_signal, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_signal, nullptr);
+    std::vector<char> const zeros(std::size_t{64} << 10, '\0');
+    while (written < (std::size_t{64} << 20)) {
+      ssize_t const n = ::write(p[1], zeros.data(), zeros.size());
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      written += static_cast<std::size_t>(n);
+    }
+    ::close(p[1]);
+  }};
+  std::optional<log_diagnostic> fatal;
+  {
+    log_reader const r{"/dev/fd/" + std::to_string(p[0])};
+    ::close(p[0]);  // the reader has a descriptor of its own
+    fatal = r.fatal();
+  }
+  writer.join();
+  ASSERT_TRUE(fatal);
+  EXPECT_NE(fatal->text().find(":1: more than 64 KiB of NUL bytes"), std::string::npos) << fatal->text();
+  EXPECT_LT(written, std::size_t{1} << 20);
 }
 
 TEST(LogReader, DistinctEntryTextsAreBounded) {

@@ -10,6 +10,10 @@
 #include "tools/tool_test_support.hpp"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <chrono>
+#include <utility>
 
 using namespace gpumem::tools;
 using gpumem::test::gpumem_log;
@@ -378,6 +382,55 @@ TEST(ReplayCli, APipeNeedsTheDeviceSize) {
                                  tmp.path());
   EXPECT_EQ(sized.status, 0) << sized.err;
   EXPECT_NE(sized.out.find("\npool,"), std::string::npos) << sized.out;
+}
+
+// NUL bytes and no newline, for ever, as the log: refused at the line bound (in
+// the child on the simulated device). Under `timeout`: a regression fails, 124.
+TEST(ReplayCli, AnEndlessLogOfNulsIsRefusedAtTheLineBound) {
+  temp_file tmp;
+  std::string const problem =
+      ":1: more than 64 KiB of NUL bytes where the header should be (not an allocation log); reading stopped\n";
+  for (auto const& [args, name] : {std::pair{"/dev/zero --device-memory 64MiB", "/dev/zero"},
+                                   {"- --device-memory 64MiB < /dev/zero", "(standard input)"}}) {
+    auto const start = std::chrono::steady_clock::now();
+    auto const r = run_command("timeout 10 " + replay_bin() + args, tmp.path());
+    auto const took = std::chrono::steady_clock::now() - start;
+    EXPECT_EQ(r.status, 2) << args << ": " << r.err;
+    EXPECT_EQ(r.out, "");
+    EXPECT_EQ(r.err, "error: " + std::string{name} + problem);
+    EXPECT_LT(took, std::chrono::seconds{1}) << args;
+  }
+}
+
+// A --config that is not a regular file follows the shim's rule for GPUMEM_CONFIG
+// (src/config/load.cpp): a directory is refused; a FIFO, pipe or device is read
+// only while it delivers, 2 s and 1 MiB at most, so a FIFO nobody writes to is
+// an error, not a hang.
+TEST(ReplayCli, AConfigThatIsNotARegularFileIsReadAsTheShimReadsOne) {
+  temp_file tmp{"tiny.csv"};
+  write_file(tmp.path(), tiny_log().text());
+  std::string const fifo = tmp.dir() + "/fifo.toml";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  std::string const run = "timeout 10 " + replay_bin() + tmp.path() + " --config ";
+  auto const start = std::chrono::steady_clock::now();
+  auto const f = run_command(run + fifo, tmp.path());
+  auto const took = std::chrono::steady_clock::now() - start;
+  EXPECT_EQ(f.status, 2) << f.err;
+  EXPECT_EQ(f.out, "");
+  EXPECT_EQ(f.err, "gpumem-replay: cannot read config " + fifo +
+                       ": it is a FIFO (pipe) and nothing was written to it within 2 s (a named pipe needs a writer "
+                       "that closes it; or use a regular file)\n");
+  EXPECT_LT(took, std::chrono::seconds{4});
+
+  auto const dir = run_command(run + tmp.dir(), tmp.path());
+  EXPECT_EQ(dir.status, 2) << dir.err;
+  EXPECT_EQ(dir.err, "gpumem-replay: cannot read config " + tmp.dir() + ": Is a directory\n");
+
+  auto const zero = run_command(run + "/dev/zero", tmp.path());
+  EXPECT_EQ(zero.status, 2) << zero.err;
+  EXPECT_EQ(zero.err,
+            "gpumem-replay: cannot read config /dev/zero: it is a character device and delivered more than 1 MiB "
+            "without an end\n");
 }
 
 TEST(ReplayCli, OutputThatCannotBeWrittenIsAnError) {

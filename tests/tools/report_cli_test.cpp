@@ -5,7 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
+#include <utility>
 
 using gpumem::test::gpumem_log;
 using gpumem::test::json_field;
@@ -104,6 +106,23 @@ TEST(ReportCli, NoReadableLogExitsTwo) {
                        ":1: header lacks column 'Action' (not an allocation log? header: 'a,b,c')\n" +
                        "error: " + tmp.dir() + "/missing.csv: cannot read: No such file or directory\n" +
                        "gpumem-report: no log could be read\n");
+}
+
+// NUL bytes and no newline, for ever: refused at the line bound, at once. Under
+// `timeout`, so that a reader that reads on fails (124) instead of hanging.
+TEST(ReportCli, AnEndlessFileOfNulsIsRefusedAtTheLineBound) {
+  temp_file tmp;
+  std::string const problem =
+      ":1: more than 64 KiB of NUL bytes where the header should be (not an allocation log); reading stopped\n";
+  for (auto const& [args, name] : {std::pair{"/dev/zero", "/dev/zero"}, {"- < /dev/zero", "(standard input)"}}) {
+    auto const start = std::chrono::steady_clock::now();
+    auto const r = run_command("timeout 10 " + report(args), tmp.path());
+    auto const took = std::chrono::steady_clock::now() - start;
+    EXPECT_EQ(r.status, 2) << args << ": " << r.err;
+    EXPECT_EQ(r.out, "");
+    EXPECT_EQ(r.err, "error: " + std::string{name} + problem + "gpumem-report: no log could be read\n");
+    EXPECT_LT(took, std::chrono::seconds{1}) << args;
+  }
 }
 
 TEST(ReportCli, BadCommandLinesNameTheOptionAndExitTwo) {

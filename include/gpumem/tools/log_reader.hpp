@@ -27,7 +27,9 @@
 // file padded with NULs (ignored at the end). A last line without its newline is
 // reported as truncated. A line longer than max_line_bytes is reported and
 // skipped. Only an unreadable file or an unusable header makes the whole log
-// unreadable.
+// unreadable; where the header should be, a line longer than max_line_bytes,
+// or more NUL bytes than that, is unusable (and reading stops there: a source
+// that never sends a newline, /dev/zero, is not read for ever).
 //
 // Thread safety: a reader is used by one thread at a time.
 
@@ -140,8 +142,10 @@ class log_reader {
   bool refill();
   [[nodiscard]] std::size_t find_nul(std::size_t from) const noexcept;
   void seek(std::size_t pos) noexcept;
+  /// False at the end of the data, or with fatal_ set (NULs past the bound before the header).
   bool skip_nul_run(std::size_t& count);
-  void skip_long_line();
+  /// False with fatal_ set: before the header, a long line ends the reading.
+  bool skip_long_line();
   void read_metadata(std::string_view line, std::size_t line_no);
   bool read_row(std::string_view line, std::size_t line_no, log_event& ev);
   std::uint16_t intern(std::string_view s, std::uint16_t& last);
@@ -163,8 +167,9 @@ class log_reader {
   std::size_t pos_ = 0, end_ = 0;
   std::size_t next_nul_ = 0;  ///< first NUL at or after pos_ in the window (end_: none)
   bool eof_ = false;
-  bool at_start_ = true;  ///< nothing consumed yet (a byte-order mark may follow)
-  std::string torn_;      ///< a row cut short by NULs, kept while the NULs are skipped
+  bool at_start_ = true;       ///< nothing consumed yet (a byte-order mark may follow)
+  bool header_found_ = false;  ///< past the header: long lines and NUL runs are skipped, not fatal
+  std::string torn_;           ///< a row cut short by NULs, kept while the NULs are skipped
 
   std::size_t line_no_ = 1;  ///< the line being read (newlines consumed + 1)
   std::size_t lines_ = 0;

@@ -217,6 +217,15 @@ bool log_reader::skip_nul_run(std::size_t& count) {
     while (p < end_ && data_[p] == '\0') ++p;
     count += p - pos_;
     pos_ = p;
+    // After the header, NULs are a dead writer's room (MiBs of it, preallocated)
+    // and are skipped however many. Before it they are no log's: stop at the line
+    // bound, or a source of nothing but NULs (/dev/zero) is read for ever.
+    if (!header_found_ && count > max_line_bytes) {
+      fail(line_no_, fmt::format("more than {} KiB of NUL bytes where the header should be (not an allocation log); "
+                                 "reading stopped",
+                                 max_line_bytes >> 10));
+      return false;
+    }
     if (pos_ < end_) {
       next_nul_ = find_nul(pos_);
       return true;
@@ -225,16 +234,24 @@ bool log_reader::skip_nul_run(std::size_t& count) {
   }
 }
 
-void log_reader::skip_long_line() {
+bool log_reader::skip_long_line() {
+  // The header is a short line: one over the bound where it should be makes no
+  // log, and skipping it could mean reading for ever (no newline ever comes).
+  if (!header_found_) {
+    fail(line_no_, fmt::format("line longer than {} KiB where the header should be (not an allocation log); reading "
+                               "stopped",
+                               max_line_bytes >> 10));
+    return false;
+  }
   warn(line_no_, fmt::format("line longer than {} KiB (not an allocation log row); ignored", max_line_bytes >> 10));
   for (;;) {
     if (void const* nl = std::memchr(data_ + pos_, '\n', end_ - pos_)) {
       seek(static_cast<std::size_t>(static_cast<char const*>(nl) - data_) + 1);
       ++line_no_;
-      return;
+      return true;
     }
     pos_ = end_;
-    if (!refill()) return;
+    if (!refill()) return true;
   }
 }
 
@@ -244,7 +261,7 @@ bool log_reader::next_line(raw_line& out) {
     out.line = line_no_;
     if (next_nul_ == pos_) {  // NULs where a line should start
       std::size_t nuls = 0;
-      if (!skip_nul_run(nuls)) {  // padding to the end: a writer that never closed the log
+      if (!skip_nul_run(nuls)) {  // padding to the end: a writer that never closed the log (or fatal_)
         ended_abruptly_ = true;
         return false;
       }
@@ -256,7 +273,7 @@ bool log_reader::next_line(raw_line& out) {
     if (void const* nl = std::memchr(data_ + pos_, '\n', limit - pos_)) {
       std::size_t const at = static_cast<std::size_t>(static_cast<char const*>(nl) - data_);
       if (at - pos_ > max_line_bytes) {  // whole in the window, still not a row
-        skip_long_line();
+        if (!skip_long_line()) return false;
         continue;
       }
       out.text = std::string_view{data_ + pos_, at - pos_};
@@ -270,6 +287,7 @@ bool log_reader::next_line(raw_line& out) {
       pos_ = next_nul_;
       std::size_t nuls = 0;
       bool const more = skip_nul_run(nuls);
+      if (fatal_) return false;
       out.text = torn_;
       out.end = more ? line_end::nul_then_more : line_end::nul_then_end;
       out.nuls = nuls;
@@ -282,7 +300,7 @@ bool log_reader::next_line(raw_line& out) {
       break;
     }
     if (end_ - pos_ >= max_line_bytes) {
-      skip_long_line();
+      if (!skip_long_line()) return false;
       continue;
     }
     refill();
@@ -317,7 +335,7 @@ void log_reader::read_header() {
   std::string_view text;
   for (;;) {
     if (!next_line(l)) {
-      fail(0, "empty file (no header line)");
+      if (!fatal_) fail(0, "empty file (no header line)");
       return;
     }
     if (l.line == 1) {
@@ -336,6 +354,7 @@ void log_reader::read_header() {
     }
     break;
   }
+  header_found_ = true;
   std::size_t count = 0;
   std::array<bool, col_unknown> seen{};
   std::string_view rest = text;
