@@ -79,8 +79,11 @@ class stream_ordered_memory_resource {
   /// Bytes of addresses held from the upstream (the regions' sizes).
   [[nodiscard]] std::size_t reserved_bytes() const noexcept { return regions_.reserved_bytes(); }
   /// Bytes of those backed by device memory: all but the released pages.
+  /// Read without the lock, the two counts may be a moment apart: never below 0.
   [[nodiscard]] std::size_t committed_bytes() const noexcept {
-    return regions_.reserved_bytes() - released_bytes_.load(std::memory_order_relaxed);
+    std::size_t const reserved = regions_.reserved_bytes();
+    std::size_t const released = released_bytes_.load(std::memory_order_relaxed);
+    return reserved > released ? reserved - released : 0;
   }
   /// Bytes of released pages (addresses held, device memory given back).
   [[nodiscard]] std::size_t released_bytes() const noexcept { return released_bytes_.load(std::memory_order_relaxed); }
@@ -341,10 +344,10 @@ class stream_ordered_memory_resource {
       end_borrows();
       for (auto const& r : free) {
         auto const pieces = regions_.pieces(r.base);  // an extended region goes back piece by piece
+        std::size_t const unbacked = released_in(r.base, r.size);
+        forget_released(r.base, r.size);  // first: a reader of committed_bytes() never sees the region twice gone
         [[maybe_unused]] std::size_t const size = regions_.erase(r.base);  // invalidates every thread's lookup hints
         GPUMEM_ASSERT(size == r.size, "a free region changed size while the lists were locked");
-        std::size_t const unbacked = released_in(r.base, r.size);
-        forget_released(r.base, r.size);
         for (auto const& [base, n] : pieces) upstream_->deallocate(base, n, stream_ref{r.stream});
         released += r.size - unbacked;
       }
@@ -357,8 +360,8 @@ class stream_ordered_memory_resource {
       }
       for (char* base : unbacked_regions) {
         auto const pieces = regions_.pieces(base);
-        std::size_t const size = regions_.erase(base);
-        forget_released(base, size);
+        forget_released(base, regions_.size_at(base));
+        regions_.erase(base);
         for (auto const& [b, n] : pieces) upstream_->deallocate(b, n, stream_ref{});
       }
       return released;
