@@ -7,6 +7,7 @@
 
 #include <array>
 #include <atomic>
+#include <cstdio>
 #include <mutex>
 #include <new>
 
@@ -23,6 +24,19 @@ std::array<slot, max_devices>& slots() noexcept {
   // NOLINTNEXTLINE(bugprone-unhandled-exception-at-new): running out of memory here ends the process
   static auto* const s = new std::array<slot, max_devices>{};
   return *s;
+}
+
+// A chain the device cannot hold (a pool's initial size past its memory, a
+// resource the driver refuses) is a configuration this process cannot honour:
+// on_error decides, as for one that does not load: the process stops with one
+// message, or the device passes every call to CUDA. Never a failure per call,
+// each retrying the build and saying so again.
+void cannot_build(int device, char const* why, CUresult& err) noexcept {
+  char text[1024];
+  std::snprintf(text, sizeof text, "device %d: cannot build the resource chain: %s", device, why);
+  if (state().settings.on_config_error != config::on_error::passthrough) exit_refusing_configuration(text);
+  message(level::error, "%s; device %d passes every call to CUDA (on_error = passthrough)", text, device);
+  err = CUDA_ERROR_NOT_SUPPORTED;
 }
 
 device_chain* build(int device, CUresult& err) noexcept {
@@ -51,16 +65,7 @@ device_chain* build(int device, CUresult& err) noexcept {
       return nullptr;
     }
     exit_refusing_configuration(e.what());
-  } catch (bad_alloc const& e) {
-    message(level::error, "device %d: cannot build the resource chain: %s", device, e.what());
-    err = e.code();
-  } catch (cuda_error const& e) {
-    message(level::error, "device %d: cannot build the resource chain: %s", device, e.what());
-    err = e.code();
-  } catch (std::exception const& e) {
-    message(level::error, "device %d: cannot build the resource chain: %s", device, e.what());
-    err = CUDA_ERROR_INVALID_VALUE;
-  }
+  } catch (std::exception const& e) { cannot_build(device, e.what(), err); }
   if (dc->primary != nullptr) {
     CUdevice dev{};
     if (d.cuDeviceGet(&dev, device) == CUDA_SUCCESS) (void)d.cuDevicePrimaryCtxRelease(dev);

@@ -47,9 +47,10 @@ extern std::array<std::atomic<device_chain*>, max_devices> g_chains;
 [[nodiscard]] device_chain* build_chain_once(int device, CUresult& err) noexcept;
 /// The chain of `device`, built if needed (the calling thread's current context must
 /// be on `device`). nullptr with `err` set when it cannot be built; exits the process
-/// on a configuration error unless on_error = passthrough (then err =
-/// CUDA_ERROR_NOT_SUPPORTED: the caller passes the call through). Once built, one
-/// load, inline: every allocation asks.
+/// on a configuration error, or a chain the device cannot hold (a pool larger than its
+/// memory), unless on_error = passthrough (then err = CUDA_ERROR_NOT_SUPPORTED, for
+/// this call and every later one: the caller passes the call through). Once built,
+/// one load, inline: every allocation asks.
 [[nodiscard]] inline device_chain* chain_for(int device, CUresult& err) noexcept {
   if (device_chain* c = built_chain(device)) [[likely]] { return c; }
   return build_chain_once(device, err);

@@ -121,5 +121,49 @@ TEST(ShimConfiguration, AChainThatCannotBeBuiltSaysWhyEvenWithLoggingOff) {
   EXPECT_EQ(r.output.find("PASS"), std::string::npos) << r.output;
 }
 
+std::size_t count(std::string const& text, std::string const& what) {
+  std::size_t n = 0;
+  for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+// A chain the device cannot hold (a pool larger than the device) is a configuration
+// that cannot be honoured: with 8 threads allocating at once, one message and exit 1,
+// as for a configuration that does not load; with on_error = passthrough, one message
+// and plain CUDA. Never a failed call and a message per allocation, each retrying the
+// build.
+TEST(ShimConfiguration, AChainTheDeviceCannotHoldIsSaidOnceAndFollowsOnError) {
+  std::string const why = "device 0: cannot build the resource chain: ";
+  auto churn = [](std::map<std::string, std::string> env) {
+    env.emplace("LD_PRELOAD", shim_path());
+    env.emplace("GPUMEM_SIM_DEVICE_MEMORY", "1GiB");
+    return run_process({program("shim_rt_app"), "churn"}, env);
+  };
+  auto const path = write_config("too-big.toml",
+                                 "[[chain]]\ntype = \"pool\"\ninitial_size = \"2GiB\"\n"
+                                 "[[chain]]\ntype = \"vmm\"\n");
+  auto const file = churn({{"GPUMEM_CONFIG", path}});
+  EXPECT_EQ(file.exit_code, 1) << file.output;
+  EXPECT_EQ(count(file.output, why), 1U) << file.output;
+  EXPECT_NE(file.output.find("gpumem: refusing to run with a different configuration"), std::string::npos)
+      << file.output;
+  EXPECT_EQ(file.output.find("PASS"), std::string::npos) << file.output;
+
+  auto const env = churn({{"GPUMEM_POOL_SIZE", "2GiB"}});
+  EXPECT_EQ(env.exit_code, 1) << env.output;
+  EXPECT_EQ(count(env.output, why), 1U) << env.output;
+
+  auto const passthrough = churn({{"GPUMEM_CONFIG", path}, {"GPUMEM_ON_ERROR", "passthrough"}});
+  std::remove(path.c_str());
+  EXPECT_EQ(passthrough.exit_code, 0) << passthrough.output;
+  EXPECT_EQ(count(passthrough.output, why), 1U) << passthrough.output;
+  EXPECT_NE(passthrough.output.find("device 0 passes every call to CUDA (on_error = passthrough)"), std::string::npos)
+      << passthrough.output;
+  EXPECT_NE(passthrough.output.find("SERVED 4000 FAILED 0"), std::string::npos) << passthrough.output;
+  auto s = parse_stats(passthrough.output);
+  EXPECT_EQ(s["chain_allocations"], 0);
+  EXPECT_EQ(s["passthrough_allocations"], 4000);
+}
+
 }  // namespace
 }  // namespace gpumem::test

@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
@@ -410,6 +411,31 @@ void threads() {
   APP_CHECK_EQ(st.live_allocations, 0);
 }
 
+// 8 threads, each allocating and freeing many times at once, whatever the answer:
+// prints how many allocations succeeded and failed (a chain that cannot be built
+// must be said once, not once a call).
+void churn() {
+  constexpr int thread_count = 8;
+  constexpr int rounds = 500;
+  std::atomic<long> served{0}, failed{0};
+  std::vector<std::thread> pool;
+  for (int t = 0; t < thread_count; ++t) {
+    pool.emplace_back([&served, &failed] {
+      for (int i = 0; i < rounds; ++i) {
+        void* p = nullptr;
+        if (cudaMalloc(&p, 4096) == cudaSuccess) {
+          served.fetch_add(1);
+          APP_CHECK_EQ(cudaFree(p), cudaSuccess);
+        } else {
+          failed.fetch_add(1);
+        }
+      }
+    });
+  }
+  for (auto& th : pool) th.join();
+  std::printf("SERVED %ld FAILED %ld\n", served.load(), failed.load());
+}
+
 // cudaMallocFromPoolAsync: the device's default pool is served by the chain, a pool
 // the program made keeps its properties (CUDA serves it); managed memory passes
 // through; all freed by whichever entry point.
@@ -498,6 +524,8 @@ int main(int argc, char** argv) {
     leak();
   else if (scenario == "threads")
     threads();
+  else if (scenario == "churn")
+    churn();
   else if (scenario == "pools")
     pools();
   else if (scenario == "die")
