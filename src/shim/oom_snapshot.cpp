@@ -4,6 +4,7 @@
 #include "created_memory.hpp"
 #include "device_chains.hpp"
 #include "event_log.hpp"
+#include "own_context_memory.hpp"
 #include "shim_state.hpp"
 #include "stack_table.hpp"
 #include "whole_file.hpp"
@@ -29,6 +30,8 @@ namespace {
 constexpr std::int64_t burst_gap_ns = 1'000'000'000;
 constexpr std::size_t top_sites = 5;
 constexpr std::size_t frames_per_site = 32;
+constexpr int in_flight_polls = 200;  // at most 200 ms for allocations still being made
+constexpr long in_flight_poll_ns = 1'000'000;
 
 std::atomic<std::int64_t> last_failure_ns{INT64_MIN / 2};
 std::atomic<std::uint64_t> unreported{0};  // failures since the last message
@@ -114,8 +117,9 @@ struct facts {
   bool have_info = false;
   resource_info info{};
   std::int64_t live_bytes = -1, live_count = -1;
-  std::size_t limit = 0;     // 0: none
-  created_totals created{};  // device memory the program created itself
+  std::int64_t in_flight = 0;  // charged to the limit by allocations still being made
+  std::size_t limit = 0;       // 0: none
+  created_totals created{};    // device memory the program created itself
   bool have_device = false;
   std::size_t device_free = 0, device_total = 0;
   std::uint64_t earlier_failures = 0;
@@ -126,7 +130,29 @@ struct facts {
   std::size_t site_count = 0;
 };
 
+/// Bytes `lim` has charged for allocations of the chain still being made (admitted,
+/// not yet returned: not yet in the live statistics); 0 when none surely is. A
+/// charge is the request rounded up to 256 bytes: up to 255 bytes per live
+/// allocation are rounding.
+std::int64_t charged_in_flight(device_chain& c, limiting_resource_adaptor const& lim) noexcept {
+  auto const live = c.chain->live_stats().bytes().current;
+  auto const count = c.chain->live_stats().allocations().current;
+  auto const outside = static_cast<std::int64_t>(created_on(c.device).bytes + own_context_bytes(c.device));
+  auto const unexplained = static_cast<std::int64_t>(lim.used_bytes()) - outside - live;
+  return unexplained > 255 * count ? unexplained : 0;
+}
+
 void gather(facts& f, device_chain& c) noexcept {
+  if (auto* lim = c.chain->limiter()) {
+    f.limit = lim->limit();
+    // Other threads' allocations the limit admitted may still be on their way (a
+    // pool growing for them): read now, the message would count a fraction of
+    // what the program holds. They are waited for, briefly: this call fails anyway.
+    for (int i = 0; i < in_flight_polls && (f.in_flight = charged_in_flight(c, *lim)) > 0; ++i) {
+      timespec const pause{0, in_flight_poll_ns};
+      nanosleep(&pause, nullptr);
+    }
+  }
   try {
     f.info = c.chain->info();
     f.have_info = true;
@@ -135,7 +161,6 @@ void gather(facts& f, device_chain& c) noexcept {
   auto const count = c.chain->live_stats().allocations();
   f.live_bytes = live.current;
   f.live_count = count.current;
-  if (auto* lim = c.chain->limiter()) f.limit = lim->limit();
   f.created = created_on(c.device);
   auto const& d = detail::driver();
   if (d.cuMemGetInfo != nullptr && d.cuMemGetInfo(&f.device_free, &f.device_total) == CUDA_SUCCESS) {
@@ -180,8 +205,9 @@ void snapshot_json(text& t, facts const& f) noexcept {
   } else {
     t.add("null,\"frames\":[]");
   }
-  t.add("},\n\"live\":{\"bytes\":%lld,\"count\":%lld},\n", static_cast<long long>(f.live_bytes),
-        static_cast<long long>(f.live_count));
+  t.add("},\n\"live\":{\"bytes\":%lld,\"count\":%lld,\"in_flight_bytes\":%lld},\n",
+        static_cast<long long>(f.live_bytes), static_cast<long long>(f.live_count),
+        static_cast<long long>(f.in_flight));
   if (f.have_info) {
     t.add(
         "\"pool\":{\"reserved_bytes\":%zu,\"used_bytes\":%zu,\"free_bytes\":%zu,\"largest_free_block\":%zu,"
@@ -278,13 +304,18 @@ void say(facts const& f, bool written) noexcept {
   }
   char live[32];
   human(live, f.live_bytes > 0 ? static_cast<std::uint64_t>(f.live_bytes) : 0);
+  char flight[96] = "";
+  if (f.in_flight > 0) {
+    std::snprintf(flight, sizeof flight, " (and %s admitted by the limit for allocations still being made)",
+                  human(a, static_cast<std::uint64_t>(f.in_flight)));
+  }
   char req[32];
   message(level::warn,
           "out of memory on device %d: %s(%s) failed, after gpumem released its cached memory and retried%s; the "
           "program holds %s in %lld "
-          "allocations%s%s%s%s%s%s%s",
+          "allocations%s%s%s%s%s%s%s%s",
           f.device, f.entry != nullptr ? f.entry : "allocate", human(req, f.bytes), earlier, live,
-          static_cast<long long>(f.live_count), pool, limit, device, site, written ? "; snapshot: " : "",
+          static_cast<long long>(f.live_count), flight, pool, limit, device, site, written ? "; snapshot: " : "",
           written ? f.snapshot.c_str() : "", written ? " (gpumem-report reads it)" : "");
 }
 

@@ -15,6 +15,10 @@
 // the next message counts the failures in between). At most max_snapshots files
 // per process.
 //
+// Under a limit, allocations of other threads that the limit admitted but that
+// have not returned yet (a pool growing for them) are waited for, up to 200 ms, so
+// that "the program holds" counts them; any still on their way are named apart.
+//
 // The failing path stays safe: it runs on the allocating thread with no chain lock
 // held; the JSON is built in a fixed buffer (one snapshot at a time; a thread that
 // finds one being written skips its own), the only locks taken are the chain's own

@@ -417,5 +417,31 @@ TEST(OutOfMemory, MessageWithoutALogAndNoFile) {
   EXPECT_EQ(r.output.find("snapshot:"), std::string::npos) << r.output;
 }
 
+// 64 threads allocate at once under a limit: when the first fails, most of the
+// others' allocations may still be on their way (admitted by the limit, a pool
+// growing for them). The message counts what the program holds once they returned,
+// not the one or two that had: within one allocation of what it held at most (it
+// frees nothing until every thread failed).
+TEST(OutOfMemory, ManyThreadsTheMessageCountsWhatTheProgramHolds) {
+  constexpr std::uint64_t bytes = 2162688;  // 2.06 MiB
+  std::string const holds = "the program holds ";
+  for (int run = 0; run < 5; ++run) {
+    auto const r = run_process({program("shim_rt_app"), "oom-threads", std::to_string(bytes)},
+                               {{"LD_PRELOAD", shim_path()}, {"GPUMEM_LIMIT", "64MiB"}});
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    auto const most_at = r.output.find("MOST_HELD ");
+    ASSERT_NE(most_at, std::string::npos) << r.output;
+    auto const most = std::stoull(r.output.substr(most_at + 10));
+    EXPECT_GE(most, 48 * MiB) << r.output;  // the limit, less what the pool's pages leave over
+    auto const at = r.output.find(holds);
+    ASSERT_NE(at, std::string::npos) << r.output;
+    auto const in = r.output.find(" in ", at);
+    ASSERT_NE(in, std::string::npos) << r.output;
+    auto const count = std::stoull(r.output.substr(in + 4));
+    EXPECT_GE(count * bytes + bytes, most) << r.output;
+    EXPECT_LE(count * bytes, most) << r.output;
+  }
+}
+
 }  // namespace
 }  // namespace gpumem::test

@@ -436,6 +436,36 @@ void churn() {
   std::printf("SERVED %ld FAILED %ld\n", served.load(), failed.load());
 }
 
+// 64 threads each allocate argv[2] bytes at a time, all starting together, and keep
+// what they got until every thread has failed once: under a limit, the
+// out-of-memory message counts what the program held then. Prints the most held.
+void oom_threads(std::size_t bytes) {
+  constexpr int thread_count = 64;
+  std::atomic<int> ready{0}, done{0};
+  std::atomic<long> held{0}, most{0};
+  std::vector<std::vector<void*>> kept(thread_count);
+  std::vector<std::thread> pool;
+  for (int t = 0; t < thread_count; ++t) {
+    pool.emplace_back([&, t] {
+      ready.fetch_add(1);
+      while (ready.load() < thread_count) std::this_thread::yield();
+      for (;;) {
+        void* p = nullptr;
+        if (cudaMalloc(&p, bytes) != cudaSuccess) break;
+        kept[static_cast<std::size_t>(t)].push_back(p);
+        long const now = held.fetch_add(static_cast<long>(bytes)) + static_cast<long>(bytes);
+        long seen = most.load();
+        while (now > seen && !most.compare_exchange_weak(seen, now)) {}
+      }
+      done.fetch_add(1);
+      while (done.load() < thread_count) std::this_thread::yield();
+      for (void* p : kept[static_cast<std::size_t>(t)]) APP_CHECK_EQ(cudaFree(p), cudaSuccess);
+    });
+  }
+  for (auto& th : pool) th.join();
+  std::printf("MOST_HELD %ld\n", most.load());
+}
+
 // cudaMallocFromPoolAsync: the device's default pool is served by the chain, a pool
 // the program made keeps its properties (CUDA serves it); managed memory passes
 // through; all freed by whichever entry point.
@@ -526,6 +556,8 @@ int main(int argc, char** argv) {
     threads();
   else if (scenario == "churn")
     churn();
+  else if (scenario == "oom-threads" && argc > 2)
+    oom_threads(std::strtoull(argv[2], nullptr, 10));
   else if (scenario == "pools")
     pools();
   else if (scenario == "die")
