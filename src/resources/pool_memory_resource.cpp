@@ -394,16 +394,35 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
     if (!clean_is_idle(wait)) return 0;
     std::size_t done = 0;
     try {
-      lists().with_all_locked([&](lists_type::locked_view& v) { done = release_pages_locked(v, want, {}); });
+      lists().with_all_locked(
+          [&](lists_type::locked_view& v) { done = release_pages_locked(clean_blocks(v), want, {}); });
     } catch (...) {
       // Out of host memory for the bookkeeping: nothing more goes.
     }
     return done;
   }
 
-  /// release_pages() inside with_all_locked(), clean_is_idle() known; the blocks
-  /// starting at the addresses in `spare` stay whole (a stitch is about to use them).
-  std::size_t release_pages_locked(lists_type::locked_view& v, std::size_t want, std::array<char*, 2> spare) {
+  /// A free clean block and the clean list holding it.
+  struct located {
+    detail::free_block block{};
+    entry* in{};
+  };
+
+  /// Every block of the clean lists, inside with_all_locked(): one walk, shared by
+  /// a stitch's plan and the release that precedes it.
+  static std::vector<located> clean_blocks(lists_type::locked_view& v) {
+    std::vector<located> out;
+    for (entry* x : v.entries) {
+      if (!x->clean) continue;
+      x->list.for_each([&](detail::free_block const& b) { out.push_back({b, x}); });
+    }
+    return out;
+  }
+
+  /// release_pages() inside with_all_locked(), clean_is_idle() known, over the
+  /// clean lists' blocks `blocks` (clean_blocks()); the blocks starting at the
+  /// addresses in `spare` stay whole (a stitch is about to use them).
+  std::size_t release_pages_locked(std::vector<located> const& blocks, std::size_t want, std::array<char*, 2> spare) {
     struct candidate {
       detail::free_block block;
       entry* from;
@@ -411,14 +430,11 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
       std::size_t bytes;
     };
     std::vector<candidate> found;
-    for (entry* e : v.entries) {
-      if (!e->clean) continue;
-      e->list.for_each([&](detail::free_block const& b) {
-        if (b.ptr == spare[0] || b.ptr == spare[1]) return;
-        auto const start = align_up(reinterpret_cast<std::uintptr_t>(b.ptr), page);
-        auto const end = align_down(reinterpret_cast<std::uintptr_t>(b.end()), page);
-        if (end > start) found.push_back({b, e, reinterpret_cast<char*>(start), end - start});
-      });
+    for (auto const& [b, in] : blocks) {
+      if (b.ptr == spare[0] || b.ptr == spare[1]) continue;
+      auto const start = align_up(reinterpret_cast<std::uintptr_t>(b.ptr), page);
+      auto const end = align_down(reinterpret_cast<std::uintptr_t>(b.end()), page);
+      if (end > start) found.push_back({b, in, reinterpret_cast<char*>(start), end - start});
     }
     std::sort(found.begin(), found.end(), [](candidate const& a, candidate const& b) {
       return a.bytes != b.bytes ? a.bytes < b.bytes : a.block.ptr < b.block.ptr;
@@ -471,18 +487,12 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
 
   /// stitch_and_serve() inside with_all_locked(); `idle`: pages may be released.
   char* stitch_locked(lists_type::locked_view& v, entry* e, std::size_t size, bool idle) {
-    struct located {
-      detail::free_block block{};
-      entry* in{};
-    };
+    std::vector<located> const blocks = clean_blocks(v);
     std::unordered_map<char*, located> by_start;
     std::unordered_map<char*, located> by_end;
-    for (entry* x : v.entries) {
-      if (!x->clean) continue;
-      x->list.for_each([&](detail::free_block const& b) {
-        by_start.emplace(b.ptr, located{b, x});
-        by_end.emplace(b.end(), located{b, x});
-      });
+    for (auto const& l : blocks) {
+      by_start.emplace(l.block.ptr, l);
+      by_end.emplace(l.block.end(), l);
     }
     struct plan_t {
       char* at{};           ///< the released range's start
@@ -514,7 +524,7 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
       if (map < best.map || best.at == nullptr) best = {at, range, slab, map, before, after};
     });
     if (best.at == nullptr) return nullptr;
-    if (idle) release_pages_locked(v, best.map, {best.before.block.ptr, best.after.block.ptr});
+    if (idle) release_pages_locked(blocks, best.map, {best.before.block.ptr, best.after.block.ptr});
     if (best.map > maximum - std::min(maximum, committed_bytes())) return nullptr;  // the maximum binds
     take_released_at(best.at, best.map);
     try {
