@@ -99,11 +99,10 @@ std::int64_t window_high(device_release& r, std::int64_t high, std::uint32_t win
   std::int64_t const width = std::max<std::int64_t>(1, (window + window_buckets - 2) / (window_buckets - 1));
   std::int64_t const span = now_s() / width + 1;  // never 0
   auto const slot = static_cast<std::size_t>(span) % window_buckets;
-  if (!file) {
-  } else if (r.window_span[slot].load(relaxed) != span) {
+  if (file && r.window_span[slot].load(relaxed) != span) {
     r.window_high[slot].store(high, relaxed);
     r.window_span[slot].store(span, relaxed);
-  } else {
+  } else if (file) {
     raise(r.window_high[slot], high);
   }
   std::int64_t const oldest = span - (window + width - 1) / width;  // spans that end within the window
