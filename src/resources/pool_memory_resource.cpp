@@ -128,6 +128,7 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
     if (current_call().synchronous) {
       // Any stream's queued work may still use it: reusable only after a barrier.
       static_cast<void>(lists().add_pending({p, size, slab.base}, size));
+      if (lists().pending_estimate().bytes >= free_reclaim_at.load(std::memory_order_relaxed)) reclaim_after_frees();
       return;
     }
     try {
@@ -217,6 +218,29 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
     if (e == nullptr) return all;
     std::lock_guard lock{*e};
     return all - std::min(all, e->list.free_bytes());
+  }
+
+  /// Frees that no allocation follows (a phase that ends, a model freed) would
+  /// otherwise wait for a barrier, holding device memory, until the next miss:
+  /// once twice the miss path's threshold waits, the freeing thread makes the
+  /// barrier itself (about 1/16 of the pool, at most 1 GiB, where barriers are
+  /// dear). A thread that finds the growth mutex taken leaves it to its holder.
+  /// Measured on an H100 with a Llama-style decoder (PyTorch's cache off): 3.85 GiB
+  /// waited for a barrier at the end of a run with 13.9 GiB live at its peak.
+  GPUMEM_COLD void reclaim_after_frees() noexcept {
+    std::unique_lock growth{growth_mutex(), std::try_to_lock};
+    if (!growth.owns_lock()) return;
+    std::size_t const bound = std::max(free_reclaim_floor, 2 * reclaim_threshold(0));
+    std::size_t const waiting = lists().pending_bytes();
+    bool made = false;
+    if (waiting >= bound) {
+      try {
+        made = reclaim();
+      } catch (...) {  // out of host memory for the bookkeeping: the memory waits for a miss
+      }
+    }
+    // Refused (a stream capture is active): the frees that follow do not each try again.
+    free_reclaim_at.store(made || waiting < bound ? bound : waiting + bound, std::memory_order_relaxed);
   }
 
   /// Whether `waiting` bytes (pending frees, and for a synchronous request the
@@ -635,6 +659,11 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
   /// give the memory of free pages back (vmm_memory_resource) and the options allow
   /// it; 0 otherwise.
   std::size_t page{};
+  /// reclaim_after_frees(): the least waiting memory it makes a barrier for, and the
+  /// pending estimate at which a synchronous free calls it (its bound when it last
+  /// looked; written by it alone, read by every synchronous free).
+  static constexpr std::size_t free_reclaim_floor = std::size_t{16} << 20;
+  std::atomic<std::size_t> free_reclaim_at{free_reclaim_floor};
   // What page release did and cost (written under growth_mutex(), read by info()).
   std::atomic<std::size_t> pages_released{0};
   std::atomic<std::size_t> pages_recommitted{0};

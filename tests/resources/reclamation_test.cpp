@@ -386,6 +386,30 @@ TEST_F(Reclamation, MemoryWaitingForABarrierFollowsTheBarriersCost) {
   EXPECT_LE(dear, 4U);
 }
 
+// Frees that no allocation follows (a phase that ends, a model freed) do not wait for
+// a barrier until the next miss: once twice the miss path's threshold waits (16 MiB
+// here), the freeing thread makes the barrier, and the peak the pool reports counts
+// what waited between barriers, not only at them.
+TEST_F(Reclamation, FreesThatNoAllocationFollowsAreReclaimedAsTheyWait) {
+  for (int i = 0; i < 16; ++i) make();  // barriers are dear: the miss path waits for 8 MiB
+  pool_memory_resource pool{&cuda_, pool_options{256 * MiB, {}, 2 * MiB}};
+  std::vector<void*> blocks;
+  blocks.reserve(128);
+  for (int i = 0; i < 128; ++i) blocks.push_back(sync_alloc(pool, MiB));
+  auto const before = barriers();
+  std::size_t most_waiting = 0;
+  for (void* p : blocks) {
+    sync_free(pool, p, MiB);
+    most_waiting = std::max(most_waiting, pool.pending_bytes());
+  }
+  EXPECT_LT(most_waiting, 16 * MiB);
+  EXPECT_GE(barriers() - before, 8U);
+  auto const i = pool.info();
+  EXPECT_EQ(i.peak_pending_bytes, 16 * MiB);
+  EXPECT_EQ(i.pending_bytes, 0U);
+  EXPECT_EQ(i.used_bytes, 0U);
+}
+
 // A barrier does not order a non-blocking stream the tracker was never told about,
 // so memory it freed in stream order must not become "clean" through one.
 TEST_F(Reclamation, AnUnregisteredStreamsFreesAreNeverMadeCleanByABarrier) {

@@ -477,6 +477,12 @@ class stream_free_lists {
   [[nodiscard]] pending_totals pending_estimate() const noexcept {
     return {estimate_.bytes.load(std::memory_order_relaxed), estimate_.blocks.load(std::memory_order_relaxed)};
   }
+  /// The most pending_estimate() has counted: the peak of memory waiting for a
+  /// barrier between reclamations, not only at them (short of the exact peak by
+  /// less than publish_bytes per shard).
+  [[nodiscard]] std::size_t peak_pending_estimate() const noexcept {
+    return estimate_.peak.load(std::memory_order_relaxed);
+  }
   /// A shard publishes its pending counts to pending_estimate() once it has this
   /// many bytes or blocks not yet published: a thread freeing small blocks writes
   /// the shared line once per 16 frees.
@@ -1062,6 +1068,7 @@ class stream_free_lists {
   struct alignas(64) pending_estimate_counts {
     std::atomic<std::size_t> bytes{0};
     std::atomic<std::size_t> blocks{0};
+    std::atomic<std::size_t> peak{0};  ///< the most `bytes` has been
   };
 
   /// Under the shard's lock: adds what it holds beyond what it published to the
@@ -1070,7 +1077,10 @@ class stream_free_lists {
     std::size_t const bytes = sh.bytes.load(std::memory_order_relaxed) - sh.published_bytes;
     std::size_t const blocks = sh.blocks_n.load(std::memory_order_relaxed) - sh.published_blocks;
     if (bytes < publish_bytes && blocks < publish_blocks) return;
-    estimate_.bytes.fetch_add(bytes, std::memory_order_relaxed);
+    std::size_t const now = estimate_.bytes.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+    std::size_t seen = estimate_.peak.load(std::memory_order_relaxed);
+    while (now > seen && !estimate_.peak.compare_exchange_weak(seen, now, std::memory_order_relaxed)) {
+    }
     estimate_.blocks.fetch_add(blocks, std::memory_order_relaxed);
     sh.published_bytes += bytes;
     sh.published_blocks += blocks;

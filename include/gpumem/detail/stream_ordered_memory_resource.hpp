@@ -441,7 +441,8 @@ class stream_ordered_memory_resource {
       }
       // Pending blocks are free from the program's point of view (it freed them).
       r.pending_bytes = lists_.pending_bytes();
-      r.peak_pending_bytes = peak_pending_ = std::max(peak_pending_, r.pending_bytes);
+      peak_pending_ = std::max({peak_pending_, r.pending_bytes, lists_.peak_pending_estimate()});
+      r.peak_pending_bytes = peak_pending_;
       r.released_bytes = released_bytes();
       free += r.pending_bytes;
       r.reserved_bytes = committed_bytes();  // released pages hold no device memory
