@@ -1079,8 +1079,7 @@ class stream_free_lists {
     if (bytes < publish_bytes && blocks < publish_blocks) return;
     std::size_t const now = estimate_.bytes.fetch_add(bytes, std::memory_order_relaxed) + bytes;
     std::size_t seen = estimate_.peak.load(std::memory_order_relaxed);
-    while (now > seen && !estimate_.peak.compare_exchange_weak(seen, now, std::memory_order_relaxed)) {
-    }
+    while (now > seen && !estimate_.peak.compare_exchange_weak(seen, now, std::memory_order_relaxed)) {}
     estimate_.blocks.fetch_add(blocks, std::memory_order_relaxed);
     sh.published_bytes += bytes;
     sh.published_blocks += blocks;
