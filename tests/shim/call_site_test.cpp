@@ -87,6 +87,25 @@ std::vector<std::string> functions(json_value const& site) {
 
 std::uint64_t num(json_value const& v) { return std::stoull(v.text); }
 
+/// "<what> DEVICE d FREE f TOTAL t" in a program's output (rt_app's print_device_memory).
+struct device_memory {
+  std::uint64_t device = 0;
+  std::uint64_t free = 0;
+  std::uint64_t total = 0;
+};
+device_memory device_memory_at(std::string const& output, std::string const& what) {
+  device_memory m;
+  auto const at = output.find(what + " DEVICE ");
+  if (at == std::string::npos) {
+    ADD_FAILURE() << "no '" << what << " DEVICE' line in:\n" << output;
+    return m;
+  }
+  std::istringstream in{output.substr(at + what.size())};
+  std::string word;
+  in >> word >> m.device >> word >> m.free >> word >> m.total;
+  return m;
+}
+
 /// The Stack ids the log's rows refer to, and those the stack table holds.
 std::set<std::string> row_stacks(csv_log_contents const& log) {
   std::set<std::string> ids;
@@ -440,7 +459,28 @@ TEST(OutOfMemory, ManyThreadsTheMessageCountsWhatTheProgramHolds) {
     auto const count = std::stoull(r.output.substr(in + 4));
     EXPECT_GE(count * bytes + bytes, most) << r.output;
     EXPECT_LE(count * bytes, most) << r.output;
+    // The device never gave the process more than the limit (the pool's cached and
+    // waiting memory included), and cudaMemGetInfo agrees with what it holds.
+    auto const m = device_memory_at(r.output, "AT_OOM");
+    EXPECT_LE(m.device, 64 * MiB) << r.output;
+    EXPECT_EQ(m.total, 64 * MiB) << r.output;
+    EXPECT_LE(m.free + most, 64 * MiB) << r.output;
   }
+}
+
+// A fragmented pool under a limit (a program holding 63 MiB under 64 MiB once left
+// the pool holding 94 MiB): every other 2 MiB block freed, then 6 MiB requests no
+// hole fits. The holes' device memory moves to where the requests go: all five that
+// the limit holds are served, and the device never gives more than the limit.
+TEST(OutOfMemory, AFragmentedPoolUnderALimitMovesItsMemoryRatherThanHoldMore) {
+  auto const r = run_process({program("shim_rt_app"), "oom-fragmented"},
+                             {{"LD_PRELOAD", shim_path()}, {"GPUMEM_LIMIT", "64MiB"}});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("SMALL 32 BIG 5 HELD 65011712"), std::string::npos) << r.output;  // 62 MiB
+  auto const m = device_memory_at(r.output, "AT_OOM");
+  EXPECT_LE(m.device, 64 * MiB) << r.output;
+  EXPECT_EQ(m.total, 64 * MiB) << r.output;
+  EXPECT_EQ(m.free, 2 * MiB) << r.output;
 }
 
 }  // namespace

@@ -56,6 +56,13 @@ static inline long app_sim_violations(void) {
   return f != NULL ? f() : 0;
 }
 
+/* Device memory the simulated device has handed out on `device` (allocations and
+   physical memory of cuMemCreate alike); 0 without the sim. */
+static inline size_t app_sim_device_bytes(int device) {
+  size_t (*f)(int) = (size_t (*)(int))app_sim_symbol("gpumemsim_live_bytes");
+  return f != NULL ? f(device) : 0;
+}
+
 /* After calls that hand CUDA invalid pointers on purpose: the sim counts those. */
 static inline void app_sim_reset_violations(void) {
   void (*f)(void) = (void (*)(void))app_sim_symbol("gpumemsim_reset_violations");

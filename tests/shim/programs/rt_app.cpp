@@ -436,12 +436,22 @@ void churn() {
   std::printf("SERVED %ld FAILED %ld\n", served.load(), failed.load());
 }
 
+// "<what> DEVICE d FREE f TOTAL t": the device memory the simulated device has handed
+// out, and what cudaMemGetInfo says.
+void print_device_memory(char const* what) {
+  std::size_t free = 0;
+  std::size_t total = 0;
+  APP_CHECK_EQ(cudaMemGetInfo(&free, &total), cudaSuccess);
+  std::printf("%s DEVICE %zu FREE %zu TOTAL %zu\n", what, app_sim_device_bytes(0), free, total);
+}
+
 // 64 threads each allocate argv[2] bytes at a time, all starting together, and keep
 // what they got until every thread has failed once: under a limit, the
 // out-of-memory message counts what the program held then. Prints the most held.
 void oom_threads(std::size_t bytes) {
   constexpr int thread_count = 64;
   std::atomic<int> ready{0}, done{0};
+  std::atomic<bool> measured{false};
   std::atomic<long> held{0}, most{0};
   std::vector<std::vector<void*>> kept(thread_count);
   std::vector<std::thread> pool;
@@ -459,11 +469,46 @@ void oom_threads(std::size_t bytes) {
       }
       done.fetch_add(1);
       while (done.load() < thread_count) std::this_thread::yield();
+      if (t == 0) {
+        print_device_memory("AT_OOM");
+        measured.store(true);
+      }
+      while (!measured.load()) std::this_thread::yield();
       for (void* p : kept[static_cast<std::size_t>(t)]) APP_CHECK_EQ(cudaFree(p), cudaSuccess);
     });
   }
   for (auto& th : pool) th.join();
   std::printf("MOST_HELD %ld\n", most.load());
+}
+
+// A fragmented pool under a limit: 2 MiB blocks until the limit refuses one, every
+// other one freed (holes no larger request fits), then 6 MiB blocks until refused.
+// The pool must move the holes' device memory to where the 6 MiB blocks go rather
+// than hold more than the limit. Prints what was held and what the device gave.
+void oom_fragmented() {
+  constexpr std::size_t page = std::size_t{2} << 20;
+  std::vector<void*> small;
+  std::vector<void*> big;
+  for (void* p = nullptr; cudaMalloc(&p, page) == cudaSuccess;) small.push_back(p);
+  std::size_t held = 0;
+  for (std::size_t i = 0; i < small.size(); ++i) {
+    if (i % 2 == 1) {
+      APP_CHECK_EQ(cudaFree(small[i]), cudaSuccess);
+      small[i] = nullptr;
+    } else {
+      held += page;
+    }
+  }
+  for (void* p = nullptr; cudaMalloc(&p, 3 * page) == cudaSuccess;) {
+    big.push_back(p);
+    held += 3 * page;
+  }
+  std::printf("SMALL %zu BIG %zu HELD %zu\n", small.size(), big.size(), held);
+  print_device_memory("AT_OOM");
+  for (void* p : small) {
+    if (p != nullptr) APP_CHECK_EQ(cudaFree(p), cudaSuccess);
+  }
+  for (void* p : big) APP_CHECK_EQ(cudaFree(p), cudaSuccess);
 }
 
 // cudaMallocFromPoolAsync: the device's default pool is served by the chain, a pool
@@ -558,6 +603,8 @@ int main(int argc, char** argv) {
     churn();
   else if (scenario == "oom-threads" && argc > 2)
     oom_threads(std::strtoull(argv[2], nullptr, 10));
+  else if (scenario == "oom-fragmented")
+    oom_fragmented();
   else if (scenario == "pools")
     pools();
   else if (scenario == "die")
