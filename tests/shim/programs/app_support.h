@@ -59,7 +59,7 @@ static inline long app_sim_violations(void) {
 /* Device memory the simulated device has handed out on `device` (allocations and
    physical memory of cuMemCreate alike); 0 without the sim. */
 static inline size_t app_sim_device_bytes(int device) {
-  size_t (*f)(int) = (size_t (*)(int))app_sim_symbol("gpumemsim_live_bytes");
+  size_t (*f)(int) = (size_t(*)(int))app_sim_symbol("gpumemsim_live_bytes");
   return f != NULL ? f(device) : 0;
 }
 
