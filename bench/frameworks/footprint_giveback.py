@@ -3,10 +3,11 @@ tensor below is its own cudaMalloc/cudaFree, so under gpumem this asks whether t
 pool keeps what was freed or returns it.
 
 Allocates tensors of random sizes (1..256 MiB, fixed seed) until about 8 GiB are live,
-frees them all, synchronizes and waits 0.5 s, then calls gpumem.trim() where the gpumem
-module has one. Prints one JSON line: the GPU's used memory (NVML, the whole device)
+frees them all, synchronizes and waits 0.5 s, synchronizes again once gpumem's default
+release window (10 s) has passed, then calls gpumem.trim() where the gpumem module has
+one. Prints one JSON line: the GPU's used memory (NVML, the whole device)
 and the shim's live/reserved/pending bytes at each point: before allocating, at the
-peak, after the frees, after the trim.
+peak, after the frees, a window later, after the trim.
 
 footprint_run.py --giveback runs it under gpumem; by hand:
   PYTORCH_NO_CUDA_MEMORY_CACHING=1 gpumem-run -- python3 footprint_giveback.py
@@ -31,6 +32,8 @@ def main() -> None:
     ap.add_argument("--min-mib", type=int, default=1)
     ap.add_argument("--max-mib", type=int, default=256)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--window-s", type=float, default=11.0,
+                    help="wait before the second synchronization (default %(default)s; 0: none)")
     ap.add_argument("--nvml-index", type=int, default=0, help="the GPU as NVML numbers it (default %(default)s)")
     a = ap.parse_args()
     if not 1 <= a.min_mib <= a.max_mib or a.gib <= 0:
@@ -64,6 +67,11 @@ def main() -> None:
     torch.cuda.synchronize()
     time.sleep(SETTLE_S)
     point("after_free")
+    if a.window_s > 0:
+        # No allocation in the window: gpumem's default release threshold (auto) now
+        # keeps nothing, and the synchronization in point() gives the rest back.
+        time.sleep(a.window_s)
+        point("after_window")
     trim = getattr(gpumem, "trim", None)
     if trim is not None:
         trim()

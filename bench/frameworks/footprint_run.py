@@ -294,12 +294,14 @@ def summarize(records: list[dict]) -> str:
     if givebacks:
         lines += ["", "## Give-back: ~8 GiB of tensors allocated, all freed (GPU used memory, MiB; "
                   "gpumem reserved in brackets)", "",
-                  "| config | before | peak | after free + sync | after gpumem.trim() |", "|---|---|---|---|---|"]
+                  "| config | before | peak | after free + sync | a window later, sync | after gpumem.trim() |",
+                  "|---|---|---|---|---|---|"]
         for r in givebacks:
             points = (r["result"] or {}).get("points", {})
             trimmed = giveback_cell(points, "after_trim") if "after_trim" in points else "no trim()"
             lines.append(f"| {r['config']} | {giveback_cell(points, 'before')} | {giveback_cell(points, 'peak')} | "
-                         f"{giveback_cell(points, 'after_free')} | {trimmed} |")
+                         f"{giveback_cell(points, 'after_free')} | {giveback_cell(points, 'after_window')} | "
+                         f"{trimmed} |")
     failed = [r for r in records if r["kind"] != "meta" and not completed(r) and r["kind"] != "limit"]
     if failed:
         lines += ["", "Runs that did not complete: " + ", ".join(

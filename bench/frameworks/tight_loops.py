@@ -16,8 +16,9 @@ Configurations run interleaved for --rounds rounds, one process each; the figure
 µs per iteration over --iters iterations after a warm-up, the device synchronized
 before the clock stops; the summary gives each configuration's median and range.
 
-From the repository root on the GPU machine (Numba needs NumPy < 2.5 there: put one
-on PYTHONPATH; rmm and librmm wheels unpacked with pip install --target likewise):
+From the repository root on the GPU machine (Numba needs NumPy < 2.5 there: unpack one,
+and the rmm, librmm and rapids-logger wheels, with pip install --target and name the
+folders in --numba-path):
   python3 bench/frameworks/tight_loops.py --gpumem-run .carry/build-gpu/bin/gpumem-run --out OUT
 """
 import argparse
@@ -111,6 +112,8 @@ def command(config: str, args) -> tuple[list[str], dict[str, str]] | None:
     me = [sys.executable, str(Path(__file__).resolve()), "--worker", config, "--iters", str(args.iters)]
     if config.endswith("-gpumem"):
         return [args.gpumem_run, "--report-file", str(Path(args.out) / f"report-{config}.txt"), "--", *me], env
+    if config.startswith("numba") and args.numba_path:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [args.numba_path, env.get("PYTHONPATH")]))
     if config == "numba-rmm":
         probe = subprocess.run([sys.executable, "-c", "import rmm.allocators.numba"], env=env, capture_output=True)
         if probe.returncode != 0:
@@ -129,6 +132,7 @@ def main() -> None:
     ap.add_argument("--configs", default=",".join(CONFIGS))
     ap.add_argument("--gpumem-run", default=".carry/build-gpu/bin/gpumem-run")
     ap.add_argument("--out", default="tight-loops-out")
+    ap.add_argument("--numba-path", default="", help="prepended to PYTHONPATH for the Numba configurations")
     args = ap.parse_args()
     if args.worker:
         worker(args.worker, args.iters, args.warmup)

@@ -42,6 +42,11 @@
 //   never waits), after which every block freed before it — pending, and every
 //   stream's list — becomes clean: a thread's pending frees go to its own clean
 //   shard, the streams' lists to the shard of the thread that made the barrier.
+// - Frees that no allocation follows do not wait for a miss: once twice the miss
+//   path's reclamation threshold (below) waits, the freeing thread makes the barrier
+//   itself, if no other thread holds the growth mutex. So memory waiting for a
+//   barrier stays within about 1/16 of the pool (at most 1 GiB) where barriers are
+//   dear, less where they are cheap.
 // - Fresh slabs are grown with synchronous semantics on the legacy stream: usable
 //   at once by any stream. What is left of a slab after the request goes to the
 //   thread's clean shard for a synchronous request, and to the stream's own list for a
