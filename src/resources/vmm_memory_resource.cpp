@@ -192,6 +192,13 @@ struct vmm_memory_resource::impl {
       detail::throw_allocation_error(CUDA_ERROR_OUT_OF_MEMORY, "cuMemCreate", bytes);
     }
     std::size_t const size = align_up(bytes, s.granularity);
+    // More than the device has free can only fail, after mapping page by page up to
+    // its whole memory and unmapping it again: seconds on an 80 GiB GPU, and every
+    // retry of the caller's (a pool's, a framework's) pays them again.
+    if (std::size_t free = 0, total = 0;
+        detail::driver().cuMemGetInfo(&free, &total) == CUDA_SUCCESS && size > free) {
+      detail::throw_allocation_error(CUDA_ERROR_OUT_OF_MEMORY, "cuMemCreate", size);
+    }
     auto const [index, at] = place(s, size);
     if (CUresult r = map_pages(s, at, size); r != CUDA_SUCCESS) {
       give_back(s.reservations[index], at, size);

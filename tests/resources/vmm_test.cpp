@@ -127,7 +127,11 @@ TEST_F(Vmm, MoreThanTheDeviceHoldsIsOutOfMemoryAndChangesNothing) {
   auto const total = test::device_total_memory();
   ASSERT_GT(total, 0U);
   void* a = mr.allocate(granularity);
+  auto const creates = sim.call_count("cuMemCreate");
   EXPECT_THROW(static_cast<void>(mr.allocate(total + granularity)), out_of_memory);
+  // Refused before any page was mapped (a GPU would spend seconds mapping its whole
+  // memory page by page first).
+  EXPECT_EQ(sim.call_count("cuMemCreate"), creates);
   EXPECT_EQ(mr.info().reserved_bytes, granularity);
   void* b = mr.allocate(granularity);  // the failed placement was undone: still right after a
   EXPECT_EQ(as_char(b), as_char(a) + granularity);
