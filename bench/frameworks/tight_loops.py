@@ -110,10 +110,10 @@ def command(config: str, args) -> tuple[list[str], dict[str, str]] | None:
     for k in ("LD_PRELOAD", "NUMBA_CUDA_MEMORY_MANAGER"):
         env.pop(k, None)
     me = [sys.executable, str(Path(__file__).resolve()), "--worker", config, "--iters", str(args.iters)]
-    if config.endswith("-gpumem"):
-        return [args.gpumem_run, "--report-file", str(Path(args.out) / f"report-{config}.txt"), "--", *me], env
     if config.startswith("numba") and args.numba_path:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [args.numba_path, env.get("PYTHONPATH")]))
+    if config.endswith("-gpumem"):
+        return [args.gpumem_run, "--report-file", str(Path(args.out) / f"report-{config}.txt"), "--", *me], env
     if config == "numba-rmm":
         probe = subprocess.run([sys.executable, "-c", "import rmm.allocators.numba"], env=env, capture_output=True)
         if probe.returncode != 0:
