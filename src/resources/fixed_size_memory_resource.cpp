@@ -2,7 +2,7 @@
 
 #include <gpumem/call_context.hpp>
 #include <gpumem/detail/assert.hpp>
-#include <gpumem/detail/stream_ordered_memory_resource.hpp>
+#include "pool/stream_ordered_memory_resource.hpp"
 
 #include <algorithm>
 #include <atomic>

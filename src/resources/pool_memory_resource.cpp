@@ -2,9 +2,9 @@
 
 #include <gpumem/call_context.hpp>
 #include <gpumem/detail/assert.hpp>
-#include <gpumem/detail/coalescing_free_list.hpp>
 #include <gpumem/detail/driver_api.hpp>
-#include <gpumem/detail/stream_ordered_memory_resource.hpp>
+#include "pool/coalescing_free_list.hpp"
+#include "pool/stream_ordered_memory_resource.hpp"
 
 #include <algorithm>
 #include <array>

@@ -195,8 +195,7 @@ struct vmm_memory_resource::impl {
     // More than the device has free can only fail, after mapping page by page up to
     // its whole memory and unmapping it again: seconds on an 80 GiB GPU, and every
     // retry of the caller's (a pool's, a framework's) pays them again.
-    if (std::size_t free = 0, total = 0;
-        detail::driver().cuMemGetInfo(&free, &total) == CUDA_SUCCESS && size > free) {
+    if (std::size_t free = 0, total = 0; detail::driver().cuMemGetInfo(&free, &total) == CUDA_SUCCESS && size > free) {
       detail::throw_allocation_error(CUDA_ERROR_OUT_OF_MEMORY, "cuMemCreate", size);
     }
     auto const [index, at] = place(s, size);

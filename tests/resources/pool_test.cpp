@@ -2,10 +2,10 @@
 // recovery, concurrency (over a host arena), and stream ordering on the
 // simulated device (events, waits, capture, destroyed streams).
 
-#include <gpumem/detail/coalescing_free_list.hpp>
 #include <gpumem/detail/driver_api.hpp>
 #include <gpumem/detail/real_dlsym.hpp>
 #include <gpumem/pool_memory_resource.hpp>
+#include "pool/coalescing_free_list.hpp"
 
 #include <support/arena_test_resource.hpp>
 #include <support/sim_control.hpp>

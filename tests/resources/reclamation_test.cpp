@@ -10,12 +10,12 @@
 
 #include <gpumem/call_context.hpp>
 #include <gpumem/cuda_memory_resource.hpp>
-#include <gpumem/detail/coalescing_free_list.hpp>
 #include <gpumem/detail/driver_api.hpp>
-#include <gpumem/detail/stream_free_lists.hpp>
 #include <gpumem/fixed_size_memory_resource.hpp>
 #include <gpumem/pool_memory_resource.hpp>
 #include <gpumem/stream_tracker.hpp>
+#include "pool/coalescing_free_list.hpp"
+#include "pool/stream_free_lists.hpp"
 
 #include <support/ordering_probe.hpp>
 #include <support/sim_control.hpp>

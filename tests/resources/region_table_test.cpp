@@ -2,7 +2,7 @@
 // lookups (with per-thread hints that a removal invalidates), sizes, payloads at
 // stable addresses, the reserved total, and its invariants in debug builds.
 
-#include <gpumem/detail/region_table.hpp>
+#include "pool/region_table.hpp"
 
 #include <gtest/gtest.h>
 

@@ -4,9 +4,9 @@
 // request from failing while free memory is between two lists, and deferred
 // frees (who may defer, and that every holder of an entry's lock files them).
 
-#include <gpumem/detail/coalescing_free_list.hpp>
+#include "pool/stream_free_lists.hpp"
 #include <gpumem/detail/driver_api.hpp>
-#include <gpumem/detail/stream_free_lists.hpp>
+#include "pool/coalescing_free_list.hpp"
 
 #include <gtest/gtest.h>
 

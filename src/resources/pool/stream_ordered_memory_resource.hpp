@@ -27,12 +27,12 @@
 #include <gpumem/call_context.hpp>
 #include <gpumem/detail/assert.hpp>
 #include <gpumem/detail/driver_api.hpp>
-#include <gpumem/detail/region_table.hpp>
 #include <gpumem/detail/slow_work.hpp>
-#include <gpumem/detail/stream_free_lists.hpp>
 #include <gpumem/device_memory_resource.hpp>
 #include <gpumem/error.hpp>
 #include <gpumem/stream_tracker.hpp>
+#include "region_table.hpp"
+#include "stream_free_lists.hpp"
 
 #include <algorithm>
 #include <atomic>
