@@ -15,24 +15,11 @@
 //   before the free, on any stream, counts as finished"). No stream order protects
 //   them, so they are never handed out until reclaim() has made a device-wide GPU
 //   barrier (stream_tracker::barrier()) after they were freed.
-//
-// Clean and pending memory are split into shard_count shards, and each thread
-// works in one of them (shard_index(): threads are dealt to shards in turn as they
-// first come). Synchronous allocations and frees touch no shared cache line in the
-// common case: a thread frees into its pending shard, a reclaim files each pending
-// shard into the clean shard of the same index (the thread that freed a block
-// most likely asks for that size again), and a synchronous allocation takes from
-// its own clean shard. One list for all threads made every synchronous allocation
-// take the same lock and move the same cache lines: measured through the shim on an
-// H100, 3.1 M cudaMalloc+cudaFree pairs/s on one thread fell to 1.3 M/s on 16. All
-// clean memory is equally clean, so a thread whose shard cannot serve it takes
-// from the others (the resource's policy; clean_hint() says which have memory).
-// Blocks in different shards do not coalesce with each other; a resource joins
-// the shards (join_clean_into()) before it would grow for want of a block they
-// hold between them. A single-threaded program uses one shard, as it used the one
-// list before.
 // - Foreign batches: the list of a destroyed stream, guarded by an event recorded
 //   on it at destruction.
+// Clean and pending memory are split into shards, one per thread
+// (sharded_lists.hpp); a stream's entry and the deferred free its owning thread
+// may leave in it without the lock are in stream_entry.hpp.
 //
 // reclaim(): takes every stream's list, every foreign batch and the pending blocks,
 // makes one barrier (ordering all later work on every stream after all work
@@ -54,28 +41,6 @@
 // it, so it orders after it through the legacy stream
 // (stream_identity::record_handle()).
 //
-// Deferred frees. The common case is one thread per stream, freeing a block and
-// asking for one of the same size next. The entry's owner (the first thread to
-// free on the stream, until it exits; then the next thread to free there claims
-// it) may leave its latest stream-ordered free in the entry's one-block slot
-// without taking the lock (entry::defer()): a release store, no atomic
-// read-modify-write. Every holder of the entry's lock files it first (locking an
-// entry settles it, with the double-free check any free gets), except the
-// resource's allocation path, which may hand it out again at once if it fits
-// exactly and overlaps no free block. So an allocate+free pair takes one lock
-// instead of two, and since every lock holder settles before anything else, no
-// observer (info, release, reclaim, gathers, a destroyed stream, the last looks
-// before out of memory, growth decisions) can tell a deferred block from one filed
-// when it was freed. The slot lives in the entry: it goes wherever the stream's
-// list goes (a destroyed stream's batch, under the event recorded there) and never
-// serves a later stream with the same handle.
-// The protocol: only the owner writes the block, and only after reading `deferred`
-// false (acquire: a reader that emptied the slot is done with it), then stores
-// true (release); a holder of the lock reads the block only after reading it true
-// (acquire), and stores false (release) when done. Ownership moves only from an
-// exited thread (owned_entries), never from a live one: a live owner may be between
-// its check and its store, so two writers could meet in the slot.
-//
 // Locking (lock order, outermost first): the owner's growth mutex (held by
 // reclaim() callers) -> table_mutex_ (shared for lookups and gathers, exclusive to
 // add/drop a stream) -> entry mutexes (several only in with_all_locked() and
@@ -88,8 +53,7 @@
 //
 // Invariants, checked in debug builds (GPUMEM_ASSERT): each pending shard's count
 // is its number of blocks, and what it published is at most that (checked as
-// each reclaim() starts); reclaims never
-// overlap; an entry obtained with borrow() is not used after this thread's next
+// each reclaim() starts); reclaims never overlap; an entry obtained with borrow() is not used after this thread's next
 // lookup or upstream call (borrowed_entry).
 
 #include <gpumem/detail/assert.hpp>
@@ -97,6 +61,9 @@
 #include <gpumem/detail/spin_mutex.hpp>
 #include <gpumem/detail/stream_ordering.hpp>
 #include <gpumem/stream_tracker.hpp>
+
+#include "sharded_lists.hpp"
+#include "stream_entry.hpp"
 
 #include <algorithm>
 #include <array>
@@ -144,163 +111,12 @@ concept stream_free_list = std::default_initializable<List> && std::movable<List
   l.remove_regions(std::vector<free_region>{});
 };
 
-#ifndef NDEBUG
-/// Debug builds: the calling thread's borrow epoch, advanced by every lookup and
-/// every call that may re-enter a resource (end_borrows()).
-inline std::uint64_t& borrow_epoch() noexcept {
-  thread_local std::uint64_t epoch = 0;
-  return epoch;
-}
-#endif
-
-/// The calling thread's tag as an owner of free-list entries (entry::owner):
-/// owner_tag_none until it claims one, owner_tag_exited once it exits. Neither
-/// is ever an entry's owner (0, or a thread tag: small), so a thread in either
-/// state defers nothing.
-inline constexpr std::uint64_t owner_tag_none = ~std::uint64_t{0};
-inline constexpr std::uint64_t owner_tag_exited = ~std::uint64_t{0} - 1;
-inline thread_local std::uint64_t tl_owner_tag = owner_tag_none;
-
-/// The entries the calling thread owns, given up as it exits so that the next
-/// thread to free on their streams can claim them. Holds each entry's owner word
-/// through a weak pointer: the entry may be gone first.
-class owned_entries {
- public:
-  using owner_word = std::atomic<std::uint64_t>;
-  owned_entries() = default;
-  owned_entries(owned_entries const&) = delete;
-  owned_entries& operator=(owned_entries const&) = delete;
-  ~owned_entries() {
-    std::uint64_t const me = tl_owner_tag;
-    tl_owner_tag = owner_tag_exited;  // frees from later thread-exit destructors take the lock
-    for (auto& w : words_) {
-      if (auto word = w.lock()) {
-        auto expected = me;
-        // release: this thread's deferred frees happen before the next owner's
-        word->compare_exchange_strong(expected, 0, std::memory_order_release, std::memory_order_relaxed);
-      }
-    }
-  }
-  /// Records an owner word (before the claim); throws bad_alloc without host memory.
-  void add(std::weak_ptr<owner_word> w) {
-    if (words_.size() == words_.capacity()) std::erase_if(words_, [](auto const& x) { return x.expired(); });
-    words_.push_back(std::move(w));
-  }
-
- private:
-  std::vector<std::weak_ptr<owner_word>> words_;
-};
-inline thread_local owned_entries tl_owned_entries;
-
-/// The calling thread's shard of clean and pending memory (stream_free_lists),
-/// plus one; 0 until the thread first asks. Shared by every stream_free_lists.
-inline thread_local std::size_t tl_shard_plus_one = 0;
-/// The next shard to deal to a thread.
-inline std::atomic<std::size_t> g_next_shard{0};
-
-/// Ends the validity of every entry this thread borrowed (borrowed_entry): call it
-/// before anything that may re-enter a resource (an upstream call). Free in
-/// release builds.
-inline void end_borrows() noexcept {
-#ifndef NDEBUG
-  ++borrow_epoch();
-#endif
-}
-
-/// An entry obtained with stream_free_lists::borrow(): a plain pointer in release
-/// builds; debug builds check at each use that no lookup or upstream call came
-/// between the borrow and the use (the rule borrow() documents).
-template <class Entry>
-class borrowed_entry {
- public:
-  explicit borrowed_entry(Entry& e) noexcept : e_{&e} {}
-  Entry& operator*() const noexcept {
-    check();
-    return *e_;
-  }
-  Entry* operator->() const noexcept {
-    check();
-    return e_;
-  }
-
- private:
-  void check() const noexcept {
-    GPUMEM_ASSERT(epoch_ == borrow_epoch(),
-                  "a borrowed free-list entry was used after a lookup or an upstream call (take get() instead)");
-  }
-  Entry* e_;
-#ifndef NDEBUG
-  std::uint64_t epoch_ = borrow_epoch();
-#endif
-};
-
 template <stream_free_list List>
 class stream_free_lists {
  public:
   using block_type = typename List::block_type;
 
-  /// One stream's free memory. Lockable: locking the entry itself (std::lock_guard
-  /// on it) also settles its deferred free (see "Deferred frees"), so every holder
-  /// sees all of it. Only an allocation path that may hand the deferred block out
-  /// directly locks `mutex` alone (has_deferred(), take_deferred()); a resource
-  /// that never defers may too.
-  struct entry {
-    explicit entry(stream_identity i, bool is_clean = false) : id{i}, clean{is_clean} {}
-    stream_identity const id;
-    bool const clean;  ///< the clean list: never recorded on, never waits
-    spin_mutex mutex;
-    std::atomic<bool> deferred{false};    ///< deferred_block holds a free (the protocol above)
-    std::atomic<std::uint64_t> owner{0};  ///< the thread that may defer (its tl_owner_tag); 0: none
-    block_type deferred_block{};
-    List list;        ///< guarded by mutex
-    CUevent event{};  ///< guarded by mutex
-    /// The entry whose list this one took last (gather_into; compared, never
-    /// dereferenced: it may be gone). Guarded by mutex.
-    entry const* took_from{};
-
-    void lock() noexcept {
-      mutex.lock();
-      settle();
-    }
-    [[nodiscard]] bool try_lock() noexcept {
-      if (!mutex.try_lock()) return false;
-      settle();
-      return true;
-    }
-    void unlock() noexcept { mutex.unlock(); }
-
-    /// The owner's free without the lock (stream_free_lists::owns() first): `b`
-    /// waits in the slot for the next holder of the lock. False if the slot is
-    /// taken: file `b` under the lock instead.
-    [[nodiscard]] bool defer(block_type const& b) noexcept {
-      if (deferred.load(std::memory_order_acquire)) return false;
-      deferred_block = b;  // no one reads it while `deferred` is false
-      deferred.store(true, std::memory_order_release);
-      return true;
-    }
-    /// Under mutex: whether a deferred free waits (deferred_block is then stable
-    /// until take_deferred()).
-    [[nodiscard]] bool has_deferred() const noexcept { return deferred.load(std::memory_order_acquire); }
-    /// Under mutex, after has_deferred(): empties the slot, its block read and
-    /// handed out or filed by the caller.
-    void take_deferred() noexcept { deferred.store(false, std::memory_order_release); }
-    /// Under mutex: files the deferred free, if any (dropped if it overlaps a free
-    /// block: a double free).
-    void settle() noexcept {
-      if (!has_deferred()) return;
-      block_type const b = deferred_block;
-      take_deferred();
-      try {
-        if constexpr (requires(List & l) { l.insert(b); }) {
-          static_cast<void>(list.insert(b));  // as a free under the lock would have been
-        } else {
-          list.add(b);
-        }
-      } catch (...) {
-        // No host memory for the bookkeeping: the block is lost to reuse (never corrupts).
-      }
-    }
-  };
+  using entry = stream_entry<List>;
   using entry_ptr = std::shared_ptr<entry>;
 
   struct foreign_batch {
@@ -354,140 +170,43 @@ class stream_free_lists {
     return owner == 0 && claim(*e);
   }
 
-  /// Shards of clean and pending memory (see the file comment).
-  static constexpr std::size_t shard_count = 16;
-  /// The calling thread's shard: threads are dealt to shards in turn, as they
-  /// first ask, so up to shard_count threads get one each.
-  [[nodiscard]] static std::size_t shard_index() noexcept {
-    if (tl_shard_plus_one == 0) [[unlikely]]
-      tl_shard_plus_one = g_next_shard.fetch_add(1, std::memory_order_relaxed) % shard_count + 1;
-    return tl_shard_plus_one - 1;
-  }
+  /// Shards of clean and pending memory (sharded_lists.hpp).
+  static constexpr std::size_t shard_count = detail::shard_count;
+  [[nodiscard]] static std::size_t shard_index() noexcept { return detail::shard_index(); }
   /// The calling thread's clean shard (lives as long as this object).
-  [[nodiscard]] entry& clean() noexcept { return *clean_[shard_index()]; }
+  [[nodiscard]] entry& clean() noexcept { return clean_[shard_index()]; }
   /// Clean shard `i` (< shard_count).
-  [[nodiscard]] entry& clean(std::size_t i) noexcept { return *clean_[i]; }
-
-  /// Which clean shards may hold memory: bit i for shard i. A hint for a thread
-  /// looking beyond its own shard, kept by the resource (note_clean()): a shard
-  /// may hold memory with its bit clear, so a look that must not miss memory
-  /// (before growing) walks every shard.
-  [[nodiscard]] std::uint32_t clean_hint() const noexcept { return clean_hint_.load(std::memory_order_relaxed); }
-  /// Under shard i's lock, after filing memory there or taking some: updates its
-  /// bit (one atomic read-modify-write, only when the bit changes).
-  void note_clean(std::size_t i) noexcept {
-    std::uint32_t const bit = std::uint32_t{1} << i;
-    bool const has = !clean_[i]->list.empty();
-    if (((clean_hint_.load(std::memory_order_relaxed) & bit) != 0) == has) return;
-    if (has) {
-      clean_hint_.fetch_or(bit, std::memory_order_relaxed);
-    } else {
-      clean_hint_.fetch_and(~bit, std::memory_order_relaxed);
-    }
-  }
-
-  /// Which clean shards take_clean() looks in after the calling thread's own.
-  enum class shards {
-    own,     ///< none
-    hinted,  ///< those clean_hint() names
-    every    ///< all of them: for a caller about to grow, which must not miss memory
-  };
-
-  /// Calls take(List&) on the calling thread's clean shard, then on the others
-  /// `which` names, each under its lock, until one returns something (a result
-  /// that converts to true); keeps the hint. Returns that result, or an empty one.
+  [[nodiscard]] entry& clean(std::size_t i) noexcept { return clean_[i]; }
+  /// Which clean shards may hold memory (clean_shards::hint()).
+  [[nodiscard]] std::uint32_t clean_hint() const noexcept { return clean_.hint(); }
+  /// Under shard i's lock, after filing memory there or taking some.
+  void note_clean(std::size_t i) noexcept { clean_.note(i); }
+  using shards = shard_choice;
+  /// clean_shards::take(): the calling thread's clean shard, then those `which` names.
   template <class Take>
   auto take_clean(shards which, Take&& take) -> decltype(take(std::declval<List&>())) {
-    std::size_t const mine = shard_index();
-    std::uint32_t const hint = which == shards::every ? ~std::uint32_t{0} : clean_hint();
-    std::size_t const looks = which == shards::own ? 1 : shard_count;
-    for (std::size_t k = 0; k < looks; ++k) {
-      std::size_t const i = (mine + k) % shard_count;
-      if (k != 0 && (hint & (std::uint32_t{1} << i)) == 0) continue;
-      entry& e = *clean_[i];
-      std::lock_guard lock{e.mutex};  // clean shards never defer a free: nothing to settle
-      if (auto got = take(e.list)) {
-        note_clean(i);
-        return got;
-      }
-    }
-    return {};
+    return clean_.take(which, std::forward<Take>(take));
   }
+  /// clean_shards::join_into(). The caller holds the owner's growth mutex (so the
+  /// move is not counted: see moves()).
+  std::size_t join_clean_into(std::size_t into, std::size_t needed) { return clean_.join_into(into, needed); }
 
-  /// Moves every other clean shard's memory into shard `into`, where neighbours
-  /// coalesce: for a request none of the shards can serve alone. Nothing moves
-  /// unless the shards hold at least `needed` bytes together. The caller holds
-  /// the owner's growth mutex (so the move is not counted: see moves()). Takes the
-  /// shards' locks in index order (lock order: the clean shards come first among
-  /// the entries). Returns the bytes moved.
-  std::size_t join_clean_into(std::size_t into, std::size_t needed) {
-    std::array<std::unique_lock<entry>, shard_count> locks;
-    std::size_t total = 0;
-    for (std::size_t i = 0; i < shard_count; ++i) {
-      locks[i] = std::unique_lock<entry>{*clean_[i]};
-      total += clean_[i]->list.free_bytes();
-    }
-    if (total < needed) return 0;
-    std::size_t moved = 0;
-    for (std::size_t i = 0; i < shard_count; ++i) {
-      if (i == into || clean_[i]->list.empty()) continue;
-      moved += clean_[i]->list.free_bytes();
-      clean_[into]->list.merge_from(std::move(clean_[i]->list));
-      clean_[i]->list = List{};
-      note_clean(i);
-    }
-    note_clean(into);
-    return moved;
-  }
-
-  /// Files a block freed with synchronous semantics; `bytes` is what it counts for.
-  /// Returns false (the block is lost to reuse, never handed out twice) if no host
-  /// memory is left for the bookkeeping.
-  bool add_pending(block_type b, std::size_t bytes) noexcept {
-    auto& sh = pending_shards_[shard_index()];
-    try {
-      std::lock_guard lock{sh.mutex};
-      sh.blocks.push_back(b);
-      sh.add(bytes, 1);
-      publish_locked(sh);
-    } catch (...) { return false; }
-    return true;
-  }
+  /// Files a block freed with synchronous semantics (pending_shards::add()).
+  bool add_pending(block_type b, std::size_t bytes) noexcept { return pending_.add(b, bytes); }
   /// Bytes freed with synchronous semantics and not yet reclaimed (a reclaim's
   /// batch leaves the count as it is taken, while the growth mutex is held), and
   /// how many blocks those are: one pass over the shards (a synchronous
   /// allocation asks for both).
-  struct pending_totals {
-    std::size_t bytes = 0;
-    std::size_t blocks = 0;
-  };
-  [[nodiscard]] pending_totals pending() const noexcept {
-    pending_totals t;
-    for (auto const& sh : pending_shards_) {
-      t.bytes += sh.bytes.load(std::memory_order_relaxed);
-      t.blocks += sh.blocks_n.load(std::memory_order_relaxed);
-    }
-    return t;
-  }
+  using pending_totals = typename pending_shards<block_type>::totals;
+  [[nodiscard]] pending_totals pending() const noexcept { return pending_.exact(); }
   [[nodiscard]] std::size_t pending_bytes() const noexcept { return pending().bytes; }
   [[nodiscard]] std::size_t pending_blocks() const noexcept { return pending().blocks; }
-  /// pending() for a hot path: two loads of one cache line, which the shards
-  /// write only once per publish_bytes or publish_blocks freed into them. At most
-  /// the exact totals, and short of them by less than that much per shard.
-  [[nodiscard]] pending_totals pending_estimate() const noexcept {
-    return {estimate_.bytes.load(std::memory_order_relaxed), estimate_.blocks.load(std::memory_order_relaxed)};
-  }
-  /// The most pending_estimate() has counted: the peak of memory waiting for a
-  /// barrier between reclamations, not only at them (short of the exact peak by
-  /// less than publish_bytes per shard).
-  [[nodiscard]] std::size_t peak_pending_estimate() const noexcept {
-    return estimate_.peak.load(std::memory_order_relaxed);
-  }
-  /// A shard publishes its pending counts to pending_estimate() once it has this
-  /// many bytes or blocks not yet published: a thread freeing small blocks writes
-  /// the shared line once per 16 frees.
-  static constexpr std::size_t publish_bytes = std::size_t{64} << 10;
-  static constexpr std::size_t publish_blocks = 16;
+  /// pending() for a hot path (pending_shards::estimate()).
+  [[nodiscard]] pending_totals pending_estimate() const noexcept { return pending_.estimate(); }
+  /// The peak of memory waiting for a barrier (pending_shards::peak_estimate()).
+  [[nodiscard]] std::size_t peak_pending_estimate() const noexcept { return pending_.peak_estimate(); }
+  static constexpr std::size_t publish_bytes = pending_shards<block_type>::publish_bytes;
+  static constexpr std::size_t publish_blocks = pending_shards<block_type>::publish_blocks;
 
   /// Bytes free in stream lists and foreign batches: memory a stream-ordered
   /// allocation could reach with events, and a synchronous one only by reclaim().
@@ -529,14 +248,7 @@ class stream_free_lists {
     // these loads; anything later waits for the next reclaim, as it would anyway.
     bool any_pending = false;
     for (std::size_t i = 0; i < shard_count; ++i) {
-      auto& sh = pending_shards_[i];
-      if (sh.blocks_n.load(std::memory_order_relaxed) == 0) continue;
-      std::lock_guard lock{sh.mutex};
-      if (sh.blocks.empty()) continue;
-      pending[i].swap(sh.blocks);  // the shard gets the kept vector's capacity
-      scratch_.pending_bytes[i] = sh.bytes.load(std::memory_order_relaxed);
-      any_pending = true;
-      take_counts_locked(sh);
+      if (pending_.take(i, pending[i], scratch_.pending_bytes[i])) any_pending = true;
     }
     {
       std::shared_lock lock{table_mutex_};
@@ -579,12 +291,12 @@ class stream_free_lists {
     std::size_t const mine = shard_index();
     for (std::size_t i = 0; i < shard_count; ++i) {
       if (i == mine || pending[i].empty()) continue;
-      std::lock_guard lock{*clean_[i]};
-      clean_[i]->list.add_all(pending[i]);
+      std::lock_guard lock{clean_[i]};
+      clean_[i].list.add_all(pending[i]);
       note_clean(i);
     }
     {
-      entry& clean = *clean_[mine];
+      entry& clean = clean_[mine];
       std::lock_guard lock{clean};
       clean.list.add_all(pending[mine]);
       for (auto& [e, l] : lists) clean.list.merge_from(std::move(l));
@@ -825,7 +537,7 @@ class stream_free_lists {
     {
       std::shared_lock lock{table_mutex_};
       keep.reserve(table_.size() + shard_count);
-      keep.insert(keep.end(), clean_.begin(), clean_.end());
+      keep.insert(keep.end(), clean_.entries().begin(), clean_.entries().end());
       for (auto const& [key, e] : table_) keep.push_back(e);
     }
     std::sort(keep.begin() + shard_count, keep.end(),
@@ -981,16 +693,7 @@ class stream_free_lists {
                 std::array<std::size_t, shard_count> const& pending_bytes,
                 std::vector<std::pair<entry_ptr, List>>&& lists, std::vector<foreign_batch>&& batches) noexcept {
     for (std::size_t i = 0; i < shard_count; ++i) {
-      if (pending[i].empty()) continue;
-      auto& sh = pending_shards_[i];
-      try {
-        std::lock_guard lock{sh.mutex};
-        sh.blocks.insert(sh.blocks.end(), pending[i].begin(), pending[i].end());
-        sh.add(pending_bytes[i], pending[i].size());
-        publish_locked(sh);
-      } catch (...) {
-        // No host memory: those blocks are lost to reuse (never handed out early).
-      }
+      if (!pending[i].empty()) pending_.put_back(i, pending[i], pending_bytes[i]);
     }
     for (auto& [e, l] : lists) {
       std::lock_guard lock{*e};
@@ -1016,7 +719,7 @@ class stream_free_lists {
 #ifndef NDEBUG
       lists_ = &lists;
       GPUMEM_ASSERT(!lists.reclaiming_.exchange(true), "stream_free_lists: two reclaims at once");
-      lists.check_pending_locked_all();
+      lists.pending_.check_all();
 #endif
     }
     ~reclaim_scope() {
@@ -1033,90 +736,16 @@ class stream_free_lists {
 #endif
   };
 
-#ifndef NDEBUG
-  /// Each shard counts its blocks: add_pending and reclaim() change both under the
-  /// shard's lock.
-  void check_pending_locked_all() noexcept {
-    for (auto& sh : pending_shards_) {
-      std::lock_guard lock{sh.mutex};
-      GPUMEM_ASSERT(sh.blocks.size() == sh.blocks_n.load(std::memory_order_relaxed),
-                    "stream_free_lists: a pending shard's count disagrees with its blocks");
-      GPUMEM_ASSERT(sh.published_bytes <= sh.bytes.load(std::memory_order_relaxed) &&
-                        sh.published_blocks <= sh.blocks_n.load(std::memory_order_relaxed),
-                    "stream_free_lists: a pending shard published more than it holds");
-    }
-  }
-#endif
-
-  // The counts change only under the shard's lock, so a plain load and store do
-  // (no read-modify-write: a free takes one atomic instruction, the lock's);
-  // readers sum the shards without locking.
-  struct alignas(64) pending_shard {
-    spin_mutex mutex;
-    std::vector<block_type> blocks;
-    std::atomic<std::size_t> bytes{0};
-    std::atomic<std::size_t> blocks_n{0};
-    std::size_t published_bytes = 0;   ///< of bytes, what estimate_ counts (under mutex)
-    std::size_t published_blocks = 0;  ///< of blocks_n, likewise
-
-    void add(std::size_t n, std::size_t count) noexcept {
-      bytes.store(bytes.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
-      blocks_n.store(blocks_n.load(std::memory_order_relaxed) + count, std::memory_order_relaxed);
-    }
-  };
-  /// pending_estimate()'s totals: the sum of what the shards published.
-  struct alignas(64) pending_estimate_counts {
-    std::atomic<std::size_t> bytes{0};
-    std::atomic<std::size_t> blocks{0};
-    std::atomic<std::size_t> peak{0};  ///< the most `bytes` has been
-  };
-
-  /// Under the shard's lock: adds what it holds beyond what it published to the
-  /// estimate, once that is publish_bytes or publish_blocks.
-  void publish_locked(pending_shard& sh) noexcept {
-    std::size_t const bytes = sh.bytes.load(std::memory_order_relaxed) - sh.published_bytes;
-    std::size_t const blocks = sh.blocks_n.load(std::memory_order_relaxed) - sh.published_blocks;
-    if (bytes < publish_bytes && blocks < publish_blocks) return;
-    std::size_t const now = estimate_.bytes.fetch_add(bytes, std::memory_order_relaxed) + bytes;
-    std::size_t seen = estimate_.peak.load(std::memory_order_relaxed);
-    while (now > seen && !estimate_.peak.compare_exchange_weak(seen, now, std::memory_order_relaxed)) {}
-    estimate_.blocks.fetch_add(blocks, std::memory_order_relaxed);
-    sh.published_bytes += bytes;
-    sh.published_blocks += blocks;
-  }
-  /// Under the shard's lock, its blocks taken: its counts go to zero, and what it
-  /// had published leaves the estimate.
-  void take_counts_locked(pending_shard& sh) noexcept {
-    estimate_.bytes.fetch_sub(sh.published_bytes, std::memory_order_relaxed);
-    estimate_.blocks.fetch_sub(sh.published_blocks, std::memory_order_relaxed);
-    sh.published_bytes = 0;
-    sh.published_blocks = 0;
-    sh.bytes.store(0, std::memory_order_relaxed);
-    sh.blocks_n.store(0, std::memory_order_relaxed);
-  }
-  static std::array<entry_ptr, shard_count> make_clean_shards() {
-    std::array<entry_ptr, shard_count> shards;
-    for (auto& e : shards) {
-      e = std::make_shared<entry>(stream_identity{clean_key, reinterpret_cast<CUstream>(legacy_stream_handle), 0},
-                                  true);
-    }
-    return shards;
-  }
-  /// Key 0 is no stream's (stream_key never returns 0), so the clean entry sorts first.
-  static constexpr std::uintptr_t clean_key = 0;
-
   std::uint64_t const instance_ = next_instance_id<stream_free_lists>();
   std::atomic<std::uint64_t> generation_{0};  ///< bumped whenever an entry leaves the table
   std::shared_mutex table_mutex_;
   std::unordered_map<std::uintptr_t, entry_ptr> table_;
-  std::array<entry_ptr, shard_count> const clean_ = make_clean_shards();
-  alignas(64) std::atomic<std::uint32_t> clean_hint_{0};  ///< clean_hint(): read on every take, its own line
+  clean_shards<List> clean_;
   std::mutex foreign_mutex_;
   std::vector<foreign_batch> foreign_;         // guarded by foreign_mutex_
   std::atomic<std::size_t> foreign_count_{0};  // foreign_.size(), read without the lock
   List quarantine_;                            // guarded by foreign_mutex_
-  std::array<pending_shard, shard_count> pending_shards_{};
-  pending_estimate_counts estimate_;
+  pending_shards<block_type> pending_;
   /// reclaim()'s working vectors, empty between reclaims (their capacity kept).
   struct reclaim_scratch {
     std::array<std::vector<block_type>, shard_count> pending;  ///< by shard
