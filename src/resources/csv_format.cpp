@@ -1,7 +1,7 @@
 // format_row: one CSV log row, formatted by hand. No snprintf, locale or
 // allocation: this runs on every logged allocation (budget: tens of ns).
 
-#include <gpumem/csv_log_writer.hpp>
+#include <gpumem/log_row.hpp>
 
 #include <array>
 #include <cstring>
