@@ -140,10 +140,11 @@ class csv_log_writer {
   std::unique_ptr<row_journal> journal_;
   pthread_mutex_t mutex_ = PTHREAD_MUTEX_INITIALIZER;  ///< one append at a time
   std::uint64_t end_{};                                ///< the file's end after our last write (mutex_)
-  int drop_errno_{};                                   ///< why rows were dropped (mutex_)
-  bool drop_said_{false};                              ///< (mutex_)
-  bool finished_{false};                               ///< the final marker is written (mutex_)
-  bool closed_{false};                                 ///< (mutex_)
+  std::uint64_t reserved_{};  ///< disk blocks reserved up to here (mutex_); UINT64_MAX: fallocate unsupported
+  int drop_errno_{};          ///< why rows were dropped (mutex_)
+  bool drop_said_{false};     ///< (mutex_)
+  bool finished_{false};      ///< the final marker is written (mutex_)
+  bool closed_{false};        ///< (mutex_)
   std::atomic<std::uint64_t> written_{0};
   std::atomic<std::uint64_t> dropped_{0};
   std::atomic<std::uint32_t> truncations_{0};

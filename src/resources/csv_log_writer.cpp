@@ -40,6 +40,9 @@ std::uint64_t room_under_limit(std::uint64_t size) noexcept {
   return lim.rlim_cur > size ? lim.rlim_cur - size : 0;
 }
 
+// Bytes reserved on disk ahead of the file's end at a time.
+constexpr std::uint64_t reserve_ahead = std::uint64_t{4} << 20;
+
 std::uint64_t lines_in(char const* data, std::size_t len) noexcept {
   return static_cast<std::uint64_t>(std::count(data, data + len, '\n'));
 }
@@ -164,6 +167,7 @@ std::uint64_t csv_log_writer::end_locked(std::int64_t& cut_to) noexcept {
   cut_to = st.st_size;
   truncations_.fetch_add(1, std::memory_order_relaxed);
   end_ = size;
+  reserved_ = std::min(reserved_, size);  // the cut freed the blocks reserved ahead
   char last = '\n';
   if (size != 0 && ::pread(fd_, &last, 1, static_cast<off_t>(size - 1)) != 1) last = '\n';
   if (size == 0) {
@@ -234,6 +238,13 @@ bool csv_log_writer::append(char const* data, std::size_t len, std::uint64_t row
     fits = room > 2 * marker_bytes ? static_cast<std::size_t>(room - 2 * marker_bytes) : 0;
     while (fits != 0 && data[fits - 1] != '\n') --fits;  // whole lines only
   }
+  // Blocks reserved ahead of the end (the size unchanged): the writes fill them
+  // instead of allocating blocks batch by batch, which halves the helper's cost a
+  // row on ext4. Not under RLIMIT_FSIZE, whose room is kept for the marker.
+  if (at + fits > reserved_ && room == UINT64_MAX) {
+    reserved_ = ::fallocate(fd_, FALLOC_FL_KEEP_SIZE, static_cast<off_t>(at), reserve_ahead) == 0 ? at + reserve_ahead
+                                                                                                  : UINT64_MAX;
+  }
   if (on_reserved != nullptr) on_reserved(context, at);
   std::size_t const done = fits == 0 ? 0 : write_locked(data, fits);
   int const err = done < fits ? (errno != 0 ? errno : EIO) : EFBIG;
@@ -257,6 +268,11 @@ void csv_log_writer::finish() noexcept {
   if (::getpid() != owner_pid_) return;  // a forked child: its parent ends the log
   if (journal_ != nullptr) journal_->stop_queuing();
   pthread_mutex_lock(&mutex_);
+  // The blocks reserved past the end go back (a cut to the file's own size).
+  if (struct stat st{}; !closed_ && reserved_ != UINT64_MAX && ::fstat(fd_, &st) == 0) {
+    (void)::ftruncate(fd_, st.st_size);
+    reserved_ = static_cast<std::uint64_t>(st.st_size);
+  }
   bool const say = !finished_ && !closed_ && (dropped_rows() != 0 || truncations() != 0);
   std::string why;
   if (say) {
