@@ -3,18 +3,15 @@
 //
 //   format_row     one row formatted into a buffer (no I/O)
 //   write          csv_log_writer::write on a fresh file, 1 and 8 threads: the
-//                  format plus the append (offset reservation, copy, the page
-//                  faults of the MAP_SHARED mapping and the file growth)
+//                  row queued in the log's journal (a helper thread formats it)
 //   clock          one CLOCK_REALTIME read (what a row used to take twice)
 //   ticks          one detail::log_ticks() read (cycle counter; a row takes two)
 //   row_time       detail::log_row_time(): the end read and the conversion of
 //                  both ends to TimeNs and DurationNs
 //   event_row      what the shim pays per row: the start and end ticks, the
 //                  thread id, the local offset, then write()
-//   event_row_pages_ready  the same with the file's pages prepared ahead (the
-//                  helper thread's work kept off the clock)
-//   event_row_queued  the row queued in a row_journal (the log's --log-queue)
-//                  instead of written, as the shim queues it (the start and end
+//   event_row_queued  the row pushed into the log's journal directly, as the
+//                  shim queues it (the start and end
 //                  ticks, converted by the formatter): what the calling thread
 //                  pays while the helper thread formats the rows beside it
 //   event_row_queued_no_helper  the same with no helper thread: the calling
@@ -147,25 +144,13 @@ void event_row(benchmark::State& state) {
 }
 BENCHMARK(event_row)->Threads(1)->Threads(8)->UseRealTime()->ComputeStatistics("min", min_of);
 
-// event_row with the file's pages ready: 100 ms (off the clock) for the helper
-// to prepare 4 MiB ahead, then 30000 rows (3.3 MB) inside them: the writing
-// thread's own cost, as on a host with a spare core for the helper.
-void event_row_pages_ready(benchmark::State& state) {
-  shared_writer = std::make_unique<gpumem::csv_log_writer>(log_path());
-  auto row = sample_row(0);
-  usleep(100000);
-  for (auto _ : state) write_event_row(row);
-  state.SetItemsProcessed(state.iterations());
-  shared_writer.reset();
-  std::remove(log_path().c_str());
-}
-BENCHMARK(event_row_pages_ready)->Iterations(30000)->ComputeStatistics("min", min_of);
-
 // Queued rows: fewer rows than the ring holds, so the calling thread never
 // formats one itself; what is left queued is formatted after the clock stops.
 void queued_rows(benchmark::State& state, bool with_helper) {
+  gpumem::row_journal::hold_rows_for_testing(!with_helper);
   shared_writer = std::make_unique<gpumem::csv_log_writer>(log_path());
-  auto journal = std::make_unique<gpumem::row_journal>(*shared_writer, with_helper);
+  gpumem::row_journal::hold_rows_for_testing(false);
+  gpumem::row_journal* const journal = shared_writer->journal();
   auto row = sample_row(0);
   usleep(10000);
   for (auto _ : state) {  // as the shim queues a row: the two counter values, no conversion
@@ -174,7 +159,6 @@ void queued_rows(benchmark::State& state, bool with_helper) {
     if (!journal->push(row, start, gpumem::detail::log_ticks())) shared_writer->write(row);
   }
   state.SetItemsProcessed(state.iterations());
-  journal.reset();
   shared_writer.reset();
   std::remove(log_path().c_str());
 }

@@ -60,7 +60,7 @@ replay_plan plan_replay(std::string const& path, std::string name) {
     threads.insert(e.thread);
     bool const sync = synchronous_entry(reader.string(e.entry));
     switch (e.kind) {
-      case event_kind::allocate: {
+      case gpumem::log_action::allocate: {
         if (e.size == 0) break;
         std::uint32_t const st = stream_of(e);
         if (auto it = live.find(e.pointer); it != live.end()) {  // the log lost a free
@@ -75,11 +75,11 @@ replay_plan plan_replay(std::string const& path, std::string name) {
         ++plan.allocations;
         break;
       }
-      case event_kind::allocate_failure:
+      case gpumem::log_action::allocate_failure:
         if (e.size == 0) break;
         plan.ops.push_back({replay_op::kind::try_allocate, sync, 0, stream_of(e), e.size});
         break;
-      case event_kind::free: {
+      case gpumem::log_action::free: {
         if (e.pointer == 0) break;
         auto it = live.find(e.pointer);
         if (it == live.end()) {

@@ -316,7 +316,9 @@ settings load(environment const& env) {
       s.sync = *v == "safe" ? sync_mode::safe : sync_mode::stream;
     }
     if (auto const* v = o.path_template("GPUMEM_LOG_FILE")) { s.log_file = *v; }
-    if (auto const v = o.boolean("GPUMEM_LOG_QUEUE")) { s.log_queue = *v; }
+    // Rows are always queued now (csv_log_writer.hpp); the variable of earlier
+    // versions is still checked, so a run that sets it keeps working.
+    (void)o.boolean("GPUMEM_LOG_QUEUE");
     if (auto const* v = o.choice("GPUMEM_LOG_LEVEL", log_level_choices)) { s.log_level = parse_log_level(*v).value(); }
     if (auto const* v = o.path_template("GPUMEM_REPORT_FILE")) {
       s.report_file = *v;

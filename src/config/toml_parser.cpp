@@ -177,7 +177,7 @@ class parser {
       } else if (name == "log_file") {
         s.log_file = get_template(v, key);
       } else if (name == "log_queue") {
-        s.log_queue = get_bool(v, key);
+        (void)get_bool(v, key);  // rows are always queued now; earlier files still load
       } else if (name == "log_level") {
         s.log_level = parse_log_level(get_choice(v, key, log_level_choices)).value();
       } else if (name == "on_error") {

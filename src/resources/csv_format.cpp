@@ -1,7 +1,8 @@
 // format_row: one CSV log row, formatted by hand. No snprintf, locale or
-// allocation: this runs on every logged allocation (budget: tens of ns).
+// allocation: it runs on the journal's helper thread for every row, and that
+// thread bounds the log's rate when rows come back to back (budget: tens of ns).
 
-#include <gpumem/csv_log_writer.hpp>
+#include <gpumem/log_row.hpp>
 
 #include <array>
 #include <cstring>

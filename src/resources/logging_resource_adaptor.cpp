@@ -17,20 +17,18 @@ logging_resource_adaptor::logging_resource_adaptor(device_memory_resource* upstr
 
 void logging_resource_adaptor::log(log_action action, void const* p, std::size_t bytes, stream_ref stream,
                                    std::uint64_t start_ticks, const char* result) const noexcept {
-  auto const when = detail::log_row_time(start_ticks);
+  auto const end_ticks = detail::log_ticks();
   auto const& ctx = current_call();
-  log_row row{.thread_id = detail::os_thread_id(),
-              .time_ns = when.start_ns,
-              .utc_offset_s = detail::local_utc_offset(when.start_ns),
-              .action = action,
-              .pointer = p,
-              .size = bytes,
-              .stream = stream_handle(stream),
-              .device = ctx.device >= 0 ? ctx.device : detail::current_device(),
-              .entry = ctx.entry_point,
-              .duration_ns = when.duration_ns,
-              .result = result};
-  sink_->write(row);
+  log_row const row{.thread_id = detail::os_thread_id(),
+                    .action = action,
+                    .pointer = p,
+                    .size = bytes,
+                    .stream = stream_handle(stream),
+                    .device = ctx.device >= 0 ? ctx.device : detail::current_device(),
+                    .entry = ctx.entry_point,
+                    .result = result};
+  // Never 0 (which would mean "not measured"): the counter runs from boot.
+  sink_->write(row, start_ticks, end_ticks == 0 ? 1 : end_ticks);
 }
 
 void* logging_resource_adaptor::do_allocate(std::size_t bytes, stream_ref stream) {

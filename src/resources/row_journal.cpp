@@ -3,30 +3,27 @@
 // guarantees).
 //
 // Ring protocol. `head` counts records reserved, `tail` records formatted (or
-// given up on); both live in process memory (a cut of the file cannot touch
-// them). A writer takes index i = head++, waits until i < tail + slots (its
-// slot's previous record is formatted), stores the fields, then the stamp (lap
-// of i and thread id) with release: a stamp whose lap matches the index is the
-// record's "published" mark (thread id 2^32 - 1: void, the row was written
-// directly). Only the holder of drain_mutex_ formats, in index order, and moves
-// `tail`, copying it to the file's header. The file's zero-filled start (lap 0)
-// is never a valid lap, so recovery finds the records left by their stamps.
+// given up on); both live in process memory. A writer takes index i = head++,
+// waits until i < tail + slots (its slot's previous record is formatted), stores
+// the fields, then the stamp (lap of i and thread id) with release: a stamp
+// whose lap matches the index is the record's "published" mark. Only the holder
+// of drain_mutex_ formats, in index order, and moves `tail`, copying it to the
+// file's header. The file's zero-filled start (lap 0) is never a valid lap, so
+// recovery finds the records left by their stamps.
 //
 // Crash recovery needs to know which records already reached the CSV. The
 // formatter notes the batch it copies (first record, count, bytes, and the
-// offset append() reserved for it) in the header before the copy and moves
-// `tail` after it; a batch noted but not followed by its `tail` is formatted
-// again into its place. The bytes come out the same: a row's length does not
-// depend on the time zone (the Time column is fixed-width), and the tick
-// anchor the batch was formatted with is in the header (stored before the
-// batch is noted).
+// offset the log gave it) in the header before the copy and moves `tail` after
+// it; a batch noted but not followed by its `tail` is formatted again into its
+// place. The bytes come out the same: a row's length does not depend on the time
+// zone (the Time column is fixed-width), and the tick anchor the batch was
+// formatted with is in the header (stored before the batch is noted).
 
-#include <gpumem/detail/fault_overlay.hpp>
+#include <gpumem/csv_log_writer.hpp>
 #include <gpumem/detail/file_space.hpp>
 #include <gpumem/detail/futex.hpp>
 #include <gpumem/detail/log_clock.hpp>
 #include <gpumem/detail/os_thread.hpp>
-#include <gpumem/detail/sigbus_mask.hpp>
 #include <gpumem/error.hpp>
 #include <gpumem/row_journal.hpp>
 
@@ -64,9 +61,6 @@ constexpr std::size_t batch_buffer = 32768;              // rows formatted per c
 constexpr std::int64_t publish_wait_ns = 1'000'000'000;  // a reserved record not stored for this long is given up
 constexpr std::uint64_t wake_every = row_journal::ring_slots / 8;
 constexpr std::int64_t max_idle_ms = 64;            // the helper looks at least this often
-constexpr std::int64_t cut_wait_ns = 100'000'000;   // after a cut: all waits for unstored records end this much later
-constexpr std::uint32_t closed_bit = 1;             // row_journal::state_: queue nothing more
-constexpr std::uint32_t broken_bit = 2;             // row_journal::state_: the file was truncated
 constexpr std::uint64_t void_thread = 0xffff'ffff;  // a stamp's thread id: no row (written directly)
 // record::action's top bit: time_ns and duration_ns hold log_ticks() values
 // (the start, and the ticks elapsed), converted when the record is formatted.
@@ -83,8 +77,7 @@ std::int64_t now_ns() noexcept {
 constexpr std::uint64_t prefetch_distance = 8;  // records ahead of the one stored
 
 // Brings the cache line at `p` in for writing (PREFETCHW; a no-op on x86-64 CPUs
-// without it, whose decoders treat its opcode as a NOP). A prefetch never faults,
-// so a page the journal's truncation took raises no SIGBUS here.
+// without it, whose decoders treat its opcode as a NOP).
 inline void prefetch_for_write(void const* p) noexcept {
 #if defined(__x86_64__)
   asm volatile("prefetchw %0" : : "m"(*static_cast<char const*>(p)));
@@ -99,9 +92,7 @@ constexpr std::uint64_t lap_of(std::uint64_t index) noexcept {
 
 using detail::error_text;
 
-// Live journals, for the exit hook and the fork handler.
-detail::live_list<row_journal> live_journals;
-pthread_once_t hooks_once = PTHREAD_ONCE_INIT;
+std::atomic<bool> hold_rows{false};  // row_journal::hold_rows_for_testing
 
 }  // namespace
 
@@ -188,13 +179,12 @@ log_row row_of(row_journal::record const& r, std::uint64_t stamp, Names const& n
 
 }  // namespace
 
-row_journal::row_journal(csv_log_writer& log, bool with_helper)
-    : log_{&log}, path_{log.path() + ".journal"}, owner_pid_{::getpid()} {
+row_journal::row_journal(csv_log_writer& log) : log_{&log}, path_{log.path() + ".journal"} {
   fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd_ < 0) throw logic_error{"gpumem: cannot create the log's journal '" + path_ + "': " + error_text(errno)};
   mapped_bytes_ = header_bytes + ring_slots * sizeof(record);
   // Allocated now: a full disk (or RLIMIT_FSIZE) shows here, not as SIGBUS (or
-  // SIGXFSZ) later.
+  // SIGXFSZ) at a store later.
   if (int const r = detail::allocate_file(fd_, 0, mapped_bytes_); r != 0) {
     ::close(fd_);
     ::unlink(path_.c_str());
@@ -215,39 +205,23 @@ row_journal::row_journal(csv_log_writer& log, bool with_helper)
   header_->header_size = header_bytes;
   header_->record_size = sizeof(record);
   header_->slots = ring_slots;
-  header_->owner_pid = owner_pid_;
+  header_->owner_pid = ::getpid();
   (void)publish_anchor();  // recovery has one even if no row was ever formatted
   ring_ = reinterpret_cast<record*>(static_cast<char*>(p) + header_bytes);
-  // A truncation of the file by another program: a fault in the mapping marks the
-  // journal broken (and the access goes on in a zero page) instead of killing.
-  if (!detail::guard_mapping(
-          p, mapped_bytes_,
-          [](void* self, std::size_t offset) noexcept { static_cast<row_journal*>(self)->note_cut(offset); }, this)) {
-    ::munmap(p, mapped_bytes_);
-    ::close(fd_);
-    ::unlink(path_.c_str());
-    throw logic_error{"gpumem: cannot guard the log's journal '" + path_ + "' against truncation: too many journals"};
-  }
-
-  // After the log's own exit hook was registered (the log exists): runs before it.
-  pthread_once(&hooks_once, [] {
-    std::atexit(&row_journal::close_all_at_exit);
-    // A forked child has the ring's mapping but not the helper: it writes directly.
-    ::pthread_atfork(nullptr, nullptr, [] {
-      live_journals.for_each_unlocked([](row_journal* j) {
-        j->state_.fetch_or(closed_bit, std::memory_order_relaxed);
-        j->helper_started_ = false;
-      });
-    });
-  });
-  live_journals.add(this);
-  if (with_helper) start_helper();
+  if (hold_rows.load(std::memory_order_relaxed)) return;
+  helper_started_ = detail::start_quiet_thread(
+      helper_thread_, "gpumem-logfmt",
+      [](void* self) -> void* {
+        static_cast<row_journal*>(self)->helper_loop();
+        return nullptr;
+      },
+      this);
+  if (!helper_started_) closed_.store(1, std::memory_order_relaxed);  // no formatter: rows are written directly
 }
 
-row_journal::~row_journal() {
-  live_journals.remove(this);
-  close();
-}
+row_journal::~row_journal() { close(); }
+
+void row_journal::hold_rows_for_testing(bool on) noexcept { hold_rows.store(on, std::memory_order_relaxed); }
 
 // Inline into push_record: a row's two names are almost always among the first
 // few entries (the program's few entry points; nullptr for CUDA_SUCCESS).
@@ -289,35 +263,14 @@ std::uint8_t row_journal::add_name(const char* name) noexcept {
   return index;
 }
 
-row_journal::fields row_journal::fields_of(log_row const& row) noexcept {
-  return {.thread_id = row.thread_id,
-          .pointer = row.pointer,
-          .size = row.size,
-          .stream = row.stream,
-          .reserved = row.reserved,
-          .stack = row.stack,
-          .entry = row.entry,
-          .result = row.result,
-          .device = row.device,
-          .action = row.action};
-}
-
 bool row_journal::push(log_row const& row) noexcept {
-  if (row.duration_ns == log_row::unmeasured) return push_record(fields_of(row), row.time_ns, unmeasured_duration, 0);
+  if (row.duration_ns == log_row::unmeasured) return push_record(row, row.time_ns, unmeasured_duration, 0);
   if (row.duration_ns >= unmeasured_duration) [[unlikely]]
     return false;
-  return push_record(fields_of(row), row.time_ns, static_cast<std::uint32_t>(row.duration_ns), 0);
+  return push_record(row, row.time_ns, static_cast<std::uint32_t>(row.duration_ns), 0);
 }
 
 bool row_journal::push(log_row const& row, std::uint64_t start_ticks, std::uint64_t end_ticks) noexcept {
-  return push(fields_of(row), start_ticks, end_ticks);
-}
-
-bool row_journal::push(log_row const& row, std::uint64_t start_ticks) noexcept {
-  return push(fields_of(row), start_ticks);
-}
-
-bool row_journal::push(fields const& row, std::uint64_t start_ticks, std::uint64_t end_ticks) noexcept {
   // Backwards (another core's counter, a hair behind): duration 0, as log_row_time gives.
   std::uint64_t const elapsed = end_ticks > start_ticks ? end_ticks - start_ticks : 0;
   if (elapsed >= unmeasured_duration) [[unlikely]]
@@ -325,17 +278,15 @@ bool row_journal::push(fields const& row, std::uint64_t start_ticks, std::uint64
   return push_record(row, static_cast<std::int64_t>(start_ticks), static_cast<std::uint32_t>(elapsed), action_in_ticks);
 }
 
-bool row_journal::push(fields const& row, std::uint64_t start_ticks) noexcept {
+bool row_journal::push(log_row const& row, std::uint64_t start_ticks) noexcept {
   return push_record(row, static_cast<std::int64_t>(start_ticks), unmeasured_duration, action_in_ticks);
 }
 
-bool row_journal::push_record(fields const& row, std::int64_t time, std::uint32_t duration,
+bool row_journal::push_record(log_row const& row, std::int64_t time, std::uint32_t duration,
                               std::uint8_t flags) noexcept {
-  if (state_.load(std::memory_order_relaxed) != 0) [[unlikely]]
+  if (closed_.load(std::memory_order_relaxed) != 0) [[unlikely]]
     return false;
   if (row.device < INT8_MIN || row.device > INT8_MAX || row.thread_id >= void_thread) [[unlikely]] { return false; }
-  // Names and the record go into the journal's mapping (sigbus_mask.hpp).
-  detail::scoped_sigbus_unblocked const faults_reach_the_guard;
   std::uint8_t const entry = name_index(row.entry);
   std::uint8_t const result = name_index(row.result);
   if (entry == no_index || result == no_index) [[unlikely]]
@@ -361,18 +312,14 @@ bool row_journal::push_record(fields const& row, std::int64_t time, std::uint32_
   r.action = static_cast<std::uint8_t>(static_cast<std::uint8_t>(row.action) | flags);
   r.entry = entry;
   r.result = result;
-  // The file cut meanwhile (this record's stores may have gone to a page now lost,
-  // or half to one, half to the zero page put in its place): the record is marked
-  // void and the row written directly by the caller.
-  bool const cut = (state_.load(std::memory_order_relaxed) & broken_bit) != 0;
-  r.stamp.store(lap_of(i) << 32U | (cut ? void_thread : row.thread_id), std::memory_order_release);
+  r.stamp.store(lap_of(i) << 32U | row.thread_id, std::memory_order_release);
   if ((i & (wake_every - 1)) == 0) [[unlikely]]
     wake_helper();
-  // Closed (at exit) while this record was being stored: the final drain may have
-  // passed it; format it now.
-  if ((state_.load() & closed_bit) != 0) [[unlikely]]
+  // Stopped (at exit) while this record was being stored: the final drain may
+  // have passed it; format it now.
+  if (closed_.load() != 0) [[unlikely]]
     drain_until(i + 1);
-  return !cut;
+  return true;
 }
 
 bool row_journal::wait_for_slot(std::uint64_t i) noexcept {
@@ -387,23 +334,13 @@ bool row_journal::wait_for_slot(std::uint64_t i) noexcept {
       ::sched_yield();
     }
   }
-  // Given up while this thread waited for room (after a cut the formatter waits
-  // for a record only until one deadline): counted lost already; the caller
-  // writes the row directly.
   return t <= i;
 }
 
 bool row_journal::drain_batch_locked() noexcept {
-  detail::scoped_sigbus_unblocked const faults_reach_the_guard;  // it reads the ring (sigbus_mask.hpp)
-  if ((state_.load(std::memory_order_acquire) & broken_bit) != 0) [[unlikely]]
-    settle_cut_locked();
   std::uint64_t const t = tail_.load(std::memory_order_relaxed);
   std::uint64_t const head = head_.load(std::memory_order_acquire);
-  if (t == head) return false;
-  // Cut (settled): only records wholly before the cut are read; the file is not
-  // written any more.
-  bool const cut = cut_settled_;
-  std::uint64_t const cut_at = cut_at_.load(std::memory_order_acquire);
+  if (t == head || header_ == nullptr) return false;
   auto const names = [this](std::uint8_t k) noexcept { return names_[k].load(std::memory_order_acquire); };
   // The whole batch with one anchor, in the header before the batch is noted:
   // recovery formats a batch cut short by a crash again, byte for byte.
@@ -411,131 +348,48 @@ bool row_journal::drain_batch_locked() noexcept {
   char buf[batch_buffer];
   std::size_t len = 0;
   std::uint64_t n = 0;
-  std::uint64_t lost = 0;  // records past the cut
-  std::uint64_t rows = 0;  // records formatted
   while (t + n < head && len + max_row_bytes <= sizeof buf) {
     std::uint64_t const k = t + n;
     record const& r = ring_[k & (ring_slots - 1)];
     std::uint64_t stamp = r.stamp.load(std::memory_order_acquire);
     if (stamp >> 32U != lap_of(k)) {
-      if (cut && now_ns() >= cut_deadline_) {  // the wait after the cut is over: given up at once
-        ++n;
-        ++lost;
-        continue;
-      }
       if (n != 0) break;  // format what is ready; this one comes next time
-      // Reserved, not stored yet: its writer is between the two, or the record
-      // was lost to a cut (zero now; a cut inside a page zeroes without a fault:
-      // the size tells). Wait, but not forever: a writer that never comes back
-      // must not stop the log; after a cut all waits end at one deadline.
-      if (!cut && (check_size() || (state_.load(std::memory_order_acquire) & broken_bit) != 0)) return true;
-      auto const give_up = cut ? cut_deadline_ : now_ns() + publish_wait_ns;
+      // Reserved, not stored yet: its writer is between the two. Wait, but not
+      // forever: a writer that never comes back must not stop the log.
+      auto const give_up = now_ns() + publish_wait_ns;
       while ((stamp = r.stamp.load(std::memory_order_acquire)) >> 32U != lap_of(k) && now_ns() < give_up) {
-        if (!cut && (state_.load(std::memory_order_acquire) & broken_bit) != 0) return true;
         ::sched_yield();
       }
       if (stamp >> 32U != lap_of(k)) {
         tail_.store(t + 1, std::memory_order_release);
-        if (!cut) header_->tail.store(t + 1, std::memory_order_release);
-        cut_lost_ += cut ? 1 : 0;
+        header_->tail.store(t + 1, std::memory_order_release);
         log_->count_lost(1);
         return true;
       }
     }
     ++n;
-    if ((stamp & 0xffff'ffffU) == void_thread) continue;  // its writer wrote the row directly
-    if (cut && header_bytes + ((k & (ring_slots - 1)) + 1) * sizeof(record) > cut_at) {
-      ++lost;  // past the cut: stored before it (lost), or perhaps in part (torn)
-      continue;
-    }
     len += format_row(buf + len, row_of(r, stamp, names, anchor));
-    ++rows;
   }
-  // A cut while the batch was read (or a cut deeper than the one known) may have
-  // torn some of its records: read them again, knowing it.
-  (void)check_size();
-  if (cut ? cut_at_.load(std::memory_order_acquire) < cut_at
-          : (state_.load(std::memory_order_acquire) & broken_bit) != 0) {
-    return true;
-  }
-  if (len != 0 && cut) {
-    (void)log_->append_batch(buf, len, rows, nullptr, nullptr);
-  } else if (len != 0) {
-    file_header* const h = header_;
-    h->batch_first.store(t, std::memory_order_relaxed);
-    h->batch_bytes.store(len, std::memory_order_relaxed);
-    struct note {
-      file_header* h;
-      std::uint64_t n;
-    } noted{h, n};
-    (void)log_->append_batch(
-        buf, len, n,
-        [](void* context, std::uint64_t offset) noexcept {
-          auto* b = static_cast<note*>(context);
-          b->h->batch_offset.store(offset, std::memory_order_relaxed);
-          b->h->batch_count.store(b->n, std::memory_order_release);
-        },
-        &noted);
-  }
+  file_header* const h = header_;
+  h->batch_first.store(t, std::memory_order_relaxed);
+  h->batch_bytes.store(len, std::memory_order_relaxed);
+  struct note {
+    file_header* h;
+    std::uint64_t n;
+  } noted{h, n};
+  (void)log_->append(
+      buf, len, n,
+      [](void* context, std::uint64_t offset) noexcept {
+        auto* b = static_cast<note*>(context);
+        b->h->batch_offset.store(offset, std::memory_order_relaxed);
+        b->h->batch_count.store(b->n, std::memory_order_release);
+      },
+      &noted);
   tail_.store(t + n, std::memory_order_release);
-  if (!cut) {
-    header_->tail.store(t + n, std::memory_order_release);
-    header_->batch_count.store(0, std::memory_order_release);
-  }
-  if (lost != 0) {
-    cut_lost_ += lost;
-    log_->count_lost(lost);
-  }
+  h->tail.store(t + n, std::memory_order_release);
+  h->batch_count.store(0, std::memory_order_release);
   return true;
 }
-
-void row_journal::note_cut(std::uint64_t size) noexcept {
-  std::uint64_t c = cut_at_.load(std::memory_order_relaxed);
-  while (size < c && !cut_at_.compare_exchange_weak(c, size, std::memory_order_acq_rel)) {}
-  state_.fetch_or(broken_bit, std::memory_order_acq_rel);
-  wake_helper();
-}
-
-bool row_journal::check_size() noexcept {
-  struct stat st {};
-  if (::fstat(fd_, &st) != 0) return false;
-  auto const size = static_cast<std::uint64_t>(st.st_size);
-  if (size >= std::min<std::uint64_t>(cut_at_.load(std::memory_order_acquire), mapped_bytes_)) return false;
-  note_cut(size);
-  return true;
-}
-
-void row_journal::settle_cut_locked() noexcept {
-  if (!cut_settled_) {
-    cut_settled_ = true;
-    (void)check_size();  // its size, when a fault told first
-    cut_deadline_ = now_ns() + cut_wait_ns;
-    cut_head_ = head_.load(std::memory_order_acquire);
-    // Given up: recovery after a crash must not take what is left of it for the
-    // rows still to add (the path may name another file by now: then it stays).
-    struct stat mine {};
-    struct stat there {};
-    if (::fstat(fd_, &mine) == 0 && ::stat(path_.c_str(), &there) == 0 && mine.st_dev == there.st_dev &&
-        mine.st_ino == there.st_ino) {
-      ::unlink(path_.c_str());
-    }
-  }
-  // Said once the records queued before the cut are settled: with their count.
-  if (!cut_reported_ && tail_.load(std::memory_order_relaxed) >= cut_head_) {
-    cut_reported_ = true;
-    log_->journal_truncated(path_, std::min<std::uint64_t>(cut_at_.load(std::memory_order_acquire), mapped_bytes_),
-                            cut_lost_);
-  }
-}
-
-namespace {
-// The anchor in the header (the one its last batch was formatted with).
-detail::tick_anchor header_anchor(row_journal::file_header const& h) noexcept {
-  auto const& a = h.anchors[h.anchor_current.load(std::memory_order_acquire) & 1U];
-  return {a.ticks.load(std::memory_order_relaxed), a.real_ns.load(std::memory_order_relaxed),
-          a.mult.load(std::memory_order_relaxed)};
-}
-}  // namespace
 
 detail::tick_anchor row_journal::publish_anchor() noexcept {
   detail::tick_anchor const a = detail::log_tick_anchor();
@@ -545,7 +399,6 @@ detail::tick_anchor row_journal::publish_anchor() noexcept {
   // when a newer one comes.
   if (anchor_.mult != 0 && anchor_.ticks >= a.ticks) return anchor_;
   anchor_ = a;
-  if ((state_.load(std::memory_order_relaxed) & broken_bit) != 0) return a;  // the file is given up
   file_header* const h = header_;
   std::uint32_t const current = h->anchor_current.load(std::memory_order_relaxed);
   auto& next = h->anchors[(current + 1) & 1U];
@@ -558,34 +411,11 @@ detail::tick_anchor row_journal::publish_anchor() noexcept {
 
 void row_journal::drain_until(std::uint64_t until) noexcept {
   pthread_mutex_lock(&drain_mutex_);
-  while (header_ != nullptr && tail_.load(std::memory_order_relaxed) < until && drain_batch_locked()) {}
+  while (tail_.load(std::memory_order_relaxed) < until && drain_batch_locked()) {}
   pthread_mutex_unlock(&drain_mutex_);
 }
 
-std::uint64_t row_journal::rows_formatted() const noexcept {
-  return header_ == nullptr ? 0 : tail_.load(std::memory_order_acquire);
-}
-
-void row_journal::start_helper() noexcept {
-  // The thread never stores into the log's mapping (append_batch writes with
-  // pwrite), so no SIGBUS of a truncated log can be raised on it.
-  helper_started_ = detail::start_quiet_thread(
-      helper_thread_, "gpumem-logfmt",
-      [](void* self) -> void* {
-        // It reads the ring: a page lost to a cut must fault into the guard's
-        // handler (a blocked SIGBUS from a fault kills the process). For its
-        // whole life, so its batches' own scopes cost nothing.
-        detail::scoped_sigbus_unblocked const faults_reach_the_guard;
-        static_cast<row_journal*>(self)->helper_loop();
-        return nullptr;
-      },
-      this);
-  if (!helper_started_) {
-    state_.fetch_or(closed_bit, std::memory_order_relaxed);  // no formatter: rows are written directly
-    return;
-  }
-  log_->populate_ahead(false);  // rows arrive by pwrite: pages populated ahead would only be zeroed for nothing
-}
+void row_journal::drain() noexcept { drain_until(head_.load(std::memory_order_acquire)); }
 
 void row_journal::wake_helper() noexcept {
   helper_wake_.fetch_add(1, std::memory_order_release);
@@ -599,7 +429,7 @@ void row_journal::helper_loop() noexcept {
     bool drained = false;
     for (;;) {  // a batch at a time: a caller with a full ring may take a turn
       pthread_mutex_lock(&drain_mutex_);
-      bool const more = header_ != nullptr && drain_batch_locked();
+      bool const more = drain_batch_locked();
       pthread_mutex_unlock(&drain_mutex_);
       if (!more) break;
       drained = true;
@@ -610,59 +440,50 @@ void row_journal::helper_loop() noexcept {
   }
 }
 
-bool row_journal::settle_if_cut() noexcept {
-  // A cut with nothing queued behind it is found (and said) too: one fstat.
-  (void)check_size();
-  if ((state_.load(std::memory_order_acquire) & broken_bit) == 0) return false;
-  pthread_mutex_lock(&drain_mutex_);
-  settle_cut_locked();
-  // The records reserved before it was acted on, settled (bounded: the waits
-  // for unstored ones share the cut's deadline), so that it is said now.
-  while (tail_.load(std::memory_order_relaxed) < cut_head_ && drain_batch_locked()) {}
-  settle_cut_locked();
-  pthread_mutex_unlock(&drain_mutex_);
-  return true;
-}
-
-bool row_journal::stop_queuing() noexcept {
-  state_.fetch_or(closed_bit);
+void row_journal::stop_queuing() noexcept {
+  closed_.store(1);
   drain_until(head_.load());
-  return settle_if_cut();
+  helper_stop_.store(true, std::memory_order_release);
+  wake_helper();
+  // Everything queued is in the log now (a row pushed meanwhile is formatted by
+  // its own thread): nothing is left for recovery.
+  if (header_ != nullptr && ::getpid() == header_->owner_pid) ::unlink(path_.c_str());
 }
 
-void row_journal::close_all_at_exit() noexcept {
-  live_journals.for_each([](row_journal* j) {
-    // A forked child (the ring is its parent's) or a journal closed already.
-    if (::getpid() != j->owner_pid_ || j->header_ == nullptr) return;
-    bool const given_up = j->stop_queuing();
-    j->helper_stop_.store(true, std::memory_order_release);  // not joined: exit ends it
-    j->wake_helper();
-    // The file stays mapped (a thread still running may store a record and then
-    // format it itself), but nothing in it is pending: it can go (a cut one went).
-    if (!given_up) ::unlink(j->path_.c_str());
-  });
+void row_journal::forked() noexcept {
+  closed_.store(1, std::memory_order_relaxed);
+  helper_started_ = false;
+  pthread_mutex_init(&drain_mutex_, nullptr);
+  pthread_mutex_init(&names_mutex_, nullptr);
 }
 
 void row_journal::close() noexcept {
   if (header_ == nullptr) return;
-  bool const owner = ::getpid() == owner_pid_;
+  bool const owner = ::getpid() == header_->owner_pid;
   if (owner) {
-    bool const given_up = stop_queuing();
+    stop_queuing();
     if (helper_started_) {
-      helper_stop_.store(true, std::memory_order_release);
-      wake_helper();
       pthread_join(helper_thread_, nullptr);
       helper_started_ = false;
     }
-    if (!given_up) ::unlink(path_.c_str());
   }
-  detail::unguard_mapping(header_);
+  pthread_mutex_lock(&drain_mutex_);
   ::munmap(header_, mapped_bytes_);
   header_ = nullptr;
   ring_ = nullptr;
+  pthread_mutex_unlock(&drain_mutex_);
   ::close(fd_);
   fd_ = -1;
 }
+
+namespace {
+// The anchor in the header (the one its last batch was formatted with).
+detail::tick_anchor header_anchor(row_journal::file_header const& h) noexcept {
+  auto const& a = h.anchors[h.anchor_current.load(std::memory_order_acquire) & 1U];
+  return {a.ticks.load(std::memory_order_relaxed), a.real_ns.load(std::memory_order_relaxed),
+          a.mult.load(std::memory_order_relaxed)};
+}
+}  // namespace
 
 // ---------------------------------------------------------------------------
 // Recovery: the rows a dead writer's journal still held.
@@ -835,7 +656,15 @@ journal_recovery recover_journal(std::string const& log_path) noexcept {
         rows += f > 0 ? 1 : 0;
       }
       auto const offset = h->batch_offset.load();
-      if (whole && text.size() == h->batch_bytes.load() && offset <= static_cast<std::uint64_t>(ls.st_size)) {
+      // Into its place only if what the log holds there is the start of it (the
+      // batch cut short), never over rows another writer appended there.
+      auto const size = static_cast<std::uint64_t>(ls.st_size);
+      std::string there(offset <= size ? std::min<std::uint64_t>(size - offset, text.size()) : 0, '\0');
+      bool const in_place = offset <= size &&
+                            ::pread(lfd.get(), there.data(), there.size(), static_cast<off_t>(offset)) ==
+                                static_cast<ssize_t>(there.size()) &&
+                            text.compare(0, there.size(), there) == 0;
+      if (whole && text.size() == h->batch_bytes.load() && in_place) {
         if (!detail::pwrite_all(lfd.get(), text.data(), text.size(), offset)) {
           out.error = "cannot write '" + log_path + "': " + error_text(errno);
           return out;

@@ -59,12 +59,12 @@ bool stacks_enabled() noexcept { return policy().on; }
 
 stack_ref record_current_stack() noexcept { return stacks_enabled() ? capture_and_intern() : stack_ref{}; }
 
-stack_ref note_call_site(event const& e) noexcept {
+stack_ref note_call_site(log_row const& e) noexcept {
   auto const& p = policy();
   if (!p.on) return {};
   switch (e.action) {
     case log_action::allocate: {
-      if (e.result != CUDA_SUCCESS || e.pointer == nullptr) return {};
+      if (e.result != nullptr || e.pointer == nullptr) return {};
       static thread_local std::uint32_t since_last = 0;
       bool take = e.size >= p.min_size;
       if (++since_last >= p.sample) {

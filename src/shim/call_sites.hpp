@@ -22,7 +22,7 @@ namespace gpumem::shim {
 
 /// The stack recorded for `e` (none for most frees and unsampled allocations); keeps
 /// the live bytes per stack. Called once per event, on the thread that made it.
-[[nodiscard]] stack_ref note_call_site(event const& e) noexcept;
+[[nodiscard]] stack_ref note_call_site(log_row const& e) noexcept;
 
 /// The calling thread's stack, recorded in the table (for the out-of-memory snapshot).
 [[nodiscard]] stack_ref record_current_stack() noexcept;

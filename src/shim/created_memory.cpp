@@ -62,7 +62,7 @@ void* as_pointer(CUmemGenericAllocationHandle h) noexcept {
 
 CUresult failed(std::size_t bytes, int device, event_start start, CUresult r) noexcept {
   state().stats.failed_allocations.add();
-  log_event(event{log_action::allocate_failure, nullptr, bytes, nullptr, device, "cuMemCreate", start, r});
+  log_event(event_row(log_action::allocate_failure, nullptr, bytes, nullptr, device, "cuMemCreate", r), start);
   return r;
 }
 
@@ -148,7 +148,8 @@ CUresult create_tracked(CUmemGenericAllocationHandle* handle, std::size_t bytes,
     return CUDA_SUCCESS;
   }
   state().stats.passthrough_allocations.add();
-  log_event(event{log_action::allocate, as_pointer(*handle), bytes, nullptr, dev, "cuMemCreate", start, CUDA_SUCCESS});
+  log_event(event_row(log_action::allocate, as_pointer(*handle), bytes, nullptr, dev, "cuMemCreate", CUDA_SUCCESS),
+            start);
   tell_once(dev, bytes);
   return CUDA_SUCCESS;
 }
@@ -182,7 +183,8 @@ CUresult release_tracked(CUmemGenericAllocationHandle handle) noexcept {
   }
   drop_hold_locked(t, *c);  // the memory stays charged while a mapping holds it
   state().stats.passthrough_frees.add();
-  log_event(event{log_action::free, as_pointer(handle), c->bytes, nullptr, c->device, "cuMemRelease", start, result});
+  log_event(event_row(log_action::free, as_pointer(handle), c->bytes, nullptr, c->device, "cuMemRelease", result),
+            start);
   return result;
 }
 

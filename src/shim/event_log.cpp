@@ -39,7 +39,7 @@ void notify_shim(std::string_view line) noexcept {
 // One log and, when stacks are recorded, the stack table beside it.
 struct log_sink {
   std::unique_ptr<csv_log_writer> log;
-  std::unique_ptr<row_journal> queue;  // settings.log_queue: rows formatted by a helper thread
+  row_journal* queue = nullptr;        // the log's journal; null when it has none
   std::unique_ptr<stack_file> stacks;  // "<log>.stacks"; null when stacks are off
   unsigned index = 0;                  // the stack file's bit in stack_table's masks
   std::atomic<std::uint32_t> truncations_seen{0};
@@ -81,14 +81,7 @@ std::size_t sink_slot(int device) noexcept {
     if (w == nullptr) {
       auto sink = std::make_unique<log_sink>();
       sink->log = std::make_unique<csv_log_writer>(path, &notify_shim);
-      if (state().settings.log_queue) {
-        try {
-          sink->queue = std::make_unique<row_journal>(*sink->log);
-        } catch (std::exception const& e) {  // rows are then formatted by the threads that log them
-          message(level::warn, "%s; rows are written directly",
-                  e.what() + (std::strncmp(e.what(), "gpumem: ", 8) == 0 ? 8 : 0));
-        }
-      }
+      sink->queue = sink->log->journal();
       // Beside the file actually written ("<path>.<pid>" when another process holds
       // the path), so a log and its stacks stay a pair.
       if (stacks_enabled() && s.sinks.size() < 64) {
@@ -195,17 +188,17 @@ std::uint64_t stack_lines_lost() noexcept {
   return n;
 }
 
-void record_event(event const& e) noexcept {
+void record_event(log_row& row, event_start start) noexcept {
   unsigned const needs = event_needs_now();
   bool const row_wanted = (needs & needs_row) != 0;
   // The end first (the stack walk and the row's own work are not the call's), and
   // only for a call that may have taken long: one served from the free lists did
   // no slow work and leaves DurationNs empty (detail/slow_work.hpp).
-  bool const measured = row_wanted && detail::slow_work_count() != e.start.slow_work;
+  bool const measured = row_wanted && detail::slow_work_count() != start.slow_work;
   std::uint64_t const end = measured ? detail::log_ticks() : 0;
-  stack_ref const stack = (needs & needs_stack) != 0 ? note_call_site(e) : stack_ref{};
+  stack_ref const stack = (needs & needs_stack) != 0 ? note_call_site(row) : stack_ref{};
   if (!row_wanted) return;
-  log_sink* const sink = sink_for(e.device);
+  log_sink* const sink = sink_for(row.device);
   if (sink == nullptr) return;
   csv_log_writer* const w = sink->log.get();
   if (stack && sink->stacks != nullptr) {
@@ -218,40 +211,14 @@ void record_event(event const& e) noexcept {
     // Before the row: a row never refers to a stack its stack file lacks.
     write_stack_once(stack, *sink->stacks, sink->index);
   }
-  std::uint64_t const start = e.start.ticks;
-  // Every member named: nothing zeroed first (the queued path's row is these stores).
-  row_journal::fields const f{.thread_id = detail::os_thread_id(),
-                              .pointer = e.pointer,
-                              .size = e.size,
-                              .stream = reinterpret_cast<std::uintptr_t>(e.stream),
-                              .reserved = reserved_bytes(e.device),
-                              .stack = stack.id,
-                              .entry = e.entry,
-                              .result = e.result == CUDA_SUCCESS ? nullptr : result_name(e.result),
-                              .device = e.device,
-                              .action = e.action};
-  // Queued: the counter values alone; the helper converts them to the wall clock.
-  if (sink->queue != nullptr && (measured ? sink->queue->push(f, start, end) : sink->queue->push(f, start))) return;
-  log_row row{.thread_id = f.thread_id,
-              .action = f.action,
-              .pointer = f.pointer,
-              .size = f.size,
-              .stream = f.stream,
-              .device = f.device,
-              .entry = f.entry,
-              .duration_ns = log_row::unmeasured,
-              .result = f.result,
-              .reserved = f.reserved,
-              .stack = f.stack};
-  if (measured) {
-    auto const when = detail::log_row_time(start, end);
-    row.time_ns = when.start_ns;
-    row.duration_ns = when.duration_ns;
-  } else {
-    row.time_ns = detail::log_time_ns(start);
-  }
-  row.utc_offset_s = detail::local_utc_offset(row.time_ns);
-  w->write(row);
+  row.thread_id = detail::os_thread_id();
+  row.reserved = reserved_bytes(row.device);
+  row.stack = stack.id;
+  // The counter values alone: the journal's helper converts them to the wall clock.
+  if (sink->queue != nullptr &&
+      (measured ? sink->queue->push(row, start.ticks, end) : sink->queue->push(row, start.ticks)))
+    return;
+  w->write(row, start.ticks, end);
 }
 
 }  // namespace gpumem::shim

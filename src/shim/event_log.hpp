@@ -10,15 +10,13 @@
 // moves to "<path>.<pid>" when another process holds the path, and reports
 // dropped rows and truncation through message().
 //
-// Cost per row: one cycle-counter read at entry (event_clock(); detail::log_clock),
-// the formatting and one compare-and-swap; no clock_gettime except once a
-// millisecond per thread. The counter is read again at the end, for DurationNs,
-// only when the call did something that may take long (a driver call, a free-list
-// lock another thread held, the pool's slow path: detail/slow_work.hpp); a call served from
-// gpumem's free lists leaves DurationNs empty. On an H100 host a counter read costs
-// 20-30 ns, about as much as the pool's whole allocate+free pair. With
-// settings.log_queue the formatting and the copy move to a helper thread: the row
-// is a 64-byte record in the log's journal (row_journal.hpp).
+// Cost per row: one cycle-counter read at entry (event_clock(); detail::log_clock)
+// and one 64-byte record stored in the log's journal (row_journal.hpp); a helper
+// thread formats it. The counter is read again at the end, for DurationNs, only
+// when the call did something that may take long (a driver call, a free-list lock
+// another thread held, the pool's slow path: detail/slow_work.hpp); a call served
+// from gpumem's free lists leaves DurationNs empty. On an H100 host a counter read
+// costs 20-30 ns, about as much as the pool's whole allocate+free pair.
 //
 // Stacks (settings.stacks > 0): the stack of an event is written to "<log>.stacks"
 // (stack_file.hpp) before the row that refers to it.
@@ -29,6 +27,8 @@
 #include <gpumem/csv_log_writer.hpp>
 #include <gpumem/detail/log_clock.hpp>
 #include <gpumem/detail/slow_work.hpp>
+#include <gpumem/error.hpp>
+#include <gpumem/log_row.hpp>
 
 #include <cuda.h>
 
@@ -46,16 +46,18 @@ struct event_start {
   std::uint32_t slow_work = 0;
 };
 
-struct event {
-  log_action action = log_action::allocate;
-  void const* pointer = nullptr;
-  std::size_t size = 0;
-  CUstream stream = nullptr;
-  int device = -1;
-  const char* entry = nullptr;
-  event_start start{};  ///< event_clock() at entry
-  CUresult result = CUDA_SUCCESS;
-};
+/// An event's row as its hook knows it; the thread, the times, Reserved and
+/// Stack are filled in when it is logged.
+[[nodiscard]] inline log_row event_row(log_action action, void const* pointer, std::size_t size, CUstream stream,
+                                       int device, const char* entry, CUresult result) noexcept {
+  return {.action = action,
+          .pointer = pointer,
+          .size = size,
+          .stream = reinterpret_cast<std::uintptr_t>(stream),
+          .device = device,
+          .entry = entry,
+          .result = result == CUDA_SUCCESS ? nullptr : result_name(result)};
+}
 
 /// What an event needs, decided at the first look (read once): a row (a log file
 /// is configured), a call stack (stacks are on), or nothing. Every allocation and
@@ -76,11 +78,11 @@ extern std::atomic<unsigned> g_event_needs;  ///< 0 until decided
   return {detail::log_ticks(), detail::slow_work_count()};
 }
 /// log_event's work: the stack, then the row.
-void record_event(event const& e) noexcept;
+void record_event(log_row& row, event_start start) noexcept;
 /// Records the event's call stack when stacks are on (call_sites.hpp), then
 /// appends the row (its Stack column: the stack's id); never throws.
-inline void log_event(event const& e) noexcept {
-  if ((event_needs_now() & (needs_row | needs_stack)) != 0) record_event(e);
+inline void log_event(log_row row, event_start start) noexcept {
+  if ((event_needs_now() & (needs_row | needs_stack)) != 0) record_event(row, start);
 }
 
 /// The log file written for `device` and its stack table ("" when stacks are off

@@ -109,7 +109,7 @@ CUresult chain_allocate(void** out, std::size_t bytes, CUstream stream, alloc_ki
   auto& st = state().stats;
   if (r != CUDA_SUCCESS) {
     st.failed_allocations.add();
-    log_event(event{log_action::allocate_failure, nullptr, bytes, stream, dev, entry, start, r});
+    log_event(event_row(log_action::allocate_failure, nullptr, bytes, stream, dev, entry, r), start);
     return r;
   }
   try {
@@ -123,7 +123,7 @@ CUresult chain_allocate(void** out, std::size_t bytes, CUstream stream, alloc_ki
   }
   st.chain_allocations.add();
   if (runtime_entry) st.runtime_allocations.add();
-  log_event(event{log_action::allocate, p, bytes, stream, dev, entry, start, CUDA_SUCCESS});
+  log_event(event_row(log_action::allocate, p, bytes, stream, dev, entry, CUDA_SUCCESS), start);
   *out = p;
   return CUDA_SUCCESS;
 }
@@ -133,7 +133,7 @@ namespace {
 free_outcome refuse_double_free(void* p, CUstream stream, const char* entry, event_start start) noexcept {
   state().stats.double_frees.add();
   message(level::error, "%s(%p): double free of a pointer gpumem handed out; refused (invalid value)", entry, p);
-  log_event(event{log_action::free, p, 0, stream, -1, entry, start, CUDA_ERROR_INVALID_VALUE});
+  log_event(event_row(log_action::free, p, 0, stream, -1, entry, CUDA_ERROR_INVALID_VALUE), start);
   return {true, CUDA_ERROR_INVALID_VALUE, false};
 }
 
@@ -203,7 +203,7 @@ free_outcome free_registered(void* p, CUstream stream, bool stream_ordered, cons
                 "%s(%p): not the start of an allocation gpumem handed out (an interior pointer, or a free of an "
                 "allocation freed long ago); refused (invalid value)",
                 entry, p);
-        log_event(event{log_action::free, p, 0, stream, -1, entry, start, CUDA_ERROR_INVALID_VALUE});
+        log_event(event_row(log_action::free, p, 0, stream, -1, entry, CUDA_ERROR_INVALID_VALUE), start);
         return {true, CUDA_ERROR_INVALID_VALUE, false};
       }
       return {};
@@ -218,7 +218,7 @@ free_outcome free_registered(void* p, CUstream stream, bool stream_ordered, cons
   if (!stream_ordered && capture_may_refuse_unsafe_calls()) {
     if (CUresult const refused = unsafe_call_verdict(); refused == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED) {
       restore_registration(p, a);
-      log_event(event{log_action::free, p, a.bytes, stream, a.device, entry, start, refused});
+      log_event(event_row(log_action::free, p, a.bytes, stream, a.device, entry, refused), start);
       return {true, refused, false};
     }
   }
@@ -228,7 +228,7 @@ free_outcome free_registered(void* p, CUstream stream, bool stream_ordered, cons
   if (stream_ordered) {
     if (CUresult const bad = check_stream(stream, &home); bad != CUDA_SUCCESS) {
       restore_registration(p, a);
-      log_event(event{log_action::free, p, a.bytes, stream, a.device, entry, start, bad});
+      log_event(event_row(log_action::free, p, a.bytes, stream, a.device, entry, bad), start);
       return {true, bad, false};
     }
   }
@@ -269,7 +269,7 @@ free_outcome free_registered(void* p, CUstream stream, bool stream_ordered, cons
     }
   }
   state().stats.chain_frees.add();
-  log_event(event{log_action::free, p, a.bytes, stream, c.device, entry, start, CUDA_SUCCESS});
+  log_event(event_row(log_action::free, p, a.bytes, stream, c.device, entry, CUDA_SUCCESS), start);
   return {true, CUDA_SUCCESS, false};
 }
 
@@ -296,7 +296,7 @@ bool note_passthrough_allocation(void* p, std::size_t bytes, CUstream stream, al
   auto& st = state().stats;
   if (result != CUDA_SUCCESS) {
     st.failed_allocations.add();
-    log_event(event{log_action::allocate_failure, nullptr, bytes, stream, dev, entry, start, result});
+    log_event(event_row(log_action::allocate_failure, nullptr, bytes, stream, dev, entry, result), start);
     return false;
   }
   if (p == nullptr) return false;  // a successful zero-byte request
@@ -314,7 +314,7 @@ bool note_passthrough_allocation(void* p, std::size_t bytes, CUstream stream, al
   }
   st.passthrough_allocations.add();
   if (kind == alloc_kind::captured) st.captured_passthroughs.add();
-  log_event(event{log_action::allocate, p, bytes, stream, dev, entry, start, CUDA_SUCCESS});
+  log_event(event_row(log_action::allocate, p, bytes, stream, dev, entry, CUDA_SUCCESS), start);
   return registered;
 }
 
@@ -322,14 +322,14 @@ void note_passthrough_free(void* p, CUstream stream, const char* entry, CUresult
   detail::note_slow_work();  // CUDA's own call: its row is timed
   state().stats.passthrough_frees.add();
   CUcontext ctx = nullptr;
-  log_event(event{log_action::free, p, 0, stream, current_device(ctx), entry, start, result});
+  log_event(event_row(log_action::free, p, 0, stream, current_device(ctx), entry, result), start);
 }
 
 void note_failed_allocation(std::size_t bytes, CUstream stream, const char* entry, CUresult result) noexcept {
   state().stats.failed_allocations.add();
   CUcontext ctx = nullptr;
-  log_event(
-      event{log_action::allocate_failure, nullptr, bytes, stream, current_device(ctx), entry, event_clock(), result});
+  log_event(event_row(log_action::allocate_failure, nullptr, bytes, stream, current_device(ctx), entry, result),
+            event_clock());
 }
 
 CUresult pool_mem_info(std::size_t* free_bytes, std::size_t* total_bytes) noexcept {

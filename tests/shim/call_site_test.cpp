@@ -8,6 +8,8 @@
 #include "support/csv_log_reader.hpp"
 #include "tools/json_value.hpp"
 
+#include <gpumem/row_journal.hpp>
+
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -304,6 +306,8 @@ TEST(CallSites, StackTableSurvivesSigkillLikeTheRows) {
   run_paths const p{"kill"};
   auto const r = run_app({"kill"}, {{"GPUMEM_LOG_FILE", p.log}, {"GPUMEM_STACKS", "16"}});
   EXPECT_EQ(r.exit_code, 128 + SIGKILL) << r.output;
+  // The last rows may still be in the log's journal: recovered, as the tools do.
+  EXPECT_TRUE(recover_journal(p.log).error.empty());
   auto const log = read_csv_log(p.log);
   EXPECT_EQ(log.bad_lines, 0U);
   auto const rows = row_stacks(log);

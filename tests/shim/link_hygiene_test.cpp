@@ -1,7 +1,7 @@
 // libgpumem_shim.so must be loadable into any process: no NEEDED on CUDA or C++
-// runtime libraries, and exactly the hooks of hook_table.hpp, dlsym, the signal
-// calls of signal_hooks.cpp and the query API exported (readelf / nm on the built
-// library).
+// runtime libraries, and exactly the hooks of hook_table.hpp, dlsym and the query
+// API exported (readelf / nm on the built library): no signal function of the C
+// library is interposed.
 
 #include "shim_process.hpp"
 // The shim's hook list (X-macro), shared with the shim's build.
@@ -41,22 +41,8 @@ std::set<std::string> hook_names() {
   return names;
 }
 
-// Exported besides the hooks (documented in exports.map.in, signal_hooks.cpp and gpumem_shim.h).
-std::set<std::string> const extra_exports{"dlsym",
-                                          "sigaction",
-                                          "signal",
-                                          "bsd_signal",
-                                          "sysv_signal",
-                                          "__sysv_signal",
-                                          "sigset",
-                                          "sigignore",
-                                          "sighold",
-                                          "sigrelse",
-                                          "siginterrupt",
-                                          "pthread_sigmask",
-                                          "sigprocmask",
-                                          "gpumem_shim_get_stats",
-                                          "gpumem_shim_describe_chain",
+// Exported besides the hooks (documented in exports.map.in and gpumem_shim.h).
+std::set<std::string> const extra_exports{"dlsym", "gpumem_shim_get_stats", "gpumem_shim_describe_chain",
                                           "gpumem_shim_trim"};
 
 TEST(ShimLinkHygiene, HookListHasEveryTableEntryOnce) {

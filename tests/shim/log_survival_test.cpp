@@ -1,7 +1,8 @@
-// Every row of an event that completed before the process died is in
-// the allocation log — after SIGKILL, a segmentation fault and abort(). A program
+// Every row of an event that completed before the process died is in the
+// allocation log once its journal is recovered (as gpumem-report and
+// gpumem-replay do) — after SIGKILL, a segmentation fault and abort(). A program
 // under the shim logs 61 known events (40 allocations, 20 frees, 1 failure) and
-// dies; the test reads the log back and counts complete rows.
+// dies; the test recovers the log, reads it back and counts complete rows.
 #include "shim_process.hpp"
 #include "support/csv_log_reader.hpp"
 
@@ -17,8 +18,7 @@
 namespace gpumem::test {
 namespace {
 
-// Complete rows by action; read_csv_log skips the NUL padding a crash may leave
-// after the last row (csv_log_writer.hpp) and counts incomplete lines as bad.
+// Complete rows by action; read_csv_log counts incomplete lines as bad.
 struct log_counts {
   int allocate = 0, free = 0, failure = 0;
 };
@@ -38,24 +38,19 @@ log_counts count_actions(csv_log_contents const& log) {
 
 class LogSurvival : public ::testing::TestWithParam<std::pair<char const*, int>> {};
 
-// Runs the dying program; `queue`: with GPUMEM_LOG_QUEUE=1 (rows formatted by a
-// helper thread, the last of them left in the journal for recover_journal).
-void expect_every_event(char const* how, int signal, bool queue) {
-  std::string const log = ::testing::TempDir() + "gpumem-survival-" + how + (queue ? "-queued" : "") + ".csv";
+void expect_every_event(char const* how, int signal) {
+  std::string const log = ::testing::TempDir() + "gpumem-survival-" + how + ".csv";
   std::remove(log.c_str());
   std::remove((log + ".journal").c_str());
-  auto const r = run_process(
-      {program("shim_rt_app"), "die", how},
-      {{"LD_PRELOAD", shim_path()}, {"GPUMEM_LOG_FILE", log}, {"GPUMEM_LOG_QUEUE", queue ? "1" : "0"}});
+  auto const r = run_process({program("shim_rt_app"), "die", how},
+                             {{"LD_PRELOAD", shim_path()}, {"GPUMEM_LOG_FILE", log}});
   ASSERT_NE(r.output.find("EVENTS 61"), std::string::npos) << r.output;
   EXPECT_EQ(r.exit_code, 128 + signal) << r.output;
-  if (queue) {
-    journal_recovery const rec = recover_journal(log);
-    EXPECT_TRUE(rec.found) << "the journal outlives the process that wrote it";
-    EXPECT_TRUE(rec.error.empty()) << rec.error;
-    EXPECT_EQ(rec.lost, 0U);
-    EXPECT_NE(::access((log + ".journal").c_str(), F_OK), 0) << "the journal is removed once recovered";
-  }
+  journal_recovery const rec = recover_journal(log);
+  EXPECT_TRUE(rec.found) << "the journal outlives the process that wrote it";
+  EXPECT_TRUE(rec.error.empty()) << rec.error;
+  EXPECT_EQ(rec.lost, 0U);
+  EXPECT_NE(::access((log + ".journal").c_str(), F_OK), 0) << "the journal is removed once recovered";
   auto const contents = read_csv_log(log);
   EXPECT_EQ(contents.header.rfind("Thread,Time,Action,Pointer,Size,Stream,", 0), 0U) << contents.header;
   EXPECT_EQ(contents.bad_lines, 0U);
@@ -67,10 +62,8 @@ void expect_every_event(char const* how, int signal, bool queue) {
   std::remove(log.c_str());
 }
 
-TEST_P(LogSurvival, EveryCompletedEventIsInTheLog) { expect_every_event(GetParam().first, GetParam().second, false); }
-
-TEST_P(LogSurvival, EveryCompletedEventIsInTheQueuedLogOnceRecovered) {
-  expect_every_event(GetParam().first, GetParam().second, true);
+TEST_P(LogSurvival, EveryCompletedEventIsInTheLogOnceItsJournalIsRecovered) {
+  expect_every_event(GetParam().first, GetParam().second);
 }
 
 INSTANTIATE_TEST_SUITE_P(Deaths, LogSurvival,

@@ -51,7 +51,7 @@ TEST(LogReader, ReadsGpumemDialect) {
   ASSERT_EQ(log.events.size(), 3u);
 
   auto const& a = log.events[0];
-  EXPECT_EQ(a.kind, event_kind::allocate);
+  EXPECT_EQ(a.kind, gpumem::log_action::allocate);
   EXPECT_EQ(a.thread, 140245u);
   EXPECT_EQ(a.pointer, 0x7f3a40000000u);
   EXPECT_EQ(a.size, 1048576u);
@@ -66,13 +66,13 @@ TEST(LogReader, ReadsGpumemDialect) {
   EXPECT_EQ(a.line, 2u);
 
   auto const& f = log.events[1];
-  EXPECT_EQ(f.kind, event_kind::free);
+  EXPECT_EQ(f.kind, gpumem::log_action::free);
   EXPECT_EQ(f.stream, 0x5603a0c0u);
   EXPECT_EQ(f.device, 1);
   EXPECT_EQ(log.string(f.entry), "cuMemFree_v2");
 
   auto const& x = log.events[2];
-  EXPECT_EQ(x.kind, event_kind::allocate_failure);
+  EXPECT_EQ(x.kind, gpumem::log_action::allocate_failure);
   EXPECT_EQ(x.pointer, 0u);
   EXPECT_EQ(x.size, 1099511627776u);
   EXPECT_EQ(x.thread, 140246u);
@@ -305,8 +305,9 @@ std::string sole_warning_after_reading(std::string const& path, std::uint64_t ev
 // them) and died.
 void die_with_five_rows_queued(std::string const& path) {
   write_and_die([&] {
+    gpumem::row_journal::hold_rows_for_testing(true);
     auto* log = new gpumem::csv_log_writer{path};
-    auto* journal = new gpumem::row_journal{*log, false};
+    auto* journal = log->journal();
     for (int i = 0; i < 5; ++i) {
       (void)journal->push(gpumem::log_row{
           .thread_id = 9, .time_ns = 1'700'000'000'000'000'000 + i, .pointer = log, .size = 64, .device = 0});
@@ -327,7 +328,7 @@ TEST(LogReader, SaysAWriterDiedEvenWhenItsJournalHeldNothingNew) {
   gpumem::test::temp_file tmp;
   write_and_die([&] {  // 3 rows queued, all formatted by the helper before the end
     auto* log = new gpumem::csv_log_writer{tmp.path()};
-    auto* journal = new gpumem::row_journal{*log};
+    auto* journal = log->journal();
     for (int i = 0; i < 3; ++i) {
       gpumem::log_row const row{.thread_id = 9, .pointer = log, .size = 64, .device = 0};
       std::uint64_t const start = gpumem::detail::log_ticks();
@@ -401,8 +402,8 @@ TEST(LogReader, StreamsAFileManyTimesLargerThanItsBuffer) {
     ASSERT_EQ(ev.time_ns, m.time_ns);
     ASSERT_EQ(ev.reserved, m.reserved);
     ASSERT_EQ(file.string(ev.entry), memory.string(m.entry));
-    allocations += ev.kind == event_kind::allocate;
-    failures += ev.kind == event_kind::allocate_failure;
+    allocations += ev.kind == gpumem::log_action::allocate;
+    failures += ev.kind == gpumem::log_action::allocate_failure;
     ++n;
   }
   EXPECT_EQ(n, facts.rows);
@@ -421,7 +422,7 @@ TEST(LogReader, ARowCutShortByNulsIsReportedAndReadingGoesOnAfterThem) {
   text += "1,14:00:00.000040,free,0x1000,64,0x1,0,cudaFree,40,100,CUDA_SUCCESS\n";
   auto const log = parse_log(text, "t.csv");
   ASSERT_EQ(log.events.size(), 2u);
-  EXPECT_EQ(log.events[1].kind, event_kind::free);
+  EXPECT_EQ(log.events[1].kind, gpumem::log_action::free);
   EXPECT_EQ(log.events[1].line, 3u);
   EXPECT_EQ(warning_texts(log),
             std::vector<std::string>{"t.csv:3: torn row (cut short by 10 NUL bytes: its writer died mid-row?): "

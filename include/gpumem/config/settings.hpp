@@ -127,10 +127,6 @@ struct settings {
   bool disabled = false;  ///< GPUMEM_DISABLE=1: pure pass-through
   sync_mode sync = sync_mode::safe;
   std::string log_file;  ///< CSV allocation log path template ("" = none); the shim writes it
-  /// Queue log rows for a helper thread to format (row_journal.hpp): less work on
-  /// the allocating thread; after a crash, the last rows wait in "<log>.journal"
-  /// until gpumem-report or gpumem-replay reads the log.
-  bool log_queue = false;
   gpumem::log_level log_level = gpumem::log_level::warn;  ///< messages to stderr (diagnostics.hpp)
   on_error on_config_error = on_error::fail;
   bool report = false;      ///< one-screen summary at exit

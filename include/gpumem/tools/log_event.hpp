@@ -4,6 +4,8 @@
 //
 // Thread safety: plain values and pure functions.
 
+#include <gpumem/log_row.hpp>
+
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -13,13 +15,9 @@
 
 namespace gpumem::tools {
 
-/// The Action column. (The log writer has its own enum; this is the reader's view.)
-enum class event_kind : std::uint8_t { allocate, free, allocate_failure };
-
-/// The text of a kind as it appears in the log ("allocate failure").
-[[nodiscard]] std::string_view to_string(event_kind k) noexcept;
-
-/// One data line of a log. Optional columns hold the "absent" value noted.
+/// One data line of a log as the tools read it: log_row's columns (log_row.hpp)
+/// in the forms a reader needs (texts interned, absent columns marked), and
+/// where the line was. Optional columns hold the "absent" value noted.
 struct log_event {
   std::int64_t time_ns{};     ///< TimeNs, or derived from Time (see log_reader.hpp)
   std::int64_t clock_us{-1};  ///< Time column as microseconds since midnight; -1 if absent
@@ -35,7 +33,7 @@ struct log_event {
   std::uint16_t entry{};         ///< index into the reader's strings (0 = "")
   std::uint16_t result{};        ///< index into the reader's strings (0 = "")
   std::int16_t device{-1};       ///< Device; -1 if absent
-  event_kind kind{};
+  log_action kind{};             ///< Action
 };
 
 /// A problem found in a log, anchored to file:line (line 0: the file as a whole).

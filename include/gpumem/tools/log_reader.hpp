@@ -113,22 +113,22 @@ class log_reader {
     line_end end{};
     std::size_t nuls{};  ///< NUL bytes after the text (nul_then_*)
   };
-  enum column_id : std::uint8_t {
-    col_thread,
-    col_time,
-    col_action,
-    col_pointer,
-    col_size,
-    col_stream,
-    col_device,
-    col_entry,
-    col_time_ns,
-    col_duration,
-    col_result,
-    col_reserved,
-    col_stack,
-    col_unknown
-  };
+  // A column by its place in log_column_names (log_row.hpp).
+  using column_id = std::size_t;
+  static constexpr column_id col_thread = column_index(log_column::thread);
+  static constexpr column_id col_time = column_index(log_column::time);
+  static constexpr column_id col_action = column_index(log_column::action);
+  static constexpr column_id col_pointer = column_index(log_column::pointer);
+  static constexpr column_id col_size = column_index(log_column::size);
+  static constexpr column_id col_stream = column_index(log_column::stream);
+  static constexpr column_id col_device = column_index(log_column::device);
+  static constexpr column_id col_entry = column_index(log_column::entry);
+  static constexpr column_id col_time_ns = column_index(log_column::time_ns);
+  static constexpr column_id col_duration = column_index(log_column::duration_ns);
+  static constexpr column_id col_result = column_index(log_column::result);
+  static constexpr column_id col_reserved = column_index(log_column::reserved);
+  static constexpr column_id col_stack = column_index(log_column::stack);
+  static constexpr column_id col_unknown = csv_log_columns;
   static constexpr std::size_t no_column = ~std::size_t{0};
 
   /// Heterogeneous look-up: interning a field needs no std::string.

@@ -117,12 +117,12 @@ void log_analyzer::key_tracker::add(std::uint64_t key, log_event const& ev) {
     table.truncated = true;
   }
   switch (ev.kind) {
-    case event_kind::allocate:
+    case log_action::allocate:
       ++c->allocations;
       add_saturating(c->bytes_allocated, ev.size);
       break;
-    case event_kind::free: ++c->frees; break;
-    case event_kind::allocate_failure: ++c->failures; break;
+    case log_action::free: ++c->frees; break;
+    case log_action::allocate_failure: ++c->failures; break;
   }
 }
 
@@ -181,7 +181,7 @@ void log_analyzer::add(log_event const& ev) {
   streams_.add(ev.stream, ev);
   if (has_device_) devices_.add(static_cast<std::uint64_t>(ev.device), ev);
   switch (ev.kind) {
-    case event_kind::allocate: {
+    case log_action::allocate: {
       ++s.allocations;
       add_saturating(s.bytes_allocated, ev.size);
       auto& b = hist_[static_cast<std::size_t>(size_bucket(ev.size))];
@@ -216,7 +216,7 @@ void log_analyzer::add(log_event const& ev) {
       if (has_stack_) site_live(ev.stack, ev.size, true, ev.index);
       break;
     }
-    case event_kind::free: {
+    case log_action::free: {
       ++s.frees;
       if (ev.pointer == 0) break;
       auto const it = live_.find(ev.pointer);
@@ -234,7 +234,7 @@ void log_analyzer::add(log_event const& ev) {
       live_.erase(it);
       break;
     }
-    case event_kind::allocate_failure:
+    case log_action::allocate_failure:
       ++s.failures;
       if (s.failed.size() < s.top_n) {
         s.failed.push_back({ev.size, ev.thread, ev.stream, ev.entry, ev.result, position_of(ev), ev.stack});

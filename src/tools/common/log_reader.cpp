@@ -21,15 +21,6 @@
 
 namespace gpumem::tools {
 
-std::string_view to_string(event_kind k) noexcept {
-  switch (k) {
-    case event_kind::allocate: return "allocate";
-    case event_kind::free: return "free";
-    case event_kind::allocate_failure: return "allocate failure";
-  }
-  return "?";
-}
-
 std::string log_diagnostic::text() const {
   return line == 0 ? fmt::format("{}: {}", file, message) : fmt::format("{}:{}: {}", file, line, message);
 }
@@ -133,7 +124,7 @@ log_reader::log_reader(std::string path) : path_{std::move(path)} {
   read_header();
 }
 
-// A writer that queued rows (log_queue) and died left the last of them in
+// A writer that died left the last rows it queued in
 // "<log>.journal": they belong at the end of the log, so add them before reading.
 void log_reader::complete_from_journal() {
   journal_recovery const r = recover_journal(path_);
@@ -358,9 +349,7 @@ void log_reader::read_header() {
   std::size_t count = 0;
   std::array<bool, col_unknown> seen{};
   std::string_view rest = text;
-  static constexpr std::array<std::string_view, col_unknown> names{
-      "Thread", "Time",   "Action",     "Pointer", "Size",     "Stream", "Device",
-      "Entry",  "TimeNs", "DurationNs", "Result",  "Reserved", "Stack"};
+  auto const& names = log_column_names;
   while (true) {
     std::size_t const comma = rest.find(',');
     std::string_view const name = trim(rest.substr(0, comma));
@@ -502,12 +491,8 @@ bool log_reader::read_row(std::string_view line, std::size_t line_no, log_event&
   ev = log_event{};
   ev.line = static_cast<std::uint32_t>(std::min<std::size_t>(line_no, UINT32_MAX));
   std::string_view const act = field(col_action);
-  if (act == "allocate") {
-    ev.kind = event_kind::allocate;
-  } else if (act == "free") {
-    ev.kind = event_kind::free;
-  } else if (act == "allocate failure") {
-    ev.kind = event_kind::allocate_failure;
+  if (auto const a = parse_action(act)) {
+    ev.kind = *a;
   } else {
     warn(line_no, fmt::format("unknown action {} (expected allocate, allocate failure or free)", quoted(act)));
     return false;

@@ -140,7 +140,7 @@ struct chain_replayer::impl {
 
   void apply(log_event const& ev, std::string_view entry) {
     switch (ev.kind) {
-      case event_kind::allocate: {
+      case log_action::allocate: {
         if (ev.size == 0) break;
         bool const synchronous = synchronous_entry(entry);
         void* p = allocate(ev, entry, synchronous);
@@ -158,7 +158,7 @@ struct chain_replayer::impl {
         }
         break;
       }
-      case event_kind::allocate_failure: {
+      case log_action::allocate_failure: {
         if (ev.size == 0) break;
         bool const synchronous = synchronous_entry(entry);
         if (void* p = allocate(ev, entry, synchronous)) {
@@ -167,7 +167,7 @@ struct chain_replayer::impl {
         }
         break;
       }
-      case event_kind::free: {
+      case log_action::free: {
         if (ev.pointer == 0) break;
         auto const it = live.find(ev.pointer);
         if (it == live.end()) {

@@ -95,7 +95,7 @@ void trace_writer::event(std::size_t log, log_event const& ev) {
   bool const has_device = r.columns().device;
   int const device = has_device ? ev.device : -1;
   switch (ev.kind) {
-    case event_kind::allocate: {
+    case log_action::allocate: {
       if (ev.pointer == 0) break;                                     // a zero-byte allocation owns nothing
       if (auto it = st.live.find(ev.pointer); it != st.live.end()) {  // the log lost a free
         close_slice(log, t, ev.pointer, it->second, R"(,"replaced_by_reuse":true)");
@@ -114,7 +114,7 @@ void trace_writer::event(std::size_t log, log_event const& ev) {
       counter(log, t, device, "live", static_cast<std::int64_t>(std::min<std::uint64_t>(d.live, INT64_MAX)));
       break;
     }
-    case event_kind::free: {
+    case log_action::free: {
       if (ev.pointer == 0) break;
       auto it = st.live.find(ev.pointer);
       if (it == st.live.end()) {
@@ -132,7 +132,7 @@ void trace_writer::event(std::size_t log, log_event const& ev) {
       counter(log, t, s.device, "live", static_cast<std::int64_t>(std::min<std::uint64_t>(d.live, INT64_MAX)));
       break;
     }
-    case event_kind::allocate_failure:
+    case log_action::allocate_failure:
       item(fmt::format(R"({{"ph":"i","s":"t","name":"allocation failed","pid":{},"tid":{},"ts":{},)"
                        R"("args":{{"size":{},"size_text":"{}","result":{},"entry":{},"thread":{},"line":{}}}}})",
                        log + 1, tid, ts(t), ev.size, human_bytes(ev.size), json_string(r.string(ev.result)),

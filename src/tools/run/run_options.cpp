@@ -181,10 +181,10 @@ Options (each sets the variable shown; the variables work without gpumem-run too
   --pool-max SIZE      maximum pool size                           GPUMEM_POOL_MAX
   --limit SIZE         cap on device memory the program may hold   GPUMEM_LIMIT
   --log FILE           CSV log of every allocation and free        GPUMEM_LOG_FILE
-  --log-queue          format log rows on a helper thread (less work
-                       per allocation); after a crash the last rows
-                       wait in FILE.journal until gpumem-report or
-                       gpumem-replay reads FILE                    GPUMEM_LOG_QUEUE
+  --log-queue          accepted for earlier scripts: rows are always
+                       queued (after a crash the last rows wait in
+                       FILE.journal until gpumem-report or
+                       gpumem-replay reads FILE)                   GPUMEM_LOG_QUEUE
   --log-level L        trace | debug | info | warn | error | off   GPUMEM_LOG_LEVEL
   --sync-mode M        safe (default): memory freed by cudaFree is
                        reused only after all earlier work on every

@@ -1,13 +1,18 @@
 // Test program for the allocation log under hostile conditions: cudaMalloc/cudaFree
 // pairs from the main thread (so every row's Thread is the pid), with the log
 // truncated underneath, the file size limited, or several copies started on one
-// log path. Prints "PAIRS <n> PID <pid>" and "PASS <scenario>" for the gtest driver.
+// log path; and programs that handle, block and ignore signals while the log is
+// emptied, which the driver runs with and without gpumem and compares. Prints
+// "PAIRS <n> PID <pid>", the signal scenarios a "SIGNALS ..." line (every
+// signal's action and the thread's mask at the end), and "PASS <scenario>".
 //
 //   shim_log_app pairs N              N pairs of 4 KiB
 //   shim_log_app truncate N PATH      N pairs; PATH emptied (as ": > PATH") half way
 //   shim_log_app fsize BYTES N        RLIMIT_FSIZE = BYTES (after the device is up), N pairs
 //   shim_log_app sync N               waits for a byte on fd 3, N pairs, writes a
 //                                     byte to fd 4, waits for EOF on fd 5
+//   (PATH, in the signal scenarios, may be any file: the same program runs without
+//   gpumem too)
 //   shim_log_app own-handler N PATH HOW
 //                                     N pairs; half way installs a SIGBUS handler of
 //                                     its own (HOW: sigaction, signal, sysv_signal,
@@ -121,7 +126,7 @@ bool own_handler_is(std::string const& how) {
 }
 
 void own_handler(long n, const char* path, std::string const& how) {
-  pairs(n / 2);  // the log (and its SIGBUS guard) exists from the first pair
+  pairs(n / 2);  // the log exists from the first pair
   if (how == "sigaction") {
     struct sigaction act {};
     act.sa_sigaction = &on_bus_info;
@@ -171,7 +176,7 @@ void blocked(long n, const char* path) {
 // The System V calls change the mask and the action inside the C library, without
 // its exported pthread_sigmask or sigaction.
 void held(long n, const char* path) {
-  pairs(n / 2);  // the thread's mask is read at its first row: SIGBUS not blocked
+  pairs(n / 2);
   APP_CHECK_EQ(sighold(SIGBUS), 0);
   APP_CHECK(sigbus_blocked());
   empty_file(path);
@@ -215,6 +220,32 @@ void interrupt(long n, const char* path) {
   if (void* const p = fault_of_its_own()) munmap(p, 4096);
 }
 
+// Every signal's action (DFL, IGN, the program's own handlers by name, or "other")
+// with its flags, and the signals this thread blocks: what must read the same
+// with and without gpumem.
+void print_signals() {
+  std::string line = "SIGNALS";
+  for (int sig = 1; sig < NSIG; ++sig) {
+    struct sigaction a {};
+    if (sigaction(sig, nullptr, &a) != 0) continue;
+    bool const info = (a.sa_flags & SA_SIGINFO) != 0;
+    const char* name = "other";
+    if (!info && a.sa_handler == SIG_DFL) name = "dfl";
+    if (!info && a.sa_handler == SIG_IGN) name = "ign";
+    if (!info && a.sa_handler == &on_bus_plain) name = "plain";
+    if (info && a.sa_sigaction == &on_bus_info) name = "info";
+    int const flags = a.sa_flags & (SA_SIGINFO | SA_RESTART | SA_RESETHAND | SA_NODEFER | SA_ONSTACK);
+    line += " " + std::to_string(sig) + ":" + name + ":" + std::to_string(flags);
+  }
+  sigset_t mask;
+  APP_CHECK_EQ(pthread_sigmask(SIG_BLOCK, nullptr, &mask), 0);
+  line += " blocked:";
+  for (int sig = 1; sig < NSIG; ++sig) {
+    if (sigismember(&mask, sig) == 1) line += " " + std::to_string(sig);
+  }
+  printf("%s\n", line.c_str());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -228,14 +259,19 @@ int main(int argc, char** argv) {
     pairs(n - n / 2);
   } else if (scenario == "own-handler" && argc > 4) {
     own_handler(n, argv[3], argv[4]);
+    print_signals();
   } else if (scenario == "blocked" && argc > 3) {
     blocked(n, argv[3]);
+    print_signals();
   } else if (scenario == "held" && argc > 3) {
     held(n, argv[3]);
+    print_signals();
   } else if (scenario == "ignored" && argc > 3) {
     ignored(n, argv[3]);
+    print_signals();
   } else if (scenario == "interrupt" && argc > 3) {
     interrupt(n, argv[3]);
+    print_signals();
   } else if (scenario == "fsize" && argc > 3) {
     // The device first (the simulated one backs its memory with a file); the
     // limit then applies to the log, opened at the first allocation. SIGXFSZ
