@@ -50,8 +50,8 @@ std::size_t dirty_kb(void const* p) {
 class PopulateForWriting : public ::testing::TestWithParam<detail::populate_with> {};
 INSTANTIATE_TEST_SUITE_P(FileSpace, PopulateForWriting,
                          ::testing::Values(detail::populate_with::best, detail::populate_with::stores),
-                         [](auto const& info) {
-                           return info.param == detail::populate_with::best ? "best" : "stores";
+                         [](auto const& test_info) {
+                           return test_info.param == detail::populate_with::best ? "best" : "stores";
                          });
 
 TEST_P(PopulateForWriting, EveryPageIsDirtyAndTheContentUnchanged) {

@@ -249,7 +249,7 @@ TEST(RowJournal, ARecordItsWriterNeverFinishedIsCountedLost) {
 
 class RowJournalCrash : public ::testing::TestWithParam<bool> {};  // rows queued in ticks or in ns
 INSTANTIATE_TEST_SUITE_P(RowJournal, RowJournalCrash, ::testing::Values(false, true),
-                         [](auto const& info) { return info.param ? "ticks" : "ns"; });
+                         [](auto const& test_info) { return test_info.param ? "ticks" : "ns"; });
 
 TEST_P(RowJournalCrash, ABatchCutShortByTheCrashIsCompletedInPlace) {
   temp_file a;

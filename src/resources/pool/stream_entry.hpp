@@ -84,7 +84,6 @@ class owned_entries {
 };
 inline thread_local owned_entries tl_owned_entries;
 
-
 /// Ends the validity of every entry this thread borrowed (borrowed_entry): call it
 /// before anything that may re-enter a resource (an upstream call). Free in
 /// release builds.
