@@ -4,17 +4,17 @@
 // Pass-through (GPUMEM_DISABLE, on_error = passthrough) calls the real function
 // straight away.
 
-#include "allocation_registry.hpp"
-#include "capture_guard.hpp"
-#include "created_memory.hpp"
-#include "device_chains.hpp"
-#include "event_log.hpp"
-#include "hook_macros.hpp"
-#include "hook_table.hpp"
-#include "live_streams.hpp"
-#include "own_context_memory.hpp"
-#include "release.hpp"
-#include "serve.hpp"
+#include "hooks/hook_macros.hpp"
+#include "hooks/hook_table.hpp"
+#include "observe/event_log.hpp"
+#include "serve/allocation_registry.hpp"
+#include "serve/capture_guard.hpp"
+#include "serve/created_memory.hpp"
+#include "serve/device_chains.hpp"
+#include "serve/live_streams.hpp"
+#include "serve/own_context_memory.hpp"
+#include "serve/release.hpp"
+#include "serve/serve.hpp"
 #include "shim_state.hpp"
 
 #include <gpumem/device_memory_resource.hpp>

@@ -10,8 +10,8 @@
 //
 // Thread safety: any thread; the sampling counter is per thread.
 
-#include "event_log.hpp"
-#include "stack_table.hpp"
+#include "observe/event_log.hpp"
+#include "observe/stack_table.hpp"
 
 #include <cstdint>
 

@@ -1,4 +1,4 @@
-#include "stack_capture.hpp"
+#include "observe/stack_capture.hpp"
 
 #include <dlfcn.h>
 #include <pthread.h>

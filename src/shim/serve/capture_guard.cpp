@@ -1,6 +1,6 @@
-#include "capture_guard.hpp"
+#include "serve/capture_guard.hpp"
 
-#include "device_chains.hpp"
+#include "serve/device_chains.hpp"
 #include "shim_state.hpp"
 
 #include <gpumem/call_context.hpp>

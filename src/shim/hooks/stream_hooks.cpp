@@ -6,12 +6,12 @@
 // (their streams use the pools' memory: a barrier must order all their work) and
 // primary context reset (the device's chain and streams go).
 
-#include "capture_guard.hpp"
-#include "device_chains.hpp"
-#include "hook_macros.hpp"
-#include "hook_table.hpp"
-#include "live_streams.hpp"
-#include "serve.hpp"
+#include "hooks/hook_macros.hpp"
+#include "hooks/hook_table.hpp"
+#include "serve/capture_guard.hpp"
+#include "serve/device_chains.hpp"
+#include "serve/live_streams.hpp"
+#include "serve/serve.hpp"
 #include "shim_state.hpp"
 
 #include <gpumem/detail/driver_api.hpp>

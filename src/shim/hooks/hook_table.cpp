@@ -1,4 +1,4 @@
-#include "hook_table.hpp"
+#include "hooks/hook_table.hpp"
 
 #include <gpumem/detail/real_dlsym.hpp>
 

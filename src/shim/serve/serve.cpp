@@ -1,13 +1,13 @@
-#include "serve.hpp"
+#include "serve/serve.hpp"
 
-#include "capture_guard.hpp"
-#include "created_memory.hpp"
-#include "device_chains.hpp"
-#include "event_log.hpp"
-#include "live_streams.hpp"
-#include "oom_snapshot.hpp"
-#include "own_context_memory.hpp"
-#include "release.hpp"
+#include "observe/event_log.hpp"
+#include "observe/oom_snapshot.hpp"
+#include "serve/capture_guard.hpp"
+#include "serve/created_memory.hpp"
+#include "serve/device_chains.hpp"
+#include "serve/live_streams.hpp"
+#include "serve/own_context_memory.hpp"
+#include "serve/release.hpp"
 #include "shim_state.hpp"
 
 #include <gpumem/call_context.hpp>

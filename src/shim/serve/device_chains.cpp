@@ -1,4 +1,4 @@
-#include "device_chains.hpp"
+#include "serve/device_chains.hpp"
 
 #include "shim_state.hpp"
 

@@ -1,7 +1,7 @@
-#include "stack_table.hpp"
+#include "observe/stack_table.hpp"
 
+#include "observe/stack_file.hpp"
 #include "shim_state.hpp"
-#include "stack_file.hpp"
 
 #include <dlfcn.h>
 #include <elf.h>

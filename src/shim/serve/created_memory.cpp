@@ -1,8 +1,8 @@
-#include "created_memory.hpp"
+#include "serve/created_memory.hpp"
 
-#include "device_chains.hpp"
-#include "event_log.hpp"
-#include "hook_table.hpp"
+#include "hooks/hook_table.hpp"
+#include "observe/event_log.hpp"
+#include "serve/device_chains.hpp"
 #include "shim_state.hpp"
 
 #include <gpumem/limiting_resource_adaptor.hpp>

@@ -1,9 +1,9 @@
-#include "event_log.hpp"
+#include "observe/event_log.hpp"
 
-#include "call_sites.hpp"
-#include "device_chains.hpp"
+#include "observe/call_sites.hpp"
+#include "observe/stack_file.hpp"
+#include "serve/device_chains.hpp"
 #include "shim_state.hpp"
-#include "stack_file.hpp"
 
 #include <gpumem/config.hpp>
 #include <gpumem/detail/file_kind.hpp>

@@ -5,8 +5,8 @@
 // our hook by address (hook_for_real). Asking for "cuGetProcAddress" itself yields
 // our resolver, so later look-ups come back here too.
 
-#include "hook_macros.hpp"
-#include "hook_table.hpp"
+#include "hooks/hook_macros.hpp"
+#include "hooks/hook_table.hpp"
 #include "shim_state.hpp"
 
 #include <cuda.h>

@@ -11,9 +11,9 @@
 // Thread safety: everything here is per-thread state or goes through thread-safe
 // registries and chains.
 
-#include "allocation_registry.hpp"
-#include "event_log.hpp"
-#include "live_streams.hpp"
+#include "observe/event_log.hpp"
+#include "serve/allocation_registry.hpp"
+#include "serve/live_streams.hpp"
 
 #include <cuda.h>
 

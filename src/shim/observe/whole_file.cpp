@@ -1,4 +1,4 @@
-#include "whole_file.hpp"
+#include "observe/whole_file.hpp"
 
 #include <gpumem/detail/file_space.hpp>
 

@@ -1,8 +1,8 @@
-#include "call_sites.hpp"
+#include "observe/call_sites.hpp"
 
-#include "allocation_registry.hpp"
+#include "observe/stack_capture.hpp"
+#include "serve/allocation_registry.hpp"
 #include "shim_state.hpp"
-#include "stack_capture.hpp"
 
 #include <pthread.h>
 

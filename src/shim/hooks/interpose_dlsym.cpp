@@ -14,7 +14,7 @@
 //  - RTLD_DEFAULT from a library loaded RTLD_LOCAL also searches that library's
 //    own scope: a miss in the global scope is retried there.
 
-#include "hook_table.hpp"
+#include "hooks/hook_table.hpp"
 #include "shim_state.hpp"
 
 #include <gpumem/detail/real_dlsym.hpp>

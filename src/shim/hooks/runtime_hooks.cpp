@@ -4,15 +4,15 @@
 // once and attributes it to the runtime entry point, and the runtime keeps its own
 // bookkeeping (context creation, last error).
 
-#include "allocation_registry.hpp"
-#include "capture_guard.hpp"
-#include "device_chains.hpp"
-#include "event_log.hpp"
-#include "hook_macros.hpp"
-#include "hook_table.hpp"
-#include "live_streams.hpp"
-#include "release.hpp"
-#include "serve.hpp"
+#include "hooks/hook_macros.hpp"
+#include "hooks/hook_table.hpp"
+#include "observe/event_log.hpp"
+#include "serve/allocation_registry.hpp"
+#include "serve/capture_guard.hpp"
+#include "serve/device_chains.hpp"
+#include "serve/live_streams.hpp"
+#include "serve/release.hpp"
+#include "serve/serve.hpp"
 #include "shim_state.hpp"
 
 #include <gpumem/device_memory_resource.hpp>

@@ -1,13 +1,13 @@
-#include "oom_snapshot.hpp"
+#include "observe/oom_snapshot.hpp"
 
-#include "call_sites.hpp"
-#include "created_memory.hpp"
-#include "device_chains.hpp"
-#include "event_log.hpp"
-#include "own_context_memory.hpp"
+#include "observe/call_sites.hpp"
+#include "observe/event_log.hpp"
+#include "observe/stack_table.hpp"
+#include "observe/whole_file.hpp"
+#include "serve/created_memory.hpp"
+#include "serve/device_chains.hpp"
+#include "serve/own_context_memory.hpp"
 #include "shim_state.hpp"
-#include "stack_table.hpp"
-#include "whole_file.hpp"
 
 #include <gpumem/config.hpp>
 #include <gpumem/detail/driver_api.hpp>

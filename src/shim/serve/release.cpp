@@ -1,7 +1,7 @@
-#include "release.hpp"
+#include "serve/release.hpp"
 
-#include "capture_guard.hpp"
-#include "device_chains.hpp"
+#include "serve/capture_guard.hpp"
+#include "serve/device_chains.hpp"
 #include "shim_state.hpp"
 
 #include <gpumem/call_context.hpp>

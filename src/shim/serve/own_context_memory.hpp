@@ -17,7 +17,7 @@
 //
 // Thread safety: any thread; the charge is one atomic operation on the limiter.
 
-#include "allocation_registry.hpp"
+#include "serve/allocation_registry.hpp"
 
 #include <cuda.h>
 

@@ -1,4 +1,4 @@
-#include "allocation_registry.hpp"
+#include "serve/allocation_registry.hpp"
 
 #include <algorithm>
 #include <bit>

@@ -1,4 +1,4 @@
-#include "stack_file.hpp"
+#include "observe/stack_file.hpp"
 
 #include "shim_state.hpp"
 

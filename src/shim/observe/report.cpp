@@ -1,13 +1,13 @@
-#include "report.hpp"
+#include "observe/report.hpp"
 
-#include "allocation_registry.hpp"
-#include "call_sites.hpp"
-#include "created_memory.hpp"
-#include "device_chains.hpp"
-#include "event_log.hpp"
+#include "observe/call_sites.hpp"
+#include "observe/event_log.hpp"
+#include "observe/stack_table.hpp"
+#include "observe/whole_file.hpp"
+#include "serve/allocation_registry.hpp"
+#include "serve/created_memory.hpp"
+#include "serve/device_chains.hpp"
 #include "shim_state.hpp"
-#include "stack_table.hpp"
-#include "whole_file.hpp"
 
 #include <gpumem/config.hpp>
 #include <gpumem/detail/file_space.hpp>

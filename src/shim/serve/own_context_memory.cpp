@@ -1,6 +1,6 @@
-#include "own_context_memory.hpp"
+#include "serve/own_context_memory.hpp"
 
-#include "device_chains.hpp"
+#include "serve/device_chains.hpp"
 #include "shim_state.hpp"
 
 #include <gpumem/detail/driver_api.hpp>

@@ -1,4 +1,4 @@
-#include "live_streams.hpp"
+#include "serve/live_streams.hpp"
 
 #include <gpumem/detail/driver_api.hpp>
 
