@@ -11,6 +11,7 @@
 #include "serve/capture_guard.hpp"
 #include "serve/device_chains.hpp"
 #include "serve/live_streams.hpp"
+#include "serve/notifications.hpp"
 #include "serve/serve.hpp"
 #include "shim_state.hpp"
 

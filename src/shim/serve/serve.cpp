@@ -3,11 +3,9 @@
 #include "observe/event_log.hpp"
 #include "observe/oom_snapshot.hpp"
 #include "serve/capture_guard.hpp"
-#include "serve/created_memory.hpp"
 #include "serve/device_chains.hpp"
 #include "serve/live_streams.hpp"
 #include "serve/own_context_memory.hpp"
-#include "serve/release.hpp"
 #include "shim_state.hpp"
 
 #include <gpumem/call_context.hpp>
@@ -16,11 +14,8 @@
 #include <gpumem/detail/driver_api.hpp>
 #include <gpumem/detail/slow_work.hpp>
 #include <gpumem/detail/stream_ordering.hpp>
-#include <gpumem/limiting_resource_adaptor.hpp>
-#include <gpumem/statistics_resource_adaptor.hpp>
 #include <gpumem/stream_tracker.hpp>
 
-#include <algorithm>
 #include <optional>
 
 namespace gpumem::shim {
@@ -332,83 +327,6 @@ void note_failed_allocation(std::size_t bytes, CUstream stream, const char* entr
             event_clock());
 }
 
-CUresult pool_mem_info(std::size_t* free_bytes, std::size_t* total_bytes) noexcept {
-  auto const& d = detail::driver();
-  std::size_t rf = 0;
-  std::size_t rt = 0;
-  if (CUresult r = d.cuMemGetInfo(&rf, &rt); r != CUDA_SUCCESS) return r;
-  CUcontext ctx = nullptr;
-  std::size_t f = rf;
-  std::size_t t = rt;
-  // Built here if this is the device's first gpumem call: frameworks size themselves
-  // from the first cudaMemGetInfo, which must already show the limit.
-  int const dev = current_device(ctx);
-  CUresult err = CUDA_SUCCESS;
-  device_chain* const c = dev >= 0 ? chain_for(dev, err) : nullptr;
-  if (c != nullptr) {
-    try {
-      auto const info = c->chain->info();
-      std::size_t const available = std::min(rf + info.free_bytes, rt);
-      if (auto* lim = c->chain->limiter()) {
-        // In use = what the program holds (the limiter may sit below a pool and
-        // count the pool's reservation too).
-        t = lim->limit();
-        // What the program created itself counts too (created_memory.hpp), and what it
-        // allocated in contexts it created (own_context_memory.hpp).
-        auto const live = c->chain->live_stats().bytes().current;
-        std::size_t const used = (live > 0 ? static_cast<std::size_t>(live) : 0) + created_on(dev).bytes +
-                                 own_context_bytes(dev);
-        f = std::min(t > used ? t - used : 0, available);
-      } else {
-        f = available;
-      }
-    } catch (...) {
-      // info() failed: CUDA's own numbers are still true, if pessimistic.
-    }
-  }
-  if (free_bytes != nullptr) *free_bytes = f;
-  if (total_bytes != nullptr) *total_bytes = t;
-  return CUDA_SUCCESS;
-}
-
-bool ipc_allowed(void* p, const char* entry) noexcept {
-  auto const hit = registry().find_containing(reinterpret_cast<std::uintptr_t>(p));
-  if (!hit || !from_chain(hit->second.kind)) return true;  // CUDA's own memory
-  auto const& d = detail::driver();
-  CUdeviceptr base = 0;
-  std::size_t size = 0;
-  auto const dp = reinterpret_cast<CUdeviceptr>(p);
-  // A block that is a whole upstream allocation opens to the right memory.
-  if (hit->first == dp && d.cuMemGetAddressRange(&base, &size, dp) == CUDA_SUCCESS && base == dp &&
-      size <= align_up(hit->second.bytes, allocation_alignment)) {
-    // The block may have been reused behind a GPU-side barrier while its previous
-    // owner's work still ran; another process's work is ordered by nothing of ours,
-    // so let that work finish first (exporting is rare; never during a capture).
-    if (!stream_tracker::capture_active() && d.cuCtxSynchronize() == CUDA_SUCCESS) state().stats.device_syncs.add();
-    return true;
-  }
-  state().stats.ipc_refused.add();
-  message(level::error,
-          "%s(%p): refused (operation not supported): the pointer is a block inside a gpumem pool, and an IPC "
-          "handle names a whole CUDA allocation, so another process would open the pool's slab, not this block. "
-          "To share device memory between processes, run the program with GPUMEM_RESOURCE=cuda (gpumem-run "
-          "--resource cuda): every allocation is then its own cudaMalloc, which IPC exports exactly; limits, "
-          "logs and statistics still apply",
-          entry, p);
-  return false;
-}
-
-void notify_stream_destroyed(CUstream stream) noexcept {
-  stream_gone(stream);
-  for (int d = 0; d < stream_tracker::max_devices; ++d) stream_tracker::of(d).stream_destroying(stream);
-  try {
-    for_each_chain([stream](device_chain& c) {
-      scoped_chain_context ctx{c};
-      c.chain->top().stream_destroyed(to_ref(stream));
-    });
-  } catch (...) {}
-}
-
 bool is_default_pool(CUmemoryPool pool) noexcept {
   CUcontext ctx = nullptr;
   int const dev = current_device(ctx);
@@ -417,16 +335,6 @@ bool is_default_pool(CUmemoryPool pool) noexcept {
   if (device_chain* c = built_chain(dev); c != nullptr && c->default_pool != nullptr) return pool == c->default_pool;
   CUmemoryPool def = nullptr;
   return d.cuDeviceGetDefaultMemPool(&def, static_cast<CUdevice>(dev)) == CUDA_SUCCESS && def == pool;
-}
-
-void forget_device(int device) noexcept {
-  if (device < 0) return;
-  stream_tracker::of(device).context_reset();
-  try {
-    registry().drop_device(device);
-  } catch (...) {}
-  drop_chain(device);
-  forget_release_state(device);
 }
 
 }  // namespace gpumem::shim

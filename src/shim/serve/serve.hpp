@@ -96,25 +96,10 @@ void note_passthrough_free(void* p, CUstream stream, const char* entry, CUresult
 /// Counts and logs an allocation refused before reaching a chain (bad arguments).
 void note_failed_allocation(std::size_t bytes, CUstream stream, const char* entry, CUresult result) noexcept;
 
-/// cuMemGetInfo as the pool sees it: cached free bytes count as free; with a limit,
-/// total = limit and free = limit - in use. Either pointer may be null. Builds the
-/// current device's chain if this is its first gpumem call (a broken configuration
-/// stops the program here, as at a first allocation).
-CUresult pool_mem_info(std::size_t* free_bytes, std::size_t* total_bytes) noexcept;
-
-/// Whether a pooled pointer may be exported by IPC: only a whole upstream allocation
-/// opens to the right memory in another process. Logs the refusal.
-[[nodiscard]] bool ipc_allowed(void* p, const char* entry) noexcept;
-
 /// Whether `pool` is the default memory pool of the current device (the only pool
 /// cuMemAllocFromPoolAsync is served from the chain for; the program's own pools
 /// keep their properties, so their allocations pass through).
 [[nodiscard]] bool is_default_pool(CUmemoryPool pool) noexcept;
-
-/// cudaStreamDestroy/cuStreamDestroy: tell every chain before the real destroy.
-void notify_stream_destroyed(CUstream stream) noexcept;
-/// cudaDeviceReset/cuDevicePrimaryCtxReset: forget the device's allocations and chain.
-void forget_device(int device) noexcept;
 
 /// The per-thread default stream handle for _ptsz entry points' stream 0.
 [[nodiscard]] inline CUstream ptsz_stream(CUstream s) noexcept {
