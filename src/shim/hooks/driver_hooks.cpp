@@ -73,8 +73,11 @@ bool replay(CUresult& r) noexcept {
   return r != CUDA_SUCCESS;
 }
 
-CUresult free_impl(CUdeviceptr dptr, CUstream stream, bool stream_ordered, const char* driver_entry, hook_id real_id,
-                   bool ptsz) noexcept {
+// The hook's id is a template argument: its real function's slot and whether it is
+// a _ptsz entry point are constants.
+template <hook_id real_id>
+CUresult free_impl(CUdeviceptr dptr, CUstream stream, free_kind kind, const char* driver_entry) noexcept {
+  bool const stream_ordered = kind == free_kind::async;
   auto const raw_stream = stream;
   if (!active()) {
     if (stream_ordered) {
@@ -87,8 +90,8 @@ CUresult free_impl(CUdeviceptr dptr, CUstream stream, bool stream_ordered, const
   if (dptr == 0) return CUDA_SUCCESS;  // as CUDA: freeing null is a no-op
   if (CUresult forced{}; replay(forced)) return forced;
   const char* entry = attribute(driver_entry);
-  if (ptsz) stream = ptsz_stream(stream);
-  auto const o = free_registered(as_ptr(dptr), stream, stream_ordered, entry);
+  if constexpr (per_thread_stream(real_id)) stream = ptsz_stream(stream);
+  auto const o = free_registered(as_ptr(dptr), stream, kind, entry);
   if (o.handled) return o.result;
   auto const start = event_clock();
   CUresult r = not_loaded();
@@ -102,13 +105,13 @@ CUresult free_impl(CUdeviceptr dptr, CUstream stream, bool stream_ordered, const
   return r;
 }
 
-CUresult alloc_async_impl(CUdeviceptr* dptr, std::size_t bytes, CUstream hstream, hook_id real_id, bool ptsz,
-                          const char* driver_entry) noexcept {
+template <hook_id real_id>
+CUresult alloc_async_impl(CUdeviceptr* dptr, std::size_t bytes, CUstream hstream, const char* driver_entry) noexcept {
   auto const f = real<alloc_async_fn>(real_id);
   if (!interposing_allocations_or_exit()) return f != nullptr ? f(dptr, bytes, hstream) : not_loaded();
   if (CUresult forced{}; replay(forced)) return forced;
   const char* entry = attribute(driver_entry);
-  CUstream const s = ptsz ? ptsz_stream(hstream) : hstream;
+  CUstream const s = per_thread_stream(real_id) ? ptsz_stream(hstream) : hstream;
   if (dptr == nullptr) {
     note_failed_allocation(bytes, s, entry, CUDA_ERROR_INVALID_VALUE);
     return CUDA_ERROR_INVALID_VALUE;
@@ -128,8 +131,7 @@ CUresult alloc_async_impl(CUdeviceptr* dptr, std::size_t bytes, CUstream hstream
     return pass_through_alloc(dptr, bytes, s, alloc_kind::passthrough, entry, [&] { return f(dptr, bytes, hstream); });
   }
   void* p = nullptr;
-  CUresult const r = chain_allocate(&p, bytes, s, alloc_kind::async, entry, current_runtime_call().entry != nullptr,
-                                    home);
+  CUresult const r = chain_allocate(&p, bytes, s, alloc_kind::async, entry, driver_hook_level(), home);
   if (r == CUDA_ERROR_INVALID_CONTEXT || r == CUDA_ERROR_NOT_SUPPORTED) {
     return pass_through_alloc(dptr, bytes, s, alloc_kind::passthrough, entry, [&] { return f(dptr, bytes, hstream); });
   }
@@ -137,15 +139,15 @@ CUresult alloc_async_impl(CUdeviceptr* dptr, std::size_t bytes, CUstream hstream
   return r;
 }
 
-CUresult alloc_pool_impl(CUdeviceptr* dptr, std::size_t bytes, CUmemoryPool pool, CUstream hstream, hook_id real_id,
-                         bool ptsz) noexcept {
+template <hook_id real_id>
+CUresult alloc_pool_impl(CUdeviceptr* dptr, std::size_t bytes, CUmemoryPool pool, CUstream hstream) noexcept {
   auto const f = real<alloc_pool_fn>(real_id);
   if (!interposing_allocations_or_exit() || pool == nullptr) {
     return f != nullptr ? f(dptr, bytes, pool, hstream) : not_loaded();  // null pool: CUDA's error
   }
   if (CUresult forced{}; replay(forced)) return forced;
   const char* entry = attribute("cuMemAllocFromPoolAsync");
-  CUstream const s = ptsz ? ptsz_stream(hstream) : hstream;
+  CUstream const s = per_thread_stream(real_id) ? ptsz_stream(hstream) : hstream;
   if (dptr == nullptr || f == nullptr) return f != nullptr ? f(dptr, bytes, pool, hstream) : not_loaded();
   if (bytes == 0) {
     *dptr = 0;
@@ -157,7 +159,7 @@ CUresult alloc_pool_impl(CUdeviceptr* dptr, std::size_t bytes, CUmemoryPool pool
   // The pool names the device (the current one's default pool), not the stream.
   if (!is_default_pool(pool)) return pass_through_alloc(dptr, bytes, s, alloc_kind::foreign_pool, entry, call);
   void* p = nullptr;
-  CUresult const r = chain_allocate(&p, bytes, s, alloc_kind::async, entry, current_runtime_call().entry != nullptr);
+  CUresult const r = chain_allocate(&p, bytes, s, alloc_kind::async, entry, driver_hook_level());
   if (r == CUDA_ERROR_INVALID_CONTEXT || r == CUDA_ERROR_NOT_SUPPORTED) {
     return pass_through_alloc(dptr, bytes, s, alloc_kind::passthrough, entry, call);
   }
@@ -193,8 +195,7 @@ GPUMEM_HOOK(CUresult, cuMemAlloc_v2, (CUdeviceptr * dptr, std::size_t bytes)) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   void* p = nullptr;
-  CUresult const r = chain_allocate(&p, bytes, nullptr, alloc_kind::sync, entry,
-                                    current_runtime_call().entry != nullptr);
+  CUresult const r = chain_allocate(&p, bytes, nullptr, alloc_kind::sync, entry, driver_hook_level());
   if (r == CUDA_ERROR_INVALID_CONTEXT || r == CUDA_ERROR_NOT_SUPPORTED) {
     if (f == nullptr) return not_loaded();
     return pass_through_alloc(dptr, bytes, nullptr, alloc_kind::passthrough, entry, [&] { return f(dptr, bytes); });
@@ -204,27 +205,27 @@ GPUMEM_HOOK(CUresult, cuMemAlloc_v2, (CUdeviceptr * dptr, std::size_t bytes)) {
 }
 
 GPUMEM_HOOK(CUresult, cuMemFree_v2, (CUdeviceptr dptr)) {
-  return free_impl(dptr, nullptr, false, "cuMemFree", hook_id::h_cuMemFree_v2, false);
+  return free_impl<hook_id::h_cuMemFree_v2>(dptr, nullptr, free_kind::sync, "cuMemFree");
 }
 
 GPUMEM_HOOK(CUresult, cuMemAllocAsync, (CUdeviceptr * dptr, std::size_t bytes, CUstream s)) {
-  return alloc_async_impl(dptr, bytes, s, hook_id::h_cuMemAllocAsync, false, "cuMemAllocAsync");
+  return alloc_async_impl<hook_id::h_cuMemAllocAsync>(dptr, bytes, s, "cuMemAllocAsync");
 }
 GPUMEM_HOOK(CUresult, cuMemAllocAsync_ptsz, (CUdeviceptr * dptr, std::size_t bytes, CUstream s)) {
-  return alloc_async_impl(dptr, bytes, s, hook_id::h_cuMemAllocAsync_ptsz, true, "cuMemAllocAsync");
+  return alloc_async_impl<hook_id::h_cuMemAllocAsync_ptsz>(dptr, bytes, s, "cuMemAllocAsync");
 }
 GPUMEM_HOOK(CUresult, cuMemFreeAsync, (CUdeviceptr dptr, CUstream s)) {
-  return free_impl(dptr, s, true, "cuMemFreeAsync", hook_id::h_cuMemFreeAsync, false);
+  return free_impl<hook_id::h_cuMemFreeAsync>(dptr, s, free_kind::async, "cuMemFreeAsync");
 }
 GPUMEM_HOOK(CUresult, cuMemFreeAsync_ptsz, (CUdeviceptr dptr, CUstream s)) {
-  return free_impl(dptr, s, true, "cuMemFreeAsync", hook_id::h_cuMemFreeAsync_ptsz, true);
+  return free_impl<hook_id::h_cuMemFreeAsync_ptsz>(dptr, s, free_kind::async, "cuMemFreeAsync");
 }
 GPUMEM_HOOK(CUresult, cuMemAllocFromPoolAsync, (CUdeviceptr * dptr, std::size_t bytes, CUmemoryPool pool, CUstream s)) {
-  return alloc_pool_impl(dptr, bytes, pool, s, hook_id::h_cuMemAllocFromPoolAsync, false);
+  return alloc_pool_impl<hook_id::h_cuMemAllocFromPoolAsync>(dptr, bytes, pool, s);
 }
 GPUMEM_HOOK(CUresult, cuMemAllocFromPoolAsync_ptsz,
             (CUdeviceptr * dptr, std::size_t bytes, CUmemoryPool pool, CUstream s)) {
-  return alloc_pool_impl(dptr, bytes, pool, s, hook_id::h_cuMemAllocFromPoolAsync_ptsz, true);
+  return alloc_pool_impl<hook_id::h_cuMemAllocFromPoolAsync_ptsz>(dptr, bytes, pool, s);
 }
 
 GPUMEM_HOOK(CUresult, cuMemAllocManaged, (CUdeviceptr * dptr, std::size_t bytes, unsigned int flags)) {
@@ -269,8 +270,7 @@ GPUMEM_HOOK(CUresult, cuMemAllocPitch_v2,
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   void* p = nullptr;
-  CUresult const r = chain_allocate(&p, row * height, nullptr, alloc_kind::pitch, entry,
-                                    current_runtime_call().entry != nullptr);
+  CUresult const r = chain_allocate(&p, row * height, nullptr, alloc_kind::pitch, entry, driver_hook_level());
   if (r == CUDA_ERROR_INVALID_CONTEXT || r == CUDA_ERROR_NOT_SUPPORTED) {
     if (f == nullptr) return not_loaded();
     return pass_through_alloc(dptr, row * height, nullptr, alloc_kind::passthrough, entry,

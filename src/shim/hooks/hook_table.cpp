@@ -19,6 +19,11 @@ GPUMEM_RUNTIME_HOOKS(GPUMEM_DECLARE_HOOK_SYMBOL)
 
 namespace gpumem::shim {
 
+// The _ptsz flags come from the names: a renamed or misordered list shows here.
+static_assert(per_thread_stream(hook_id::h_cuMemFreeAsync_ptsz) && !per_thread_stream(hook_id::h_cuMemFreeAsync));
+static_assert(per_thread_stream(hook_id::h_cudaMallocFromPoolAsync_ptsz) && !per_thread_stream(hook_id::h_cudaMalloc));
+static_assert(!per_thread_stream(hook_id::count));
+
 // Zero (constant) initialised: valid before any constructor runs, as hooks may be
 // called from other libraries' constructors.
 constinit std::array<std::atomic<void*>, hook_count> g_real_functions{};

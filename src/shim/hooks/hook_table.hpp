@@ -14,6 +14,7 @@
 #include <array>
 #include <atomic>
 #include <cstddef>
+#include <string_view>
 
 namespace gpumem::shim {
 
@@ -70,6 +71,21 @@ enum class hook_id : int {
 /// function is `fn`; `fn` itself if it already is a hook or is not hooked.
 [[nodiscard]] void* hook_for_real(void* fn) noexcept;
 inline constexpr std::size_t hook_count = static_cast<std::size_t>(hook_id::count);
+
+/// Which hooks are `_ptsz` entry points, in table order: read from the names at
+/// compile time.
+inline constexpr std::array<bool, hook_count> g_per_thread_stream_hooks{{
+#define GPUMEM_IS_PTSZ(n) std::string_view{#n}.ends_with("_ptsz"),
+    GPUMEM_ALL_HOOKS(GPUMEM_IS_PTSZ)
+#undef GPUMEM_IS_PTSZ
+}};
+
+/// Whether hook `id` reads stream 0 as the calling thread's default stream (a
+/// `_ptsz` entry point). Free for a hook that names its own id: a constant.
+[[nodiscard]] constexpr bool per_thread_stream(hook_id id) noexcept {
+  auto const i = static_cast<std::size_t>(id);
+  return i < hook_count && g_per_thread_stream_hooks[i];
+}
 
 /// Real addresses, published once found (null: not yet, or the library lacks it).
 /// Read through real_function().

@@ -91,8 +91,10 @@ void after_runtime_alloc(cudaError_t e, void* p, std::size_t bytes, CUstream s, 
   if (e == cudaSuccess && p != nullptr) note_passthrough_allocation(p, bytes, s, kind, entry, CUDA_SUCCESS, start);
 }
 
-cudaError_t malloc_async_impl(void** p, std::size_t n, cudaStream_t s, hook_id id, bool ptsz,
-                              const char* entry) noexcept {
+// The hook's id is a template argument: its real function's slot and whether it is
+// a _ptsz entry point are constants.
+template <hook_id id>
+cudaError_t malloc_async_impl(void** p, std::size_t n, cudaStream_t s, const char* entry) noexcept {
   auto const f = real<malloc_async_fn>(id);
   if (!interposing_allocations_or_exit()) return f != nullptr ? f(p, n, s) : no_runtime;
   if (f == nullptr) return no_runtime;
@@ -101,7 +103,7 @@ cudaError_t malloc_async_impl(void** p, std::size_t n, cudaStream_t s, hook_id i
     *p = nullptr;
     return cudaSuccess;
   }
-  CUstream const cs = ptsz ? ptsz_stream(s) : s;
+  CUstream const cs = per_thread_stream(id) ? ptsz_stream(s) : s;
   if (stream_capturing(cs)) {
     auto const start = event_clock();
     cudaError_t const e = delegate(entry, CUDA_SUCCESS, [&] { return f(p, n, s); });
@@ -112,7 +114,7 @@ cudaError_t malloc_async_impl(void** p, std::size_t n, cudaStream_t s, hook_id i
   stream_home home;
   if (check_stream(cs, &home) != CUDA_SUCCESS) return delegate(entry, CUDA_SUCCESS, [&] { return f(p, n, s); });
   void* q = nullptr;
-  CUresult const r = chain_allocate(&q, n, cs, alloc_kind::async, entry, true, home);
+  CUresult const r = chain_allocate(&q, n, cs, alloc_kind::async, entry, entry_level::runtime, home);
   if (r == CUDA_SUCCESS) {
     *p = q;
     return cudaSuccess;
@@ -120,11 +122,12 @@ cudaError_t malloc_async_impl(void** p, std::size_t n, cudaStream_t s, hook_id i
   return delegate(entry, r, [&] { return f(p, n, s); });
 }
 
-cudaError_t free_async_impl(void* p, cudaStream_t s, hook_id id, bool ptsz, const char* entry) noexcept {
+template <hook_id id>
+cudaError_t free_async_impl(void* p, cudaStream_t s, const char* entry) noexcept {
   auto const f = real<free_async_fn>(id);
   if (!active() || p == nullptr) return f != nullptr ? f(p, s) : no_runtime;
-  CUstream const cs = ptsz ? ptsz_stream(s) : s;
-  auto const o = free_registered(p, cs, true, entry);
+  CUstream const cs = per_thread_stream(id) ? ptsz_stream(s) : s;
+  auto const o = free_registered(p, cs, free_kind::async, entry);
   if (o.handled) return answered(entry, o.result, f, s);
   if (f == nullptr) return no_runtime;
   scoped_runtime_call marker{entry};
@@ -133,8 +136,8 @@ cudaError_t free_async_impl(void* p, cudaStream_t s, hook_id id, bool ptsz, cons
   return e;
 }
 
-cudaError_t malloc_pool_impl(void** p, std::size_t n, cudaMemPool_t pool, cudaStream_t s, hook_id id,
-                             bool ptsz) noexcept {
+template <hook_id id>
+cudaError_t malloc_pool_impl(void** p, std::size_t n, cudaMemPool_t pool, cudaStream_t s) noexcept {
   const char* entry = "cudaMallocFromPoolAsync";
   auto const f = real<malloc_pool_fn>(id);
   if (f == nullptr) return no_runtime;
@@ -146,7 +149,7 @@ cudaError_t malloc_pool_impl(void** p, std::size_t n, cudaMemPool_t pool, cudaSt
     *p = nullptr;
     return cudaSuccess;
   }
-  CUstream const cs = ptsz ? ptsz_stream(s) : s;
+  CUstream const cs = per_thread_stream(id) ? ptsz_stream(s) : s;
   auto const pass = [&](alloc_kind kind) {
     auto const start = event_clock();
     cudaError_t const e = delegate(entry, CUDA_SUCCESS, [&] { return f(p, n, pool, s); });
@@ -158,7 +161,7 @@ cudaError_t malloc_pool_impl(void** p, std::size_t n, cudaMemPool_t pool, cudaSt
   // The pool names the device (the current one's default pool), not the stream.
   if (!is_default_pool(reinterpret_cast<CUmemoryPool>(pool))) return pass(alloc_kind::foreign_pool);
   void* q = nullptr;
-  CUresult const r = chain_allocate(&q, n, cs, alloc_kind::async, entry, true);
+  CUresult const r = chain_allocate(&q, n, cs, alloc_kind::async, entry, entry_level::runtime);
   if (r == CUDA_SUCCESS) {
     *p = q;
     return cudaSuccess;
@@ -214,7 +217,7 @@ GPUMEM_HOOK(cudaError_t, cudaMalloc, (void** p, std::size_t n)) {
   CUresult r = CUDA_ERROR_INVALID_VALUE;  // NULL out-pointer: the runtime says so itself
   if (p != nullptr) {
     void* q = nullptr;
-    r = chain_allocate(&q, n, nullptr, alloc_kind::sync, "cudaMalloc", true);
+    r = chain_allocate(&q, n, nullptr, alloc_kind::sync, "cudaMalloc", entry_level::runtime);
     if (r == CUDA_SUCCESS) {
       *p = q;
       return cudaSuccess;
@@ -228,7 +231,7 @@ GPUMEM_HOOK(cudaError_t, cudaFree, (void* p)) {
   auto const f = real<free_fn>(hook_id::h_cudaFree);
   // cudaFree(NULL) is the idiom that creates the context: the runtime's business.
   if (!active() || p == nullptr) return f != nullptr ? f(p) : no_runtime;
-  auto const o = free_registered(p, nullptr, false, "cudaFree");
+  auto const o = free_registered(p, nullptr, free_kind::sync, "cudaFree");
   // A refused double free is answered here: handing a pool pointer to the real
   // runtime could free the pool's slab.
   if (o.handled) return answered("cudaFree", o.result, f);
@@ -240,22 +243,22 @@ GPUMEM_HOOK(cudaError_t, cudaFree, (void* p)) {
 }
 
 GPUMEM_HOOK(cudaError_t, cudaMallocAsync, (void** p, std::size_t n, cudaStream_t s)) {
-  return malloc_async_impl(p, n, s, hook_id::h_cudaMallocAsync, false, "cudaMallocAsync");
+  return malloc_async_impl<hook_id::h_cudaMallocAsync>(p, n, s, "cudaMallocAsync");
 }
 GPUMEM_HOOK(cudaError_t, cudaMallocAsync_ptsz, (void** p, std::size_t n, cudaStream_t s)) {
-  return malloc_async_impl(p, n, s, hook_id::h_cudaMallocAsync_ptsz, true, "cudaMallocAsync");
+  return malloc_async_impl<hook_id::h_cudaMallocAsync_ptsz>(p, n, s, "cudaMallocAsync");
 }
 GPUMEM_HOOK(cudaError_t, cudaFreeAsync, (void* p, cudaStream_t s)) {
-  return free_async_impl(p, s, hook_id::h_cudaFreeAsync, false, "cudaFreeAsync");
+  return free_async_impl<hook_id::h_cudaFreeAsync>(p, s, "cudaFreeAsync");
 }
 GPUMEM_HOOK(cudaError_t, cudaFreeAsync_ptsz, (void* p, cudaStream_t s)) {
-  return free_async_impl(p, s, hook_id::h_cudaFreeAsync_ptsz, true, "cudaFreeAsync");
+  return free_async_impl<hook_id::h_cudaFreeAsync_ptsz>(p, s, "cudaFreeAsync");
 }
 GPUMEM_HOOK(cudaError_t, cudaMallocFromPoolAsync, (void** p, std::size_t n, cudaMemPool_t pool, cudaStream_t s)) {
-  return malloc_pool_impl(p, n, pool, s, hook_id::h_cudaMallocFromPoolAsync, false);
+  return malloc_pool_impl<hook_id::h_cudaMallocFromPoolAsync>(p, n, pool, s);
 }
 GPUMEM_HOOK(cudaError_t, cudaMallocFromPoolAsync_ptsz, (void** p, std::size_t n, cudaMemPool_t pool, cudaStream_t s)) {
-  return malloc_pool_impl(p, n, pool, s, hook_id::h_cudaMallocFromPoolAsync_ptsz, true);
+  return malloc_pool_impl<hook_id::h_cudaMallocFromPoolAsync_ptsz>(p, n, pool, s);
 }
 
 GPUMEM_HOOK(cudaError_t, cudaMallocManaged, (void** p, std::size_t n, unsigned int flags)) {
@@ -282,7 +285,7 @@ GPUMEM_HOOK(cudaError_t, cudaMallocPitch, (void** p, std::size_t* pitch, std::si
   CUresult r = CUDA_ERROR_OUT_OF_MEMORY;
   if (row >= width && height <= std::numeric_limits<std::size_t>::max() / row) {
     void* q = nullptr;
-    r = chain_allocate(&q, row * height, nullptr, alloc_kind::pitch, "cudaMallocPitch", true);
+    r = chain_allocate(&q, row * height, nullptr, alloc_kind::pitch, "cudaMallocPitch", entry_level::runtime);
     if (r == CUDA_SUCCESS) {
       *p = q;
       *pitch = row;

@@ -69,12 +69,13 @@ CUresult begin_capture(Call&& call) noexcept {
   return stream_tracker::begin_capture(call);
 }
 
-CUresult end_capture(CUstream s, CUgraph* graph, hook_id id, bool ptsz) noexcept {
+template <hook_id id>
+CUresult end_capture(CUstream s, CUgraph* graph) noexcept {
   auto const f = real<CUresult (*)(CUstream, CUgraph*)>(id);
   if (f == nullptr) return not_loaded();
   // Whether this ends a capture (also an invalidated one) is known only before;
   // a graph returned proves it did.
-  bool const was_capturing = captures(ptsz ? ptsz_stream(s) : s);
+  bool const was_capturing = captures(per_thread_stream(id) ? ptsz_stream(s) : s);
   CUresult const r = f(s, graph);
   if (was_capturing || r == CUDA_SUCCESS) note_capture_ended();
   return r;
@@ -144,10 +145,10 @@ GPUMEM_HOOK(CUresult, cuStreamBeginCaptureToGraph_ptsz,
   return f != nullptr ? begin_capture([&] { return f(s, g, deps, edges, n, mode); }) : not_loaded();
 }
 GPUMEM_HOOK(CUresult, cuStreamEndCapture, (CUstream s, CUgraph* graph)) {
-  return end_capture(s, graph, hook_id::h_cuStreamEndCapture, false);
+  return end_capture<hook_id::h_cuStreamEndCapture>(s, graph);
 }
 GPUMEM_HOOK(CUresult, cuStreamEndCapture_ptsz, (CUstream s, CUgraph* graph)) {
-  return end_capture(s, graph, hook_id::h_cuStreamEndCapture_ptsz, true);
+  return end_capture<hook_id::h_cuStreamEndCapture_ptsz>(s, graph);
 }
 
 GPUMEM_HOOK(CUresult, cuGreenCtxCreate, (CUgreenCtx * green, CUdevResourceDesc desc, CUdevice dev, unsigned flags)) {

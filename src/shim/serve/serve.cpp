@@ -66,7 +66,7 @@ CUresult take_forced_result() noexcept {
 }
 
 CUresult chain_allocate(void** out, std::size_t bytes, CUstream stream, alloc_kind kind, const char* entry,
-                        bool runtime_entry, stream_home const& home) noexcept {
+                        entry_level entered, stream_home const& home) noexcept {
   // A synchronous allocation CUDA may refuse during a capture: CUDA's to answer
   // (capture_may_refuse_unsafe_calls).
   if (kind != alloc_kind::async && capture_may_refuse_unsafe_calls()) return CUDA_ERROR_NOT_SUPPORTED;
@@ -117,7 +117,7 @@ CUresult chain_allocate(void** out, std::size_t bytes, CUstream stream, alloc_ki
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   st.chain_allocations.add();
-  if (runtime_entry) st.runtime_allocations.add();
+  if (entered == entry_level::runtime) st.runtime_allocations.add();
   log_event(event_row(log_action::allocate, p, bytes, stream, dev, entry, CUDA_SUCCESS), start);
   *out = p;
   return CUDA_SUCCESS;
@@ -129,7 +129,7 @@ free_outcome refuse_double_free(void* p, CUstream stream, const char* entry, eve
   state().stats.double_frees.add();
   message(level::error, "%s(%p): double free of a pointer gpumem handed out; refused (invalid value)", entry, p);
   log_event(event_row(log_action::free, p, 0, stream, -1, entry, CUDA_ERROR_INVALID_VALUE), start);
-  return {true, CUDA_ERROR_INVALID_VALUE, false};
+  return free_outcome::answered(CUDA_ERROR_INVALID_VALUE);
 }
 
 /// An event recorded, in the stream's own context, after the work submitted to
@@ -182,7 +182,8 @@ bool inside_a_chain(void const* p) noexcept {
 
 }  // namespace
 
-free_outcome free_registered(void* p, CUstream stream, bool stream_ordered, const char* entry) noexcept {
+free_outcome free_registered(void* p, CUstream stream, free_kind kind, const char* entry) noexcept {
+  bool const stream_ordered = kind == free_kind::async;
   allocation a{};
   auto const start = event_clock();
   auto const key = reinterpret_cast<std::uintptr_t>(p);
@@ -199,7 +200,7 @@ free_outcome free_registered(void* p, CUstream stream, bool stream_ordered, cons
                 "allocation freed long ago); refused (invalid value)",
                 entry, p);
         log_event(event_row(log_action::free, p, 0, stream, -1, entry, CUDA_ERROR_INVALID_VALUE), start);
-        return {true, CUDA_ERROR_INVALID_VALUE, false};
+        return free_outcome::answered(CUDA_ERROR_INVALID_VALUE);
       }
       return {};
     case take_result::already_freed: return refuse_double_free(p, stream, entry, start);
@@ -207,14 +208,14 @@ free_outcome free_registered(void* p, CUstream stream, bool stream_ordered, cons
   }
   // CUDA's own memory: taken before CUDA can hand the address to someone else; the
   // caller restores it if CUDA refuses the free.
-  if (!from_chain(a.kind)) return {false, CUDA_SUCCESS, true, a};
+  if (!from_chain(a.kind)) return free_outcome::cudas_memory(a);
   // cudaFree during a capture, from a thread CUDA forbids it (its own capture, or a
   // global one): CUDA's error, and the block stays allocated, as CUDA keeps it.
   if (!stream_ordered && capture_may_refuse_unsafe_calls()) {
     if (CUresult const refused = unsafe_call_verdict(); refused == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED) {
       restore_registration(p, a);
       log_event(event_row(log_action::free, p, a.bytes, stream, a.device, entry, refused), start);
-      return {true, refused, false};
+      return free_outcome::answered(refused);
     }
   }
   // A destroyed or made-up stream: CUDA's error, and nothing consumed (a later, valid
@@ -224,7 +225,7 @@ free_outcome free_registered(void* p, CUstream stream, bool stream_ordered, cons
     if (CUresult const bad = check_stream(stream, &home); bad != CUDA_SUCCESS) {
       restore_registration(p, a);
       log_event(event_row(log_action::free, p, a.bytes, stream, a.device, entry, bad), start);
-      return {true, bad, false};
+      return free_outcome::answered(bad);
     }
   }
   if (stream_ordered && (stream == nullptr || stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD)) {
@@ -265,7 +266,7 @@ free_outcome free_registered(void* p, CUstream stream, bool stream_ordered, cons
   }
   state().stats.chain_frees.add();
   log_event(event_row(log_action::free, p, a.bytes, stream, c.device, entry, CUDA_SUCCESS), start);
-  return {true, CUDA_SUCCESS, false};
+  return free_outcome::answered(CUDA_SUCCESS);
 }
 
 void settle_passthrough_free(void* p, free_outcome const& o, bool freed) noexcept {

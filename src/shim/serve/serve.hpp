@@ -49,6 +49,17 @@ class scoped_runtime_call {
 /// The forced result of the enclosing runtime call (consumed), or CUDA_SUCCESS.
 [[nodiscard]] CUresult take_forced_result() noexcept;
 
+/// The level an allocation entered at, for the statistics: a runtime entry point's
+/// (served by its hook, or by the driver hook the real runtime called) or the
+/// driver's own.
+enum class entry_level : bool { driver, runtime };
+
+/// A driver hook's level: the runtime's when the real runtime called it on the
+/// program's behalf (scoped_runtime_call).
+[[nodiscard]] inline entry_level driver_hook_level() noexcept {
+  return current_runtime_call().entry != nullptr ? entry_level::runtime : entry_level::driver;
+}
+
 /// Allocates `bytes` (> 0) from the chain of the current context's device on
 /// `stream` and registers it. A stream-ordered allocation on a stream created in
 /// another device's primary context (`home`, from check_stream) is served from that
@@ -60,14 +71,26 @@ class scoped_runtime_call {
 /// (capture_may_refuse_unsafe_calls): the caller then hands the call to CUDA. On
 /// out-of-memory the chain is trimmed and the allocation retried once.
 CUresult chain_allocate(void** out, std::size_t bytes, CUstream stream, alloc_kind kind, const char* entry,
-                        bool runtime_entry, stream_home const& home = {}) noexcept;
+                        entry_level entered, stream_home const& home = {}) noexcept;
 
-/// Outcome of a free of a registered pointer.
+/// How a free orders itself: cudaFree's promise (the memory is free for any stream
+/// at once: call_context::synchronous in safe mode) or cudaFreeAsync's, on its stream.
+enum class free_kind : bool { sync, async };
+
+/// Outcome of a free of a registered pointer. The default: not the shim's to
+/// answer, nothing taken (hand the free to CUDA).
 struct free_outcome {
   bool handled = false;  ///< true: `result` is the answer; false: hand the free to CUDA
   CUresult result = CUDA_SUCCESS;
   bool passthrough_allocation = false;  ///< not handled because CUDA made it (managed, captured, ...)
   allocation taken{};                   ///< passthrough_allocation: its record, for restore_registration()
+
+  /// The shim answers the free with `r`.
+  [[nodiscard]] static free_outcome answered(CUresult r) noexcept { return {true, r, false, {}}; }
+  /// CUDA's own memory: CUDA answers; `a` is its record, taken until CUDA did.
+  [[nodiscard]] static free_outcome cudas_memory(allocation const& a) noexcept {
+    return {false, CUDA_SUCCESS, true, a};
+  }
 };
 
 /// Re-registers CUDA's memory whose free CUDA refused: a failed free never consumes
@@ -78,11 +101,11 @@ void restore_registration(void* p, allocation const& a) noexcept;
 /// charge to a limit (own_context_memory.hpp).
 void settle_passthrough_free(void* p, free_outcome const& o, bool freed) noexcept;
 
-/// Frees `p` if the shim registered it. `stream_ordered`: cudaFreeAsync semantics on
-/// `stream`; else cudaFree semantics (call_context::synchronous in safe mode).
+/// Frees `p` if the shim registered it, as `kind` orders: free_kind::async on
+/// `stream`; free_kind::sync as cudaFree (call_context::synchronous in safe mode).
 /// Double frees are refused with CUDA_ERROR_INVALID_VALUE and logged; a free on a
 /// destroyed or made-up stream gets CUDA's error and leaves the pointer allocated.
-free_outcome free_registered(void* p, CUstream stream, bool stream_ordered, const char* entry) noexcept;
+free_outcome free_registered(void* p, CUstream stream, free_kind kind, const char* entry) noexcept;
 
 /// Counts and logs an allocation CUDA made for us (pass-through kinds), registering
 /// it on success so its free finds its way back. `charged`: the chain whose limit
