@@ -204,7 +204,7 @@ void allocation_registry::clear_shard(shard& s) noexcept {
 
 // ---- hot path ------------------------------------------------------------------
 
-bool allocation_registry::insert_impl(std::uintptr_t p, allocation const& a, bool replace_live) {
+bool allocation_registry::insert_impl(std::uintptr_t p, allocation const& a, if_live then) {
   std::uint64_t const h = hash(p);
   std::size_t const si = static_cast<std::size_t>(h >> 56U);
   shard& s = shards_[si];
@@ -216,7 +216,7 @@ bool allocation_registry::insert_impl(std::uintptr_t p, allocation const& a, boo
     if (i == npos) {
       i = claim(s, p, h);
     } else if (s.keys[i].state == live) {
-      if (!replace_live) return false;
+      if (then == if_live::keep_it) return false;
       replaced_stack = s.keys[i].stack;
       replaced_bytes = s.vals[i].bytes;
     }
@@ -229,13 +229,17 @@ bool allocation_registry::insert_impl(std::uintptr_t p, allocation const& a, boo
   return true;
 }
 
-void allocation_registry::insert(std::uintptr_t p, allocation const& a) { (void)insert_impl(p, a, true); }
+void allocation_registry::insert(std::uintptr_t p, allocation const& a) {
+  (void)insert_impl(p, a, if_live::replace_it);
+}
 
-bool allocation_registry::insert_if_absent(std::uintptr_t p, allocation const& a) { return insert_impl(p, a, false); }
+bool allocation_registry::insert_if_absent(std::uintptr_t p, allocation const& a) {
+  return insert_impl(p, a, if_live::keep_it);
+}
 
 bool allocation_registry::restore(std::uintptr_t p, allocation const& a) noexcept {
   try {
-    return insert_impl(p, a, false);
+    return insert_impl(p, a, if_live::keep_it);
   } catch (...) { return false; }
 }
 

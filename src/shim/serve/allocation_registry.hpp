@@ -258,7 +258,10 @@ class allocation_registry {
   static std::size_t forget_oldest_free(shard& s, std::size_t i) noexcept;  // returns i's new slot
   void note_change(shard& s, std::size_t shard_index, std::uintptr_t p) const noexcept;
   void tell_observer(std::uint32_t stack, std::size_t bytes, bool now_live) const noexcept;
-  bool insert_impl(std::uintptr_t p, allocation const& a, bool replace_live);
+  /// What an insert does where `p` is already live: insert() replaces the entry,
+  /// insert_if_absent() and restore() keep it.
+  enum class if_live : bool { keep_it, replace_it };
+  bool insert_impl(std::uintptr_t p, allocation const& a, if_live then);
   static void free_table(shard& s) noexcept;
   static void clear_shard(shard& s) noexcept;
 
