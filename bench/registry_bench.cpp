@@ -1,4 +1,4 @@
-// The shim's pointer registry (src/shim/allocation_registry) on the CPU: what every
+// The shim's pointer registry (src/shim/serve/allocation_registry) on the CPU: what every
 // interposed allocation+free pair pays for it, and what pointer queries cost.
 //
 //   pair_same            insert + take of one address again and again (a pool's
@@ -25,7 +25,7 @@
 // registry built on std::mutex.
 //
 //   registry_bench [--benchmark_min_time=0.5] [--benchmark_repetitions=3]
-#include "allocation_registry.hpp"
+#include "serve/allocation_registry.hpp"
 
 #include <benchmark/benchmark.h>
 

@@ -90,7 +90,7 @@ def parse_configs(text: str) -> list[Config]:
 
 # The exit report's first device block (the runs see one GPU): "peak live 1.5 GiB  peak
 # reserved 2 GiB  now live 0 B  reserved 2 GiB" and "reached the device resource: N
-# allocations, M frees" (src/shim/report.cpp).
+# allocations, M frees" (src/shim/observe/report.cpp).
 _SIZE = r"([\d.]+ (?:B|KiB|MiB|GiB|TiB))"
 _PEAKS = re.compile(rf"peak live {_SIZE}\s+peak reserved {_SIZE}\s+now live {_SIZE}\s+reserved {_SIZE}")
 _DEVICE_CALLS = re.compile(r"reached the device resource: (\d+) allocations, (\d+) frees")

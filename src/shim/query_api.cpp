@@ -2,9 +2,9 @@
 
 #include "gpumem_shim.h"
 
-#include "allocation_registry.hpp"
-#include "device_chains.hpp"
-#include "release.hpp"
+#include "serve/allocation_registry.hpp"
+#include "serve/device_chains.hpp"
+#include "serve/release.hpp"
 #include "shim_state.hpp"
 
 #include <gpumem/statistics_resource_adaptor.hpp>

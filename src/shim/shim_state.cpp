@@ -1,14 +1,14 @@
 #include "shim_state.hpp"
 
-#include "allocation_registry.hpp"
-#include "capture_guard.hpp"
-#include "created_memory.hpp"
-#include "device_chains.hpp"
-#include "event_log.hpp"
-#include "live_streams.hpp"
-#include "own_context_memory.hpp"
-#include "release.hpp"
-#include "report.hpp"
+#include "observe/event_log.hpp"
+#include "observe/report.hpp"
+#include "serve/allocation_registry.hpp"
+#include "serve/capture_guard.hpp"
+#include "serve/created_memory.hpp"
+#include "serve/device_chains.hpp"
+#include "serve/live_streams.hpp"
+#include "serve/own_context_memory.hpp"
+#include "serve/release.hpp"
 
 #include <gpumem/config.hpp>
 #include <gpumem/stream_tracker.hpp>

@@ -1,7 +1,7 @@
 // allocation_registry on its own: exact insert/take/lookup, double-free tombstones
 // and their bound, the stacks entries carry, interior lookups of every size, device drops, concurrent use
 // against per-thread oracles, growth under load, and a forked child's reset.
-#include "allocation_registry.hpp"
+#include "serve/allocation_registry.hpp"
 
 #include <gtest/gtest.h>
 

@@ -5,7 +5,7 @@
 
 #include "shim_process.hpp"
 // The shim's hook list (X-macro), shared with the shim's build.
-#include "../../src/shim/hook_table.hpp"
+#include "../../src/shim/hooks/hook_table.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
 // Memory given back when the program asks, the way CUDA programs ask
-// (src/shim/release.hpp): programs under the shim on the simulated device check the
+// (src/shim/serve/release.hpp): programs under the shim on the simulated device check the
 // device memory held after synchronizations, cudaMemPoolTrimTo, the default pool's
 // attributes and gpumem_shim_trim (programs/release_app.cpp, drv_app.c).
 

@@ -7,7 +7,7 @@
 //
 // The allocation log reads its clock at a call's end only when this count moved
 // during the call: a row of a call served from the free lists (tens of ns) takes one
-// clock read, not two, and leaves DurationNs empty (shim/event_log.hpp). What is
+// clock read, not two, and leaves DurationNs empty (shim/observe/event_log.hpp). What is
 // counted covers what takes long in practice; a few rare waits are not (a stream's
 // first lookup taking the free lists' table lock, the foreign batches' lock), and a
 // call slowed by one of those logs no duration.

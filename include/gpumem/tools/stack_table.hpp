@@ -1,6 +1,6 @@
 #pragma once
 // The stack table the shim writes beside a log ("<log>.stacks"; its format is
-// described in src/shim/stack_table.hpp): the call stacks the log's Stack column
+// described in src/shim/observe/stack_table.hpp): the call stacks the log's Stack column
 // refers to, and the loaded objects (modules) their addresses fall in.
 //
 // Read whole into memory: it holds one line per distinct stack, not per event.

@@ -13,7 +13,7 @@
  *                   so gpumem never makes the device's primary context.
  *   drv_app release : synchronizations and the default pool's trim and attributes
  *                   through dlsym and cuGetProcAddress: memory the pool caches goes
- *                   back to the device (src/shim/release.hpp). */
+ *                   back to the device (src/shim/serve/release.hpp). */
 #include "app_support.h"
 
 #include <cuda.h>

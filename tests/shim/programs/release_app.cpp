@@ -1,5 +1,5 @@
 // Test program: giving cached device memory back when the program asks, the way
-// CUDA programs ask (src/shim/release.hpp): at synchronizations, by
+// CUDA programs ask (src/shim/serve/release.hpp): at synchronizations, by
 // cudaMemPoolTrimTo and the default pool's attributes, and by gpumem_shim_trim.
 // Linked against the toolkit's shared libcudart (the sim's at run time). argv[1]
 // picks the scenario, argv[2] a variant; every scenario checks its own results.

@@ -1,0 +1,44 @@
+#include "serve/ipc_policy.hpp"
+
+#include "serve/allocation_registry.hpp"
+#include "shim_state.hpp"
+
+#include <gpumem/detail/driver_api.hpp>
+#include <gpumem/device_memory_resource.hpp>
+#include <gpumem/stream_tracker.hpp>
+
+#include <cuda.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace gpumem::shim {
+
+bool ipc_allowed(void* p, const char* entry) noexcept {
+  auto const hit = registry().find_containing(reinterpret_cast<std::uintptr_t>(p));
+  if (!hit || !from_chain(hit->second.kind)) return true;  // CUDA's own memory
+  auto const& d = detail::driver();
+  CUdeviceptr base = 0;
+  std::size_t size = 0;
+  auto const dp = reinterpret_cast<CUdeviceptr>(p);
+  // A block that is a whole upstream allocation opens to the right memory.
+  if (hit->first == dp && d.cuMemGetAddressRange(&base, &size, dp) == CUDA_SUCCESS && base == dp &&
+      size <= align_up(hit->second.bytes, allocation_alignment)) {
+    // The block may have been reused behind a GPU-side barrier while its previous
+    // owner's work still ran; another process's work is ordered by nothing of ours,
+    // so let that work finish first (exporting is rare; never during a capture).
+    if (!stream_tracker::capture_active() && d.cuCtxSynchronize() == CUDA_SUCCESS) state().stats.device_syncs.add();
+    return true;
+  }
+  state().stats.ipc_refused.add();
+  message(level::error,
+          "%s(%p): refused (operation not supported): the pointer is a block inside a gpumem pool, and an IPC "
+          "handle names a whole CUDA allocation, so another process would open the pool's slab, not this block. "
+          "To share device memory between processes, run the program with GPUMEM_RESOURCE=cuda (gpumem-run "
+          "--resource cuda): every allocation is then its own cudaMalloc, which IPC exports exactly; limits, "
+          "logs and statistics still apply",
+          entry, p);
+  return false;
+}
+
+}  // namespace gpumem::shim

@@ -1,0 +1,33 @@
+#include "serve/notifications.hpp"
+
+#include "serve/allocation_registry.hpp"
+#include "serve/device_chains.hpp"
+#include "serve/live_streams.hpp"
+#include "serve/release.hpp"
+
+#include <gpumem/stream_tracker.hpp>
+
+namespace gpumem::shim {
+
+void notify_stream_destroyed(CUstream stream) noexcept {
+  stream_gone(stream);
+  for (int d = 0; d < stream_tracker::max_devices; ++d) stream_tracker::of(d).stream_destroying(stream);
+  try {
+    for_each_chain([stream](device_chain& c) {
+      scoped_chain_context ctx{c};
+      c.chain->top().stream_destroyed(stream_ref{stream});
+    });
+  } catch (...) {}
+}
+
+void forget_device(int device) noexcept {
+  if (device < 0) return;
+  stream_tracker::of(device).context_reset();
+  try {
+    registry().drop_device(device);
+  } catch (...) {}
+  drop_chain(device);
+  forget_release_state(device);
+}
+
+}  // namespace gpumem::shim
