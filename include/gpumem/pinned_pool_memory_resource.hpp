@@ -23,10 +23,12 @@
 // copy issued before the free, on any stream of any device, may still read or
 // write it (real cuMemFreeHost waits for the context's work). It is handed out
 // again only once the GPU has completed all such work:
-// - when a request finds no clean block of its class and pending blocks wait, the
-//   pool FENCES them: on every device whose primary context is active, a
-//   stream_tracker barrier (the legacy stream waits for every stream; the host
-//   never waits). The batch then waits for those barriers to complete.
+// - the pool FENCES pending blocks: on every device whose primary context is
+//   active, a stream_tracker barrier (the legacy stream waits for every stream; the
+//   host never waits). A free fences at once when no earlier fence is still in
+//   flight (so at most one is: one barrier per GPU round trip, however many
+//   frees); a request that finds no clean block of its class fences whatever is
+//   pending. Each batch then waits for its barriers to complete.
 // - a fenced batch becomes clean when stream_tracker::last_barrier_complete() says
 //   so for each of its devices (cuEventQuery; a later barrier completing implies
 //   the earlier one did). Until then the pool grows from the upstream instead.
@@ -47,7 +49,8 @@
 // and the driver are called without it.
 //
 // Complexity: allocate/deallocate O(log n) in the blocks held; a fence costs one
-// barrier per active device (stream_tracker.hpp) and serves every block pending then.
+// barrier per active device (stream_tracker.hpp) and serves every block pending then;
+// a free also queries the fence in flight (one cuEventQuery per device).
 
 #include <gpumem/device_memory_resource.hpp>
 
@@ -87,8 +90,8 @@ class pinned_pool_memory_resource final : public device_memory_resource {
   [[nodiscard]] resource_info do_info() const override;
   /// p inside a block the pool holds (in use, pending or clean).
   [[nodiscard]] bool do_owns(void const* p) const noexcept override;
-  /// A free only files the block.
-  [[nodiscard]] bool do_deallocate_calls_driver() const noexcept override { return false; }
+  /// wait_for_gpu: a free may fence (driver calls); else it only files the block.
+  [[nodiscard]] bool do_deallocate_calls_driver() const noexcept override;
 
   std::unique_ptr<impl> impl_;
 };

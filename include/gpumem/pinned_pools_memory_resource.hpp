@@ -76,7 +76,7 @@ class pinned_pools_memory_resource final : public device_memory_resource {
   std::size_t do_release() override;
   [[nodiscard]] resource_info do_info() const override;
   [[nodiscard]] bool do_owns(void const* p) const noexcept override;
-  [[nodiscard]] bool do_deallocate_calls_driver() const noexcept override { return !pooled_; }
+  [[nodiscard]] bool do_deallocate_calls_driver() const noexcept override { return !pooled_ || opts_.wait_for_gpu; }
 
   pinned_pool_options opts_;
   bool pooled_;

@@ -10,7 +10,8 @@ pinned_host_memory_resource::pinned_host_memory_resource(unsigned flags) : flags
 
 void* pinned_host_memory_resource::do_allocate(std::size_t bytes, stream_ref /*stream: synchronous*/) {
   if (bytes == 0) return nullptr;
-  if (CUresult r = detail::ensure_context(); r != CUDA_SUCCESS) detail::throw_allocation_error(r, "cuMemHostAlloc", bytes);
+  if (CUresult r = detail::ensure_context(); r != CUDA_SUCCESS)
+    detail::throw_allocation_error(r, "cuMemHostAlloc", bytes);
   auto const& d = detail::driver();
   if (d.cuMemHostAlloc == nullptr) detail::throw_allocation_error(CUDA_ERROR_NOT_SUPPORTED, "cuMemHostAlloc", bytes);
   void* p = nullptr;

@@ -2,10 +2,12 @@
 #include <gpumem/pinned_pool_memory_resource.hpp>
 #include <gpumem/stream_tracker.hpp>
 
+#include <algorithm>
 #include <bit>
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -60,7 +62,7 @@ struct pinned_pool_memory_resource::impl {
   device_memory_resource* upstream;
   pinned_pool_options opts;
   mutable std::mutex mutex;
-  std::map<std::uintptr_t, block> blocks;           // every block held, by address
+  std::map<std::uintptr_t, block> blocks;            // every block held, by address
   std::multimap<std::size_t, std::uintptr_t> clean;  // class size -> clean block
   std::vector<std::uintptr_t> pending;               // freed, not yet fenced
   struct batch {
@@ -251,8 +253,19 @@ void pinned_pool_memory_resource::do_deallocate(void* p, std::size_t /*bytes*/, 
   b.state = block_state::pending;
   m.waiting += b.size;
   m.peak_waiting = std::max(m.peak_waiting, m.waiting);
-  m.pending.push_back(it->first);
+  try {
+    m.pending.push_back(it->first);
+  } catch (std::bad_alloc const&) {
+    return;  // the block stays in the table, held until release()
+  }
+  // Fence at once unless a fence is still in flight: the GPU then works through
+  // it while the program runs, and the next request finds the block clean. At most
+  // one fence in flight bounds the barriers to one per GPU round trip.
+  m.promote_completed(false);
+  if (m.fenced.empty()) m.fence_pending();
 }
+
+bool pinned_pool_memory_resource::do_deallocate_calls_driver() const noexcept { return impl_->opts.wait_for_gpu; }
 
 std::size_t pinned_pool_memory_resource::do_release() {
   auto& m = *impl_;

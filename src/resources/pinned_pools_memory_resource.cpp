@@ -36,10 +36,13 @@ pinned_pool_memory_resource* pinned_pools_memory_resource::pool(unsigned flags, 
 }
 
 device_memory_resource& pinned_pools_memory_resource::serving(unsigned flags) {
-  if ((flags & ~pinned_host_flag_mask) != 0) throw cuda_error{CUDA_ERROR_INVALID_VALUE, "gpumem: unknown cuMemHostAlloc flags"};
-  if (CUresult r = detail::ensure_context(); r != CUDA_SUCCESS) throw cuda_error{r, "gpumem: no context for pinned memory"};
+  if ((flags & ~pinned_host_flag_mask) != 0)
+    throw cuda_error{CUDA_ERROR_INVALID_VALUE, "gpumem: unknown cuMemHostAlloc flags"};
+  if (CUresult r = detail::ensure_context(); r != CUDA_SUCCESS)
+    throw cuda_error{r, "gpumem: no context for pinned memory"};
   int const device = detail::current_device();
-  if (device < 0 || device >= max_devices) throw cuda_error{CUDA_ERROR_INVALID_CONTEXT, "gpumem: no device for pinned memory"};
+  if (device < 0 || device >= max_devices)
+    throw cuda_error{CUDA_ERROR_INVALID_CONTEXT, "gpumem: no device for pinned memory"};
   auto& slot = entries_[(static_cast<std::size_t>(device) * flag_sets) + flags];
   if (entry* e = slot.load(std::memory_order_acquire)) [[likely]] { return e->top(); }
   std::lock_guard lock{make_mutex_};
