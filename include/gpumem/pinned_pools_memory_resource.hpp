@@ -81,7 +81,7 @@ class pinned_pools_memory_resource final : public device_memory_resource {
   pinned_pool_options opts_;
   bool pooled_;
   std::mutex make_mutex_;
-  std::array<std::atomic<entry*>, flag_sets * max_devices> entries_{};
+  std::array<std::atomic<entry*>, std::size_t{flag_sets} * max_devices> entries_{};
 };
 
 }  // namespace gpumem
