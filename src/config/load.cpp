@@ -29,12 +29,27 @@ namespace {
 constexpr std::string_view env_source = "environment";
 
 /// The variables gpumem reads (for the did-you-mean of unknown ones).
-constexpr std::array<std::string_view, 19> known_variables{
-    "GPUMEM_CONFIG",         "GPUMEM_DISABLE",   "GPUMEM_RESOURCE",         "GPUMEM_POOL_SIZE",
-    "GPUMEM_POOL_MAX",       "GPUMEM_LIMIT",     "GPUMEM_LOG_FILE",         "GPUMEM_LOG_LEVEL",
-    "GPUMEM_SYNC_MODE",      "GPUMEM_ON_ERROR",  "GPUMEM_REPORT",           "GPUMEM_REPORT_FILE",
-    "GPUMEM_DEFERRED_FLUSH", "GPUMEM_SHIM",      "GPUMEM_STACKS",           "GPUMEM_STACK_SAMPLE",
-    "GPUMEM_STACK_MIN_SIZE", "GPUMEM_LOG_QUEUE", "GPUMEM_RELEASE_THRESHOLD"};
+constexpr std::array<std::string_view, 21> known_variables{"GPUMEM_CONFIG",
+                                                           "GPUMEM_DISABLE",
+                                                           "GPUMEM_RESOURCE",
+                                                           "GPUMEM_POOL_SIZE",
+                                                           "GPUMEM_POOL_MAX",
+                                                           "GPUMEM_LIMIT",
+                                                           "GPUMEM_LOG_FILE",
+                                                           "GPUMEM_LOG_LEVEL",
+                                                           "GPUMEM_SYNC_MODE",
+                                                           "GPUMEM_ON_ERROR",
+                                                           "GPUMEM_REPORT",
+                                                           "GPUMEM_REPORT_FILE",
+                                                           "GPUMEM_DEFERRED_FLUSH",
+                                                           "GPUMEM_SHIM",
+                                                           "GPUMEM_STACKS",
+                                                           "GPUMEM_STACK_SAMPLE",
+                                                           "GPUMEM_STACK_MIN_SIZE",
+                                                           "GPUMEM_LOG_QUEUE",
+                                                           "GPUMEM_RELEASE_THRESHOLD",
+                                                           "GPUMEM_HOST_POOL",
+                                                           "GPUMEM_HOST_LIMIT"};
 /// Variables of other gpumem components (the simulated device, the test harness).
 constexpr std::array<std::string_view, 3> foreign_prefixes{"GPUMEM_SIM_", "GPUMEM_BUILD_DIR", "GPUMEM_SOURCE_DIR"};
 
@@ -325,6 +340,8 @@ settings load(environment const& env) {
       s.report = true;  // naming where the report goes asks for it (gpumem-run --report-file)
     }
     if (auto const v = o.boolean("GPUMEM_REPORT")) { s.report = *v; }
+    if (auto const v = o.boolean("GPUMEM_HOST_POOL")) { s.host.pool = *v; }
+    if (auto const v = o.size("GPUMEM_HOST_LIMIT", false)) { s.host.limit = v->bytes; }
     if (auto const v = o.integer("GPUMEM_STACKS", 0, max_stack_frames,
                                  "0 (off) or the frames to record per allocation, 1 to 128")) {
       s.stacks = static_cast<int>(*v);

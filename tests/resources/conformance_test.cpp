@@ -14,6 +14,8 @@
 #include <gpumem/limiting_resource_adaptor.hpp>
 #include <gpumem/logging_resource_adaptor.hpp>
 #include <gpumem/managed_memory_resource.hpp>
+#include <gpumem/pinned_host_memory_resource.hpp>
+#include <gpumem/pinned_pool_memory_resource.hpp>
 #include <gpumem/pool_memory_resource.hpp>
 #include <gpumem/statistics_resource_adaptor.hpp>
 #include <gpumem/tracking_resource_adaptor.hpp>
@@ -156,6 +158,36 @@ struct logging_factory : pool_factory {
   logging_resource_adaptor log;
 };
 
+// Pinned host memory: the same contract, host pages instead of device memory. The
+// host has no fixed size, so "too big" means more than the address space.
+struct pinned_host_factory {
+  static constexpr std::size_t max_request = unbounded;
+  static constexpr bool has_upstream = false;
+  static constexpr bool oversubscribes = true;
+  explicit pinned_host_factory(device_memory_resource* = nullptr) {}
+  device_memory_resource& resource() { return mr; }
+  pinned_host_memory_resource mr{CU_MEMHOSTALLOC_DEVICEMAP};
+};
+
+struct pinned_pool_factory {
+  static constexpr std::size_t max_request = unbounded;
+  static constexpr bool has_upstream = true;
+  static constexpr bool fences_on_free = true;
+  static constexpr bool oversubscribes = true;
+  explicit pinned_pool_factory(device_memory_resource* b = nullptr) : base{b != nullptr ? b : &host}, pool{base} {}
+  device_memory_resource& resource() { return pool; }
+  pinned_host_memory_resource host{CU_MEMHOSTALLOC_PORTABLE};
+  device_memory_resource* base;
+  pinned_pool_memory_resource pool;
+};
+
+struct limiting_pinned_pool_factory : pinned_pool_factory {
+  explicit limiting_pinned_pool_factory(device_memory_resource* b = nullptr)
+      : pinned_pool_factory{b}, limit{&pool, std::size_t{1} << 40} {}
+  device_memory_resource& resource() { return limit; }
+  limiting_resource_adaptor limit;
+};
+
 // ---- fixture ------------------------------------------------------------------
 
 template <class Factory>
@@ -207,9 +239,10 @@ class Conformance : public ::testing::Test {
   std::unique_ptr<Factory> factory;
 };
 
-using all_resources = ::testing::Types<cuda_factory, vmm_factory, async_factory, managed_factory, pool_factory,
-                                       pool_over_vmm_factory, fixed_size_factory, binning_factory, statistics_factory,
-                                       limiting_factory, tracking_factory, logging_factory>;
+using all_resources =
+    ::testing::Types<cuda_factory, vmm_factory, async_factory, managed_factory, pool_factory, pool_over_vmm_factory,
+                     fixed_size_factory, binning_factory, statistics_factory, limiting_factory, tracking_factory,
+                     logging_factory, pinned_host_factory, pinned_pool_factory, limiting_pinned_pool_factory>;
 
 struct factory_names {
   template <class T>
@@ -236,6 +269,12 @@ struct factory_names {
       return "limiting_over_pool";
     else if constexpr (std::is_same_v<T, tracking_factory>)
       return "tracking_over_pool";
+    else if constexpr (std::is_same_v<T, pinned_host_factory>)
+      return "pinned_host";
+    else if constexpr (std::is_same_v<T, pinned_pool_factory>)
+      return "pinned_pool_over_pinned_host";
+    else if constexpr (std::is_same_v<T, limiting_pinned_pool_factory>)
+      return "limiting_over_pinned_pool";
     else
       return "logging_over_statistics_over_pool";
   }
@@ -263,7 +302,9 @@ TYPED_TEST(Conformance, SizesFromOneByteUpAreAlignedAndHoldData) {
 // free: stream-ordered, on a stream the resource never saw, and synchronous.
 TYPED_TEST(Conformance, DeallocateCallsTheDriverOnlyWhereItSaysSo) {
   auto& r = this->mr();
-  bool const may_call = !TypeParam::has_upstream || std::is_same_v<TypeParam, logging_factory>;
+  bool may_call = !TypeParam::has_upstream || std::is_same_v<TypeParam, logging_factory>;
+  // The pinned pool fences from its frees (it waits for copies the CPU cannot see).
+  if constexpr (requires { TypeParam::fences_on_free; }) may_call = true;
   EXPECT_EQ(r.deallocate_calls_driver(), may_call);
   if (r.deallocate_calls_driver() || !this->sim.present()) return;
   CUstream const s = this->new_stream();

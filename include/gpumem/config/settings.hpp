@@ -4,6 +4,7 @@
 // resources.
 
 #include <gpumem/config/config_error.hpp>
+#include <gpumem/config/host_settings.hpp>
 #include <gpumem/config/size_parse.hpp>
 #include <gpumem/diagnostics.hpp>
 
@@ -141,6 +142,7 @@ struct settings {
   /// What synchronization points give back of the memory the chains cache.
   release_rule release_threshold{};
   std::vector<resource_spec> chain;  ///< outermost first; the last is a device resource
+  host_settings host{};              ///< pinned host memory's chain
   std::string source;                ///< "embedded default", or the file path
   /// Non-fatal findings (unknown GPUMEM_* variables, ...), already printed to stderr by
   /// load() unless log_level is error or off.

@@ -34,7 +34,8 @@ namespace gpumem::shim {
   X(cuDevicePrimaryCtxReset) X(cuDevicePrimaryCtxReset_v2) X(cuMemCreate) X(cuMemRelease)      \
   X(cuMemMap) X(cuMemUnmap) X(cuGreenCtxCreate) X(cuGreenCtxDestroy) X(cuCtxSynchronize)       \
   X(cuCtxSynchronize_v2) X(cuStreamSynchronize) X(cuStreamSynchronize_ptsz) X(cuEventSynchronize) \
-  X(cuMemPoolTrimTo) X(cuMemPoolGetAttribute) X(cuMemPoolSetAttribute)
+  X(cuMemPoolTrimTo) X(cuMemPoolGetAttribute) X(cuMemPoolSetAttribute)                       \
+  X(cuMemHostAlloc) X(cuMemAllocHost_v2) X(cuMemFreeHost) X(cuMemHostRegister_v2) X(cuMemHostUnregister)
 // clang-format on
 
 // Runtime entry points (exported by a shared libcudart).
@@ -47,7 +48,8 @@ namespace gpumem::shim {
   X(cudaGetDriverEntryPoint_ptsz) X(cudaGetDriverEntryPointByVersion)                         \
   X(cudaGetDriverEntryPointByVersion_ptsz) X(cudaDeviceSynchronize) X(cudaStreamSynchronize)   \
   X(cudaStreamSynchronize_ptsz) X(cudaEventSynchronize) X(cudaMemPoolTrimTo)                  \
-  X(cudaMemPoolGetAttribute) X(cudaMemPoolSetAttribute)
+  X(cudaMemPoolGetAttribute) X(cudaMemPoolSetAttribute) X(cudaHostAlloc) X(cudaMallocHost)     \
+  X(cudaFreeHost) X(cudaHostRegister) X(cudaHostUnregister)
 // clang-format on
 
 // Every hook, in table order. The shim's version script is generated from this list

@@ -15,7 +15,10 @@ struct pointer_info {
   std::size_t size = 0;
   bool managed = false;
   bool ipc_mapped = false;
-  bool vmm = false;  ///< mapped by cuMemMap: base/size are the mapping
+  bool vmm = false;         ///< mapped by cuMemMap: base/size are the mapping
+  bool host = false;        ///< page-locked host memory (cuMemHostAlloc, cuMemHostRegister)
+  unsigned host_flags = 0;  ///< host: the CU_MEMHOSTALLOC_* (or CU_MEMHOSTREGISTER_*) flags
+  bool registered = false;  ///< host: a cuMemHostRegister range, not an allocation
   /// The mappable range: the cuMemAddressReserve reservation for VMM memory,
   /// else the allocation itself (CU_POINTER_ATTRIBUTE_RANGE_START_ADDR/SIZE).
   std::uintptr_t range_base = 0;

@@ -1,6 +1,7 @@
 // Allocation, free, memory queries: cuMemAlloc*, cuMemFree*, cuMemGetInfo,
 // cuMemGetAddressRange, cuPointerGetAttribute(s).
 
+#include "host_memory.hpp"
 #include "memory.hpp"
 #include "pool.hpp"
 #include "stream.hpp"
@@ -38,7 +39,8 @@ bool lookup_pointer(std::uintptr_t ptr, pointer_info* out) {
     out->range_size = out->size;
     return true;
   }
-  return vmm_state::get().lookup(ptr, out);
+  if (vmm_state::get().lookup(ptr, out)) return true;
+  return host_lookup(ptr, out);
 }
 
 CUresult check_device_range(std::uintptr_t ptr, std::size_t bytes, access_kind how) {
@@ -308,12 +310,14 @@ CUresult write_attribute(void* data, CUpointer_attribute attribute, std::uintptr
                                            ? nullptr
                                            : to_handle(info.ctx != nullptr ? info.ctx : &device_at(info.device)->ctx);
       return CUDA_SUCCESS;
-    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE: *static_cast<unsigned*>(data) = CU_MEMORYTYPE_DEVICE; return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
+      *static_cast<unsigned*>(data) = info.host ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE;
+      return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
       *static_cast<CUdeviceptr*>(data) = static_cast<CUdeviceptr>(ptr);
       return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_HOST_POINTER:
-      if (!info.managed) return CUDA_ERROR_INVALID_VALUE;
+      if (!info.managed && !info.host) return CUDA_ERROR_INVALID_VALUE;
       *static_cast<void**>(data) = reinterpret_cast<void*>(ptr);
       return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_IS_MANAGED: *static_cast<unsigned*>(data) = info.managed ? 1U : 0U; return CUDA_SUCCESS;

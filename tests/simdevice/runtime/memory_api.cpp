@@ -116,6 +116,11 @@ cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attributes, const vo
     attributes->device = ordinal;
     attributes->devicePointer = const_cast<void*>(ptr);
     attributes->hostPointer = const_cast<void*>(ptr);
+  } else if (memory_type == CU_MEMORYTYPE_HOST) {
+    attributes->type = cudaMemoryTypeHost;
+    attributes->device = ordinal;
+    attributes->devicePointer = hptr(device_pointer);
+    attributes->hostPointer = const_cast<void*>(ptr);
   } else if (memory_type == CU_MEMORYTYPE_DEVICE) {
     attributes->type = cudaMemoryTypeDevice;
     attributes->device = ordinal;

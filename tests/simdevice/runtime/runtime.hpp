@@ -34,7 +34,8 @@ namespace gpumemsim::rt {
   X(cuThreadExchangeStreamCaptureMode)                                                          \
   X(cuStreamIsCapturing) X(cuGraphDestroy) X(cuIpcGetMemHandle) X(cuIpcOpenMemHandle)           \
   X(cuIpcCloseMemHandle) X(cuGetErrorName) X(cuDeviceCanAccessPeer) X(cuCtxEnablePeerAccess)       \
-  X(cuCtxDisablePeerAccess) X(cuMemcpyPeer) X(cuMemcpyPeerAsync)
+  X(cuCtxDisablePeerAccess) X(cuMemcpyPeer) X(cuMemcpyPeerAsync) X(cuMemHostAlloc) X(cuMemFreeHost)  \
+  X(cuMemHostGetDevicePointer) X(cuMemHostGetFlags) X(cuMemHostRegister) X(cuMemHostUnregister)
 // clang-format on
 
 struct driver_table {

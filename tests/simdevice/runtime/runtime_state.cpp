@@ -93,6 +93,8 @@ cudaError_t to_runtime_error(CUresult r) noexcept {
     case CUDA_ERROR_INVALID_HANDLE: return cudaErrorInvalidResourceHandle;
     case CUDA_ERROR_NOT_FOUND: return cudaErrorSymbolNotFound;
     case CUDA_ERROR_NOT_READY: return cudaErrorNotReady;
+    case CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED: return cudaErrorHostMemoryAlreadyRegistered;
+    case CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED: return cudaErrorHostMemoryNotRegistered;
     case CUDA_ERROR_ILLEGAL_STATE: return cudaErrorIllegalState;
     case CUDA_ERROR_NOT_SUPPORTED: return cudaErrorNotSupported;
     case CUDA_ERROR_NOT_PERMITTED: return cudaErrorNotPermitted;

@@ -1,0 +1,76 @@
+// Pinned host memory through the shim (programs/host_app.cpp under LD_PRELOAD):
+// reuse only after the copies queued before a free ran, flag sets and CUDA's
+// answers for pooled blocks, caching, the limit, log rows with the host entry names.
+
+#include "shim_process.hpp"
+
+#include <support/temp_file.hpp>
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace gpumem::test {
+namespace {
+
+process_result run_host(std::string const& scenario, std::map<std::string, std::string> env = {}) {
+  env.emplace("LD_PRELOAD", shim_path());
+  env.emplace("GPUMEM_SIM_STRICT", "1");
+  return run_process({program("shim_host_app"), scenario}, env);
+}
+
+TEST(HostMemory, AFreedBlockIsNotReusedWhileAQueuedCopyMayStillWriteIt) {
+  auto const r = run_host("reuse");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("RESULT same=0 intact=1 reused_after=1"), std::string::npos) << r.output;
+}
+
+TEST(HostMemory, WithoutTheShimTheProgramIsCorrectToo) {
+  auto const r = run_process({program("shim_host_app"), "reuse"}, {{"GPUMEM_SIM_STRICT", "1"}});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("intact=1"), std::string::npos) << r.output;
+}
+
+TEST(HostMemory, FlagsAndPointerQueriesAnswerForPooledBlocks) {
+  auto const r = run_host("flags");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  // cudaHostAllocMapped | cudaHostAllocPortable = 3; cudaErrorInvalidValue = 1.
+  EXPECT_NE(r.output.find("RESULT flags=3 dptr=1 type_host=1 other_set=1 plain_flags=0 second_free=1"),
+            std::string::npos)
+      << r.output;
+}
+
+TEST(HostMemory, ALoopPinsOnceWithThePoolAndEveryTimeWithoutIt) {
+  auto const pooled = run_host("loop");
+  ASSERT_EQ(pooled.exit_code, 0) << pooled.output;
+  EXPECT_NE(pooled.output.find("RESULT driver_allocs=1\n"), std::string::npos) << pooled.output;
+  auto const plain = run_host("loop", {{"GPUMEM_HOST_POOL", "0"}});
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  EXPECT_NE(plain.output.find("RESULT driver_allocs=50\n"), std::string::npos) << plain.output;
+}
+
+TEST(HostMemory, TheLimitRefusesWithCudasOutOfMemory) {
+  auto const r = run_host("limit", {{"GPUMEM_HOST_LIMIT", "1MiB"}});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  // cudaErrorMemoryAllocation = 2.
+  EXPECT_NE(r.output.find("RESULT first=0 second=2"), std::string::npos) << r.output;
+}
+
+TEST(HostMemory, LogRowsNameTheHostEntryPoints) {
+  temp_file log;
+  auto const r = run_host("flags", {{"GPUMEM_LOG_FILE", log.path()}});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::ifstream in{log.path()};
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string const csv = text.str();
+  EXPECT_NE(csv.find(",cudaHostAlloc,"), std::string::npos) << csv;
+  EXPECT_NE(csv.find(",cudaMallocHost,"), std::string::npos) << csv;
+  EXPECT_NE(csv.find(",cudaFreeHost,"), std::string::npos) << csv;
+  EXPECT_NE(csv.find("CUDA_ERROR_INVALID_VALUE"), std::string::npos) << "the refused second free" << csv;
+}
+
+}  // namespace
+}  // namespace gpumem::test
