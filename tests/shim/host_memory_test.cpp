@@ -18,6 +18,7 @@ namespace {
 process_result run_host(std::string const& scenario, std::map<std::string, std::string> env = {}) {
   env.emplace("LD_PRELOAD", shim_path());
   env.emplace("GPUMEM_SIM_STRICT", "1");
+  env.emplace("GPUMEM_HOST_POOL", "1");  // the pool is opt-in
   return run_process({program("shim_host_app"), scenario}, env);
 }
 
@@ -49,6 +50,11 @@ TEST(HostMemory, ALoopPinsOnceWithThePoolAndEveryTimeWithoutIt) {
   auto const plain = run_host("loop", {{"GPUMEM_HOST_POOL", "0"}});
   ASSERT_EQ(plain.exit_code, 0) << plain.output;
   EXPECT_NE(plain.output.find("RESULT driver_allocs=50\n"), std::string::npos) << plain.output;
+  // Unset, the pool is off: every call reaches CUDA.
+  auto const unset = run_process({program("shim_host_app"), "loop"},
+                                 {{"LD_PRELOAD", shim_path()}, {"GPUMEM_SIM_STRICT", "1"}});
+  ASSERT_EQ(unset.exit_code, 0) << unset.output;
+  EXPECT_NE(unset.output.find("RESULT driver_allocs=50\n"), std::string::npos) << unset.output;
 }
 
 TEST(HostMemory, TheLimitRefusesWithCudasOutOfMemory) {

@@ -10,9 +10,11 @@
 namespace gpumem::config {
 
 struct host_settings {
-  /// Cache pinned blocks (pinned_pools_memory_resource). Off: every call reaches
-  /// CUDA, still counted, limited and logged.
-  bool pool = true;
+  /// Cache pinned blocks (pinned_pools_memory_resource). Off (the default): every
+  /// call reaches CUDA, still counted, limited and logged. Opt-in because a pooled
+  /// free returns at once, where CUDA's cuMemFreeHost first waits for the context's
+  /// work, and a program may lean on that wait.
+  bool pool = false;
   /// Most bytes of pinned memory the program may hold (the limit counts requests,
   /// not the pool's rounding); none: no cap.
   std::optional<std::size_t> limit;
