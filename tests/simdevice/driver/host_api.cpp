@@ -11,6 +11,8 @@
 #include <map>
 #include <mutex>
 
+#include <unistd.h>
+
 using namespace gpumemsim;
 
 namespace {
@@ -46,6 +48,14 @@ std::map<std::uintptr_t, host_range>::iterator find_range(host_table& t, std::ui
   return p < it->first + it->second.size ? it : t.ranges.end();
 }
 
+/// The machine's memory: the most a program could pin.
+std::size_t physical_memory() noexcept {
+  long const pages = sysconf(_SC_PHYS_PAGES);
+  long const size = sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || size <= 0) return std::size_t{1} << 40;
+  return static_cast<std::size_t>(pages) * static_cast<std::size_t>(size);
+}
+
 CUresult host_alloc(void** pp, std::size_t bytes, unsigned flags) {
   SIM_REQUIRE_INIT();
   if (pp == nullptr || (flags & ~alloc_flags) != 0) return CUDA_ERROR_INVALID_VALUE;
@@ -56,7 +66,9 @@ CUresult host_alloc(void** pp, std::size_t bytes, unsigned flags) {
     return CUDA_SUCCESS;
   }
   std::size_t const rounded = (bytes + page - 1) / page * page;
-  if (rounded < bytes) return CUDA_ERROR_OUT_OF_MEMORY;
+  // More than the machine has can never be pinned: refused before the C library is
+  // asked (a sanitizer's allocator aborts on such a size instead of returning null).
+  if (rounded < bytes || rounded > physical_memory()) return CUDA_ERROR_OUT_OF_MEMORY;
   void* p = std::aligned_alloc(page, rounded);
   if (p == nullptr) return CUDA_ERROR_OUT_OF_MEMORY;
   host_table& t = table();
