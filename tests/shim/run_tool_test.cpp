@@ -56,6 +56,15 @@ TEST(RunOptions, StackOptionsSetTheirVariables) {
   EXPECT_NE(run::usage().find("--stacks N"), std::string::npos);
 }
 
+TEST(RunOptions, HostOptionsSetTheirVariables) {
+  auto const o = run::parse_arguments({"--host-pool", "--host-limit", "2GiB", "--", "p"});
+  using kv = std::pair<std::string, std::string>;
+  EXPECT_EQ(o.env, (std::vector<kv>{{"GPUMEM_HOST_POOL", "1"}, {"GPUMEM_HOST_LIMIT", "2GiB"}}));
+  EXPECT_THROW((void)run::parse_arguments({"--host-limit", "lots", "--", "p"}), std::invalid_argument);
+  EXPECT_THROW((void)run::parse_arguments({"--host-limit", "50%", "--", "p"}), std::invalid_argument);
+  EXPECT_NE(run::usage().find("--host-pool"), std::string::npos);
+}
+
 TEST(RunOptions, ReleaseThresholdTakesAutoUnlimitedOrAnAbsoluteSize) {
   using kv = std::pair<std::string, std::string>;
   for (auto const* good : {"auto", "unlimited", "0", "4GiB", "1.5GB"}) {

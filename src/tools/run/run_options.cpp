@@ -22,7 +22,7 @@ struct option_spec {
   std::string_view choices;  // "a|b|c" for choice; "lo|hi" for count
 };
 
-constexpr std::array<option_spec, 16> options{{
+constexpr std::array<option_spec, 18> options{{
     {"config", "GPUMEM_CONFIG", option_spec::text, {}},
     {"resource", "GPUMEM_RESOURCE", option_spec::choice, "pool|cuda-pool|binning|async|cuda|managed"},
     {"pool-size", "GPUMEM_POOL_SIZE", option_spec::size, {}},
@@ -39,6 +39,8 @@ constexpr std::array<option_spec, 16> options{{
     {"stack-sample", "GPUMEM_STACK_SAMPLE", option_spec::count, "1|1000000000"},
     {"stack-min-size", "GPUMEM_STACK_MIN_SIZE", option_spec::size, {}},
     {"release-threshold", "GPUMEM_RELEASE_THRESHOLD", option_spec::release, {}},
+    {"host-pool", "GPUMEM_HOST_POOL", option_spec::flag, {}},
+    {"host-limit", "GPUMEM_HOST_LIMIT", option_spec::size, {}},
 }};
 
 bool in_choices(std::string_view value, std::string_view choices) {
@@ -55,9 +57,13 @@ void check_value(option_spec const& o, std::string const& value) {
   std::string const where = "--" + std::string{o.name};
   if (value.empty()) throw std::invalid_argument{where + " needs a value"};
   if (o.type == option_spec::size) {
+    bool percent = false;
     try {
-      (void)config::parse_size(value);  // percentages are resolved per device by the shim
+      percent = config::parse_size(value).is_percent;  // percentages are resolved per device by the shim
     } catch (config::config_error const& e) { throw std::invalid_argument{where + ": " + e.what()}; }
+    if (percent && o.name == "host-limit") {  // host memory has no device to take a share of
+      throw std::invalid_argument{where + ": \"" + value + "\" is a percentage; give an absolute size such as 2GiB"};
+    }
   } else if (o.type == option_spec::release) {
     try {
       (void)config::parse_release_rule(value, "option");
@@ -215,6 +221,11 @@ Options (each sets the variable shown; the variables work without gpumem-run too
                        nothing goes back there. A program's
                        cudaMemPoolSetAttribute(RELEASE_THRESHOLD) on
                        the default pool sets it too                GPUMEM_RELEASE_THRESHOLD
+  --host-pool          cache pinned host memory (cudaHostAlloc,
+                       cudaMallocHost, cuMemHostAlloc): one pool per
+                       flag set; a block is reused once the copies
+                       queued before its free ran                  GPUMEM_HOST_POOL
+  --host-limit SIZE    cap on pinned host memory (no %)            GPUMEM_HOST_LIMIT
   --disable            load the shim but pass everything to CUDA   GPUMEM_DISABLE
   -h, --help           this text
   --version            gpumem version
