@@ -35,12 +35,6 @@ struct host_chain {
 std::atomic<host_chain*> g_host{nullptr};
 std::mutex g_build_mutex;
 
-std::string size_text(std::size_t b) {
-  if (b % (std::size_t{1} << 30) == 0) return std::to_string(b >> 30) + " GiB";
-  if (b % (std::size_t{1} << 20) == 0) return std::to_string(b >> 20) + " MiB";
-  return std::to_string(b) + " B";
-}
-
 // The chain, built on first use; nullptr when the host path is off or could not
 // be built (no host memory).
 host_chain* chain() noexcept {
@@ -54,11 +48,11 @@ host_chain* chain() noexcept {
     c->pools = std::make_unique<pinned_pools_memory_resource>(opts, hs.pool);
     c->top = c->pools.get();
     c->description = hs.pool ? "pinned pool per flag set and device" : "pinned (no pool)";
-    if (hs.pool_max) c->description += ", max " + size_text(*hs.pool_max);
+    if (hs.pool_max) c->description += ", max " + config::format_bytes(*hs.pool_max);
     if (hs.limit) {
       c->limit = std::make_unique<limiting_resource_adaptor>(c->top, *hs.limit);
       c->top = c->limit.get();
-      c->description = "limiting(" + size_text(*hs.limit) + ") → " + c->description;
+      c->description = "limiting(" + config::format_bytes(*hs.limit) + ") → " + c->description;
     }
     c->stats = std::make_unique<statistics_resource_adaptor>(c->top);
     c->top = c->stats.get();
