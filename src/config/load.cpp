@@ -1,7 +1,7 @@
 // load(): the configuration file (or the embedded default) plus GPUMEM_* overrides.
 
 #include <gpumem/config.hpp>
-#include <gpumem/detail/file_kind.hpp>
+#include <gpumem/config/config_file.hpp>
 
 #include "chain_rules.hpp"
 #include "diagnostics.hpp"
@@ -11,17 +11,9 @@
 #include <algorithm>
 #include <array>
 #include <cctype>
-#include <cerrno>
 #include <charconv>
-#include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <iterator>
-
-#include <fcntl.h>
-#include <poll.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 namespace gpumem::config {
 namespace {
@@ -172,67 +164,12 @@ class overrides {
   on_error policy_;
 };
 
-// A pipe, FIFO or character device is read only while it delivers: for at
-// most this long in all, and this much. (A named pipe nobody writes to would
-// otherwise hang the program forever, in open() or in read().)
-constexpr int stream_wait_ms = 2000;
-constexpr std::size_t max_config_bytes = std::size_t{1} << 20U;
-
+/// GPUMEM_CONFIG's text (read_config_file), or the error naming it.
 std::string read_file(overrides const& o, std::string const& path) {
-  // POSIX calls rather than a stream: a stream "opens" a directory and then reads
-  // nothing, which would silently mean an empty file.
-  auto fail = [&](std::string_view why) {
-    o.fail("GPUMEM_CONFIG", fmt::format("cannot read \"{}\": {}", path, why),
-           "set it to a readable TOML file, or unset it to use the embedded default");
-  };
-  // O_NONBLOCK: opening a FIFO without a writer returns at once instead of waiting.
-  int const fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) { fail(std::strerror(errno)); }
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || S_ISDIR(st.st_mode) || S_ISBLK(st.st_mode)) {
-    int const err = errno;
-    bool const dir = S_ISDIR(st.st_mode);
-    bool const blk = S_ISBLK(st.st_mode);
-    ::close(fd);
-    fail(dir ? std::strerror(EISDIR) : blk ? "it is a block device, not a file" : std::strerror(err));
-  }
-  bool const stream = !S_ISREG(st.st_mode);  // FIFO, pipe (<(...)), character device (/dev/null), socket
-  auto const deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds{stream_wait_ms};
-  std::string text;
-  std::array<char, 4096> buf{};
-  for (;;) {
-    if (stream) {
-      auto const left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline -
-                                                                              std::chrono::steady_clock::now());
-      pollfd p{fd, POLLIN, 0};
-      int const r = ::poll(&p, 1, static_cast<int>(std::max<std::int64_t>(left.count(), 0)));
-      if (r < 0 && errno == EINTR) { continue; }
-      if (r == 0) {
-        ::close(fd);
-        fail(fmt::format(
-            "it is {} and {} within {} s (a named pipe needs a writer that closes it; or use a "
-            "regular file)",
-            gpumem::detail::file_kind(st.st_mode),
-            text.empty() ? "nothing was written to it" : "it did not reach its end", stream_wait_ms / 1000));
-      }
-    }
-    ssize_t const n = ::read(fd, buf.data(), buf.size());
-    if (n == 0) { break; }
-    if (n < 0) {
-      if (errno == EINTR || errno == EAGAIN) { continue; }
-      int const err = errno;
-      ::close(fd);
-      fail(std::strerror(err));
-    }
-    text.append(buf.data(), static_cast<std::size_t>(n));
-    if (stream && text.size() > max_config_bytes) {
-      ::close(fd);
-      fail(fmt::format("it is {} and delivered more than {} without an end", gpumem::detail::file_kind(st.st_mode),
-                       format_bytes(max_config_bytes)));
-    }
-  }
-  ::close(fd);
-  return text;
+  std::string why;
+  if (auto text = read_config_file(path, why)) return *std::move(text);
+  o.fail("GPUMEM_CONFIG", fmt::format("cannot read \"{}\": {}", path, why),
+         "set it to a readable TOML file, or unset it to use the embedded default");
 }
 
 resource_spec env_entry(std::string type, resource_options options, std::string_view var) {
