@@ -21,8 +21,14 @@ bool ipc_allowed(void* p, const char* entry) noexcept {
   CUdeviceptr base = 0;
   std::size_t size = 0;
   auto const dp = reinterpret_cast<CUdeviceptr>(p);
-  // A block that is a whole upstream allocation opens to the right memory.
-  if (hit->first == dp && d.cuMemGetAddressRange(&base, &size, dp) == CUDA_SUCCESS && base == dp &&
+  // A block that is a whole upstream allocation opens to the right memory, if that
+  // allocation is one a legacy handle can name (cuMemAlloc's). Mapped memory cannot
+  // be (vmm maps every page on its own: the range of one page's mapping is no sign
+  // of a whole allocation), and CUDA would refuse it with a bare invalid-value error.
+  unsigned legacy = 0;
+  if (hit->first == dp &&
+      d.cuPointerGetAttribute(&legacy, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, dp) == CUDA_SUCCESS &&
+      legacy != 0 && d.cuMemGetAddressRange(&base, &size, dp) == CUDA_SUCCESS && base == dp &&
       size <= align_up(hit->second.bytes, allocation_alignment)) {
     // The block may have been reused behind a GPU-side barrier while its previous
     // owner's work still ran; another process's work is ordered by nothing of ours,

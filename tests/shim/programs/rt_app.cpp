@@ -361,6 +361,14 @@ void queries() {
   cudaIpcMemHandle_t h{};
   APP_CHECK_EQ(cudaIpcGetMemHandle(&h, q), cudaErrorNotSupported);
   APP_CHECK_EQ(app_stats().ipc_refused, 1);
+  // A block that starts a page of mapped memory: one page's mapping begins there too,
+  // yet the handle would not name the block.
+  void* paged = nullptr;
+  APP_CHECK_EQ(cudaMalloc(&paged, 2 * MiB), cudaSuccess);
+  APP_CHECK_EQ(reinterpret_cast<std::uintptr_t>(paged) % (2 * MiB), 0U);  // a growth's first page
+  APP_CHECK_EQ(cudaIpcGetMemHandle(&h, paged), cudaErrorNotSupported);
+  APP_CHECK_EQ(app_stats().ipc_refused, 2);
+  APP_CHECK_EQ(cudaFree(paged), cudaSuccess);
   APP_CHECK_EQ(cudaFree(q), cudaSuccess);
   APP_CHECK_EQ(cudaFree(p), cudaSuccess);
 }
