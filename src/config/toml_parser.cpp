@@ -63,13 +63,17 @@ class parser {
     bool has_chain = false;
     for (auto&& [k, v] : root) {
       if (k.str() == "gpumem") { continue; }
+      if (k.str() == "host") {
+        read_host(v, s.host);
+        continue;
+      }
       if (k.str() == "chain") {
         has_chain = true;
         read_chain(v, s);
         continue;
       }
       fail(k.source(), std::string{k.str()}, fmt::format("unknown table or key \"{}\"", k.str()),
-           "valid: [gpumem] and [[chain]]");
+           "valid: [gpumem], [host] and [[chain]]");
     }
     // A file that only sets [gpumem] options keeps the embedded default chain.
     if (!has_chain) { s.chain = default_chain(); }
@@ -204,6 +208,28 @@ class parser {
                         source_, k.source().begin.line, k.source().begin.column));
       } else {
         fail(k.source(), key, fmt::format("unknown key \"{}\"", name), valid);
+      }
+    }
+  }
+
+  /// [host]: pinned host memory's chain (host_settings.hpp).
+  void read_host(toml::node& node, host_settings& h) {
+    toml::table* t = node.as_table();
+    if (t == nullptr) { wrong_type(node, "host", "a table", "write [host] followed by its keys"); }
+    for (auto&& [k, v] : *t) {
+      std::string const key = fmt::format("host.{}", k.str());
+      std::string_view const name = k.str();
+      if (name == "pool") {
+        h.pool = get_bool(v, key);
+      } else if (name == "limit" || name == "pool_max") {
+        auto const bytes = static_cast<std::size_t>(get_size(v, key, false).bytes);
+        if (bytes == 0) {
+          fail(v.source(), key, "0 would refuse every pinned allocation",
+               "remove the key for no cap, or give a size above 0");
+        }
+        (name == "limit" ? h.limit : h.pool_max) = bytes;
+      } else {
+        fail(k.source(), key, fmt::format("unknown key \"{}\"", name), "valid: pool, limit, pool_max");
       }
     }
   }

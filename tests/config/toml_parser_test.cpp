@@ -187,6 +187,19 @@ TEST(ParseToml, ReleaseThreshold) {
   EXPECT_EQ(gc::release_rule::keep(std::uint64_t{512} << 20).to_string(), "512 MiB");
 }
 
+TEST(ParseToml, HostTable) {
+  gc::settings const s = gc::parse_toml("[host]\npool = true\nlimit = \"8GiB\"\npool_max = 1048576\n", "t.toml");
+  EXPECT_TRUE(s.host.pool);
+  EXPECT_EQ(s.host.limit, 8 * GiB);
+  EXPECT_EQ(s.host.pool_max, MiB);
+  gc::settings const d = gc::parse_toml(gc::default_toml(), "embedded default");
+  EXPECT_FALSE(d.host.pool);
+  EXPECT_FALSE(d.host.limit.has_value());
+  EXPECT_FALSE(d.host.pool_max.has_value());
+  // A file with only [host] keeps the default device chain.
+  EXPECT_EQ(gc::parse_toml("[host]\npool = true\n", "t.toml").chain.size(), d.chain.size());
+}
+
 TEST(ParseToml, EveryShippedExampleParses) {
   int count = 0;
   for (auto const& entry : std::filesystem::directory_iterator{source_dir() / "config"}) {
@@ -221,9 +234,9 @@ INSTANTIATE_TEST_SUITE_P(
                    E + "1:8: syntax: Error while parsing table header: expected ']', saw '\\n' "
                        "(see config/default.toml for the format)"},
         error_case{"unknown_table", "[gpumen]\n",
-                   E + "1:2: gpumen: unknown table or key \"gpumen\" (valid: [gpumem] and [[chain]])"},
+                   E + "1:2: gpumen: unknown table or key \"gpumen\" (valid: [gpumem], [host] and [[chain]])"},
         error_case{"unknown_top_key", "colour = 1\n",
-                   E + "1:1: colour: unknown table or key \"colour\" (valid: [gpumem] and [[chain]])"},
+                   E + "1:1: colour: unknown table or key \"colour\" (valid: [gpumem], [host] and [[chain]])"},
         error_case{"gpumem_not_table", "gpumem = 1\n",
                    E + "1:10: gpumem: expected a table, got an integer (write [gpumem] followed by its keys)"},
         error_case{"chain_not_array", "chain = \"pool\"\n",
@@ -235,6 +248,19 @@ INSTANTIATE_TEST_SUITE_P(
                        "device resource: cuda | vmm | async | managed)"},
         error_case{"entry_not_table", "chain = [1]\n",
                    E + "1:10: chain[0]: expected a table, got an integer (write each entry as [[chain]])"},
+        // [host] keys.
+        error_case{"host_not_table", "host = true\n",
+                   E + "1:8: host: expected a table, got a boolean (write [host] followed by its keys)"},
+        error_case{"unknown_host_key", "[host]\npools = true\n",
+                   E + "2:1: host.pools: unknown key \"pools\" (valid: pool, limit, pool_max)"},
+        error_case{"host_pool_not_bool", "[host]\npool = \"yes\"\n",
+                   E + "2:8: host.pool: expected a boolean, got a string (true or false)"},
+        error_case{"host_limit_percent", "[host]\nlimit = \"50%\"\n",
+                   E + "2:9: host.limit: \"50%\" is a percentage; this key needs an absolute size (e.g. 4096, 64KiB, "
+                       "2MiB)"},
+        error_case{"host_limit_zero", "[host]\nlimit = 0\n",
+                   E + "2:9: host.limit: 0 would refuse every pinned allocation (remove the key for no cap, or give a "
+                       "size above 0)"},
         // [gpumem] keys.
         error_case{
             "unknown_gpumem_key", "[gpumem]\nsync_mod = \"safe\"\n",
