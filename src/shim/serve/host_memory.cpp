@@ -101,6 +101,7 @@ CUresult host_allocate(void** out, std::size_t bytes, unsigned flags, const char
   if (r == CUDA_SUCCESS) {
     c->allocations.fetch_add(1, std::memory_order_relaxed);
     *out = p;
+    message(level::trace, "%s: %zu bytes, flags %#x, from the host chain: %p", entry, bytes, flags, p);
     log_event(event_row(log_action::allocate, p, bytes, nullptr, device, entry, r), start);
   } else {
     log_event(event_row(log_action::allocate_failure, nullptr, bytes, nullptr, device, entry, r), start);
@@ -132,6 +133,7 @@ host_free_result host_free(void* p, const char* entry) noexcept {
     c->top->deallocate(p, bytes);
   }
   c->frees.fetch_add(1, std::memory_order_relaxed);
+  message(level::trace, "%s: %p (%zu bytes) back to the host chain", entry, p, bytes);
   log_event(event_row(log_action::free, p, bytes, nullptr, device_now(), entry, CUDA_SUCCESS), start);
   return host_free_result::freed;
 }
