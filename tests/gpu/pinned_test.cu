@@ -114,8 +114,8 @@ int queries(bool hold) {
       std::printf(" getflags=%s:%#x", cudaGetErrorName(f), got);
       cudaPointerAttributes at{};
       cudaError_t const q = cudaPointerGetAttributes(&at, p);
-      std::printf(" attr=%s type=%d device=%d host_is_p=%d", cudaGetErrorName(q), static_cast<int>(at.type),
-                  at.device, at.hostPointer == p ? 1 : 0);
+      std::printf(" attr=%s type=%d device=%d host_is_p=%d", cudaGetErrorName(q), static_cast<int>(at.type), at.device,
+                  at.hostPointer == p ? 1 : 0);
       // An interior pointer answers for its block, as CUDA's own allocations do.
       cudaPointerAttributes in{};
       cudaError_t const qi = cudaPointerGetAttributes(&in, static_cast<char*>(p) + n / 2);
