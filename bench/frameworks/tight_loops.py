@@ -9,6 +9,10 @@ arrays every iteration pays under each allocator.
   numba-rmm      Numba with RAPIDS RMM's EMM plugin over an RMM pool
                  (NUMBA_CUDA_MEMORY_MANAGER=rmm.allocators.numba); skipped when rmm
                  does not import
+  numba-pinned   Numba's pinned_array (cuMemHostAlloc each time), copied to a device
+                 array, a kernel, copied back, both dropped
+  numba-pinned-gpumem
+                 the same under gpumem-run --host-pool (pinned blocks pooled)
 
 Each iteration takes the next size of 4 KiB .. 16 MiB (x4 steps). CuPy: empty, fill, two
 elementwise ops (three arrays live at once). Numba: device_array and two kernels.
@@ -31,7 +35,7 @@ import time
 from pathlib import Path
 
 SIZES = [4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20]
-CONFIGS = ["cupy-pool", "cupy-gpumem", "numba", "numba-gpumem", "numba-rmm"]
+CONFIGS = ["cupy-pool", "cupy-gpumem", "numba", "numba-gpumem", "numba-rmm", "numba-pinned", "numba-pinned-gpumem"]
 
 
 def cupy_loop(iters: int, warmup: int, pool: bool) -> float:
@@ -97,12 +101,51 @@ def numba_loop(iters: int, warmup: int, rmm_pool: bool) -> float:
     return (time.perf_counter() - start) / iters * 1e6
 
 
+def numba_pinned_loop(iters: int, warmup: int) -> tuple[float, float]:
+    """A staging loop: pinned host array, to the device, a kernel, back. Returns the
+    time per iteration and a checksum of what came back (equal under every allocator)."""
+    import numpy as np
+    from numba import cuda
+
+    @cuda.jit
+    def scale(a):
+        i = cuda.grid(1)
+        if i < a.size:
+            a[i] = a[i] * 2.0 + 1.0
+
+    total = 0.0
+
+    def step(i: int) -> None:
+        nonlocal total
+        n = SIZES[i % len(SIZES)] // 4
+        h = cuda.pinned_array(n, np.float32)
+        h[:] = i % 13
+        d = cuda.to_device(h)
+        scale[(n + 255) // 256, 256](d)
+        d.copy_to_host(h)
+        total += float(h[0]) + float(h[-1])
+        del h, d
+
+    for i in range(warmup):
+        step(i)
+    cuda.synchronize()
+    total = 0.0
+    start = time.perf_counter()
+    for i in range(iters):
+        step(i)
+    cuda.synchronize()
+    return (time.perf_counter() - start) / iters * 1e6, total
+
+
 def worker(config: str, iters: int, warmup: int) -> None:
+    checksum = None
     if config.startswith("cupy"):
         us = cupy_loop(iters, warmup, pool=config == "cupy-pool")
+    elif config.startswith("numba-pinned"):
+        us, checksum = numba_pinned_loop(iters, warmup)
     else:
         us = numba_loop(iters, warmup, rmm_pool=config == "numba-rmm")
-    print(json.dumps({"config": config, "us_per_iter": us, "iters": iters}), flush=True)
+    print(json.dumps({"config": config, "us_per_iter": us, "iters": iters, "checksum": checksum}), flush=True)
 
 
 def command(config: str, args) -> tuple[list[str], dict[str, str]] | None:
@@ -113,7 +156,9 @@ def command(config: str, args) -> tuple[list[str], dict[str, str]] | None:
     if config.startswith("numba") and args.numba_path:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [args.numba_path, env.get("PYTHONPATH")]))
     if config.endswith("-gpumem"):
-        return [args.gpumem_run, "--report-file", str(Path(args.out) / f"report-{config}.txt"), "--", *me], env
+        host_pool = ["--host-pool"] if config.startswith("numba-pinned") else []
+        report = ["--report-file", str(Path(args.out) / f"report-{config}.txt")]
+        return [args.gpumem_run, *host_pool, *report, "--", *me], env
     if config == "numba-rmm":
         probe = subprocess.run([sys.executable, "-c", "import rmm.allocators.numba"], env=env, capture_output=True)
         if probe.returncode != 0:
@@ -149,9 +194,11 @@ def main() -> None:
             if p.returncode != 0 or not lines:
                 print(f"round {r + 1} {config}: exit {p.returncode}\n{p.stderr[-2000:]}")
                 continue
-            us = json.loads(lines[-1])["us_per_iter"]
+            row = json.loads(lines[-1])
+            us = row["us_per_iter"]
             results.setdefault(config, []).append(us)
-            print(f"round {r + 1} {config}: {us:.1f} us/iteration", flush=True)
+            checksum = f" (checksum {row['checksum']})" if row.get("checksum") is not None else ""
+            print(f"round {r + 1} {config}: {us:.1f} us/iteration{checksum}", flush=True)
     summary = {c: {"median": statistics.median(v), "min": min(v), "max": max(v), "runs": v} for c, v in results.items()}
     (Path(args.out) / "tight_loops.json").write_text(json.dumps(summary, indent=1))
     print("\n| configuration | us/iteration, median (min-max) |\n| --- | --- |")
