@@ -9,6 +9,7 @@ and, inside that program::
     import gpumem
     gpumem.active()   # True once the shim serves this process's allocations
     gpumem.stats()    # its counters as a dict (None when the shim is not loaded)
+    gpumem.host_stats()  # pinned host memory's (cudaHostAlloc, cudaMallocHost)
     gpumem.trim()     # give the memory its pools cache back to the device now
 
 Nothing here loads the shim. Its query functions are looked up among the libraries
@@ -21,8 +22,10 @@ import ctypes
 import os
 
 from ._stats_fields import FIELDS as _FIELDS
+from ._stats_fields import HOST_FIELDS as _HOST_FIELDS
 
-__all__ = ["active", "chain", "config_dir", "loaded", "mode", "shim_path", "simdevice_dir", "stats", "trim"]
+__all__ = ["active", "chain", "config_dir", "host_stats", "loaded", "mode", "shim_path", "simdevice_dir", "stats",
+           "trim"]
 
 _PREFIX = os.path.dirname(os.path.abspath(__file__))
 _C_TYPES = {"int": ctypes.c_int, "unsigned long long": ctypes.c_ulonglong}
@@ -33,6 +36,11 @@ _MODES = {0: "uninitialized", 1: "active", 2: "disabled", 3: "config error"}
 class _Stats(ctypes.Structure):
     # struct gpumem_shim_stats, field for field (generated from gpumem_shim.h).
     _fields_ = [(name, _C_TYPES[ctype]) for name, ctype in _FIELDS]
+
+
+class _HostStats(ctypes.Structure):
+    # struct gpumem_shim_host_stats, field for field (generated from gpumem_shim.h).
+    _fields_ = [(name, _C_TYPES[ctype]) for name, ctype in _HOST_FIELDS]
 
 
 _query = None
@@ -59,7 +67,11 @@ def _functions():
             if trim is not None:
                 trim.argtypes = [ctypes.c_int, ctypes.c_ulonglong, ctypes.POINTER(ctypes.c_ulonglong)]
                 trim.restype = ctypes.c_int
-            _query = (get_stats, describe, trim)
+            host = getattr(process, "gpumem_shim_get_host_stats", None)
+            if host is not None:
+                host.argtypes = [ctypes.POINTER(_HostStats)]
+                host.restype = ctypes.c_int
+            _query = (get_stats, describe, trim, host)
     return _query or None
 
 
@@ -79,6 +91,22 @@ def stats():
         raise RuntimeError("gpumem: gpumem_shim_get_stats failed")
     result = {name: getattr(raw, name) for name, _ in _FIELDS}
     result["mode"] = _MODES.get(raw.mode, "unknown ({})".format(raw.mode))
+    return result
+
+
+def host_stats():
+    """Pinned host memory's counters as a dict (gpumem_shim_host_stats in gpumem_shim.h:
+    allocations, frees, live, reserved and waiting bytes, fences), or None when the shim
+    is not loaded or predates them. "built" is False until the first pinned call."""
+    query = _functions()
+    if query is None or query[3] is None:
+        return None
+    raw = _HostStats()
+    if query[3](ctypes.byref(raw)) != 0:
+        raise RuntimeError("gpumem: gpumem_shim_get_host_stats failed")
+    result = {name: getattr(raw, name) for name, _ in _HOST_FIELDS}
+    result["built"] = bool(raw.built)
+    result["pooled"] = bool(raw.pooled)
     return result
 
 

@@ -43,6 +43,26 @@ typedef struct gpumem_shim_stats {
 /** Fills *out (sizeof(gpumem_shim_stats) bytes). Returns 0, or -1 for NULL. */
 int gpumem_shim_get_stats(gpumem_shim_stats* out);
 
+/** Pinned host memory (cudaHostAlloc, cudaMallocHost, cuMemHostAlloc, cuMemAllocHost and
+ *  their frees): the host chain, one for the process. */
+/* NOLINTNEXTLINE(modernize-use-using): a C header */
+typedef struct gpumem_shim_host_stats {
+  int built;                         /**< 1 once the host chain served a call */
+  int pooled;                        /**< 1 when freed blocks are cached (GPUMEM_HOST_POOL, [host] pool) */
+  unsigned long long allocations;    /**< pinned allocations the host chain served */
+  unsigned long long frees;          /**< ... and freed */
+  unsigned long long passthroughs;   /**< calls handed to CUDA (registrations, no context) */
+  unsigned long long live_bytes;     /**< held by the program now (the pool's block sizes) */
+  unsigned long long reserved_bytes; /**< pinned memory held from CUDA now */
+  unsigned long long waiting_bytes;  /**< freed, waiting for the GPU's earlier copies (safe mode) */
+  unsigned long long fences;         /**< GPU-side barriers made for freed blocks */
+  unsigned long long waits;          /**< times the host waited for the GPU (at the pool's maximum) */
+} gpumem_shim_host_stats;
+
+/** Fills *out (sizeof(gpumem_shim_host_stats) bytes); all zero until the host chain
+ *  is built. Returns 0, or -1 for NULL. */
+int gpumem_shim_get_host_stats(gpumem_shim_host_stats* out);
+
 /** The chain of `device` as text ("pool(...) -> cuda"), "" when none is built. Returns
  *  the length written without the NUL (truncated to len - 1), or -1. */
 int gpumem_shim_describe_chain(int device, char* buf, unsigned long len);

@@ -4,6 +4,7 @@
 
 #include "serve/allocation_registry.hpp"
 #include "serve/device_chains.hpp"
+#include "serve/host_memory.hpp"
 #include "serve/release.hpp"
 #include "shim_state.hpp"
 
@@ -44,6 +45,24 @@ extern "C" __attribute__((visibility("default"))) int gpumem_shim_get_stats(gpum
     *out = s;
     return 0;
   } catch (...) { return -1; }
+}
+
+extern "C" __attribute__((visibility("default"))) int gpumem_shim_get_host_stats(gpumem_shim_host_stats* out) {
+  if (out == nullptr) return -1;
+  host_totals const t = host_chain_totals();
+  gpumem_shim_host_stats s{};
+  s.built = t.built ? 1 : 0;
+  s.pooled = t.pooled ? 1 : 0;
+  s.allocations = t.allocations;
+  s.frees = t.frees;
+  s.passthroughs = t.passthroughs;
+  s.live_bytes = t.info.used_bytes;
+  s.reserved_bytes = t.info.reserved_bytes;
+  s.waiting_bytes = t.info.pending_bytes;
+  s.fences = t.fences;
+  s.waits = t.waits;
+  *out = s;
+  return 0;
 }
 
 extern "C" __attribute__((visibility("default"))) int gpumem_shim_describe_chain(int device, char* buf,

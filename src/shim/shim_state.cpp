@@ -6,6 +6,7 @@
 #include "serve/capture_guard.hpp"
 #include "serve/created_memory.hpp"
 #include "serve/device_chains.hpp"
+#include "serve/host_memory.hpp"
 #include "serve/live_streams.hpp"
 #include "serve/own_context_memory.hpp"
 #include "serve/release.hpp"
@@ -33,6 +34,7 @@ void on_fork_child() noexcept {
   reset_created_after_fork();
   reset_own_context_after_fork();
   reset_release_after_fork();
+  reset_host_after_fork();
   state().stats.reset();
 }
 

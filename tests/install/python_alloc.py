@@ -57,4 +57,23 @@ if during["live_allocations"] < 16 or after["chain_frees"] - before["chain_frees
     fail("live allocations or frees do not add up: {} / {}".format(during, after))
 if not gpumem.chain():
     fail("no chain described for device 0")
+
+# Pinned host memory, as Numba's pinned_array asks for it: counted by the host chain.
+host_before = gpumem.host_stats()
+cu_mem_host_alloc = cuda.cuMemHostAlloc
+cu_mem_host_alloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t, ctypes.c_uint]
+cu_mem_free_host = cuda.cuMemFreeHost
+cu_mem_free_host.argtypes = [ctypes.c_void_p]
+pinned = ctypes.c_void_p()
+if cu_mem_host_alloc(ctypes.byref(pinned), 1 << 20, 0) != 0:
+    fail("cuMemHostAlloc failed")
+host_during = gpumem.host_stats()
+if cu_mem_free_host(pinned) != 0:
+    fail("cuMemFreeHost failed")
+host_after = gpumem.host_stats()
+print("gpumem.host_stats():", host_after)
+if host_before is None or host_during is None or not host_during["built"]:
+    fail("gpumem.host_stats() does not show the host chain: {} / {}".format(host_before, host_during))
+if host_during["allocations"] - host_before["allocations"] != 1 or host_after["frees"] - host_before["frees"] != 1:
+    fail("pinned allocations or frees do not add up: {} / {} / {}".format(host_before, host_during, host_after))
 print("python_alloc: ok")

@@ -64,6 +64,19 @@ TEST(HostMemory, TheLimitRefusesWithCudasOutOfMemory) {
   EXPECT_NE(r.output.find("RESULT first=0 second=2"), std::string::npos) << r.output;
 }
 
+TEST(HostMemory, TheQueryApiCountsPinnedMemoryAndAForkedChildStartsClean) {
+  auto const r = run_host("stats");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  // Two allocations, one freed; 1 MiB is a size class of its own.
+  EXPECT_NE(r.output.find("RESULT before=0 built=1 pooled=1 allocations=2 frees=1 live=1048576 reserved_ge_live=1 "
+                          "child_clean=1"),
+            std::string::npos)
+      << r.output;
+  auto const plain = run_host("stats", {{"GPUMEM_HOST_POOL", "0"}});
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  EXPECT_NE(plain.output.find("built=1 pooled=0 allocations=2 frees=1"), std::string::npos) << plain.output;
+}
+
 TEST(HostMemory, LogRowsNameTheHostEntryPoints) {
   temp_file log;
   auto const r = run_host("flags", {{"GPUMEM_LOG_FILE", log.path()}});

@@ -151,6 +151,7 @@ host_totals host_chain_totals() noexcept {
   host_chain* c = g_host.load(std::memory_order_acquire);
   if (c == nullptr) return t;
   t.built = true;
+  t.pooled = state().settings.host.pool;
   t.allocations = c->allocations.load(std::memory_order_relaxed);
   t.frees = c->frees.load(std::memory_order_relaxed);
   t.passthroughs = c->passthroughs.load(std::memory_order_relaxed);
@@ -166,6 +167,11 @@ host_totals host_chain_totals() noexcept {
 }  // namespace gpumem::shim
 
 namespace gpumem::shim {
+
+void reset_host_after_fork() noexcept {
+  g_host.store(nullptr, std::memory_order_relaxed);  // the parent's: unusable here, never freed
+  new (&g_build_mutex) std::mutex{};                 // another parent thread may have held it
+}
 
 void append_host_report(std::string& out) {
   host_totals const t = host_chain_totals();

@@ -43,6 +43,7 @@ void note_host_passthrough(bool allocation, void* p, std::size_t bytes, const ch
 /// What the host chain holds now, for reports and the query API.
 struct host_totals {
   bool built = false;
+  bool pooled = false;
   std::uint64_t allocations = 0, frees = 0, passthroughs = 0, fences = 0, waits = 0;
   resource_info info{};
   std::string description;  ///< "pinned pools (per flag set) → limit 1 GiB"
@@ -50,5 +51,8 @@ struct host_totals {
 [[nodiscard]] host_totals host_chain_totals() noexcept;
 /// The report's lines for the host chain (none when it was never built). No CUDA call.
 void append_host_report(std::string& out);
+/// In a forked child: the parent's host chain is forgotten (its pinned blocks belong
+/// to the parent's CUDA context); the next pinned call builds a fresh one.
+void reset_host_after_fork() noexcept;
 
 }  // namespace gpumem::shim

@@ -5,10 +5,16 @@
 //   flags  flag sets, pointer queries on an interior pointer, a second free
 //   loop   50 allocate/free pairs; how many reached the driver
 //   limit  two 600 KiB blocks (run with GPUMEM_HOST_LIMIT=1MiB)
+//   stats  the query API's host counters (gpumem_shim_get_host_stats), in the
+//          process and in a forked child (which starts without a host chain)
 
 #include <cuda_runtime_api.h>
 
 #include <dlfcn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "../../../src/shim/gpumem_shim.h"
 
 #include <cstdio>
 #include <cstring>
@@ -110,6 +116,34 @@ int limit() {
   return 0;
 }
 
+gpumem_shim_host_stats host_stats() {
+  using fn = int (*)(gpumem_shim_host_stats*);
+  gpumem_shim_host_stats s{};
+  if (auto const f = reinterpret_cast<fn>(dlsym(RTLD_DEFAULT, "gpumem_shim_get_host_stats"))) f(&s);
+  return s;
+}
+
+int stats() {
+  gpumem_shim_host_stats const none = host_stats();
+  void* a = nullptr;
+  void* b = nullptr;
+  if (cudaHostAlloc(&a, 100 << 10, cudaHostAllocDefault) != cudaSuccess) return 2;
+  if (cudaMallocHost(&b, 1 << 20) != cudaSuccess) return 2;
+  if (cudaFreeHost(a) != cudaSuccess) return 3;
+  gpumem_shim_host_stats const s = host_stats();
+  pid_t const pid = fork();
+  if (pid == 0) _exit(host_stats().built == 0 && host_stats().allocations == 0 ? 0 : 7);
+  int status = 0;
+  int const child_clean = waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  if (cudaFreeHost(b) != cudaSuccess) return 3;
+  std::printf(
+      "RESULT before=%d built=%d pooled=%d allocations=%llu frees=%llu live=%llu reserved_ge_live=%d "
+      "child_clean=%d\n",
+      none.built, s.built, s.pooled, s.allocations, s.frees, s.live_bytes, s.reserved_bytes >= s.live_bytes ? 1 : 0,
+      child_clean);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -118,6 +152,7 @@ int main(int argc, char** argv) {
   if (what == "flags") return flags();
   if (what == "loop") return loop();
   if (what == "limit") return limit();
-  std::fprintf(stderr, "usage: host_app reuse|flags|loop|limit\n");
+  if (what == "stats") return stats();
+  std::fprintf(stderr, "usage: host_app reuse|flags|loop|limit|stats\n");
   return 1;
 }
