@@ -11,6 +11,13 @@
 //   shim_log_app fsize BYTES N        RLIMIT_FSIZE = BYTES (after the device is up), N pairs
 //   shim_log_app sync N               waits for a byte on fd 3, N pairs, writes a
 //                                     byte to fd 4, waits for EOF on fd 5
+//   shim_log_app gone N PATH          N pairs; half way PATH, its journal and its
+//                                     folder are deleted
+//   shim_log_app reset                5 MiB held when cudaDeviceReset releases it,
+//                                     then 3 MiB allocated and freed; prints STATS
+//   shim_log_app refused-free         a cudaFree refused during a stream capture,
+//                                     then 1 MiB more allocated, then both freed;
+//                                     prints STATS
 //   (PATH, in the signal scenarios, may be any file: the same program runs without
 //   gpumem too)
 //   shim_log_app own-handler N PATH HOW
@@ -246,6 +253,43 @@ void print_signals() {
   printf("%s\n", line.c_str());
 }
 
+// Everything cudaDeviceReset releases is what the program held then: the log's
+// books must end where the device's do (5 MiB peak, nothing live at the end).
+void reset() {
+  constexpr std::size_t MiB = std::size_t{1} << 20;
+  for (int i = 0; i < 5; ++i) {
+    void* p = nullptr;
+    APP_CHECK_EQ(cudaMalloc(&p, MiB), cudaSuccess);
+  }
+  APP_CHECK_EQ(cudaDeviceReset(), cudaSuccess);
+  void* q[3] = {};
+  for (auto& p : q) APP_CHECK_EQ(cudaMalloc(&p, MiB), cudaSuccess);
+  for (auto* p : q) APP_CHECK_EQ(cudaFree(p), cudaSuccess);
+  app_print_stats();
+}
+
+// A free CUDA refuses (during a global capture) frees nothing: 2 MiB live at the
+// peak, and the later real free is of a live pointer.
+void refused_free() {
+  constexpr std::size_t MiB = std::size_t{1} << 20;
+  cudaStream_t s = nullptr;
+  APP_CHECK_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  void* kept = nullptr;
+  APP_CHECK_EQ(cudaMalloc(&kept, MiB), cudaSuccess);
+  APP_CHECK_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaSuccess);
+  APP_CHECK_EQ(cudaFree(kept), cudaErrorStreamCaptureUnsupported);
+  cudaGraph_t g = nullptr;
+  APP_CHECK_EQ(cudaStreamEndCapture(s, &g), cudaErrorStreamCaptureInvalidated);
+  (void)cudaGetLastError();
+  app_sim_reset_violations();  // the refused free invalidated the capture, on purpose
+  void* more = nullptr;
+  APP_CHECK_EQ(cudaMalloc(&more, MiB), cudaSuccess);
+  APP_CHECK_EQ(cudaFree(kept), cudaSuccess);
+  APP_CHECK_EQ(cudaFree(more), cudaSuccess);
+  APP_CHECK_EQ(cudaStreamDestroy(s), cudaSuccess);
+  app_print_stats();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -281,6 +325,17 @@ int main(int argc, char** argv) {
     rlimit lim{limit, limit};
     APP_CHECK_EQ(setrlimit(RLIMIT_FSIZE, &lim), 0);
     pairs(n);
+  } else if (scenario == "gone" && argc > 3) {
+    pairs(n / 2);
+    std::string const log = argv[3];
+    APP_CHECK_EQ(unlink(log.c_str()), 0);
+    APP_CHECK_EQ(unlink((log + ".journal").c_str()), 0);
+    APP_CHECK_EQ(rmdir(log.substr(0, log.rfind('/')).c_str()), 0);
+    pairs(n - n / 2);
+  } else if (scenario == "reset") {
+    reset();
+  } else if (scenario == "refused-free") {
+    refused_free();
   } else if (scenario == "sync") {
     char c = 0;
     APP_CHECK_EQ(read(3, &c, 1), 1);
@@ -290,7 +345,7 @@ int main(int argc, char** argv) {
   } else {
     fprintf(stderr,
             "usage: shim_log_app pairs N | truncate N PATH | fsize BYTES N | sync N | own-handler N PATH HOW | "
-            "blocked N PATH | held N PATH | ignored N PATH | interrupt N PATH\n");
+            "blocked N PATH | held N PATH | ignored N PATH | interrupt N PATH | gone N PATH | reset | refused-free\n");
     return 2;
   }
   return app_finish(scenario.c_str());
