@@ -80,7 +80,7 @@ replay_plan plan_replay(std::string const& path, std::string name) {
         plan.ops.push_back({replay_op::kind::try_allocate, sync, 0, stream_of(e), e.size});
         break;
       case gpumem::log_action::free: {
-        if (e.pointer == 0) break;
+        if (e.pointer == 0 || e.refused) break;
         auto it = live.find(e.pointer);
         if (it == live.end()) {
           ++plan.skipped_frees;

@@ -34,6 +34,9 @@ struct log_event {
   std::uint16_t result{};        ///< index into the reader's strings (0 = "")
   std::int16_t device{-1};       ///< Device; -1 if absent
   log_action kind{};             ///< Action
+  /// A free whose Result names an error (CUDA refused it: the memory stays
+  /// allocated). The tools' books ignore it.
+  bool refused{};
 };
 
 /// A problem found in a log, anchored to file:line (line 0: the file as a whole).

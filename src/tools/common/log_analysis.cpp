@@ -116,6 +116,7 @@ void log_analyzer::key_tracker::add(std::uint64_t key, log_event const& ev) {
     c = &table.others;
     table.truncated = true;
   }
+  if (ev.refused) return;
   switch (ev.kind) {
     case log_action::allocate:
       ++c->allocations;
@@ -217,6 +218,7 @@ void log_analyzer::add(log_event const& ev) {
       break;
     }
     case log_action::free: {
+      if (ev.refused) break;
       ++s.frees;
       if (ev.pointer == 0) break;
       auto const it = live_.find(ev.pointer);

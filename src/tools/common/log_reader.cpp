@@ -564,7 +564,11 @@ bool log_reader::read_row(std::string_view line, std::size_t line_no, log_event&
     }
   }
   if (index_[col_entry] != no_column) ev.entry = intern(field(col_entry), last_entry_);
-  if (index_[col_result] != no_column) ev.result = intern(field(col_result), last_result_);
+  if (index_[col_result] != no_column) {
+    std::string_view const result = field(col_result);
+    ev.result = intern(result, last_result_);
+    ev.refused = ev.kind == log_action::free && !result.empty() && result != "CUDA_SUCCESS" && result != "cudaSuccess";
+  }
   return true;
 }
 

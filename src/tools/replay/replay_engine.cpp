@@ -168,7 +168,7 @@ struct chain_replayer::impl {
         break;
       }
       case log_action::free: {
-        if (ev.pointer == 0) break;
+        if (ev.pointer == 0 || ev.refused) break;
         auto const it = live.find(ev.pointer);
         if (it == live.end()) {
           ++r.skipped_frees;

@@ -115,7 +115,7 @@ void trace_writer::event(std::size_t log, log_event const& ev) {
       break;
     }
     case log_action::free: {
-      if (ev.pointer == 0) break;
+      if (ev.pointer == 0 || ev.refused) break;
       auto it = st.live.find(ev.pointer);
       if (it == st.live.end()) {
         item(fmt::format(R"({{"ph":"i","s":"t","name":"free of unknown pointer","pid":{},"tid":{},"ts":{},)"
