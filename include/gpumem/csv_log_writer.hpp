@@ -20,7 +20,10 @@
 //   new end, behind the header (when the cut took it) and a marker line that
 //   says the earlier rows are gone; the notifier says so once per truncation.
 //   A cut between that check and the write is found at the next batch.
-// - Renamed or deleted: rows keep going to the open file.
+// - Renamed: rows keep going to the open file.
+// - Deleted (or its folder): found at the next batch (the fstat); the notifier
+//   says so once, later rows are counted as lost, and at close or exit the
+//   notifier gives their count (no marker: no one could read it).
 // - Another process writes the same path: the first writer holds an exclusive
 //   flock; a writer that finds it taken writes "<path>.<pid>" instead and says
 //   so. A forked child shares its parent's descriptor: whole rows, appended.
@@ -145,6 +148,8 @@ class csv_log_writer {
   bool drop_said_{false};     ///< (mutex_)
   bool finished_{false};      ///< the final marker is written (mutex_)
   bool closed_{false};        ///< (mutex_)
+  bool gone_{false};          ///< the file was deleted (mutex_)
+  bool gone_said_{false};     ///< (mutex_)
   std::atomic<std::uint64_t> written_{0};
   std::atomic<std::uint64_t> dropped_{0};
   std::atomic<std::uint32_t> truncations_{0};

@@ -160,6 +160,7 @@ void csv_log_writer::write(log_row const& row, std::uint64_t start_ticks, std::u
 std::uint64_t csv_log_writer::end_locked(std::int64_t& cut_to) noexcept {
   struct stat st {};
   if (::fstat(fd_, &st) != 0) return end_;
+  if (st.st_nlink == 0) gone_ = true;  // deleted (or its folder): rows written now reach no one
   auto const size = static_cast<std::uint64_t>(st.st_size);
   if (size >= end_) return end_ = size;  // a forked child's rows may follow ours
   // Truncated by someone else: go on at the new end, the header first if it went,
@@ -231,6 +232,14 @@ bool csv_log_writer::append(char const* data, std::size_t len, std::uint64_t row
   }
   std::int64_t cut_to = -1;
   std::uint64_t const at = end_locked(cut_to);
+  if (gone_) {
+    dropped_.fetch_add(rows, std::memory_order_relaxed);
+    bool const say = !gone_said_;
+    gone_said_ = true;
+    pthread_mutex_unlock(&mutex_);
+    if (say) notify("the allocation log '" + path_ + "' was deleted while in use: rows are lost from now on");
+    return false;
+  }
   // Under RLIMIT_FSIZE, room for two markers stays: one now, one at the end.
   std::uint64_t const room = room_under_limit(at);
   std::size_t fits = len;
@@ -272,6 +281,16 @@ void csv_log_writer::finish() noexcept {
   if (struct stat st{}; !closed_ && reserved_ != UINT64_MAX && ::fstat(fd_, &st) == 0) {
     (void)::ftruncate(fd_, st.st_size);
     reserved_ = static_cast<std::uint64_t>(st.st_size);
+  }
+  if (gone_) {
+    bool const say = !finished_ && !closed_;
+    finished_ = true;
+    pthread_mutex_unlock(&mutex_);
+    if (say) {
+      notify("the allocation log '" + path_ + "' was deleted while in use: " + std::to_string(dropped_rows()) +
+             " rows lost");
+    }
+    return;
   }
   bool const say = !finished_ && !closed_ && (dropped_rows() != 0 || truncations() != 0);
   std::string why;
