@@ -55,7 +55,7 @@ gpumem::log_row sample_row(std::uint64_t i) {
                          .time_ns = now,
                          .utc_offset_s = gpumem::detail::local_utc_offset(now),
                          .action = (i & 1) != 0 ? gpumem::log_action::free : gpumem::log_action::allocate,
-                         .pointer = reinterpret_cast<void const*>(std::uintptr_t{0x7f3a40000000} + (i % 4096) * 256),
+                         .pointer = std::uintptr_t{0x7f3a40000000} + (i % 4096) * 256,
                          .size = 1 << 20,
                          .stream = 0x1,
                          .device = 0,

@@ -91,7 +91,7 @@ struct log_row {
   std::int64_t time_ns{};       ///< CLOCK_REALTIME
   std::int32_t utc_offset_s{};  ///< local time = time_ns + offset (Time column)
   log_action action{log_action::allocate};
-  void const* pointer{};
+  std::uintptr_t pointer{};  ///< 0: null
   std::size_t size{};
   std::uintptr_t stream{};
   int device{-1};

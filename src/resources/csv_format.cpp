@@ -318,10 +318,10 @@ std::size_t format_row(char* out, log_row const& row) noexcept {
   }
   *o++ = ',';
 
-  if (row.pointer == nullptr) {
+  if (row.pointer == 0) {
     o = put_text(o, "(nil)");
   } else {
-    auto const p = reinterpret_cast<std::uintptr_t>(row.pointer);
+    auto const p = row.pointer;
     if (p != m.pointer || m.pointer_len == 0) {
       m.pointer_len = static_cast<std::uint8_t>(put_hex(m.pointer_text, p) - m.pointer_text);
       m.pointer = p;

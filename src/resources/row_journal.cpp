@@ -166,7 +166,7 @@ log_row row_of(row_journal::record const& r, std::uint64_t stamp, Names const& n
                  .time_ns = when.start_ns,
                  .utc_offset_s = detail::local_utc_offset(when.start_ns),
                  .action = static_cast<log_action>(r.action & ~action_in_ticks),
-                 .pointer = reinterpret_cast<void const*>(r.pointer),
+                 .pointer = r.pointer,
                  .size = r.size,
                  .stream = r.stream,
                  .device = r.device,
@@ -302,7 +302,7 @@ bool row_journal::push_record(log_row const& row, std::int64_t time, std::uint32
   // instruction (the pool's, or the next row's fetch_add) would wait for that miss.
   prefetch_for_write(&ring_[(i + prefetch_distance) & (ring_slots - 1)]);
   r.time_ns = time;
-  r.pointer = reinterpret_cast<std::uintptr_t>(row.pointer);
+  r.pointer = row.pointer;
   r.size = row.size;
   r.stream = row.stream;
   r.reserved = row.reserved;

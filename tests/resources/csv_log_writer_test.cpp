@@ -57,7 +57,7 @@ log_row example_row() {
                  .time_ns = 1763733727123456789,
                  .utc_offset_s = 0,
                  .action = log_action::allocate,
-                 .pointer = reinterpret_cast<void const*>(std::uintptr_t{0x7f3a40000000}),
+                 .pointer = std::uintptr_t{0x7f3a40000000},
                  .size = 1048576,
                  .stream = 0x1,
                  .device = 0,
@@ -92,7 +92,7 @@ TEST(FormatRow, StackIdIsTheLastColumnInHex) {
 TEST(FormatRow, NullPointerNullStreamFailureAndDefaults) {
   auto row = example_row();
   row.action = log_action::allocate_failure;
-  row.pointer = nullptr;
+  row.pointer = 0;
   row.stream = 0;
   row.device = -1;
   row.entry = nullptr;
@@ -166,7 +166,7 @@ TEST(FormatRow, PointerSizeAndReservedFollowEveryRow) {
   for (std::uint64_t v : {1ULL, 1ULL, 123456789ULL, 7ULL, 0ULL, 18446744073709551615ULL, 7ULL}) {
     row.size = v;
     row.reserved = static_cast<std::int64_t>(v >> 1);
-    row.pointer = reinterpret_cast<void const*>(static_cast<std::uintptr_t>(v));
+    row.pointer = static_cast<std::uintptr_t>(v);
     auto const line = format(row);
     EXPECT_EQ(split_csv_field(line, 4), std::to_string(v));
     EXPECT_EQ(split_csv_field(line, 11), std::to_string(v >> 1));
@@ -198,7 +198,7 @@ TEST(FormatRow, NamesAreSanitizedAndCut) {
   row.time_ns = INT64_MIN;
   row.duration_ns = UINT64_MAX;
   row.device = INT32_MIN;
-  row.pointer = reinterpret_cast<void const*>(UINTPTR_MAX);
+  row.pointer = UINTPTR_MAX;
   row.stream = UINTPTR_MAX;
   row.action = log_action::allocate_failure;
   row.reserved = INT64_MAX;

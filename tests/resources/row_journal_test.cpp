@@ -49,7 +49,7 @@ log_row make_row(std::uint64_t thread, std::uint64_t seq) {
   return log_row{.thread_id = thread,
                  .time_ns = 1'700'000'000'000'000'000 + static_cast<std::int64_t>(seq) * 1000,
                  .action = seq % 2 == 0 ? log_action::allocate : log_action::free,
-                 .pointer = reinterpret_cast<void const*>(0x7f0000000000ULL + seq * 256),
+                 .pointer = 0x7f0000000000ULL + seq * 256,
                  .size = seq,
                  .stream = seq % 3,
                  .device = static_cast<int>(seq % 4),
