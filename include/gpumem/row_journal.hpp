@@ -166,8 +166,7 @@ struct journal_recovery {
 };
 
 /// When "<log_path>.journal" is beside the log and no process writes the log any
-/// more (its lock is free; when the journal's process is gone, up to 5 s are
-/// given for the lock to go with it): appends the rows the journal still held to
+/// more (its lock is free): appends the rows the journal still held to
 /// the log (after the last complete row; a marker line follows when records were
 /// lost or the journal was cut short), and removes the journal. The journal is
 /// read, not mapped. The records held are those stored after the last one
