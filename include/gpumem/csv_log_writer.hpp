@@ -54,10 +54,6 @@
 namespace gpumem {
 
 class row_journal;
-namespace detail {
-template <class T>
-class live_list;
-}
 
 class csv_log_writer {
  public:
@@ -120,13 +116,14 @@ class csv_log_writer {
   static constexpr std::size_t marker_bytes = max_marker_bytes;
 
  private:
-  friend class detail::live_list<csv_log_writer>;
   void open_file();
   /// Under mutex_: the file's end now, after repairing a truncation (the header
   /// and a marker go first); sets `cut_to` to the size found when it repaired one.
   std::uint64_t end_locked(std::int64_t& cut_to) noexcept;
   /// Under mutex_: writes `len` bytes (whole lines) at the end; the bytes written.
   std::size_t write_locked(char const* data, std::size_t len) noexcept;
+  /// Under mutex_: why rows are missing, for the marker and the messages.
+  [[nodiscard]] std::string loss_reason_locked() const;
   /// Under mutex_: appends the marker line for the counters now.
   void append_marker_locked() noexcept;
   void drop_locked(std::uint64_t rows, int err) noexcept;
@@ -154,7 +151,6 @@ class csv_log_writer {
   std::atomic<std::uint64_t> dropped_{0};
   std::atomic<std::uint32_t> truncations_{0};
   csv_log_writer* next_live_{};  ///< on the live writers' list, for exit and fork
-  csv_log_writer* prev_live_{};
 };
 
 }  // namespace gpumem

@@ -3,7 +3,6 @@
 #include <gpumem/csv_log_writer.hpp>
 #include <gpumem/detail/file_kind.hpp>
 #include <gpumem/detail/file_space.hpp>
-#include <gpumem/detail/live_list.hpp>
 #include <gpumem/detail/log_clock.hpp>
 #include <gpumem/detail/os_thread.hpp>
 #include <gpumem/diagnostics.hpp>
@@ -24,8 +23,11 @@
 namespace gpumem {
 namespace {
 
-// Live writers, for the exit hook and the fork handler.
-detail::live_list<csv_log_writer> live_writers;
+// Live writers (linked through next_live_), for the exit hook and the fork
+// handler: constant-initialized and trivially destructible, so usable during exit
+// whatever the order of static destructors.
+pthread_mutex_t live_mutex = PTHREAD_MUTEX_INITIALIZER;
+csv_log_writer* live_writers = nullptr;
 pthread_once_t hooks_once = PTHREAD_ONCE_INIT;
 
 [[noreturn]] void throw_log_error(std::string const& path, std::string const& what) {
@@ -80,17 +82,27 @@ csv_log_writer::csv_log_writer(std::string path, notify_fn notifier)
     // writes rows directly, appended whole; a lock another thread held at the
     // fork is free in the child.
     ::pthread_atfork(nullptr, nullptr, [] {
-      live_writers.for_each_unlocked([](csv_log_writer* w) {
+      for (csv_log_writer* w = live_writers; w != nullptr; w = w->next_live_) {
         pthread_mutex_init(&w->mutex_, nullptr);
         if (w->journal_ != nullptr) w->journal_->forked();
-      });
+      }
     });
   });
-  live_writers.add(this);
+  pthread_mutex_lock(&live_mutex);
+  next_live_ = live_writers;
+  live_writers = this;
+  pthread_mutex_unlock(&live_mutex);
 }
 
 csv_log_writer::~csv_log_writer() {
-  live_writers.remove(this);
+  pthread_mutex_lock(&live_mutex);
+  for (csv_log_writer** p = &live_writers; *p != nullptr; p = &(*p)->next_live_) {
+    if (*p == this) {
+      *p = next_live_;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&live_mutex);
   close();
 }
 
@@ -204,22 +216,21 @@ void csv_log_writer::drop_locked(std::uint64_t rows, int err) noexcept {
          "): rows are dropped from now on and counted; the log will end with a '#gpumem incomplete' line");
 }
 
+std::string csv_log_writer::loss_reason_locked() const {
+  std::string why;
+  if (truncations() != 0) why = "truncated by another program while in use";
+  if (drop_errno_ != 0) why += std::string{why.empty() ? "" : "; "} + detail::error_text(drop_errno_);
+  return why.empty() ? "rows lost" : why;
+}
+
 void csv_log_writer::append_marker_locked() noexcept {
   std::string reason;
-  auto add = [&reason](std::string_view text) {
-    if (!reason.empty()) reason += "; ";
-    reason += text;
-  };
   try {
-    if (truncations_.load(std::memory_order_relaxed) != 0) {
-      add("truncated by another program while in use: earlier rows are lost");
-    }
-    if (drop_errno_ != 0) add(detail::error_text(drop_errno_));
-    if (reason.empty()) add("rows lost");
+    reason = loss_reason_locked();
   } catch (...) {  // out of memory: the marker without its reason
   }
   char line[marker_bytes];
-  std::size_t const len = format_incomplete_marker(line, sizeof line, dropped_.load(std::memory_order_relaxed), reason);
+  std::size_t const len = format_incomplete_marker(line, sizeof line, dropped_rows(), reason);
   if (len != 0 && len <= room_under_limit(end_)) (void)write_locked(line, len);
 }
 
@@ -282,29 +293,20 @@ void csv_log_writer::finish() noexcept {
     (void)::ftruncate(fd_, st.st_size);
     reserved_ = static_cast<std::uint64_t>(st.st_size);
   }
-  if (gone_) {
-    bool const say = !finished_ && !closed_;
-    finished_ = true;
-    pthread_mutex_unlock(&mutex_);
-    if (say) {
-      notify("the allocation log '" + path_ + "' was deleted while in use: " + std::to_string(dropped_rows()) +
-             " rows lost");
-    }
-    return;
-  }
-  bool const say = !finished_ && !closed_ && (dropped_rows() != 0 || truncations() != 0);
+  bool const say = !finished_ && !closed_ && (gone_ || dropped_rows() != 0 || truncations() != 0);
   std::string why;
   if (say) {
     finished_ = true;
     std::int64_t cut_to = -1;
     (void)end_locked(cut_to);
-    append_marker_locked();
-    if (truncations() != 0) why = "truncated by another program while in use";
-    if (drop_errno_ != 0) why += std::string{why.empty() ? "" : "; "} + detail::error_text(drop_errno_);
-    if (why.empty()) why = "rows lost";
+    if (!gone_) append_marker_locked();  // a deleted log: no one could read it
+    why = loss_reason_locked();
   }
   pthread_mutex_unlock(&mutex_);
-  if (say) {
+  if (say && gone_) {
+    notify("the allocation log '" + path_ + "' was deleted while in use: " + std::to_string(dropped_rows()) +
+           " rows lost");
+  } else if (say) {
     notify("the allocation log '" + path_ + "' is incomplete (" + why + "): " + std::to_string(dropped_rows()) +
            " rows dropped; its last line says so");
   }
@@ -313,7 +315,9 @@ void csv_log_writer::finish() noexcept {
 void csv_log_writer::finish_all_at_exit() noexcept {
   // The descriptor stays open: rows logged later (other threads, static
   // destructors) are written directly.
-  live_writers.for_each([](csv_log_writer* w) { w->finish(); });
+  pthread_mutex_lock(&live_mutex);
+  for (csv_log_writer* w = live_writers; w != nullptr; w = w->next_live_) w->finish();
+  pthread_mutex_unlock(&live_mutex);
 }
 
 void csv_log_writer::close() noexcept {
