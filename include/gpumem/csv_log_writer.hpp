@@ -106,14 +106,10 @@ class csv_log_writer {
   /// The file written: requested_path(), or "<requested_path>.<pid>".
   [[nodiscard]] std::string const& path() const noexcept { return path_; }
   [[nodiscard]] std::string const& requested_path() const noexcept { return requested_path_; }
-  /// Bytes this writer has written, header and markers included.
-  [[nodiscard]] std::uint64_t bytes_written() const noexcept { return written_.load(std::memory_order_relaxed); }
   /// Rows that could not be stored (disk full, lost records).
   [[nodiscard]] std::uint64_t dropped_rows() const noexcept { return dropped_.load(std::memory_order_relaxed); }
   /// Times the file was found truncated under the writer.
   [[nodiscard]] std::uint32_t truncations() const noexcept { return truncations_.load(std::memory_order_relaxed); }
-
-  static constexpr std::size_t marker_bytes = max_marker_bytes;
 
  private:
   void open_file();
@@ -147,7 +143,6 @@ class csv_log_writer {
   bool closed_{false};        ///< (mutex_)
   bool gone_{false};          ///< the file was deleted (mutex_)
   bool gone_said_{false};     ///< (mutex_)
-  std::atomic<std::uint64_t> written_{0};
   std::atomic<std::uint64_t> dropped_{0};
   std::atomic<std::uint32_t> truncations_{0};
   csv_log_writer* next_live_{};  ///< on the live writers' list, for exit and fork

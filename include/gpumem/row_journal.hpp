@@ -84,11 +84,10 @@ class row_journal {
   /// row.utc_offset_s is not read (the formatter takes the offset at the row's time).
   [[nodiscard]] bool push(log_row const& row) noexcept;
   /// push() for a row that started at `start_ticks` and ended at `end_ticks`
-  /// (detail::log_ticks()); row.time_ns and row.duration_ns are not read. False
-  /// also for an event of 2^32 - 1 ticks or longer.
+  /// (detail::log_ticks(); 0: its duration was not measured); row.time_ns and
+  /// row.duration_ns are not read. False also for an event of 2^32 - 1 ticks or
+  /// longer.
   [[nodiscard]] bool push(log_row const& row, std::uint64_t start_ticks, std::uint64_t end_ticks) noexcept;
-  /// The same for a row whose duration was not measured.
-  [[nodiscard]] bool push(log_row const& row, std::uint64_t start_ticks) noexcept;
 
   /// Formats every row queued so far into the log.
   void drain() noexcept;

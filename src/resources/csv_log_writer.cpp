@@ -68,7 +68,6 @@ csv_log_writer::csv_log_writer(std::string path, notify_fn notifier)
     throw_log_error(path_, std::string{"cannot hold the header: "} + detail::error_text(err));
   }
   end_ = csv_log_header.size();
-  written_.store(end_, std::memory_order_relaxed);
   try {
     journal_ = std::make_unique<row_journal>(*this);
   } catch (std::exception const& e) {  // rows are then formatted by the threads that log them
@@ -151,19 +150,11 @@ void csv_log_writer::write(log_row const& row) noexcept {
 }
 
 void csv_log_writer::write(log_row const& row, std::uint64_t start_ticks, std::uint64_t end_ticks) noexcept {
-  if (journal_ != nullptr &&
-      (end_ticks != 0 ? journal_->push(row, start_ticks, end_ticks) : journal_->push(row, start_ticks))) {
-    return;
-  }
+  if (journal_ != nullptr && journal_->push(row, start_ticks, end_ticks)) return;
   log_row r = row;
-  if (end_ticks != 0) {
-    auto const when = detail::log_row_time(start_ticks, end_ticks);
-    r.time_ns = when.start_ns;
-    r.duration_ns = when.duration_ns;
-  } else {
-    r.time_ns = detail::log_time_ns(start_ticks);
-    r.duration_ns = log_row::unmeasured;
-  }
+  auto const when = detail::log_row_time(start_ticks, end_ticks != 0 ? end_ticks : start_ticks);
+  r.time_ns = when.start_ns;
+  r.duration_ns = end_ticks != 0 ? when.duration_ns : log_row::unmeasured;
   r.utc_offset_s = detail::local_utc_offset(r.time_ns);
   char line[max_row_bytes];
   (void)append(line, format_row(line, r), 1);
@@ -201,7 +192,6 @@ std::size_t csv_log_writer::write_locked(char const* data, std::size_t len) noex
     done += static_cast<std::size_t>(n);
   }
   end_ += done;
-  written_.fetch_add(done, std::memory_order_relaxed);
   return done;
 }
 
@@ -229,7 +219,7 @@ void csv_log_writer::append_marker_locked() noexcept {
     reason = loss_reason_locked();
   } catch (...) {  // out of memory: the marker without its reason
   }
-  char line[marker_bytes];
+  char line[max_marker_bytes];
   std::size_t const len = format_incomplete_marker(line, sizeof line, dropped_rows(), reason);
   if (len != 0 && len <= room_under_limit(end_)) (void)write_locked(line, len);
 }
@@ -254,8 +244,8 @@ bool csv_log_writer::append(char const* data, std::size_t len, std::uint64_t row
   // Under RLIMIT_FSIZE, room for two markers stays: one now, one at the end.
   std::uint64_t const room = room_under_limit(at);
   std::size_t fits = len;
-  if (room < len + 2 * marker_bytes) {
-    fits = room > 2 * marker_bytes ? static_cast<std::size_t>(room - 2 * marker_bytes) : 0;
+  if (room < len + 2 * max_marker_bytes) {
+    fits = room > 2 * max_marker_bytes ? static_cast<std::size_t>(room - 2 * max_marker_bytes) : 0;
     while (fits != 0 && data[fits - 1] != '\n') --fits;  // whole lines only
   }
   // Blocks reserved ahead of the end (the size unchanged): the writes fill them

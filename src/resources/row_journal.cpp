@@ -271,15 +271,14 @@ bool row_journal::push(log_row const& row) noexcept {
 }
 
 bool row_journal::push(log_row const& row, std::uint64_t start_ticks, std::uint64_t end_ticks) noexcept {
+  if (end_ticks == 0) {
+    return push_record(row, static_cast<std::int64_t>(start_ticks), unmeasured_duration, action_in_ticks);
+  }
   // Backwards (another core's counter, a hair behind): duration 0, as log_row_time gives.
   std::uint64_t const elapsed = end_ticks > start_ticks ? end_ticks - start_ticks : 0;
   if (elapsed >= unmeasured_duration) [[unlikely]]
     return false;
   return push_record(row, static_cast<std::int64_t>(start_ticks), static_cast<std::uint32_t>(elapsed), action_in_ticks);
-}
-
-bool row_journal::push(log_row const& row, std::uint64_t start_ticks) noexcept {
-  return push_record(row, static_cast<std::int64_t>(start_ticks), unmeasured_duration, action_in_ticks);
 }
 
 bool row_journal::push_record(log_row const& row, std::int64_t time, std::uint32_t duration,
@@ -651,7 +650,7 @@ journal_recovery recover_journal(std::string const& log_path) noexcept {
     for (std::uint64_t i = tail; i < head; ++i) ++(format(i) ? out.rows : out.lost);
     if (out.lost != 0 || out.truncated) {
       // A cut journal: rows past the cut are gone uncounted (the reason says so).
-      char marker[csv_log_writer::marker_bytes];
+      char marker[max_marker_bytes];
       text.append(marker, format_incomplete_marker(marker, sizeof marker, out.lost,
                                                    out.truncated ? "its journal was truncated by another program: "
                                                                    "rows queued in it are lost"

@@ -322,7 +322,7 @@ TEST(RowJournal, UnmeasuredDurationsStayEmptyFormattedAndRecovered) {
     csv_log_writer log{f.path()};
     row_journal& journal = *log.journal();
     std::uint64_t const start = detail::log_ticks();
-    ASSERT_TRUE(journal.push(make_row(1, 0), start));
+    ASSERT_TRUE(journal.push(make_row(1, 0), start, 0));
     ASSERT_TRUE(journal.push(make_row(1, 1), start, start + 1000));
     auto row = make_row(1, 2);
     row.duration_ns = log_row::unmeasured;
