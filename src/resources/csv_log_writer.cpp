@@ -11,7 +11,6 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -32,14 +31,6 @@ pthread_once_t hooks_once = PTHREAD_ONCE_INIT;
 
 [[noreturn]] void throw_log_error(std::string const& path, std::string const& what) {
   throw logic_error{"gpumem: cannot write the allocation log '" + path + "': " + what};
-}
-
-// Bytes the file may still grow by under RLIMIT_FSIZE: a write that starts at
-// the limit raises SIGXFSZ, which kills a program that never asked for it.
-std::uint64_t room_under_limit(std::uint64_t size) noexcept {
-  rlimit lim{};
-  if (::getrlimit(RLIMIT_FSIZE, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY) return UINT64_MAX;
-  return lim.rlim_cur > size ? lim.rlim_cur - size : 0;
 }
 
 // Bytes reserved on disk ahead of the file's end at a time.
@@ -221,7 +212,7 @@ void csv_log_writer::append_marker_locked() noexcept {
   }
   char line[max_marker_bytes];
   std::size_t const len = format_incomplete_marker(line, sizeof line, dropped_rows(), reason);
-  if (len != 0 && len <= room_under_limit(end_)) (void)write_locked(line, len);
+  if (len != 0 && len <= detail::room_under_fsize_limit(end_)) (void)write_locked(line, len);
 }
 
 bool csv_log_writer::append(char const* data, std::size_t len, std::uint64_t rows, reserved_fn on_reserved,
@@ -242,7 +233,7 @@ bool csv_log_writer::append(char const* data, std::size_t len, std::uint64_t row
     return false;
   }
   // Under RLIMIT_FSIZE, room for two markers stays: one now, one at the end.
-  std::uint64_t const room = room_under_limit(at);
+  std::uint64_t const room = detail::room_under_fsize_limit(at);
   std::size_t fits = len;
   if (room < len + 2 * max_marker_bytes) {
     fits = room > 2 * max_marker_bytes ? static_cast<std::size_t>(room - 2 * max_marker_bytes) : 0;

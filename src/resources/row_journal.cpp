@@ -475,15 +475,6 @@ void row_journal::close() noexcept {
   fd_ = -1;
 }
 
-namespace {
-// The anchor in the header (the one its last batch was formatted with).
-detail::tick_anchor header_anchor(row_journal::file_header const& h) noexcept {
-  auto const& a = h.anchors[h.anchor_current.load(std::memory_order_acquire) & 1U];
-  return {a.ticks.load(std::memory_order_relaxed), a.real_ns.load(std::memory_order_relaxed),
-          a.mult.load(std::memory_order_relaxed)};
-}
-}  // namespace
-
 // ---------------------------------------------------------------------------
 // Recovery: the rows a dead writer's journal still held.
 
@@ -606,7 +597,8 @@ journal_recovery recover_journal(std::string const& log_path) noexcept {
     // The anchor the last batch was formatted with: the same bytes for a batch
     // formatted again; for later rows, times within the clock's rate error of
     // the writer's (they were queued within about 64 ms of it).
-    detail::tick_anchor const anchor = header_anchor(*h);
+    auto const& in_header = h->anchors[h->anchor_current.load() & 1U];
+    detail::tick_anchor const anchor{in_header.ticks.load(), in_header.real_ns.load(), in_header.mult.load()};
     // False: lost.
     auto format = [&](std::uint64_t i) {
       if (!stored(i)) return false;
