@@ -37,13 +37,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstddef>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <new>
-#include <string_view>
-#include <vector>
 
 #include <sched.h>
 
