@@ -104,8 +104,6 @@ class row_journal {
   /// stay queued until a full ring, drain(), close() or exit formats them.
   static void hold_rows_for_testing(bool on) noexcept;
 
-  /// The journal file.
-  [[nodiscard]] std::string const& path() const noexcept { return path_; }
   /// Records formatted into the log (or given up) so far.
   [[nodiscard]] std::uint64_t rows_formatted() const noexcept { return tail_.load(std::memory_order_acquire); }
 
