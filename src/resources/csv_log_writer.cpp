@@ -154,7 +154,12 @@ void csv_log_writer::write(log_row const& row, std::uint64_t start_ticks, std::u
 std::uint64_t csv_log_writer::end_locked(std::int64_t& cut_to) noexcept {
   struct stat st {};
   if (::fstat(fd_, &st) != 0) return end_;
-  if (st.st_nlink == 0) gone_ = true;  // deleted (or its folder): rows written now reach no one
+  if (st.st_nlink == 0 && !gone_) {
+    // Deleted (or its folder): rows written now reach no one. Some file systems
+    // count no links at all: gone only when the path no longer names the file.
+    struct stat named {};
+    gone_ = ::stat(path_.c_str(), &named) != 0 || named.st_ino != st.st_ino || named.st_dev != st.st_dev;
+  }
   auto const size = static_cast<std::uint64_t>(st.st_size);
   if (size >= end_) return end_ = size;  // a forked child's rows may follow ours
   // Truncated by someone else: go on at the new end, the header first if it went,
