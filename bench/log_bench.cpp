@@ -29,6 +29,7 @@
 
 #include <benchmark/benchmark.h>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -55,7 +56,7 @@ gpumem::log_row sample_row(std::uint64_t i) {
                          .time_ns = now,
                          .utc_offset_s = gpumem::detail::local_utc_offset(now),
                          .action = (i & 1) != 0 ? gpumem::log_action::free : gpumem::log_action::allocate,
-                         .pointer = reinterpret_cast<void const*>(std::uintptr_t{0x7f3a40000000} + (i % 4096) * 256),
+                         .pointer = std::uintptr_t{0x7f3a40000000} + (i % 4096) * 256,
                          .size = 1 << 20,
                          .stream = 0x1,
                          .device = 0,
@@ -92,7 +93,8 @@ void write(benchmark::State& state) {
   }
   state.SetItemsProcessed(state.iterations());
   if (state.thread_index() == 0) {
-    state.counters["MB"] = static_cast<double>(shared_writer->bytes_written()) / 1e6;
+    struct stat st {};
+    if (::stat(log_path().c_str(), &st) == 0) state.counters["MB"] = static_cast<double>(st.st_size) / 1e6;
     state.counters["dropped"] = static_cast<double>(shared_writer->dropped_rows());
     shared_writer.reset();
     std::remove(log_path().c_str());
@@ -115,7 +117,10 @@ void ticks(benchmark::State& state) {
 BENCHMARK(ticks);
 
 void row_time(benchmark::State& state) {
-  for (auto _ : state) benchmark::DoNotOptimize(gpumem::detail::log_row_time(gpumem::detail::log_ticks()));
+  for (auto _ : state) {
+    auto const start = gpumem::detail::log_ticks();
+    benchmark::DoNotOptimize(gpumem::detail::log_row_time(start, gpumem::detail::log_ticks()));
+  }
   state.SetItemsProcessed(state.iterations());
 }
 BENCHMARK(row_time);
@@ -124,7 +129,7 @@ BENCHMARK(row_time);
 /// offset, then write().
 void write_event_row(gpumem::log_row& row) {
   auto const start = gpumem::detail::log_ticks();
-  auto const when = gpumem::detail::log_row_time(start);
+  auto const when = gpumem::detail::log_row_time(start, gpumem::detail::log_ticks());
   row.thread_id = gpumem::detail::os_thread_id();
   row.time_ns = when.start_ns;
   row.utc_offset_s = gpumem::detail::local_utc_offset(when.start_ns);

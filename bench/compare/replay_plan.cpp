@@ -57,9 +57,9 @@ replay_plan plan_replay(std::string const& path, std::string name) {
   };
 
   auto plan_event = [&](log_event const& e) {
-    threads.insert(e.thread);
-    bool const sync = synchronous_entry(reader.string(e.entry));
-    switch (e.kind) {
+    threads.insert(e.thread_id);
+    bool const sync = synchronous_entry(reader.string(e.entry_id));
+    switch (e.action) {
       case gpumem::log_action::allocate: {
         if (e.size == 0) break;
         std::uint32_t const st = stream_of(e);
@@ -80,7 +80,7 @@ replay_plan plan_replay(std::string const& path, std::string name) {
         plan.ops.push_back({replay_op::kind::try_allocate, sync, 0, stream_of(e), e.size});
         break;
       case gpumem::log_action::free: {
-        if (e.pointer == 0) break;
+        if (e.pointer == 0 || e.refused) break;
         auto it = live.find(e.pointer);
         if (it == live.end()) {
           ++plan.skipped_frees;

@@ -20,7 +20,10 @@
 //   new end, behind the header (when the cut took it) and a marker line that
 //   says the earlier rows are gone; the notifier says so once per truncation.
 //   A cut between that check and the write is found at the next batch.
-// - Renamed or deleted: rows keep going to the open file.
+// - Renamed: rows keep going to the open file.
+// - Deleted (or its folder): found at the next batch (the fstat); the notifier
+//   says so once, later rows are counted as lost, and at close or exit the
+//   notifier gives their count (no marker: no one could read it).
 // - Another process writes the same path: the first writer holds an exclusive
 //   flock; a writer that finds it taken writes "<path>.<pid>" instead and says
 //   so. A forked child shares its parent's descriptor: whole rows, appended.
@@ -51,10 +54,6 @@
 namespace gpumem {
 
 class row_journal;
-namespace detail {
-template <class T>
-class live_list;
-}
 
 class csv_log_writer {
  public:
@@ -107,23 +106,20 @@ class csv_log_writer {
   /// The file written: requested_path(), or "<requested_path>.<pid>".
   [[nodiscard]] std::string const& path() const noexcept { return path_; }
   [[nodiscard]] std::string const& requested_path() const noexcept { return requested_path_; }
-  /// Bytes this writer has written, header and markers included.
-  [[nodiscard]] std::uint64_t bytes_written() const noexcept { return written_.load(std::memory_order_relaxed); }
   /// Rows that could not be stored (disk full, lost records).
   [[nodiscard]] std::uint64_t dropped_rows() const noexcept { return dropped_.load(std::memory_order_relaxed); }
   /// Times the file was found truncated under the writer.
   [[nodiscard]] std::uint32_t truncations() const noexcept { return truncations_.load(std::memory_order_relaxed); }
 
-  static constexpr std::size_t marker_bytes = max_marker_bytes;
-
  private:
-  friend class detail::live_list<csv_log_writer>;
   void open_file();
   /// Under mutex_: the file's end now, after repairing a truncation (the header
   /// and a marker go first); sets `cut_to` to the size found when it repaired one.
   std::uint64_t end_locked(std::int64_t& cut_to) noexcept;
   /// Under mutex_: writes `len` bytes (whole lines) at the end; the bytes written.
   std::size_t write_locked(char const* data, std::size_t len) noexcept;
+  /// Under mutex_: why rows are missing, for the marker and the messages.
+  [[nodiscard]] std::string loss_reason_locked() const;
   /// Under mutex_: appends the marker line for the counters now.
   void append_marker_locked() noexcept;
   void drop_locked(std::uint64_t rows, int err) noexcept;
@@ -145,11 +141,11 @@ class csv_log_writer {
   bool drop_said_{false};     ///< (mutex_)
   bool finished_{false};      ///< the final marker is written (mutex_)
   bool closed_{false};        ///< (mutex_)
-  std::atomic<std::uint64_t> written_{0};
+  bool gone_{false};          ///< the file was deleted (mutex_)
+  bool gone_said_{false};     ///< (mutex_)
   std::atomic<std::uint64_t> dropped_{0};
   std::atomic<std::uint32_t> truncations_{0};
   csv_log_writer* next_live_{};  ///< on the live writers' list, for exit and fork
-  csv_log_writer* prev_live_{};
 };
 
 }  // namespace gpumem

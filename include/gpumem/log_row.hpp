@@ -73,9 +73,23 @@ inline constexpr std::size_t csv_log_columns = 13;
 inline constexpr std::array<std::string_view, csv_log_columns> log_column_names{
     "Thread", "Time",   "Action",     "Pointer", "Size",     "Stream", "Device",
     "Entry",  "TimeNs", "DurationNs", "Result",  "Reserved", "Stack"};
-/// The header line: log_column_names joined by commas.
-inline constexpr std::string_view csv_log_header =
-    "Thread,Time,Action,Pointer,Size,Stream,Device,Entry,TimeNs,DurationNs,Result,Reserved,Stack\n";
+/// The header line's characters: log_column_names joined by commas, then '\n'.
+inline constexpr auto csv_log_header_chars = [] {
+  constexpr std::size_t bytes = [] {
+    std::size_t n = 0;
+    for (auto const name : log_column_names) n += name.size() + 1;
+    return n;
+  }();
+  std::array<char, bytes> line{};
+  std::size_t at = 0;
+  for (auto const name : log_column_names) {
+    for (char const c : name) line[at++] = c;
+    line[at++] = ',';
+  }
+  line[bytes - 1] = '\n';
+  return line;
+}();
+inline constexpr std::string_view csv_log_header{csv_log_header_chars.data(), csv_log_header_chars.size()};
 
 /// Start of the incompleteness marker line.
 inline constexpr std::string_view csv_log_incomplete_prefix = "#gpumem incomplete,";
@@ -91,7 +105,7 @@ struct log_row {
   std::int64_t time_ns{};       ///< CLOCK_REALTIME
   std::int32_t utc_offset_s{};  ///< local time = time_ns + offset (Time column)
   log_action action{log_action::allocate};
-  void const* pointer{};
+  std::uintptr_t pointer{};  ///< 0: null
   std::size_t size{};
   std::uintptr_t stream{};
   int device{-1};

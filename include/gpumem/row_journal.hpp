@@ -84,11 +84,10 @@ class row_journal {
   /// row.utc_offset_s is not read (the formatter takes the offset at the row's time).
   [[nodiscard]] bool push(log_row const& row) noexcept;
   /// push() for a row that started at `start_ticks` and ended at `end_ticks`
-  /// (detail::log_ticks()); row.time_ns and row.duration_ns are not read. False
-  /// also for an event of 2^32 - 1 ticks or longer.
+  /// (detail::log_ticks(); 0: its duration was not measured); row.time_ns and
+  /// row.duration_ns are not read. False also for an event of 2^32 - 1 ticks or
+  /// longer.
   [[nodiscard]] bool push(log_row const& row, std::uint64_t start_ticks, std::uint64_t end_ticks) noexcept;
-  /// The same for a row whose duration was not measured.
-  [[nodiscard]] bool push(log_row const& row, std::uint64_t start_ticks) noexcept;
 
   /// Formats every row queued so far into the log.
   void drain() noexcept;
@@ -105,8 +104,6 @@ class row_journal {
   /// stay queued until a full ring, drain(), close() or exit formats them.
   static void hold_rows_for_testing(bool on) noexcept;
 
-  /// The journal file.
-  [[nodiscard]] std::string const& path() const noexcept { return path_; }
   /// Records formatted into the log (or given up) so far.
   [[nodiscard]] std::uint64_t rows_formatted() const noexcept { return tail_.load(std::memory_order_acquire); }
 
@@ -166,8 +163,7 @@ struct journal_recovery {
 };
 
 /// When "<log_path>.journal" is beside the log and no process writes the log any
-/// more (its lock is free; when the journal's process is gone, up to 5 s are
-/// given for the lock to go with it): appends the rows the journal still held to
+/// more (its lock is free): appends the rows the journal still held to
 /// the log (after the last complete row; a marker line follows when records were
 /// lost or the journal was cut short), and removes the journal. The journal is
 /// read, not mapped. The records held are those stored after the last one

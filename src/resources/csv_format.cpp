@@ -1,6 +1,6 @@
 // format_row: one CSV log row, formatted by hand. No snprintf, locale or
 // allocation: it runs on the journal's helper thread for every row, and that
-// thread bounds the log's rate when rows come back to back (budget: tens of ns).
+// thread bounds the log's rate when rows come back to back.
 
 #include <gpumem/log_row.hpp>
 
@@ -17,110 +17,46 @@ char* put_text(char* o, std::string_view s) noexcept {
   return o + s.size();
 }
 
-// Copies a memoized number's digits: all `N` bytes of its buffer (a fixed-size
-// copy is a couple of moves, a variable one a call), of which `len` count. The
-// bytes past `len` land inside the row's max_row_bytes and are overwritten.
-template <std::size_t N>
-char* put_memo(char* o, char const (&text)[N], std::size_t len) noexcept {
-  std::memcpy(o, text, N);
-  return o + len;
-}
-
 // "00" .. "99": two digits per division halves the dependent divide chain.
 constexpr char digit_pairs[] =
     "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
     "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
     "8081828384858687888990919293949596979899";
 
-constexpr std::uint64_t powers_of_10[20] = {1ULL,
-                                            10ULL,
-                                            100ULL,
-                                            1000ULL,
-                                            10000ULL,
-                                            100000ULL,
-                                            1000000ULL,
-                                            10000000ULL,
-                                            100000000ULL,
-                                            1000000000ULL,
-                                            10000000000ULL,
-                                            100000000000ULL,
-                                            1000000000000ULL,
-                                            10000000000000ULL,
-                                            100000000000000ULL,
-                                            1000000000000000ULL,
-                                            10000000000000000ULL,
-                                            100000000000000000ULL,
-                                            1000000000000000000ULL,
-                                            10000000000000000000ULL};
-
-// Digits of v without a loop: log10 from the bit length (1233/4096 ~ log10 2),
-// corrected by one comparison. v|1 makes 0 count as one digit.
-int decimal_digits(std::uint64_t v) noexcept {
-  v |= 1;
-  int const t = ((64 - __builtin_clzll(v)) * 1233) >> 12;
-  return t - (v < powers_of_10[t] ? 1 : 0) + 1;
+// Copies a memoized text: all `N` bytes of its buffer (a fixed-size copy is a
+// couple of moves, a variable one a call), of which `len` count. The bytes past
+// `len` land inside the row's max_row_bytes and are overwritten.
+template <std::size_t N>
+char* put_memo(char* o, char const (&text)[N], std::size_t len) noexcept {
+  std::memcpy(o, text, N);
+  return o + len;
 }
 
-// Writes v in decimal straight into place, last digits first. Most values fit
-// 32 bits, where division by a constant is cheaper.
-template <class U>
-void put_digits_backwards(char* w, U v) noexcept {
-  while (v >= 100) {
-    auto const r = static_cast<std::size_t>(v % 100) * 2;
-    v /= 100;
-    w -= 2;
-    w[0] = digit_pairs[r];
-    w[1] = digit_pairs[r + 1];
-  }
+constexpr auto powers_of_10 = [] {
+  std::array<std::uint64_t, 20> p{1};
+  for (std::size_t i = 1; i < p.size(); ++i) p[i] = p[i - 1] * 10;
+  return p;
+}();
+
+// v in decimal, written in place from its last digit: the digit count from the
+// bit length (1233/4096 ~ log10 2), corrected by one comparison.
+char* put_u64(char* o, std::uint64_t v) noexcept {
+  int const t = ((64 - __builtin_clzll(v | 1)) * 1233) >> 12;
+  char* const end = o + t + ((v | 1) < powers_of_10[static_cast<std::size_t>(t)] ? 0 : 1);
+  char* w = end;
+  for (; v >= 100; v /= 100) std::memcpy(w -= 2, &digit_pairs[(v % 100) * 2], 2);
   if (v >= 10) {
-    w[-2] = digit_pairs[v * 2];
-    w[-1] = digit_pairs[v * 2 + 1];
+    std::memcpy(w - 2, &digit_pairs[v * 2], 2);
   } else {
     w[-1] = static_cast<char>('0' + v);
-  }
-}
-
-char* put_u64(char* o, std::uint64_t v) noexcept {
-  char* const end = o + decimal_digits(v);
-  if (v <= UINT32_MAX) {
-    put_digits_backwards(end, static_cast<std::uint32_t>(v));
-  } else {
-    put_digits_backwards(end, v);
   }
   return end;
 }
 
-// Small numbers (durations, devices) without the general routine's call.
-inline char* put_small_u64(char* o, std::uint64_t v) noexcept {
-  if (v < 10) {
-    *o = static_cast<char>('0' + v);
-    return o + 1;
-  }
-  if (v < 100) {
-    std::memcpy(o, &digit_pairs[v * 2], 2);
-    return o + 2;
-  }
-  if (v < 10000) {
-    int const n = v < 1000 ? 3 : 4;
-    char* const end = o + n;
-    std::memcpy(end - 2, &digit_pairs[(v % 100) * 2], 2);
-    auto const h = v / 100;
-    if (n == 4) {
-      std::memcpy(o, &digit_pairs[h * 2], 2);
-    } else {
-      *o = static_cast<char>('0' + h);
-    }
-    return end;
-  }
-  return put_u64(o, v);
-}
-
 char* put_i64(char* o, std::int64_t v) noexcept {
-  if (v < 0) {
-    *o++ = '-';
-    return put_u64(o, ~static_cast<std::uint64_t>(v) + 1);  // also right for INT64_MIN
-  }
-  return put_u64(o, static_cast<std::uint64_t>(v));
+  if (v >= 0) return put_u64(o, static_cast<std::uint64_t>(v));
+  *o++ = '-';
+  return put_u64(o, ~static_cast<std::uint64_t>(v) + 1);  // also right for INT64_MIN
 }
 
 // "00" .. "ff": two hex digits per lookup.
@@ -133,74 +69,58 @@ constexpr auto hex_pairs = [] {
   return t;
 }();
 
-// v in hex without leading zeros, without a loop or a branch: all 16 digits (8
-// independent lookups) into a scratch buffer, then a fixed-size copy of the
-// significant tail.
+// v in hex without leading zeros (at least one digit).
 char* put_hex_digits(char* o, std::uint64_t v) noexcept {
   int const digits = v == 0 ? 1 : (64 - __builtin_clzll(v) + 3) / 4;
-  char scratch[32];
-  std::memset(scratch + 16, 0, 16);                // read by the tail copy, then overwritten in the row
-  std::size_t const bytes = v >> 48 == 0 ? 6 : 8;  // user-space and device addresses fit 48 bits
-  for (std::size_t i = 0; i < bytes; ++i) std::memcpy(scratch + 14 - 2 * i, &hex_pairs[((v >> (8 * i)) & 0xff) * 2], 2);
-  std::memcpy(o, scratch + 16 - digits, 16);  // bytes past `digits` are overwritten by what follows
+  char* w = o + digits;
+  for (int left = digits; left >= 2; left -= 2, v >>= 8) std::memcpy(w -= 2, &hex_pairs[(v & 0xff) * 2], 2);
+  if (digits % 2 != 0) o[0] = hex_pairs[(v & 0xf) * 2 + 1];
   return o + digits;
 }
 
-// "0x" and v in hex without leading zeros, as %p writes it.
-char* put_hex(char* o, std::uint64_t v) noexcept {
-  *o++ = '0';
-  *o++ = 'x';
-  return put_hex_digits(o, v);
-}
+// "0x" and v in hex, as %p writes it.
+char* put_hex(char* o, std::uint64_t v) noexcept { return put_hex_digits(put_text(o, "0x"), v); }
 
-// The 9 digits of a nanosecond fraction (v < 10^9), zero-padded: two short
-// dependency chains instead of one long one.
-void put_nanos(char* o, std::uint32_t v) noexcept {
-  std::size_t const hi = v / 100000;  // 4 digits
-  std::size_t const lo = v % 100000;  // 5 digits
-  std::size_t const lo4 = lo % 10000;
-  std::memcpy(o, &digit_pairs[(hi / 100) * 2], 2);
-  std::memcpy(o + 2, &digit_pairs[(hi % 100) * 2], 2);
-  o[4] = static_cast<char>('0' + lo / 10000);
-  std::memcpy(o + 5, &digit_pairs[(lo4 / 100) * 2], 2);
-  std::memcpy(o + 7, &digit_pairs[(lo4 % 100) * 2], 2);
-}
-
-// Exactly `digits` digits, zero-padded (2, 6 or 9 here; v < 10^9).
+// Exactly `digits` digits, zero-padded (v < 10^digits), two at a time.
 char* put_fixed(char* o, std::uint32_t v, int digits) noexcept {
   int i = digits;
-  for (; i >= 2; i -= 2) {
-    auto const r = static_cast<std::size_t>(v % 100) * 2;
-    v /= 100;
-    o[i - 2] = digit_pairs[r];
-    o[i - 1] = digit_pairs[r + 1];
-  }
+  for (; i >= 2; i -= 2, v /= 100) std::memcpy(o + i - 2, &digit_pairs[static_cast<std::size_t>(v % 100) * 2], 2);
   if (i == 1) o[0] = static_cast<char>('0' + v % 10);
   return o + digits;
 }
 
 // A name's characters as written: separators, quotes and control characters
 // become '_' (the row stays parseable); NUL ends the name.
-constexpr auto name_chars = [] {
-  std::array<char, 256> t{};
-  for (std::size_t c = 1; c < 256; ++c) {
-    t[c] = (c < 0x20 || c == ',' || c == '"' || c == 0x7f) ? '_' : static_cast<char>(c);
-  }
-  return t;
-}();
-
 char* put_name(char* o, const char* s) noexcept {
-  for (std::size_t i = 0; i < max_text; ++i) {
-    char const c = name_chars[static_cast<unsigned char>(s[i])];
-    if (c == '\0') break;
-    *o++ = c;
+  for (std::size_t i = 0; i < max_text && s[i] != '\0'; ++i) {
+    auto const c = static_cast<unsigned char>(s[i]);
+    *o++ = c < 0x20 || c == ',' || c == '"' || c == 0x7f ? '_' : static_cast<char>(c);
   }
   return o;
 }
 
+// A number's text, remade only when the number changes.
+struct number_memo {
+  std::uint64_t value = 0;
+  std::uint8_t len = 0;
+  char text[24]{};
+};
+
+template <char* (*put)(char*, std::uint64_t) noexcept>
+char* put_remembered(char* o, number_memo& m, std::uint64_t v) noexcept {
+  if (m.len == 0 || m.value != v) {
+    m.len = static_cast<std::uint8_t>(put(m.text, v) - m.text);
+    m.value = v;
+  }
+  return put_memo(o, m.text, m.len);
+}
+
 // Text that changes at most once a second (or never) for a thread's rows,
-// memoized per thread: consecutive rows almost always fall in the same second.
+// memoized per thread: consecutive rows almost always fall in the same second,
+// and share the thread and the few entry names; a free repeats its allocation's
+// Pointer and Size, and Reserved changes only when the chain grows or shrinks.
 struct row_memo {
+  number_memo pointer, size, reserved;
   std::uint64_t thread_id = 0;
   std::uint8_t thread_len = 0;
   char thread_text[24]{};
@@ -209,20 +129,8 @@ struct row_memo {
   std::uint8_t epoch_len = 0;
   char hms[8]{};          // local HH:MM:SS
   char epoch_text[24]{};  // sec in decimal (sec >= 1 only)
-  // The last Pointer, Size and Reserved written by this thread: a free repeats
-  // its allocation's pointer and size, and Reserved changes only when the chain
-  // grows or shrinks.
-  std::uintptr_t pointer = 0;
-  std::uint8_t pointer_len = 0;
-  char pointer_text[24]{};
-  std::uint64_t size = ~std::uint64_t{0};
-  std::uint64_t reserved = ~std::uint64_t{0};
-  std::uint8_t size_len = 0;
-  std::uint8_t reserved_len = 0;
-  char size_text[24]{};
-  char reserved_text[24]{};
   // Entry names, sanitized, by address (they are static strings): a few slots,
-  // replaced in turn. Copying the fixed-size text beats the per-character loop.
+  // replaced in turn.
   struct name_slot {
     const char* key = nullptr;
     std::uint8_t len = 0;
@@ -234,30 +142,17 @@ struct row_memo {
 
 char* put_entry(char* o, row_memo& m, const char* entry) noexcept {
   for (auto const& slot : m.names) {
-    if (slot.key == entry) {
-      std::memcpy(o, slot.text, max_text);
-      return o + slot.len;
-    }
+    if (slot.key == entry) return put_memo(o, slot.text, slot.len);
   }
   auto& slot = m.names[m.next_name++ % m.names.size()];
   slot.key = entry;
   slot.len = static_cast<std::uint8_t>(put_name(slot.text, entry) - slot.text);
-  std::memcpy(o, slot.text, max_text);
-  return o + slot.len;
-}
-
-// `v` in decimal from `text`, converting only when it differs from `last`.
-char* put_remembered(char* o, std::uint64_t v, std::uint64_t& last, std::uint8_t& len, char (&text)[24]) noexcept {
-  if (v != last || len == 0) {
-    len = static_cast<std::uint8_t>(put_u64(text, v) - text);
-    last = v;
-  }
-  return put_memo(o, text, len);
+  return put_memo(o, slot.text, slot.len);
 }
 
 // The calling thread's memo. Out of line on purpose: in a shared library every
-// access to a thread_local can become a __tls_get_addr call (nine per row when
-// this was inlined); through the returned reference there is one.
+// access to a thread_local can become a __tls_get_addr call; through the
+// returned reference there is one.
 [[gnu::noinline]] row_memo& thread_memo() noexcept {
   static thread_local row_memo m;
   return m;
@@ -272,8 +167,7 @@ row_memo& memo_for(std::uint64_t thread_id, std::int64_t sec, std::int32_t utc_o
   if (m.sec != sec || m.utc_offset != utc_offset) {
     std::int64_t sod = (sec + utc_offset) % 86400;
     if (sod < 0) sod += 86400;
-    char* t = m.hms;
-    t = put_fixed(t, static_cast<std::uint32_t>(sod / 3600), 2);
+    char* t = put_fixed(m.hms, static_cast<std::uint32_t>(sod / 3600), 2);
     *t++ = ':';
     t = put_fixed(t, static_cast<std::uint32_t>(sod / 60 % 60), 2);
     *t++ = ':';
@@ -301,39 +195,23 @@ std::size_t format_row(char* out, log_row const& row) noexcept {
   auto& m = memo_for(row.thread_id, sec, row.utc_offset_s);
   // The nanosecond fraction once: Time shows its first 6 digits, TimeNs all 9.
   char frac_text[9];
-  put_nanos(frac_text, static_cast<std::uint32_t>(frac));
+  put_fixed(frac_text, static_cast<std::uint32_t>(frac), 9);
 
-  char* o = out;
-  o = put_memo(o, m.thread_text, m.thread_len);
+  char* o = put_memo(out, m.thread_text, m.thread_len);
   *o++ = ',';
   o = put_text(o, {m.hms, 8});
   *o++ = '.';
   o = put_text(o, {frac_text, 6});
   *o++ = ',';
-
-  switch (row.action) {
-    case log_action::allocate: o = put_text(o, "allocate"); break;
-    case log_action::allocate_failure: o = put_text(o, "allocate failure"); break;
-    case log_action::free: o = put_text(o, "free"); break;
-  }
+  o = put_text(o, action_name(row.action));
   *o++ = ',';
-
-  if (row.pointer == nullptr) {
-    o = put_text(o, "(nil)");
-  } else {
-    auto const p = reinterpret_cast<std::uintptr_t>(row.pointer);
-    if (p != m.pointer || m.pointer_len == 0) {
-      m.pointer_len = static_cast<std::uint8_t>(put_hex(m.pointer_text, p) - m.pointer_text);
-      m.pointer = p;
-    }
-    o = put_memo(o, m.pointer_text, m.pointer_len);
-  }
+  o = row.pointer == 0 ? put_text(o, "(nil)") : put_remembered<put_hex>(o, m.pointer, row.pointer);
   *o++ = ',';
-  o = put_remembered(o, row.size, m.size, m.size_len, m.size_text);
+  o = put_remembered<put_u64>(o, m.size, row.size);
   *o++ = ',';
   o = row.stream == 0 ? put_text(o, "0") : put_hex(o, row.stream);
   *o++ = ',';
-  o = row.device >= 0 ? put_small_u64(o, static_cast<std::uint64_t>(row.device)) : put_i64(o, row.device);
+  o = put_i64(o, row.device);
   *o++ = ',';
   if (row.entry != nullptr) {
     o = put_entry(o, m, row.entry);
@@ -345,19 +223,15 @@ std::size_t format_row(char* out, log_row const& row) noexcept {
   if (row.time_ns >= 1'000'000'000) {
     o = put_memo(o, m.epoch_text, m.epoch_len);
     o = put_text(o, {frac_text, 9});
-  } else if (row.time_ns >= 0) {  // below one second: no leading zeros
-    o = put_u64(o, static_cast<std::uint64_t>(frac));
   } else {
     o = put_i64(o, row.time_ns);
   }
   *o++ = ',';
-  if (row.duration_ns != log_row::unmeasured) o = put_small_u64(o, row.duration_ns);
+  if (row.duration_ns != log_row::unmeasured) o = put_u64(o, row.duration_ns);
   *o++ = ',';
   o = row.result != nullptr ? put_name(o, row.result) : put_text(o, "CUDA_SUCCESS");
   *o++ = ',';
-  if (row.reserved >= 0) {
-    o = put_remembered(o, static_cast<std::uint64_t>(row.reserved), m.reserved, m.reserved_len, m.reserved_text);
-  }
+  if (row.reserved >= 0) o = put_remembered<put_u64>(o, m.reserved, static_cast<std::uint64_t>(row.reserved));
   *o++ = ',';
   if (row.stack != 0) o = put_hex_digits(o, row.stack);  // without "0x"
   *o++ = '\n';

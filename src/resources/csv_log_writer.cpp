@@ -3,7 +3,6 @@
 #include <gpumem/csv_log_writer.hpp>
 #include <gpumem/detail/file_kind.hpp>
 #include <gpumem/detail/file_space.hpp>
-#include <gpumem/detail/live_list.hpp>
 #include <gpumem/detail/log_clock.hpp>
 #include <gpumem/detail/os_thread.hpp>
 #include <gpumem/diagnostics.hpp>
@@ -12,7 +11,6 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -24,20 +22,15 @@
 namespace gpumem {
 namespace {
 
-// Live writers, for the exit hook and the fork handler.
-detail::live_list<csv_log_writer> live_writers;
+// Live writers (linked through next_live_), for the exit hook and the fork
+// handler: constant-initialized and trivially destructible, so usable during exit
+// whatever the order of static destructors.
+pthread_mutex_t live_mutex = PTHREAD_MUTEX_INITIALIZER;
+csv_log_writer* live_writers = nullptr;
 pthread_once_t hooks_once = PTHREAD_ONCE_INIT;
 
 [[noreturn]] void throw_log_error(std::string const& path, std::string const& what) {
   throw logic_error{"gpumem: cannot write the allocation log '" + path + "': " + what};
-}
-
-// Bytes the file may still grow by under RLIMIT_FSIZE: a write that starts at
-// the limit raises SIGXFSZ, which kills a program that never asked for it.
-std::uint64_t room_under_limit(std::uint64_t size) noexcept {
-  rlimit lim{};
-  if (::getrlimit(RLIMIT_FSIZE, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY) return UINT64_MAX;
-  return lim.rlim_cur > size ? lim.rlim_cur - size : 0;
 }
 
 // Bytes reserved on disk ahead of the file's end at a time.
@@ -66,7 +59,6 @@ csv_log_writer::csv_log_writer(std::string path, notify_fn notifier)
     throw_log_error(path_, std::string{"cannot hold the header: "} + detail::error_text(err));
   }
   end_ = csv_log_header.size();
-  written_.store(end_, std::memory_order_relaxed);
   try {
     journal_ = std::make_unique<row_journal>(*this);
   } catch (std::exception const& e) {  // rows are then formatted by the threads that log them
@@ -80,17 +72,27 @@ csv_log_writer::csv_log_writer(std::string path, notify_fn notifier)
     // writes rows directly, appended whole; a lock another thread held at the
     // fork is free in the child.
     ::pthread_atfork(nullptr, nullptr, [] {
-      live_writers.for_each_unlocked([](csv_log_writer* w) {
+      for (csv_log_writer* w = live_writers; w != nullptr; w = w->next_live_) {
         pthread_mutex_init(&w->mutex_, nullptr);
         if (w->journal_ != nullptr) w->journal_->forked();
-      });
+      }
     });
   });
-  live_writers.add(this);
+  pthread_mutex_lock(&live_mutex);
+  next_live_ = live_writers;
+  live_writers = this;
+  pthread_mutex_unlock(&live_mutex);
 }
 
 csv_log_writer::~csv_log_writer() {
-  live_writers.remove(this);
+  pthread_mutex_lock(&live_mutex);
+  for (csv_log_writer** p = &live_writers; *p != nullptr; p = &(*p)->next_live_) {
+    if (*p == this) {
+      *p = next_live_;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&live_mutex);
   close();
 }
 
@@ -139,19 +141,11 @@ void csv_log_writer::write(log_row const& row) noexcept {
 }
 
 void csv_log_writer::write(log_row const& row, std::uint64_t start_ticks, std::uint64_t end_ticks) noexcept {
-  if (journal_ != nullptr &&
-      (end_ticks != 0 ? journal_->push(row, start_ticks, end_ticks) : journal_->push(row, start_ticks))) {
-    return;
-  }
+  if (journal_ != nullptr && journal_->push(row, start_ticks, end_ticks)) return;
   log_row r = row;
-  if (end_ticks != 0) {
-    auto const when = detail::log_row_time(start_ticks, end_ticks);
-    r.time_ns = when.start_ns;
-    r.duration_ns = when.duration_ns;
-  } else {
-    r.time_ns = detail::log_time_ns(start_ticks);
-    r.duration_ns = log_row::unmeasured;
-  }
+  auto const when = detail::log_row_time(start_ticks, end_ticks != 0 ? end_ticks : start_ticks);
+  r.time_ns = when.start_ns;
+  r.duration_ns = end_ticks != 0 ? when.duration_ns : log_row::unmeasured;
   r.utc_offset_s = detail::local_utc_offset(r.time_ns);
   char line[max_row_bytes];
   (void)append(line, format_row(line, r), 1);
@@ -160,6 +154,12 @@ void csv_log_writer::write(log_row const& row, std::uint64_t start_ticks, std::u
 std::uint64_t csv_log_writer::end_locked(std::int64_t& cut_to) noexcept {
   struct stat st {};
   if (::fstat(fd_, &st) != 0) return end_;
+  if (st.st_nlink == 0 && !gone_) {
+    // Deleted (or its folder): rows written now reach no one. Some file systems
+    // count no links at all: gone only when the path no longer names the file.
+    struct stat named {};
+    gone_ = ::stat(path_.c_str(), &named) != 0 || named.st_ino != st.st_ino || named.st_dev != st.st_dev;
+  }
   auto const size = static_cast<std::uint64_t>(st.st_size);
   if (size >= end_) return end_ = size;  // a forked child's rows may follow ours
   // Truncated by someone else: go on at the new end, the header first if it went,
@@ -188,7 +188,6 @@ std::size_t csv_log_writer::write_locked(char const* data, std::size_t len) noex
     done += static_cast<std::size_t>(n);
   }
   end_ += done;
-  written_.fetch_add(done, std::memory_order_relaxed);
   return done;
 }
 
@@ -203,23 +202,22 @@ void csv_log_writer::drop_locked(std::uint64_t rows, int err) noexcept {
          "): rows are dropped from now on and counted; the log will end with a '#gpumem incomplete' line");
 }
 
+std::string csv_log_writer::loss_reason_locked() const {
+  std::string why;
+  if (truncations() != 0) why = "truncated by another program while in use";
+  if (drop_errno_ != 0) why += std::string{why.empty() ? "" : "; "} + detail::error_text(drop_errno_);
+  return why.empty() ? "rows lost" : why;
+}
+
 void csv_log_writer::append_marker_locked() noexcept {
   std::string reason;
-  auto add = [&reason](std::string_view text) {
-    if (!reason.empty()) reason += "; ";
-    reason += text;
-  };
   try {
-    if (truncations_.load(std::memory_order_relaxed) != 0) {
-      add("truncated by another program while in use: earlier rows are lost");
-    }
-    if (drop_errno_ != 0) add(detail::error_text(drop_errno_));
-    if (reason.empty()) add("rows lost");
+    reason = loss_reason_locked();
   } catch (...) {  // out of memory: the marker without its reason
   }
-  char line[marker_bytes];
-  std::size_t const len = format_incomplete_marker(line, sizeof line, dropped_.load(std::memory_order_relaxed), reason);
-  if (len != 0 && len <= room_under_limit(end_)) (void)write_locked(line, len);
+  char line[max_marker_bytes];
+  std::size_t const len = format_incomplete_marker(line, sizeof line, dropped_rows(), reason);
+  if (len != 0 && len <= detail::room_under_fsize_limit(end_)) (void)write_locked(line, len);
 }
 
 bool csv_log_writer::append(char const* data, std::size_t len, std::uint64_t rows, reserved_fn on_reserved,
@@ -231,11 +229,19 @@ bool csv_log_writer::append(char const* data, std::size_t len, std::uint64_t row
   }
   std::int64_t cut_to = -1;
   std::uint64_t const at = end_locked(cut_to);
+  if (gone_) {
+    dropped_.fetch_add(rows, std::memory_order_relaxed);
+    bool const say = !gone_said_;
+    gone_said_ = true;
+    pthread_mutex_unlock(&mutex_);
+    if (say) notify("the allocation log '" + path_ + "' was deleted while in use: rows are lost from now on");
+    return false;
+  }
   // Under RLIMIT_FSIZE, room for two markers stays: one now, one at the end.
-  std::uint64_t const room = room_under_limit(at);
+  std::uint64_t const room = detail::room_under_fsize_limit(at);
   std::size_t fits = len;
-  if (room < len + 2 * marker_bytes) {
-    fits = room > 2 * marker_bytes ? static_cast<std::size_t>(room - 2 * marker_bytes) : 0;
+  if (room < len + 2 * max_marker_bytes) {
+    fits = room > 2 * max_marker_bytes ? static_cast<std::size_t>(room - 2 * max_marker_bytes) : 0;
     while (fits != 0 && data[fits - 1] != '\n') --fits;  // whole lines only
   }
   // Blocks reserved ahead of the end (the size unchanged): the writes fill them
@@ -273,19 +279,20 @@ void csv_log_writer::finish() noexcept {
     (void)::ftruncate(fd_, st.st_size);
     reserved_ = static_cast<std::uint64_t>(st.st_size);
   }
-  bool const say = !finished_ && !closed_ && (dropped_rows() != 0 || truncations() != 0);
+  bool const say = !finished_ && !closed_ && (gone_ || dropped_rows() != 0 || truncations() != 0);
   std::string why;
   if (say) {
     finished_ = true;
     std::int64_t cut_to = -1;
     (void)end_locked(cut_to);
-    append_marker_locked();
-    if (truncations() != 0) why = "truncated by another program while in use";
-    if (drop_errno_ != 0) why += std::string{why.empty() ? "" : "; "} + detail::error_text(drop_errno_);
-    if (why.empty()) why = "rows lost";
+    if (!gone_) append_marker_locked();  // a deleted log: no one could read it
+    why = loss_reason_locked();
   }
   pthread_mutex_unlock(&mutex_);
-  if (say) {
+  if (say && gone_) {
+    notify("the allocation log '" + path_ + "' was deleted while in use: " + std::to_string(dropped_rows()) +
+           " rows lost");
+  } else if (say) {
     notify("the allocation log '" + path_ + "' is incomplete (" + why + "): " + std::to_string(dropped_rows()) +
            " rows dropped; its last line says so");
   }
@@ -294,7 +301,9 @@ void csv_log_writer::finish() noexcept {
 void csv_log_writer::finish_all_at_exit() noexcept {
   // The descriptor stays open: rows logged later (other threads, static
   // destructors) are written directly.
-  live_writers.for_each([](csv_log_writer* w) { w->finish(); });
+  pthread_mutex_lock(&live_mutex);
+  for (csv_log_writer* w = live_writers; w != nullptr; w = w->next_live_) w->finish();
+  pthread_mutex_unlock(&live_mutex);
 }
 
 void csv_log_writer::close() noexcept {

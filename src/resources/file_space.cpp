@@ -16,11 +16,14 @@ namespace gpumem::detail {
 static_assert(MADV_POPULATE_WRITE == madv_populate_write);
 #endif
 
-int allocate_file(int fd, std::uint64_t from, std::uint64_t len) noexcept {
+std::uint64_t room_under_fsize_limit(std::uint64_t size) noexcept {
   rlimit lim{};
-  if (::getrlimit(RLIMIT_FSIZE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY && from + len > lim.rlim_cur) {
-    return EFBIG;
-  }
+  if (::getrlimit(RLIMIT_FSIZE, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY) return UINT64_MAX;
+  return lim.rlim_cur > size ? lim.rlim_cur - size : 0;
+}
+
+int allocate_file(int fd, std::uint64_t from, std::uint64_t len) noexcept {
+  if (room_under_fsize_limit(from) < len) return EFBIG;
   int const r = ::posix_fallocate(fd, static_cast<off_t>(from), static_cast<off_t>(len));
   if (r == EOPNOTSUPP || r == ENOSYS || r == EINVAL) {  // no fallocate: size only (no reservation)
     return ::ftruncate(fd, static_cast<off_t>(from + len)) == 0 ? 0 : errno;

@@ -222,10 +222,6 @@ row_time log_row_time(std::uint64_t start_ticks, std::uint64_t end_ticks) noexce
   return to_row_time(current_anchor(end_ticks), start_ticks, static_cast<std::int64_t>(end_ticks - start_ticks));
 }
 
-row_time log_row_time(std::uint64_t start_ticks) noexcept { return log_row_time(start_ticks, log_ticks()); }
-
-std::int64_t log_time_ns(std::uint64_t ticks) noexcept { return to_row_time(current_anchor(ticks), ticks, 0).start_ns; }
-
 tick_anchor log_tick_anchor() noexcept { return current_anchor(log_ticks()); }
 
 tick_source log_tick_source() noexcept {

@@ -21,7 +21,7 @@ void logging_resource_adaptor::log(log_action action, void const* p, std::size_t
   auto const& ctx = current_call();
   log_row const row{.thread_id = detail::os_thread_id(),
                     .action = action,
-                    .pointer = p,
+                    .pointer = reinterpret_cast<std::uintptr_t>(p),
                     .size = bytes,
                     .stream = stream_handle(stream),
                     .device = ctx.device >= 0 ? ctx.device : detail::current_device(),

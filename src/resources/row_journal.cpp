@@ -37,13 +37,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstddef>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <new>
-#include <string_view>
-#include <vector>
 
 #include <sched.h>
 
@@ -60,8 +56,8 @@ constexpr std::size_t inline_names = 4;                  // names name_index() l
 constexpr std::size_t batch_buffer = 32768;              // rows formatted per copy into the log
 constexpr std::int64_t publish_wait_ns = 1'000'000'000;  // a reserved record not stored for this long is given up
 constexpr std::uint64_t wake_every = row_journal::ring_slots / 8;
-constexpr std::int64_t max_idle_ms = 64;            // the helper looks at least this often
-constexpr std::uint64_t void_thread = 0xffff'ffff;  // a stamp's thread id: no row (written directly)
+constexpr std::int64_t max_idle_ms = 64;           // the helper looks at least this often
+constexpr std::uint64_t max_thread = 0xffff'ffff;  // a stamp holds 32 bits of the thread id
 // record::action's top bit: time_ns and duration_ns hold log_ticks() values
 // (the start, and the ticks elapsed), converted when the record is formatted.
 constexpr std::uint8_t action_in_ticks = 0x80;
@@ -166,7 +162,7 @@ log_row row_of(row_journal::record const& r, std::uint64_t stamp, Names const& n
                  .time_ns = when.start_ns,
                  .utc_offset_s = detail::local_utc_offset(when.start_ns),
                  .action = static_cast<log_action>(r.action & ~action_in_ticks),
-                 .pointer = reinterpret_cast<void const*>(r.pointer),
+                 .pointer = r.pointer,
                  .size = r.size,
                  .stream = r.stream,
                  .device = r.device,
@@ -271,6 +267,9 @@ bool row_journal::push(log_row const& row) noexcept {
 }
 
 bool row_journal::push(log_row const& row, std::uint64_t start_ticks, std::uint64_t end_ticks) noexcept {
+  if (end_ticks == 0) {
+    return push_record(row, static_cast<std::int64_t>(start_ticks), unmeasured_duration, action_in_ticks);
+  }
   // Backwards (another core's counter, a hair behind): duration 0, as log_row_time gives.
   std::uint64_t const elapsed = end_ticks > start_ticks ? end_ticks - start_ticks : 0;
   if (elapsed >= unmeasured_duration) [[unlikely]]
@@ -278,15 +277,11 @@ bool row_journal::push(log_row const& row, std::uint64_t start_ticks, std::uint6
   return push_record(row, static_cast<std::int64_t>(start_ticks), static_cast<std::uint32_t>(elapsed), action_in_ticks);
 }
 
-bool row_journal::push(log_row const& row, std::uint64_t start_ticks) noexcept {
-  return push_record(row, static_cast<std::int64_t>(start_ticks), unmeasured_duration, action_in_ticks);
-}
-
 bool row_journal::push_record(log_row const& row, std::int64_t time, std::uint32_t duration,
                               std::uint8_t flags) noexcept {
   if (closed_.load(std::memory_order_relaxed) != 0) [[unlikely]]
     return false;
-  if (row.device < INT8_MIN || row.device > INT8_MAX || row.thread_id >= void_thread) [[unlikely]] { return false; }
+  if (row.device < INT8_MIN || row.device > INT8_MAX || row.thread_id >= max_thread) [[unlikely]] { return false; }
   std::uint8_t const entry = name_index(row.entry);
   std::uint8_t const result = name_index(row.result);
   if (entry == no_index || result == no_index) [[unlikely]]
@@ -302,7 +297,7 @@ bool row_journal::push_record(log_row const& row, std::int64_t time, std::uint32
   // instruction (the pool's, or the next row's fetch_add) would wait for that miss.
   prefetch_for_write(&ring_[(i + prefetch_distance) & (ring_slots - 1)]);
   r.time_ns = time;
-  r.pointer = reinterpret_cast<std::uintptr_t>(row.pointer);
+  r.pointer = row.pointer;
   r.size = row.size;
   r.stream = row.stream;
   r.reserved = row.reserved;
@@ -476,15 +471,6 @@ void row_journal::close() noexcept {
   fd_ = -1;
 }
 
-namespace {
-// The anchor in the header (the one its last batch was formatted with).
-detail::tick_anchor header_anchor(row_journal::file_header const& h) noexcept {
-  auto const& a = h.anchors[h.anchor_current.load(std::memory_order_acquire) & 1U];
-  return {a.ticks.load(std::memory_order_relaxed), a.real_ns.load(std::memory_order_relaxed),
-          a.mult.load(std::memory_order_relaxed)};
-}
-}  // namespace
-
 // ---------------------------------------------------------------------------
 // Recovery: the rows a dead writer's journal still held.
 
@@ -504,25 +490,7 @@ class fd_guard {
   int fd_;
 };
 
-constexpr off_t owner_pid_at = 24;    // file_header::owner_pid
-constexpr int lock_wait_polls = 250;  // 5 s for a dead writer's lock to go
-constexpr useconds_t lock_poll_us = 20'000;
-
-// Offset just past the last byte that is not NUL (the end of what the writer
-// stored; after a crash the file is allocated, as NULs, past it).
-std::uint64_t stored_end(int fd, std::uint64_t size) {
-  std::vector<char> buf(std::size_t{1} << 16);
-  std::uint64_t end = size;
-  while (end > 0) {
-    auto const n = static_cast<std::size_t>(std::min<std::uint64_t>(end, buf.size()));
-    if (::pread(fd, buf.data(), n, static_cast<off_t>(end - n)) != static_cast<ssize_t>(n)) return end;
-    for (std::size_t k = n; k > 0; --k) {
-      if (buf[k - 1] != '\0') return end - n + k;
-    }
-    end -= n;
-  }
-  return 0;
-}
+constexpr off_t owner_pid_at = 24;  // file_header::owner_pid
 
 }  // namespace
 
@@ -542,23 +510,14 @@ journal_recovery recover_journal(std::string const& log_path) noexcept {
       out.error = "cannot open '" + log_path + "': " + error_text(errno);
       return out;
     }
-    // The writer holds this lock as long as it lives (csv_log_writer). A writer
-    // that was just killed may hold it a little longer: its mapping of the file
-    // goes only when its address space does, which a driver (CUDA's) can keep
-    // for a moment after the process was reaped. So while the journal's owner
-    // is gone, wait for the lock a while.
-    // On a file system without flock the journal's process alone tells.
+    // The writer holds this lock as long as it (or a forked child sharing its
+    // descriptor) lives. On a file system without flock the journal's process
+    // alone tells.
     if (::flock(lfd.get(), LOCK_EX | LOCK_NB) != 0) {
       bool const busy = errno == EWOULDBLOCK;
       std::int32_t owner = 0;
       bool const known = ::pread(jfd.get(), &owner, sizeof owner, owner_pid_at) == sizeof owner && owner > 0;
-      bool const gone = known && ::kill(owner, 0) != 0 && errno == ESRCH;
-      bool locked = !busy && gone;
-      for (int i = 0; busy && gone && i < lock_wait_polls && !locked; ++i) {
-        ::usleep(lock_poll_us);
-        locked = ::flock(lfd.get(), LOCK_EX | LOCK_NB) == 0;
-      }
-      if (!locked) {
+      if (busy || !known || ::kill(owner, 0) == 0 || errno != ESRCH) {
         out.writer_alive = true;
         return out;
       }
@@ -629,32 +588,26 @@ journal_recovery recover_journal(std::string const& log_path) noexcept {
     for (std::uint64_t i = tail; header_whole && i < tail + row_journal::ring_slots; ++i) {
       if (stored(i)) head = i + 1;
     }
-    std::uint64_t end = stored_end(lfd.get(), static_cast<std::uint64_t>(ls.st_size));
+    auto end = static_cast<std::uint64_t>(ls.st_size);
     std::string text;
     // The anchor the last batch was formatted with: the same bytes for a batch
     // formatted again; for later rows, times within the clock's rate error of
     // the writer's (they were queued within about 64 ms of it).
-    detail::tick_anchor const anchor = header_anchor(*h);
-    // 1: a row; 0: a void record (its row was written directly); -1: lost.
+    auto const& in_header = h->anchors[h->anchor_current.load() & 1U];
+    detail::tick_anchor const anchor{in_header.ticks.load(), in_header.real_ns.load(), in_header.mult.load()};
+    // False: lost.
     auto format = [&](std::uint64_t i) {
-      if (!stored(i)) return -1;
+      if (!stored(i)) return false;
       auto const& r = ring[i & (row_journal::ring_slots - 1)];
-      auto const stamp = r.stamp.load();
-      if ((stamp & 0xffff'ffffU) == void_thread) return 0;
-      if ((r.action & action_in_ticks) != 0 && anchor.mult == 0) return -1;  // no conversion: a damaged header
+      if ((r.action & action_in_ticks) != 0 && anchor.mult == 0) return false;  // no conversion: a damaged header
       char row[max_row_bytes];
-      text.append(row, format_row(row, row_of(r, stamp, names, anchor)));
-      return 1;
+      text.append(row, format_row(row, row_of(r, r.stamp.load(), names, anchor)));
+      return true;
     };
     // A batch the formatter was copying when the process died: into its place.
     if (std::uint64_t const n = header_whole ? h->batch_count.load() : 0; n != 0 && h->batch_first.load() == tail) {
-      std::uint64_t rows = 0;
       bool whole = true;
-      for (std::uint64_t i = tail; i < tail + n; ++i) {
-        int const f = format(i);
-        whole &= f >= 0;
-        rows += f > 0 ? 1 : 0;
-      }
+      for (std::uint64_t i = tail; i < tail + n; ++i) whole &= format(i);
       auto const offset = h->batch_offset.load();
       // Into its place only if what the log holds there is the start of it (the
       // batch cut short), never over rows another writer appended there.
@@ -670,7 +623,7 @@ journal_recovery recover_journal(std::string const& log_path) noexcept {
           return out;
         }
         end = std::max(end, offset + text.size());
-        out.rows += rows;
+        out.rows += n;
         tail += n;
       } else if (!whole && out.truncated) {
         out.lost += n;  // cut off in part: its copy may be in the log in part too
@@ -682,14 +635,10 @@ journal_recovery recover_journal(std::string const& log_path) noexcept {
       char last = '\n';
       if (::pread(lfd.get(), &last, 1, static_cast<off_t>(end - 1)) == 1 && last != '\n') text.push_back('\n');
     }
-    for (std::uint64_t i = tail; i < head; ++i) {
-      int const f = format(i);
-      if (f > 0) ++out.rows;
-      if (f < 0) ++out.lost;
-    }
+    for (std::uint64_t i = tail; i < head; ++i) ++(format(i) ? out.rows : out.lost);
     if (out.lost != 0 || out.truncated) {
       // A cut journal: rows past the cut are gone uncounted (the reason says so).
-      char marker[csv_log_writer::marker_bytes];
+      char marker[max_marker_bytes];
       text.append(marker, format_incomplete_marker(marker, sizeof marker, out.lost,
                                                    out.truncated ? "its journal was truncated by another program: "
                                                                    "rows queued in it are lost"

@@ -49,7 +49,7 @@ log_row make_row(std::uint64_t thread, std::uint64_t seq) {
   return log_row{.thread_id = thread,
                  .time_ns = 1'700'000'000'000'000'000 + static_cast<std::int64_t>(seq) * 1000,
                  .action = seq % 2 == 0 ? log_action::allocate : log_action::free,
-                 .pointer = reinterpret_cast<void const*>(0x7f0000000000ULL + seq * 256),
+                 .pointer = 0x7f0000000000ULL + seq * 256,
                  .size = seq,
                  .stream = seq % 3,
                  .device = static_cast<int>(seq % 4),
@@ -322,7 +322,7 @@ TEST(RowJournal, UnmeasuredDurationsStayEmptyFormattedAndRecovered) {
     csv_log_writer log{f.path()};
     row_journal& journal = *log.journal();
     std::uint64_t const start = detail::log_ticks();
-    ASSERT_TRUE(journal.push(make_row(1, 0), start));
+    ASSERT_TRUE(journal.push(make_row(1, 0), start, 0));
     ASSERT_TRUE(journal.push(make_row(1, 1), start, start + 1000));
     auto row = make_row(1, 2);
     row.duration_ns = log_row::unmeasured;

@@ -51,32 +51,32 @@ TEST(LogReader, ReadsGpumemDialect) {
   ASSERT_EQ(log.events.size(), 3u);
 
   auto const& a = log.events[0];
-  EXPECT_EQ(a.kind, gpumem::log_action::allocate);
-  EXPECT_EQ(a.thread, 140245u);
+  EXPECT_EQ(a.action, gpumem::log_action::allocate);
+  EXPECT_EQ(a.thread_id, 140245u);
   EXPECT_EQ(a.pointer, 0x7f3a40000000u);
   EXPECT_EQ(a.size, 1048576u);
   EXPECT_EQ(a.stream, 1u);
   EXPECT_EQ(a.device, 0);
-  EXPECT_EQ(log.string(a.entry), "cudaMalloc");
+  EXPECT_EQ(log.string(a.entry_id), "cudaMalloc");
   EXPECT_EQ(a.time_ns, 1763733727123456789);
   EXPECT_EQ(a.clock_us, ((14 * 60 + 2) * 60 + 7) * 1'000'000LL + 123456);
-  EXPECT_EQ(a.duration_ns, 412);
-  EXPECT_EQ(log.string(a.result), "CUDA_SUCCESS");
+  EXPECT_EQ(a.duration_ns, 412U);
+  EXPECT_EQ(log.string(a.result_id), "CUDA_SUCCESS");
   EXPECT_EQ(a.reserved, -1);
   EXPECT_EQ(a.line, 2u);
 
   auto const& f = log.events[1];
-  EXPECT_EQ(f.kind, gpumem::log_action::free);
+  EXPECT_EQ(f.action, gpumem::log_action::free);
   EXPECT_EQ(f.stream, 0x5603a0c0u);
   EXPECT_EQ(f.device, 1);
-  EXPECT_EQ(log.string(f.entry), "cuMemFree_v2");
+  EXPECT_EQ(log.string(f.entry_id), "cuMemFree_v2");
 
   auto const& x = log.events[2];
-  EXPECT_EQ(x.kind, gpumem::log_action::allocate_failure);
+  EXPECT_EQ(x.action, gpumem::log_action::allocate_failure);
   EXPECT_EQ(x.pointer, 0u);
   EXPECT_EQ(x.size, 1099511627776u);
-  EXPECT_EQ(x.thread, 140246u);
-  EXPECT_EQ(log.string(x.result), "CUDA_ERROR_OUT_OF_MEMORY");
+  EXPECT_EQ(x.thread_id, 140246u);
+  EXPECT_EQ(log.string(x.result_id), "CUDA_ERROR_OUT_OF_MEMORY");
   // Interned once each: "", cudaMalloc, CUDA_SUCCESS, cuMemFree_v2, CUDA_ERROR_OUT_OF_MEMORY.
   EXPECT_EQ(log.strings.size(), 5u);
 }
@@ -91,8 +91,8 @@ TEST(LogReader, AnEmptyDurationIsReadAsNotMeasured) {
   ASSERT_TRUE(log.readable);
   EXPECT_EQ(log.warning_count, 0u);
   ASSERT_EQ(log.events.size(), 2u);
-  EXPECT_EQ(log.events[0].duration_ns, -1);
-  EXPECT_EQ(log.events[1].duration_ns, 5000);
+  EXPECT_EQ(log.events[0].duration_ns, gpumem::log_row::unmeasured);
+  EXPECT_EQ(log.events[1].duration_ns, 5000U);
 }
 
 TEST(LogReader, ReadsRmmDialectWithTimeOfDayClock) {
@@ -104,14 +104,14 @@ TEST(LogReader, ReadsRmmDialectWithTimeOfDayClock) {
   ASSERT_TRUE(log.readable);
   EXPECT_EQ(log.dialect(), "rmm");
   ASSERT_EQ(log.events.size(), 2u);
-  EXPECT_EQ(log.events[0].thread, 139872054884160u);
+  EXPECT_EQ(log.events[0].thread_id, 139872054884160u);
   EXPECT_EQ(log.events[0].time_ns, (9 * 3600 + 15 * 60) * 1'000'000'000LL + 250'000);
   EXPECT_EQ(log.events[1].time_ns - log.events[0].time_ns, 1'499'750'000);
   EXPECT_EQ(log.events[1].stream, 2u);
   EXPECT_EQ(log.events[0].device, -1);
-  EXPECT_EQ(log.events[0].entry, 0);
-  EXPECT_EQ(log.events[0].result, 0);
-  EXPECT_EQ(log.events[0].duration_ns, -1);
+  EXPECT_EQ(log.events[0].entry_id, 0);
+  EXPECT_EQ(log.events[0].result_id, 0);
+  EXPECT_EQ(log.events[0].duration_ns, gpumem::log_row::unmeasured);
 }
 
 TEST(LogReader, FindsColumnsByNameInAnyOrderAndIgnoresUnknownOnes) {
@@ -128,7 +128,7 @@ TEST(LogReader, FindsColumnsByNameInAnyOrderAndIgnoresUnknownOnes) {
   EXPECT_EQ(log.events[0].pointer, 0x10000u);
   EXPECT_EQ(log.events[0].time_ns, 5000);
   EXPECT_EQ(log.events[0].reserved, 8192);
-  EXPECT_EQ(log.events[0].thread, 0u);
+  EXPECT_EQ(log.events[0].thread_id, 0u);
   EXPECT_EQ(log.events[0].clock_us, -1);
 }
 
@@ -309,8 +309,11 @@ void die_with_five_rows_queued(std::string const& path) {
     auto* log = new gpumem::csv_log_writer{path};
     auto* journal = log->journal();
     for (int i = 0; i < 5; ++i) {
-      (void)journal->push(gpumem::log_row{
-          .thread_id = 9, .time_ns = 1'700'000'000'000'000'000 + i, .pointer = log, .size = 64, .device = 0});
+      (void)journal->push(gpumem::log_row{.thread_id = 9,
+                                          .time_ns = 1'700'000'000'000'000'000 + i,
+                                          .pointer = reinterpret_cast<std::uintptr_t>(log),
+                                          .size = 64,
+                                          .device = 0});
     }
   });
 }
@@ -330,7 +333,8 @@ TEST(LogReader, SaysAWriterDiedEvenWhenItsJournalHeldNothingNew) {
     auto* log = new gpumem::csv_log_writer{tmp.path()};
     auto* journal = log->journal();
     for (int i = 0; i < 3; ++i) {
-      gpumem::log_row const row{.thread_id = 9, .pointer = log, .size = 64, .device = 0};
+      gpumem::log_row const row{
+          .thread_id = 9, .pointer = reinterpret_cast<std::uintptr_t>(log), .size = 64, .device = 0};
       std::uint64_t const start = gpumem::detail::log_ticks();
       (void)journal->push(row, start, start + 10);
     }
@@ -401,9 +405,9 @@ TEST(LogReader, StreamsAFileManyTimesLargerThanItsBuffer) {
     ASSERT_EQ(ev.size, m.size);
     ASSERT_EQ(ev.time_ns, m.time_ns);
     ASSERT_EQ(ev.reserved, m.reserved);
-    ASSERT_EQ(file.string(ev.entry), memory.string(m.entry));
-    allocations += ev.kind == gpumem::log_action::allocate;
-    failures += ev.kind == gpumem::log_action::allocate_failure;
+    ASSERT_EQ(file.string(ev.entry_id), memory.string(m.entry_id));
+    allocations += ev.action == gpumem::log_action::allocate;
+    failures += ev.action == gpumem::log_action::allocate_failure;
     ++n;
   }
   EXPECT_EQ(n, facts.rows);
@@ -422,7 +426,7 @@ TEST(LogReader, ARowCutShortByNulsIsReportedAndReadingGoesOnAfterThem) {
   text += "1,14:00:00.000040,free,0x1000,64,0x1,0,cudaFree,40,100,CUDA_SUCCESS\n";
   auto const log = parse_log(text, "t.csv");
   ASSERT_EQ(log.events.size(), 2u);
-  EXPECT_EQ(log.events[1].kind, gpumem::log_action::free);
+  EXPECT_EQ(log.events[1].action, gpumem::log_action::free);
   EXPECT_EQ(log.events[1].line, 3u);
   EXPECT_EQ(warning_texts(log),
             std::vector<std::string>{"t.csv:3: torn row (cut short by 10 NUL bytes: its writer died mid-row?): "
@@ -562,6 +566,6 @@ TEST(LogReader, DistinctEntryTextsAreBounded) {
   auto const log = parse_log(text, "s.csv");
   EXPECT_EQ(log.events.size(), 5001u);
   EXPECT_EQ(log.strings.size(), log_reader::max_strings);
-  EXPECT_EQ(log.string(log.events[4500].entry), "");  // past the bound: no text, the event is kept
-  EXPECT_EQ(log.string(log.events[10].entry), "e10");
+  EXPECT_EQ(log.string(log.events[4500].entry_id), "");  // past the bound: no text, the event is kept
+  EXPECT_EQ(log.string(log.events[10].entry_id), "e10");
 }

@@ -9,10 +9,14 @@
 
 namespace gpumem::detail {
 
+/// Bytes a file of `size` bytes may still grow by under RLIMIT_FSIZE (UINT64_MAX:
+/// no limit): growing past it raises SIGXFSZ, which kills a program that never
+/// asked for it.
+[[nodiscard]] std::uint64_t room_under_fsize_limit(std::uint64_t size) noexcept;
+
 /// Allocates file bytes [from, from + len) of `fd`: blocks are reserved now, so a
 /// full disk fails here (an error code) rather than as SIGBUS on a later store
-/// through a mapping. Never past RLIMIT_FSIZE: growing a file beyond it raises
-/// SIGXFSZ, which kills a program that did not ask for it (EFBIG instead). On a
+/// through a mapping. Never past RLIMIT_FSIZE (EFBIG instead). On a
 /// file system without fallocate the size is set instead (nothing reserved).
 /// 0 or an errno value.
 [[nodiscard]] int allocate_file(int fd, std::uint64_t from, std::uint64_t len) noexcept;

@@ -67,18 +67,14 @@ extern std::atomic<int> g_tick_source;
   return log_ticks_first();
 }
 
-/// When an event that started at `start_ticks` (log_ticks()) and ends now
-/// happened: its start on CLOCK_REALTIME and its duration.
+/// When an event that started at `start_ticks` and ended at `end_ticks`
+/// (log_ticks(), read just now) happened: its start on CLOCK_REALTIME and its
+/// duration.
 struct row_time {
   std::int64_t start_ns{};      ///< CLOCK_REALTIME, ns since the epoch
   std::uint64_t duration_ns{};  ///< 0 if the counter went backwards
 };
-[[nodiscard]] row_time log_row_time(std::uint64_t start_ticks) noexcept;
-/// The same for an event that ended at `end_ticks` (log_ticks(), read just now).
 [[nodiscard]] row_time log_row_time(std::uint64_t start_ticks, std::uint64_t end_ticks) noexcept;
-/// CLOCK_REALTIME ns of `ticks` (log_ticks(), read just now), for an event whose
-/// duration is not measured: no second read.
-[[nodiscard]] std::int64_t log_time_ns(std::uint64_t ticks) noexcept;
 
 /// The conversion of ticks to the wall clock that log_row_time() uses on the
 /// calling thread now: `real_ns` (CLOCK_REALTIME) at `ticks`, `mult` ns per

@@ -35,7 +35,7 @@ struct replay_stream {
 };
 
 [[nodiscard]] constexpr replay_stream replay_stream_of(log_event const& ev) noexcept {
-  return {ev.stream, ev.stream == per_thread_stream_log_handle ? ev.thread : 0};
+  return {ev.stream, ev.stream == per_thread_stream_log_handle ? ev.thread_id : 0};
 }
 
 /// The cudaMalloc/cudaFree family (runtime and driver, pitch included): memory usable

@@ -15,25 +15,22 @@
 
 namespace gpumem::tools {
 
-/// One data line of a log as the tools read it: log_row's columns (log_row.hpp)
-/// in the forms a reader needs (texts interned, absent columns marked), and
-/// where the line was. Optional columns hold the "absent" value noted.
-struct log_event {
-  std::int64_t time_ns{};     ///< TimeNs, or derived from Time (see log_reader.hpp)
+/// One data line of a log as the tools read it: the writer's log_row (the one
+/// schema, log_row.hpp), as far as the line gives it, and what only a reader has:
+/// where the line was, and its Entry and Result texts as indices into the
+/// reader's strings (log_row::entry and ::result stay null: a reader's texts live
+/// only as long as it does). A column the log lacks keeps log_row's default:
+/// device -1, duration_ns unmeasured, reserved -1, stack 0, thread_id 0;
+/// utc_offset_s is not known (0).
+struct log_event : log_row {
   std::int64_t clock_us{-1};  ///< Time column as microseconds since midnight; -1 if absent
-  std::uint64_t pointer{};    ///< 0 for (nil)
-  std::uint64_t size{};       ///< requested bytes
-  std::uint64_t stream{};     ///< handle as written (0 = null stream)
-  std::uint64_t thread{};
-  std::int64_t duration_ns{-1};  ///< DurationNs; -1 if absent or empty (not measured)
-  std::int64_t reserved{-1};     ///< Reserved (bytes held from the device); -1 if absent
-  std::uint64_t stack{};         ///< Stack: id in the log's stack table; 0 if none or absent
-  std::uint64_t index{};         ///< 0-based position among the log's events
-  std::uint32_t line{};          ///< 1-based line number in the file
-  std::uint16_t entry{};         ///< index into the reader's strings (0 = "")
-  std::uint16_t result{};        ///< index into the reader's strings (0 = "")
-  std::int16_t device{-1};       ///< Device; -1 if absent
-  log_action kind{};             ///< Action
+  std::uint64_t index{};      ///< 0-based position among the log's events
+  std::uint32_t line{};       ///< 1-based line number in the file
+  std::uint16_t entry_id{};   ///< index into the reader's strings (0 = "")
+  std::uint16_t result_id{};  ///< index into the reader's strings (0 = "")
+  /// A free whose Result names an error (CUDA refused it: the memory stays
+  /// allocated). The tools' books ignore it.
+  bool refused{};
 };
 
 /// A problem found in a log, anchored to file:line (line 0: the file as a whole).

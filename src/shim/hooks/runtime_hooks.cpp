@@ -334,7 +334,7 @@ GPUMEM_HOOK(cudaError_t, cudaDeviceReset, ()) {
   using fn = cudaError_t (*)();
   auto const f = real<fn>(hook_id::h_cudaDeviceReset);
   CUcontext ctx = nullptr;
-  if (active()) forget_device(current_device(ctx));
+  if (active()) forget_device(current_device(ctx), "cudaDeviceReset");
   return f != nullptr ? f() : no_runtime;
 }
 

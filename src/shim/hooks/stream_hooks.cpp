@@ -82,7 +82,7 @@ CUresult end_capture(CUstream s, CUgraph* graph) noexcept {
 }
 
 CUresult reset_impl(CUdevice dev, hook_id id) noexcept {
-  if (active()) forget_device(static_cast<int>(dev));  // the chain and the tracker's streams
+  if (active()) forget_device(static_cast<int>(dev), "cuDevicePrimaryCtxReset");  // the chain and the tracker's streams
   auto const f = real<CUresult (*)(CUdevice)>(id);
   return f != nullptr ? f(dev) : not_loaded();
 }

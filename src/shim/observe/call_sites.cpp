@@ -64,7 +64,7 @@ stack_ref note_call_site(log_row const& e) noexcept {
   if (!p.on) return {};
   switch (e.action) {
     case log_action::allocate: {
-      if (e.result != nullptr || e.pointer == nullptr) return {};
+      if (e.result != nullptr || e.pointer == 0) return {};
       static thread_local std::uint32_t since_last = 0;
       bool take = e.size >= p.min_size;
       if (++since_last >= p.sample) {

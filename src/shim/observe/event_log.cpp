@@ -10,7 +10,6 @@
 #include <gpumem/detail/log_clock.hpp>
 #include <gpumem/detail/os_thread.hpp>
 #include <gpumem/error.hpp>
-#include <gpumem/row_journal.hpp>
 #include <gpumem/statistics_resource_adaptor.hpp>
 
 #include <sys/stat.h>
@@ -39,7 +38,6 @@ void notify_shim(std::string_view line) noexcept {
 // One log and, when stacks are recorded, the stack table beside it.
 struct log_sink {
   std::unique_ptr<csv_log_writer> log;
-  row_journal* queue = nullptr;        // the log's journal; null when it has none
   std::unique_ptr<stack_file> stacks;  // "<log>.stacks"; null when stacks are off
   unsigned index = 0;                  // the stack file's bit in stack_table's masks
   std::atomic<std::uint32_t> truncations_seen{0};
@@ -81,7 +79,6 @@ std::size_t sink_slot(int device) noexcept {
     if (w == nullptr) {
       auto sink = std::make_unique<log_sink>();
       sink->log = std::make_unique<csv_log_writer>(path, &notify_shim);
-      sink->queue = sink->log->journal();
       // Beside the file actually written ("<path>.<pid>" when another process holds
       // the path), so a log and its stacks stay a pair.
       if (stacks_enabled() && s.sinks.size() < 64) {
@@ -215,9 +212,6 @@ void record_event(log_row& row, event_start start) noexcept {
   row.reserved = reserved_bytes(row.device);
   row.stack = stack.id;
   // The counter values alone: the journal's helper converts them to the wall clock.
-  if (sink->queue != nullptr &&
-      (measured ? sink->queue->push(row, start.ticks, end) : sink->queue->push(row, start.ticks)))
-    return;
   w->write(row, start.ticks, end);
 }
 

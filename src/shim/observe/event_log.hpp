@@ -51,7 +51,7 @@ struct event_start {
 [[nodiscard]] inline log_row event_row(log_action action, void const* pointer, std::size_t size, CUstream stream,
                                        int device, const char* entry, CUresult result) noexcept {
   return {.action = action,
-          .pointer = pointer,
+          .pointer = reinterpret_cast<std::uintptr_t>(pointer),
           .size = size,
           .stream = reinterpret_cast<std::uintptr_t>(stream),
           .device = device,

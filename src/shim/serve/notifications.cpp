@@ -1,5 +1,6 @@
 #include "serve/notifications.hpp"
 
+#include "observe/event_log.hpp"
 #include "serve/allocation_registry.hpp"
 #include "serve/device_chains.hpp"
 #include "serve/live_streams.hpp"
@@ -20,10 +21,18 @@ void notify_stream_destroyed(CUstream stream) noexcept {
   } catch (...) {}
 }
 
-void forget_device(int device) noexcept {
+void forget_device(int device, const char* entry) noexcept {
   if (device < 0) return;
   stream_tracker::of(device).context_reset();
   try {
+    if (logging_enabled()) {
+      registry().for_each_live([&](std::uintptr_t p, allocation const& a) {
+        if (a.device != device) return;
+        log_event(event_row(log_action::free, reinterpret_cast<void const*>(p), a.bytes, a.stream, device, entry,
+                            CUDA_SUCCESS),
+                  event_clock());
+      });
+    }
     registry().drop_device(device);
   } catch (...) {}
   drop_chain(device);

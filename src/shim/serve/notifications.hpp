@@ -10,7 +10,9 @@ namespace gpumem::shim {
 
 /// cudaStreamDestroy/cuStreamDestroy: tell every chain before the real destroy.
 void notify_stream_destroyed(CUstream stream) noexcept;
-/// cudaDeviceReset/cuDevicePrimaryCtxReset: forget the device's allocations and chain.
-void forget_device(int device) noexcept;
+/// cudaDeviceReset/cuDevicePrimaryCtxReset (`entry`): forget the device's
+/// allocations and chain. The log gets a free row, named `entry`, for every
+/// allocation the reset releases: the tools' books must end where the device's do.
+void forget_device(int device, const char* entry) noexcept;
 
 }  // namespace gpumem::shim

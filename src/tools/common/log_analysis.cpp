@@ -24,7 +24,9 @@ log_position position_of(log_event const& ev) noexcept {
 }
 
 allocation_record record_of(log_event const& ev) noexcept {
-  return allocation_record{ev.pointer, ev.size, ev.thread, ev.stream, ev.device, ev.entry, position_of(ev), ev.stack};
+  // The reader takes devices 0..32767 only.
+  return allocation_record{ev.pointer,  ev.size,         ev.thread_id, ev.stream, static_cast<std::int16_t>(ev.device),
+                           ev.entry_id, position_of(ev), ev.stack};
 }
 
 /// Orders allocations "larger first, then older".
@@ -116,7 +118,8 @@ void log_analyzer::key_tracker::add(std::uint64_t key, log_event const& ev) {
     c = &table.others;
     table.truncated = true;
   }
-  switch (ev.kind) {
+  if (ev.refused) return;
+  switch (ev.action) {
     case log_action::allocate:
       ++c->allocations;
       add_saturating(c->bytes_allocated, ev.size);
@@ -177,10 +180,10 @@ void log_analyzer::add(log_event const& ev) {
     s.last_time_ns = std::max(s.last_time_ns, ev.time_ns);
   }
   ++s.events;
-  threads_.add(ev.thread, ev);
+  threads_.add(ev.thread_id, ev);
   streams_.add(ev.stream, ev);
   if (has_device_) devices_.add(static_cast<std::uint64_t>(ev.device), ev);
-  switch (ev.kind) {
+  switch (ev.action) {
     case log_action::allocate: {
       ++s.allocations;
       add_saturating(s.bytes_allocated, ev.size);
@@ -217,12 +220,13 @@ void log_analyzer::add(log_event const& ev) {
       break;
     }
     case log_action::free: {
+      if (ev.refused) break;
       ++s.frees;
       if (ev.pointer == 0) break;
       auto const it = live_.find(ev.pointer);
       if (it == live_.end()) {
         if (s.unknown_frees.size() < s.top_n) {
-          s.unknown_frees.push_back({ev.pointer, ev.size, ev.thread, ev.stream, position_of(ev)});
+          s.unknown_frees.push_back({ev.pointer, ev.size, ev.thread_id, ev.stream, position_of(ev)});
         }
         ++s.unknown_free_count;
         break;
@@ -237,7 +241,7 @@ void log_analyzer::add(log_event const& ev) {
     case log_action::allocate_failure:
       ++s.failures;
       if (s.failed.size() < s.top_n) {
-        s.failed.push_back({ev.size, ev.thread, ev.stream, ev.entry, ev.result, position_of(ev), ev.stack});
+        s.failed.push_back({ev.size, ev.thread_id, ev.stream, ev.entry_id, ev.result_id, position_of(ev), ev.stack});
       }
       if (has_stack_) {
         auto& st = site(ev.stack).stats;

@@ -492,7 +492,7 @@ bool log_reader::read_row(std::string_view line, std::size_t line_no, log_event&
   ev.line = static_cast<std::uint32_t>(std::min<std::size_t>(line_no, UINT32_MAX));
   std::string_view const act = field(col_action);
   if (auto const a = parse_action(act)) {
-    ev.kind = *a;
+    ev.action = *a;
   } else {
     warn(line_no, fmt::format("unknown action {} (expected allocate, allocate failure or free)", quoted(act)));
     return false;
@@ -507,7 +507,7 @@ bool log_reader::read_row(std::string_view line, std::size_t line_no, log_event&
   }
   if (index_[col_thread] != no_column) {
     std::string_view const t = field(col_thread);
-    if (!parse_decimal(t, ev.thread) && !parse_pointer(t, ev.thread)) {
+    if (!parse_decimal(t, ev.thread_id) && !parse_pointer(t, ev.thread_id)) {
       warn(line_no, fmt::format("bad thread id {}", quoted(t)));
       return false;
     }
@@ -517,12 +517,10 @@ bool log_reader::read_row(std::string_view line, std::size_t line_no, log_event&
     return false;
   }
   if (index_[col_device] != no_column) {
-    int dev = 0;
-    if (!parse_decimal(field(col_device), dev) || dev < 0 || dev > 32767) {
+    if (!parse_decimal(field(col_device), ev.device) || ev.device < 0 || ev.device > 32767) {
       warn(line_no, fmt::format("bad device {}", quoted(field(col_device))));
       return false;
     }
-    ev.device = static_cast<std::int16_t>(dev);
   }
   if (index_[col_time] != no_column) {
     auto const tod = parse_time_of_day(field(col_time));
@@ -544,7 +542,7 @@ bool log_reader::read_row(std::string_view line, std::size_t line_no, log_event&
   }
   if (index_[col_duration] != no_column) {
     std::string_view const d = field(col_duration);  // empty: not measured
-    if (!d.empty() && !parse_decimal(d, ev.duration_ns)) {
+    if (!d.empty() && (!parse_decimal(d, ev.duration_ns) || ev.duration_ns == log_row::unmeasured)) {
       warn(line_no, fmt::format("bad DurationNs {}", quoted(d)));
       return false;
     }
@@ -563,8 +561,13 @@ bool log_reader::read_row(std::string_view line, std::size_t line_no, log_event&
       return false;
     }
   }
-  if (index_[col_entry] != no_column) ev.entry = intern(field(col_entry), last_entry_);
-  if (index_[col_result] != no_column) ev.result = intern(field(col_result), last_result_);
+  if (index_[col_entry] != no_column) ev.entry_id = intern(field(col_entry), last_entry_);
+  if (index_[col_result] != no_column) {
+    std::string_view const result = field(col_result);
+    ev.result_id = intern(result, last_result_);
+    ev.refused = ev.action == log_action::free && !result.empty() && result != "CUDA_SUCCESS" &&
+                 result != "cudaSuccess";
+  }
   return true;
 }
 

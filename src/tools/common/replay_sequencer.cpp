@@ -17,10 +17,10 @@ void replay_sequencer::push(log_event const& ev) {
     i = static_cast<std::uint32_t>(nodes_.size());
     nodes_.push_back(node{ev, none});
   }
-  queue& q = threads_[ev.thread];
+  queue& q = threads_[ev.thread_id];
   if (q.head == none) {
     q.head = q.tail = i;
-    heads_.push_back({ev.time_ns, ev.index, ev.thread});
+    heads_.push_back({ev.time_ns, ev.index, ev.thread_id});
     std::push_heap(heads_.begin(), heads_.end(), std::greater<>{});
   } else {
     nodes_[q.tail].next = i;

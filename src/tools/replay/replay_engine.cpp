@@ -139,7 +139,7 @@ struct chain_replayer::impl {
   }
 
   void apply(log_event const& ev, std::string_view entry) {
-    switch (ev.kind) {
+    switch (ev.action) {
       case log_action::allocate: {
         if (ev.size == 0) break;
         bool const synchronous = synchronous_entry(entry);
@@ -168,7 +168,7 @@ struct chain_replayer::impl {
         break;
       }
       case log_action::free: {
-        if (ev.pointer == 0) break;
+        if (ev.pointer == 0 || ev.refused) break;
         auto const it = live.find(ev.pointer);
         if (it == live.end()) {
           ++r.skipped_frees;
@@ -376,7 +376,7 @@ replay_pass replay_log(log_reader& reader, std::vector<named_config> const& conf
       filling = threaded ? &ring.acquire() : &own;
       filling->clear();
     }
-    filling->push_back({ev, reader.string(ev.entry).data()});
+    filling->push_back({ev, reader.string(ev.entry_id).data()});
     if (filling->size() == batch_size) flush();
   };
 
@@ -385,7 +385,7 @@ replay_pass replay_log(log_reader& reader, std::vector<named_config> const& conf
   log_event ev, out;
   while (reader.next(ev)) {
     ++pass.events;
-    if (threads.size() < max_counted) threads.insert(ev.thread);
+    if (threads.size() < max_counted) threads.insert(ev.thread_id);
     if (streams.size() < max_counted) streams.insert(ev.stream);
     order.push(ev);
     while (order.pop(out, false)) take(out);

@@ -94,7 +94,7 @@ void trace_writer::event(std::size_t log, log_event const& ev) {
   log_reader const& r = *st.reader;
   bool const has_device = r.columns().device;
   int const device = has_device ? ev.device : -1;
-  switch (ev.kind) {
+  switch (ev.action) {
     case log_action::allocate: {
       if (ev.pointer == 0) break;                                     // a zero-byte allocation owns nothing
       if (auto it = st.live.find(ev.pointer); it != st.live.end()) {  // the log lost a free
@@ -107,26 +107,26 @@ void trace_writer::event(std::size_t log, log_event const& ev) {
       st.live.emplace(ev.pointer, s);
       item(fmt::format(R"({{"ph":"b","cat":"allocation","name":"stream","id":"{:#x}","pid":{},"tid":{},"ts":{},)"
                        R"("args":{{"size":{},"size_text":"{}","pointer":"{:#x}","thread":{},"entry":{},"line":{}}}}})",
-                       s.id, log + 1, tid, ts(t), ev.size, human_bytes(ev.size), ev.pointer, ev.thread,
-                       json_string(r.string(ev.entry)), ev.line));
+                       s.id, log + 1, tid, ts(t), ev.size, human_bytes(ev.size), ev.pointer, ev.thread_id,
+                       json_string(r.string(ev.entry_id)), ev.line));
       auto& d = st.devices[device];
       d.live += ev.size;
       counter(log, t, device, "live", static_cast<std::int64_t>(std::min<std::uint64_t>(d.live, INT64_MAX)));
       break;
     }
     case log_action::free: {
-      if (ev.pointer == 0) break;
+      if (ev.pointer == 0 || ev.refused) break;
       auto it = st.live.find(ev.pointer);
       if (it == st.live.end()) {
         item(fmt::format(R"({{"ph":"i","s":"t","name":"free of unknown pointer","pid":{},"tid":{},"ts":{},)"
                          R"("args":{{"pointer":"{:#x}","size":{},"thread":{},"line":{}}}}})",
-                         log + 1, tid, ts(t), ev.pointer, ev.size, ev.thread, ev.line));
+                         log + 1, tid, ts(t), ev.pointer, ev.size, ev.thread_id, ev.line));
         break;
       }
       slice const s = it->second;
       st.live.erase(it);
       close_slice(log, t, ev.pointer, s,
-                  fmt::format(R"(,"freed_by":{},"line":{})", json_string(r.string(ev.entry)), ev.line));
+                  fmt::format(R"(,"freed_by":{},"line":{})", json_string(r.string(ev.entry_id)), ev.line));
       auto& d = st.devices[s.device];
       d.live -= s.size;
       counter(log, t, s.device, "live", static_cast<std::int64_t>(std::min<std::uint64_t>(d.live, INT64_MAX)));
@@ -135,8 +135,8 @@ void trace_writer::event(std::size_t log, log_event const& ev) {
     case log_action::allocate_failure:
       item(fmt::format(R"({{"ph":"i","s":"t","name":"allocation failed","pid":{},"tid":{},"ts":{},)"
                        R"("args":{{"size":{},"size_text":"{}","result":{},"entry":{},"thread":{},"line":{}}}}})",
-                       log + 1, tid, ts(t), ev.size, human_bytes(ev.size), json_string(r.string(ev.result)),
-                       json_string(r.string(ev.entry)), ev.thread, ev.line));
+                       log + 1, tid, ts(t), ev.size, human_bytes(ev.size), json_string(r.string(ev.result_id)),
+                       json_string(r.string(ev.entry_id)), ev.thread_id, ev.line));
       break;
   }
   if (ev.reserved >= 0) {

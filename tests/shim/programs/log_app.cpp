@@ -1,7 +1,7 @@
 // Test program for the allocation log under hostile conditions: cudaMalloc/cudaFree
 // pairs from the main thread (so every row's Thread is the pid), with the log
 // truncated underneath, the file size limited, or several copies started on one
-// log path; and programs that handle, block and ignore signals while the log is
+// log path; and programs that handle or block signals while the log is
 // emptied, which the driver runs with and without gpumem and compares. Prints
 // "PAIRS <n> PID <pid>", the signal scenarios a "SIGNALS ..." line (every
 // signal's action and the thread's mask at the end), and "PASS <scenario>".
@@ -11,6 +11,30 @@
 //   shim_log_app fsize BYTES N        RLIMIT_FSIZE = BYTES (after the device is up), N pairs
 //   shim_log_app sync N               waits for a byte on fd 3, N pairs, writes a
 //                                     byte to fd 4, waits for EOF on fd 5
+//   shim_log_app gone N PATH          N pairs; half way PATH, its journal and its
+//                                     folder are deleted
+//   shim_log_app reset                5 MiB held when cudaDeviceReset releases it,
+//                                     then 3 MiB allocated and freed; prints STATS
+//   shim_log_app refused-free         a cudaFree refused during a stream capture,
+//                                     then 1 MiB more allocated, then both freed;
+//                                     prints STATS
+//   (PATH, in the signal scenarios, may be any file: the same program runs without
+//   gpumem too)
+//   shim_log_app own-handler N PATH
+//                                     N pairs; half way installs a SIGBUS handler of
+//                                     its own that ends the program on any fault but
+//                                     its own, empties PATH, then raises a fault of
+//                                     its own and expects its handler to see it
+//   shim_log_app blocked N PATH       the main thread blocks SIGBUS (as a worker thread
+//                                     of a server blocks every signal), N pairs, PATH
+//                                     emptied half way
+//   shim_log_app gone N PATH          N pairs; half way PATH, its journal and its
+//                                     folder are deleted
+//   shim_log_app reset                5 MiB held when cudaDeviceReset releases it,
+//                                     then 3 MiB allocated and freed; prints STATS
+//   shim_log_app refused-free         a cudaFree refused during a stream capture,
+//                                     then 1 MiB more allocated, then both freed;
+//                                     prints STATS
 //   (PATH, in the signal scenarios, may be any file: the same program runs without
 //   gpumem too)
 //   shim_log_app own-handler N PATH HOW
@@ -33,10 +57,6 @@
 //                                     emptied, then a fault of its own for h
 
 #include "app_support.h"
-
-// sigset, sighold, sigrelse and sigignore are deprecated System V calls; programs
-// still make them, and the shim must see them.
-#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 
 #include <cuda_runtime_api.h>
 #include <fcntl.h>
@@ -87,11 +107,6 @@ void own_fault(void* addr) {
   own_faults = own_faults + 1;
 }
 void on_bus_info(int /*sig*/, siginfo_t* info, void* /*context*/) { own_fault(info->si_addr); }
-// A handler installed with signal() learns no address: any fault is its own once armed.
-void on_bus_plain(int /*sig*/) {
-  if (own_page == nullptr) own_fault(nullptr);
-  own_fault(own_page);
-}
 
 // A fault of the program's own, for its handler: a store into a page of a file
 // that has no byte there. Returns the page (to unmap), or nullptr if it could not
@@ -119,40 +134,25 @@ struct sigaction sigbus_action() {
   return now;
 }
 
-bool own_handler_is(std::string const& how) {
+bool own_handler_installed() {
   struct sigaction const now = sigbus_action();
-  if (how == "sigaction") return (now.sa_flags & SA_SIGINFO) != 0 && now.sa_sigaction == &on_bus_info;
-  return (now.sa_flags & SA_SIGINFO) == 0 && now.sa_handler == &on_bus_plain;
+  return (now.sa_flags & SA_SIGINFO) != 0 && now.sa_sigaction == &on_bus_info;
 }
 
-void own_handler(long n, const char* path, std::string const& how) {
+void own_handler(long n, const char* path) {
   pairs(n / 2);  // the log exists from the first pair
-  if (how == "sigaction") {
-    struct sigaction act {};
-    act.sa_sigaction = &on_bus_info;
-    act.sa_flags = SA_SIGINFO;
-    sigemptyset(&act.sa_mask);
-    struct sigaction before {};
-    APP_CHECK_EQ(sigaction(SIGBUS, &act, &before), 0);
-    APP_CHECK((before.sa_flags & SA_SIGINFO) == 0 && before.sa_handler == SIG_DFL);  // the program had set none
-  } else if (how == "signal") {
-    APP_CHECK(signal(SIGBUS, &on_bus_plain) == SIG_DFL);
-  } else if (how == "sigset") {
-    APP_CHECK(sigset(SIGBUS, &on_bus_plain) == SIG_DFL);
-  } else {
-    APP_CHECK(sysv_signal(SIGBUS, &on_bus_plain) == SIG_DFL);
-  }
-  APP_CHECK(own_handler_is(how));
+  struct sigaction act {};
+  act.sa_sigaction = &on_bus_info;
+  act.sa_flags = SA_SIGINFO;
+  sigemptyset(&act.sa_mask);
+  struct sigaction before {};
+  APP_CHECK_EQ(sigaction(SIGBUS, &act, &before), 0);
+  APP_CHECK((before.sa_flags & SA_SIGINFO) == 0 && before.sa_handler == SIG_DFL);  // the program had set none
   empty_file(path);
   pairs(n - n / 2);
   void* const p = fault_of_its_own();
   if (p == nullptr) return;
-  // A one-shot handler (System V) is spent: the action reads back as the default.
-  if (how == "sysv_signal") {
-    APP_CHECK(sigbus_action().sa_handler == SIG_DFL);
-  } else {
-    APP_CHECK(own_handler_is(how));
-  }
+  APP_CHECK(own_handler_installed());
   munmap(p, 4096);
 }
 
@@ -173,53 +173,6 @@ void blocked(long n, const char* path) {
   APP_CHECK(sigbus_blocked());  // still blocked, as the program set it
 }
 
-// The System V calls change the mask and the action inside the C library, without
-// its exported pthread_sigmask or sigaction.
-void held(long n, const char* path) {
-  pairs(n / 2);
-  APP_CHECK_EQ(sighold(SIGBUS), 0);
-  APP_CHECK(sigbus_blocked());
-  empty_file(path);
-  pairs(n / 4);
-  APP_CHECK(sigbus_blocked());  // as the program set it
-  APP_CHECK_EQ(sigrelse(SIGBUS), 0);
-  APP_CHECK(!sigbus_blocked());
-  pairs(n - n / 2 - n / 4);
-}
-
-void ignored(long n, const char* path) {
-  pairs(n / 2);
-  APP_CHECK_EQ(sigignore(SIGBUS), 0);
-  struct sigaction const now = sigbus_action();
-  APP_CHECK((now.sa_flags & SA_SIGINFO) == 0 && now.sa_handler == SIG_IGN);
-  empty_file(path);
-  pairs(n - n / 2);
-  APP_CHECK(sigset(SIGBUS, SIG_DFL) == SIG_IGN);
-}
-
-bool sigbus_restarts() {
-  struct sigaction const now = sigbus_action();
-  APP_CHECK(now.sa_handler == &on_bus_plain);
-  return (now.sa_flags & SA_RESTART) != 0;
-}
-
-// siginterrupt rewrites the action inside the C library, without its exported
-// sigaction: what the program reads back must follow it, and the guard stay.
-void interrupt(long n, const char* path) {
-  pairs(n / 2);
-  APP_CHECK(signal(SIGBUS, &on_bus_plain) == SIG_DFL);
-  APP_CHECK(sigbus_restarts());  // signal(): calls restarted
-  APP_CHECK_EQ(siginterrupt(SIGBUS, 1), 0);
-  APP_CHECK(!sigbus_restarts());
-  APP_CHECK(signal(SIGBUS, &on_bus_plain) == &on_bus_plain);
-  APP_CHECK(!sigbus_restarts());  // remembered for signal(), as the C library does
-  APP_CHECK_EQ(siginterrupt(SIGBUS, 0), 0);
-  APP_CHECK(sigbus_restarts());
-  empty_file(path);
-  pairs(n - n / 2);
-  if (void* const p = fault_of_its_own()) munmap(p, 4096);
-}
-
 // Every signal's action (DFL, IGN, the program's own handlers by name, or "other")
 // with its flags, and the signals this thread blocks: what must read the same
 // with and without gpumem.
@@ -232,7 +185,6 @@ void print_signals() {
     const char* name = "other";
     if (!info && a.sa_handler == SIG_DFL) name = "dfl";
     if (!info && a.sa_handler == SIG_IGN) name = "ign";
-    if (!info && a.sa_handler == &on_bus_plain) name = "plain";
     if (info && a.sa_sigaction == &on_bus_info) name = "info";
     int const flags = a.sa_flags & (SA_SIGINFO | SA_RESTART | SA_RESETHAND | SA_NODEFER | SA_ONSTACK);
     line += " " + std::to_string(sig) + ":" + name + ":" + std::to_string(flags);
@@ -246,6 +198,43 @@ void print_signals() {
   printf("%s\n", line.c_str());
 }
 
+// Everything cudaDeviceReset releases is what the program held then: the log's
+// books must end where the device's do (5 MiB peak, nothing live at the end).
+void reset() {
+  constexpr std::size_t MiB = std::size_t{1} << 20;
+  for (int i = 0; i < 5; ++i) {
+    void* p = nullptr;
+    APP_CHECK_EQ(cudaMalloc(&p, MiB), cudaSuccess);
+  }
+  APP_CHECK_EQ(cudaDeviceReset(), cudaSuccess);
+  void* q[3] = {};
+  for (auto& p : q) APP_CHECK_EQ(cudaMalloc(&p, MiB), cudaSuccess);
+  for (auto* p : q) APP_CHECK_EQ(cudaFree(p), cudaSuccess);
+  app_print_stats();
+}
+
+// A free CUDA refuses (during a global capture) frees nothing: 2 MiB live at the
+// peak, and the later real free is of a live pointer.
+void refused_free() {
+  constexpr std::size_t MiB = std::size_t{1} << 20;
+  cudaStream_t s = nullptr;
+  APP_CHECK_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  void* kept = nullptr;
+  APP_CHECK_EQ(cudaMalloc(&kept, MiB), cudaSuccess);
+  APP_CHECK_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaSuccess);
+  APP_CHECK_EQ(cudaFree(kept), cudaErrorStreamCaptureUnsupported);
+  cudaGraph_t g = nullptr;
+  APP_CHECK_EQ(cudaStreamEndCapture(s, &g), cudaErrorStreamCaptureInvalidated);
+  (void)cudaGetLastError();
+  app_sim_reset_violations();  // the refused free invalidated the capture, on purpose
+  void* more = nullptr;
+  APP_CHECK_EQ(cudaMalloc(&more, MiB), cudaSuccess);
+  APP_CHECK_EQ(cudaFree(kept), cudaSuccess);
+  APP_CHECK_EQ(cudaFree(more), cudaSuccess);
+  APP_CHECK_EQ(cudaStreamDestroy(s), cudaSuccess);
+  app_print_stats();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -257,20 +246,11 @@ int main(int argc, char** argv) {
     pairs(n / 2);
     empty_file(argv[3]);
     pairs(n - n / 2);
-  } else if (scenario == "own-handler" && argc > 4) {
-    own_handler(n, argv[3], argv[4]);
+  } else if (scenario == "own-handler" && argc > 3) {
+    own_handler(n, argv[3]);
     print_signals();
   } else if (scenario == "blocked" && argc > 3) {
     blocked(n, argv[3]);
-    print_signals();
-  } else if (scenario == "held" && argc > 3) {
-    held(n, argv[3]);
-    print_signals();
-  } else if (scenario == "ignored" && argc > 3) {
-    ignored(n, argv[3]);
-    print_signals();
-  } else if (scenario == "interrupt" && argc > 3) {
-    interrupt(n, argv[3]);
     print_signals();
   } else if (scenario == "fsize" && argc > 3) {
     // The device first (the simulated one backs its memory with a file); the
@@ -281,6 +261,17 @@ int main(int argc, char** argv) {
     rlimit lim{limit, limit};
     APP_CHECK_EQ(setrlimit(RLIMIT_FSIZE, &lim), 0);
     pairs(n);
+  } else if (scenario == "gone" && argc > 3) {
+    pairs(n / 2);
+    std::string const log = argv[3];
+    APP_CHECK_EQ(unlink(log.c_str()), 0);
+    APP_CHECK_EQ(unlink((log + ".journal").c_str()), 0);
+    APP_CHECK_EQ(rmdir(log.substr(0, log.rfind('/')).c_str()), 0);
+    pairs(n - n / 2);
+  } else if (scenario == "reset") {
+    reset();
+  } else if (scenario == "refused-free") {
+    refused_free();
   } else if (scenario == "sync") {
     char c = 0;
     APP_CHECK_EQ(read(3, &c, 1), 1);
@@ -289,8 +280,8 @@ int main(int argc, char** argv) {
     while (read(5, &c, 1) > 0) {}
   } else {
     fprintf(stderr,
-            "usage: shim_log_app pairs N | truncate N PATH | fsize BYTES N | sync N | own-handler N PATH HOW | "
-            "blocked N PATH | held N PATH | ignored N PATH | interrupt N PATH\n");
+            "usage: shim_log_app pairs N | truncate N PATH | fsize BYTES N | sync N | own-handler N PATH | "
+            "blocked N PATH | gone N PATH | reset | refused-free\n");
     return 2;
   }
   return app_finish(scenario.c_str());
