@@ -4,7 +4,11 @@
 // deliberate leak. It verifies every buffer it wrote, so a shim that handed out
 // overlapping memory would make it fail.
 //
-//   training_loop [steps]        (default 50)
+//   training_loop [steps [oom-step]]        (default 50 steps, no oom-step)
+//
+// With an oom-step, that step first asks for a workspace twice the device's
+// memory, as a program probing for the largest workspace it can get does, and
+// goes on without it when refused: an out-of-memory failure the program survives.
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -50,6 +54,7 @@ bool verify(buffer const& b) {
 
 int main(int argc, char** argv) {
   int const steps = argc > 1 ? std::atoi(argv[1]) : 50;
+  int const oom_step = argc > 2 ? std::atoi(argv[2]) : -1;
   cudaStream_t side{};
   CHECK(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
 
@@ -71,6 +76,23 @@ int main(int argc, char** argv) {
       CHECK(cudaMalloc(&a.ptr, a.bytes));
       CHECK(cudaMemset(a.ptr, a.tag, a.bytes));
       acts.push_back(a);
+    }
+    if (step == oom_step) {
+      std::size_t free_bytes = 0;
+      std::size_t total_bytes = 0;
+      CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+      void* huge = nullptr;
+      cudaError_t const e = cudaMalloc(&huge, 2 * total_bytes);
+      if (e == cudaSuccess) {
+        CHECK(cudaFree(huge));
+      } else if (e == cudaErrorMemoryAllocation) {
+        (void)cudaGetLastError();  // not sticky: clear it and go on without the workspace
+        std::printf("training_loop: step %d: a workspace of %zu bytes was refused (out of memory); going on\n", step,
+                    2 * total_bytes);
+      } else {
+        check(e, "cudaMalloc(huge, 2 * total_bytes)");
+        return 1;
+      }
     }
     void* workspace = nullptr;  // stream-ordered scratch on the side stream
     CHECK(cudaMallocAsync(&workspace, 3u << 20, side));

@@ -246,6 +246,27 @@ TEST(GpumemRun, LogRecordsFailuresAndRefusedDoubleFrees) {
   std::remove(path.c_str());
 }
 
+// The quickstart's program: with an oom-step it survives a refused request of twice
+// the device's memory, and leaves its first weight buffer allocated.
+TEST(GpumemRun, ExampleTrainingLoopSurvivesItsOutOfMemoryAndLeaks) {
+  std::string const path = "/tmp/gpumem-run-test-example-" + std::to_string(getpid()) + ".csv";
+  auto const r = run_process(
+      {gpumem_run(), "--log", path, "--report", "--", build_dir() + "/bin/training_loop", "3", "1"}, {});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("training_loop: step 1: a workspace of"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("gpumem: out of memory on device 0"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("leaks: 1 allocation"), std::string::npos) << r.output;
+  std::ifstream in{path};
+  ASSERT_TRUE(in.good()) << path;
+  int failed_allocs = 0;
+  for (std::string line; std::getline(in, line);) {
+    if (line.find(",allocate failure,") != std::string::npos) ++failed_allocs;
+  }
+  EXPECT_EQ(failed_allocs, 1);
+  std::remove(path.c_str());
+  std::remove((path + ".oom-1.json").c_str());
+}
+
 TEST(GpumemRun, ReportListsPeaksAndLeaks) {
   auto const r = run_process({gpumem_run(), "--report", "--", program("shim_rt_app"), "leak"}, {});
   EXPECT_EQ(r.exit_code, 0) << r.output;

@@ -71,13 +71,18 @@ TEST(ReportCli, TrainingExampleTellsItsStory) {
   temp_file tmp;
   auto const r = run_command(report(example("training.csv") + " --json --top 3"), tmp.path());
   ASSERT_EQ(r.status, 0) << r.err;
-  EXPECT_EQ(json_field(r.out, "events"), "602");
-  EXPECT_EQ(json_field(r.out, "peak_live_bytes"), "322437120");
-  EXPECT_EQ(json_field(r.out, "live_at_end_bytes"), "2097152");
-  EXPECT_EQ(json_field(r.out, "pointer", r.out.find("\"leaks\"")), "\"0x7f3a59200000\"");
+  EXPECT_EQ(json_field(r.out, "events"), "232");
+  EXPECT_EQ(json_field(r.out, "peak_live_bytes"), "43907072");
+  EXPECT_EQ(json_field(r.out, "peak_reserved_bytes"), "44040192");  // today's log has the Reserved column
+  EXPECT_EQ(json_field(r.out, "live_at_end_bytes"), "4194304");
+  EXPECT_EQ(json_field(r.out, "pointer", r.out.find("\"leaks\"")), "\"0x7f1a5ec00000\"");
   EXPECT_EQ(json_field(r.out, "failures"), "1");
-  EXPECT_EQ(json_field(r.out, "size", r.out.find("\"failed\"")), "103079215104");
+  EXPECT_EQ(json_field(r.out, "size", r.out.find("\"failed\"")), "2147483648");
   EXPECT_EQ(json_field(r.out, "warning_count"), "0");
+  // ... and the Stack column, with its table beside it: the leak's and the failure's call sites.
+  EXPECT_EQ(json_field(r.out, "stacks_in_table"), "4");
+  EXPECT_EQ(json_field(r.out, "leak_sites"), "1");
+  EXPECT_EQ(json_field(r.out, "failure_sites"), "1");
 }
 
 TEST(ReportCli, DamagedLogIsReportedWithWarningsAndExitsZero) {
@@ -190,7 +195,7 @@ TEST(ReportCli, WritesHtmlAndPng) {
   EXPECT_NE(page.find("<svg class=\"plot\" id=\"timeline\""), std::string::npos);
   EXPECT_NE(page.find("<polyline"), std::string::npos);
   EXPECT_NE(page.find("<svg class=\"plot histogram\""), std::string::npos);
-  EXPECT_NE(page.find("<td>0x7f3a59200000</td>"), std::string::npos);  // the leak's row
+  EXPECT_NE(page.find("<td>0x7f1a5ec00000</td>"), std::string::npos);  // the leak's row
   EXPECT_NE(page.find("CUDA_ERROR_OUT_OF_MEMORY"), std::string::npos);
   // Self-contained: no scripts, no external resources.
   EXPECT_EQ(page.find("<script"), std::string::npos);
