@@ -4,9 +4,9 @@
 #include "report.hpp"
 #include "units.hpp"
 
-#include <gpumem/tools/log_merge.hpp>
-#include <gpumem/tools/log_reader.hpp>
-#include <gpumem/tools/text_escape.hpp>
+#include "log_merge.hpp"
+#include "log_reader.hpp"
+#include "text_escape.hpp"
 
 #include "tools/tool_test_support.hpp"
 

@@ -4,12 +4,12 @@
 // is written during the pass instead (trace_writer.hpp).
 // All renderings are pure functions of a report_data.
 
-#include <gpumem/tools/json_value.hpp>
-#include <gpumem/tools/log_analysis.hpp>
-#include <gpumem/tools/log_event.hpp>
-#include <gpumem/tools/log_merge.hpp>
-#include <gpumem/tools/log_messages.hpp>
-#include <gpumem/tools/symbolizer.hpp>
+#include "json_value.hpp"
+#include "log_analysis.hpp"
+#include "log_event.hpp"
+#include "log_merge.hpp"
+#include "log_messages.hpp"
+#include "symbolizer.hpp"
 
 #include <array>
 #include <cstddef>

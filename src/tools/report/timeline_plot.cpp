@@ -1,6 +1,6 @@
 #include "timeline_plot.hpp"
 
-#include <gpumem/tools/log_messages.hpp>
+#include "log_messages.hpp"
 
 #include <algorithm>
 #include <array>

@@ -5,8 +5,8 @@
 // step line (bytes stay constant between events).
 // Thread safety: plain values and pure functions.
 
-#include <gpumem/tools/log_analysis.hpp>
-#include <gpumem/tools/log_merge.hpp>
+#include "log_analysis.hpp"
+#include "log_merge.hpp"
 
 #include "units.hpp"
 
