@@ -15,8 +15,7 @@ set(GPUMEM_INSTALL_CMAKEDIR lib/cmake/gpumem)
 
 install(TARGETS gpumem gpumem_cuda_headers EXPORT gpumem-targets
   ARCHIVE DESTINATION lib COMPONENT development)
-install(DIRECTORY include/gpumem DESTINATION include COMPONENT development
-  PATTERN tools EXCLUDE)  # gpumem/tools/: the log tools' internals, not part of libgpumem
+install(DIRECTORY include/gpumem DESTINATION include COMPONENT development)
 install(EXPORT gpumem-targets NAMESPACE gpumem:: DESTINATION ${GPUMEM_INSTALL_CMAKEDIR}
   COMPONENT development)
 configure_package_config_file(cmake/gpumemConfig.cmake.in

@@ -109,7 +109,7 @@ rm -f "$out"/mlp-bench-*.csv  # large; the worked example below keeps a small lo
 echo "== worked example: log a training step, report it, replay it through three chains"
 PYTORCH_NO_CUDA_MEMORY_CACHING=1 MLP_LABEL=logged "$run" --log "$out/mlp-train.csv" --report -- \
   python3 "$here/bench/frameworks/pytorch_mlp.py" --batches 256 --steps 3 --warmup 1 2>&1 | tee "$out/example-run.txt"
-"$build/bin/gpumem-report" "$out/mlp-train.csv" --html "$out/mlp-train.html" --png "$out/mlp-train.png" \
+"$build/bin/gpumem-report" "$out/mlp-train.csv" --html "$out/mlp-train.html" \
   >"$out/example-report.txt" 2>&1
 verdict report $?
 "$build/bin/gpumem-replay" "$out/mlp-train.csv" --config "$here/config/default.toml" \

@@ -22,7 +22,7 @@ struct device_info {
   int runtime_version = 0;  ///< cudaRuntimeGetVersion
   std::uint64_t total_bytes = 0;
   int clock_khz = 0;       ///< SM clock, for the spin kernel's cycle count
-  bool simulated = false;  ///< gpumem's simulated device (tests/simdevice)
+  bool simulated = false;  ///< gpumem's simulated device (src/simdevice)
 };
 
 /// Makes device 0 current (creating its primary context) and describes it.

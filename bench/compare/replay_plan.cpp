@@ -1,8 +1,8 @@
 #include "replay_plan.hpp"
 
-#include <gpumem/tools/call_semantics.hpp>
-#include <gpumem/tools/log_reader.hpp>
-#include <gpumem/tools/replay_sequencer.hpp>
+#include "call_semantics.hpp"
+#include "log_reader.hpp"
+#include "replay_sequencer.hpp"
 
 #include <algorithm>
 #include <map>

@@ -2,7 +2,7 @@
 // An allocation log (gpumem's or RMM's CSV) turned into a list of operations any
 // allocator can replay on a real device: the memory-efficiency measurement.
 //
-// Order and streams as gpumem-replay has them (gpumem/tools/replay_sequencer.hpp,
+// Order and streams as gpumem-replay has them (src/tools/common/replay_sequencer.hpp,
 // call_semantics.hpp): each log thread's events in file order, threads merged by time;
 // everything is issued from one host thread. The log's null and legacy streams are
 // the legacy stream (index 0); every other replay_stream (the per-thread default

@@ -1,6 +1,6 @@
 #include "samples.hpp"
 
-#include <gpumem/tools/text_escape.hpp>
+#include "text_escape.hpp"
 
 #include <cmath>
 #include <ctime>

@@ -16,9 +16,11 @@
 // refuses. Capturing streams are never recorded on or made to wait.
 //
 // Thread safety: every member is thread-safe; threads on different streams share
-// no lock in allocate/deallocate. Each block's in-use flag catches double frees and
-// foreign pointers, which are ignored; neighbouring blocks' flags lie on different
-// cache lines, so threads reusing their own blocks do not slow each other down.
+// no lock in allocate/deallocate. Each block's in-use flag catches double frees,
+// which are ignored; a foreign or interior pointer, or a size over the block size,
+// aborts in debug builds (GPUMEM_ASSERT) and is ignored in release builds.
+// Neighbouring blocks' flags lie on different cache lines, so threads reusing their
+// own blocks do not slow each other down.
 
 #include <gpumem/device_memory_resource.hpp>
 

@@ -44,6 +44,10 @@
 // the host, so it is for explicit trims, never for exit. The destructor frees every
 // block upstream, in use or not.
 //
+// A second free is ignored. An unknown pointer, or a size of another class than
+// the allocation's, aborts in debug builds (GPUMEM_ASSERT); release builds ignore an
+// unknown pointer and free by the pointer alone.
+//
 // Thread safety: every member is thread-safe. One mutex guards the block table and
 // the lists (pinned allocation is rare next to device allocation); the upstream
 // and the driver are called without it.

@@ -10,8 +10,8 @@
 // scoped_pinned_flags (0 when none, cudaMallocHost's), and the device of the
 // current context (device 0's primary context is made current if none is, as the
 // runtime does). A free goes to the pool holding the pointer, whatever is current;
-// an unknown pointer is ignored. Pools are made on first use and live as long as
-// this resource.
+// an unknown pointer aborts in debug builds and is ignored in release builds.
+// Pools are made on first use and live as long as this resource.
 //
 // Thread safety: every member is thread-safe. Finding a made pool is one atomic
 // load; making one takes a mutex.

@@ -126,8 +126,10 @@
 // synchronous free is O(1).
 //
 // deallocate(p, bytes, s) needs the `bytes` given to allocate (rounded up to 256
-// as allocate did); an unknown pointer or a block that overlaps a free one
-// (double free) is ignored rather than corrupting the pool.
+// as allocate did); a block that overlaps a free one (double free) is ignored
+// rather than corrupting the pool. An unknown pointer, or a size that runs past
+// the pointer's region, is a caller's bug: debug builds abort (GPUMEM_ASSERT),
+// release builds ignore it.
 
 #include <gpumem/device_memory_resource.hpp>
 

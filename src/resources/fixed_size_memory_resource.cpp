@@ -267,15 +267,22 @@ struct fixed_size_memory_resource::impl : detail::stream_ordered_memory_resource
                         " bytes, " + std::to_string(lists().pending_bytes()) + " waiting for reclamation)"};
   }
 
+  // A foreign pointer or a wrong size is a caller's bug: debug builds abort on it,
+  // release builds ignore it. (A double free is ignored in both.)
   void deallocate(void* ptr, std::size_t bytes, stream_ref s) noexcept {
-    if (ptr == nullptr || bytes == 0 || bytes > block_size) return;
+    if (ptr == nullptr) return;
+    GPUMEM_ASSERT(bytes != 0 && bytes <= block_size, "fixed_size: deallocate with a size of 0 or over the block size");
+    if (bytes == 0 || bytes > block_size) return;
     auto* p = static_cast<char*>(ptr);
     auto const found = regions().find(p);
-    if (!found) return;  // not ours
+    GPUMEM_ASSERT(found, "fixed_size: deallocate of a pointer the resource does not hold");
+    if (!found) return;
     chunk* const c = found.payload;
     auto const offset = reinterpret_cast<std::uintptr_t>(p) - reinterpret_cast<std::uintptr_t>(c->base);
-    if (offset >= c->bytes() || !c->at_block_start(offset)) return;  // not a block of ours
-    if (!c->mark_free(c->index_of(offset))) return;                  // double free: ignored
+    GPUMEM_ASSERT(offset < c->bytes() && c->at_block_start(offset),
+                  "fixed_size: deallocate of a pointer inside a block");
+    if (offset >= c->bytes() || !c->at_block_start(offset)) return;
+    if (!c->mark_free(c->index_of(offset))) return;  // double free: ignored
     if (current_call().synchronous) {
       // Any stream's queued work may still use it: reusable only after a barrier.
       static_cast<void>(lists().add_pending({p, c}, block_size));

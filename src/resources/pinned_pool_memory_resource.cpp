@@ -1,3 +1,4 @@
+#include <gpumem/detail/assert.hpp>
 #include <gpumem/detail/driver_api.hpp>
 #include <gpumem/pinned_pool_memory_resource.hpp>
 #include <gpumem/stream_tracker.hpp>
@@ -237,13 +238,19 @@ void* pinned_pool_memory_resource::do_allocate(std::size_t bytes, stream_ref /*s
   return p;
 }
 
-void pinned_pool_memory_resource::do_deallocate(void* p, std::size_t /*bytes*/, stream_ref /*stream*/) noexcept {
+// A foreign pointer or a wrong size is a caller's bug: debug builds abort on it;
+// release builds ignore a foreign pointer and free by the pointer alone. A second
+// free is ignored in both.
+void pinned_pool_memory_resource::do_deallocate(void* p, [[maybe_unused]] std::size_t bytes,
+                                                stream_ref /*stream*/) noexcept {
   if (p == nullptr) return;
   auto& m = *impl_;
   std::lock_guard lock{m.mutex};
   auto it = m.blocks.find(reinterpret_cast<std::uintptr_t>(p));
-  if (it == m.blocks.end() || it->second.state != block_state::live) return;  // unknown or a second free
+  GPUMEM_ASSERT(it != m.blocks.end(), "pinned pool: deallocate of a pointer the pool does not hold");
+  if (it == m.blocks.end() || it->second.state != block_state::live) return;
   block& b = it->second;
+  GPUMEM_ASSERT(class_size(bytes) == b.size, "pinned pool: deallocate with another size than the allocation's");
   m.used -= b.size;
   if (!m.opts.wait_for_gpu) {
     b.state = block_state::clean;

@@ -1,3 +1,4 @@
+#include <gpumem/detail/assert.hpp>
 #include <gpumem/detail/driver_api.hpp>
 #include <gpumem/pinned_host_memory_resource.hpp>
 #include <gpumem/pinned_pools_memory_resource.hpp>
@@ -79,7 +80,9 @@ void pinned_pools_memory_resource::do_deallocate(void* p, std::size_t bytes, str
     }
     return;
   }
-  if (device_memory_resource* r = holder(p)) r->deallocate(p, bytes, stream);
+  device_memory_resource* const r = holder(p);
+  GPUMEM_ASSERT(r != nullptr, "pinned pools: deallocate of a pointer no pool holds");
+  if (r != nullptr) r->deallocate(p, bytes, stream);
 }
 
 std::size_t pinned_pools_memory_resource::do_release() {

@@ -117,14 +117,20 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
     return grow_and_take(e.get(), size);
   }
 
+  // A foreign pointer or a wrong size is a caller's bug (the shim answers both
+  // before they get here): debug builds abort on it, release builds ignore it.
   void deallocate(void* ptr, std::size_t bytes, stream_ref s) noexcept {
-    if (ptr == nullptr || bytes == 0 || bytes > largest_request) return;
+    if (ptr == nullptr) return;
+    GPUMEM_ASSERT(bytes != 0 && bytes <= largest_request, "pool: deallocate with a size the pool never hands out");
+    if (bytes == 0 || bytes > largest_request) return;
     auto* p = static_cast<char*>(ptr);
     std::size_t const size = align_up(bytes, allocation_alignment);
     auto const slab = regions().find(p);
-    if (!slab) return;  // not ours
+    GPUMEM_ASSERT(slab, "pool: deallocate of a pointer the pool does not hold");
+    if (!slab) return;
     auto const offset = reinterpret_cast<std::uintptr_t>(p) - reinterpret_cast<std::uintptr_t>(slab.base);
-    if (size > slab.size - offset) return;  // runs past its slab: a wrong size
+    GPUMEM_ASSERT(size <= slab.size - offset, "pool: deallocate with a size that runs past the block's region");
+    if (size > slab.size - offset) return;
     if (current_call().synchronous) {
       // Any stream's queued work may still use it: reusable only after a barrier.
       static_cast<void>(lists().add_pending({p, size, slab.base}, size));

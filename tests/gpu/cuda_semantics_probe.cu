@@ -1,7 +1,7 @@
 // Prints what real CUDA returns for the edge cases gpumem must reproduce
 // (size 0, NULL out-pointers, invalid/interior/double frees, capture rules,
 // entry-point lookup). Run on a GPU machine; the simulated device's table
-// (tests/simdevice/edge_cases.md) is checked against this output.
+// (src/simdevice/edge_cases.md) is checked against this output.
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>

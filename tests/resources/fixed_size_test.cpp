@@ -154,16 +154,13 @@ TEST(FixedSize, ReleaseReturnsExactlyTheFreeChunks) {
   EXPECT_EQ(arena.bad_frees(), 0U);
 }
 
-TEST(FixedSize, DoubleMisalignedAndForeignFreesAreIgnored) {
+TEST(FixedSize, DoubleFreesAreIgnored) {
   test::arena_test_resource arena{1024 * KiB};
   fixed_size_memory_resource fs{&arena, 4 * KiB, 8};
   void* a = fs.allocate(4 * KiB);
   void* b = fs.allocate(4 * KiB);
   fs.deallocate(a, 4 * KiB);
-  fs.deallocate(a, 4 * KiB);                 // double free
-  fs.deallocate(as_char(b) + 256, 4 * KiB);  // inside a block
-  int on_stack = 0;
-  fs.deallocate(&on_stack, sizeof on_stack);
+  fs.deallocate(a, 4 * KiB);  // double free
   EXPECT_EQ(fs.info().used_bytes, 4 * KiB);
   void* c = fs.allocate(4 * KiB);
   void* d = fs.allocate(4 * KiB);
@@ -173,6 +170,55 @@ TEST(FixedSize, DoubleMisalignedAndForeignFreesAreIgnored) {
   for (void* p : {b, c, d}) fs.deallocate(p, 4 * KiB);
   EXPECT_EQ(fs.info().used_bytes, 0U);
 }
+
+// A foreign or interior pointer, or a size over the block size, is the caller's bug:
+// a release build ignores it; a debug build stops there (FixedSizeDeathTest).
+#ifdef NDEBUG
+TEST(FixedSize, MisalignedAndForeignFreesAreIgnoredInReleaseBuilds) {
+  test::arena_test_resource arena{1024 * KiB};
+  fixed_size_memory_resource fs{&arena, 4 * KiB, 8};
+  void* b = fs.allocate(4 * KiB);
+  fs.deallocate(as_char(b) + 256, 4 * KiB);  // inside a block
+  int on_stack = 0;
+  fs.deallocate(&on_stack, sizeof on_stack);
+  fs.deallocate(b, 8 * KiB);  // over the block size
+  EXPECT_EQ(fs.info().used_bytes, 4 * KiB);
+  EXPECT_NE(fs.allocate(4 * KiB), b);
+  fs.deallocate(b, 4 * KiB);
+}
+#else
+TEST(FixedSize, MisalignedAndForeignFreesAreIgnoredInReleaseBuilds) {
+  GTEST_SKIP() << "assertions are on (no NDEBUG): FixedSizeDeathTest checks that they abort";
+}
+#endif
+
+#ifndef NDEBUG
+class FixedSizeDeathTest : public ::testing::Test {
+ protected:
+  void SetUp() override { GTEST_FLAG_SET(death_test_style, "threadsafe"); }
+};
+
+TEST_F(FixedSizeDeathTest, ForeignAndInteriorPointersAbort) {
+  test::arena_test_resource arena{1024 * KiB};
+  fixed_size_memory_resource fs{&arena, 4 * KiB, 8};
+  void* b = fs.allocate(4 * KiB);
+  int on_stack = 0;
+  EXPECT_DEATH(fs.deallocate(&on_stack, sizeof on_stack), "fixed_size: deallocate of a pointer the resource does not");
+  EXPECT_DEATH(fs.deallocate(as_char(b) + 256, 4 * KiB), "fixed_size: deallocate of a pointer inside a block");
+  fs.deallocate(b, 4 * KiB);
+}
+
+TEST_F(FixedSizeDeathTest, ASizeOverTheBlockSizeAborts) {
+  test::arena_test_resource arena{1024 * KiB};
+  fixed_size_memory_resource fs{&arena, 4 * KiB, 8};
+  void* b = fs.allocate(4 * KiB);
+  EXPECT_DEATH(fs.deallocate(b, 8 * KiB), "fixed_size: deallocate with a size of 0 or over the block size");
+  fs.deallocate(b, 100);  // any size up to the block's: the block is the unit
+  EXPECT_EQ(fs.info().used_bytes, 0U);
+}
+#else
+TEST(FixedSizeDeathTest, ChecksNeedAssertions) { GTEST_SKIP() << "GPUMEM_ASSERT is compiled out (NDEBUG)"; }
+#endif
 
 TEST(FixedSize, EveryBlockHasItsOwnInUseFlag) {
   // Flags are spread over cache lines (block i on line i % 64): chunks of one
@@ -194,7 +240,9 @@ TEST(FixedSize, EveryBlockHasItsOwnInUseFlag) {
     for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(sorted[i], base + i * block);
     for (char* p : ps) fs.deallocate(p, block);
     for (char* p : ps) fs.deallocate(p, block);  // double frees: ignored
-    fs.deallocate(base + block / 2, block);      // inside a block: ignored
+#ifdef NDEBUG
+    fs.deallocate(base + block / 2, block);  // inside a block: ignored (a debug build aborts)
+#endif
     EXPECT_EQ(fs.info().used_bytes, 0U);
     std::vector<char*> again;  // every block once more, nothing grows
     for (std::size_t i = 0; i < n; ++i) again.push_back(as_char(fs.allocate(block)));

@@ -209,6 +209,59 @@ TEST_F(PinnedPool, FlagSetsHaveTheirOwnPoolsAndCudaAnswersForPooledBlocks) {
   EXPECT_EQ(pools.info().reserved_bytes, 0U);
 }
 
+// A foreign pointer or a wrong size is the caller's bug: a release build ignores a
+// foreign pointer and frees by the pointer alone; a debug build stops there
+// (PinnedPoolDeathTest).
+#ifdef NDEBUG
+TEST_F(PinnedPool, ForeignFreesAreIgnoredAndSizesUnusedInReleaseBuilds) {
+  pinned_host_memory_resource host{0};
+  pinned_pool_memory_resource pool{&host, pinned_pool_options{.wait_for_gpu = false}};
+  pinned_pools_memory_resource pools{pinned_pool_options{.wait_for_gpu = false}};
+  void* a = pool.allocate(4096);
+  int on_stack = 0;
+  pool.deallocate(&on_stack, sizeof on_stack);
+  pools.deallocate(&on_stack, sizeof on_stack);
+  EXPECT_EQ(pool.info().used_bytes, 4096U);
+  pool.deallocate(a, 1);  // another class's size: the block is freed all the same
+  EXPECT_EQ(pool.info().used_bytes, 0U);
+}
+#else
+TEST_F(PinnedPool, ForeignFreesAreIgnoredAndSizesUnusedInReleaseBuilds) {
+  GTEST_SKIP() << "assertions are on (no NDEBUG): PinnedPoolDeathTest checks that they abort";
+}
+#endif
+
+#ifndef NDEBUG
+class PinnedPoolDeathTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!detail::driver_available()) GTEST_SKIP() << "no CUDA driver (simulated or real)";
+    ASSERT_EQ(detail::ensure_context(), CUDA_SUCCESS);
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+  }
+};
+
+TEST_F(PinnedPoolDeathTest, AForeignPointerAborts) {
+  pinned_host_memory_resource host{0};
+  pinned_pool_memory_resource pool{&host, pinned_pool_options{.wait_for_gpu = false}};
+  pinned_pools_memory_resource pools{pinned_pool_options{.wait_for_gpu = false}};
+  int on_stack = 0;
+  EXPECT_DEATH(pool.deallocate(&on_stack, sizeof on_stack), "pinned pool: deallocate of a pointer the pool does");
+  EXPECT_DEATH(pools.deallocate(&on_stack, sizeof on_stack), "pinned pools: deallocate of a pointer no pool holds");
+}
+
+TEST_F(PinnedPoolDeathTest, AnotherSizeClassAborts) {
+  pinned_host_memory_resource host{0};
+  pinned_pool_memory_resource pool{&host, pinned_pool_options{.wait_for_gpu = false}};
+  void* a = pool.allocate(100 * 1024);
+  EXPECT_DEATH(pool.deallocate(a, 1), "pinned pool: deallocate with another size than the allocation's");
+  pool.deallocate(a, 99 * 1024);  // a size of the same class: the allocation's
+  EXPECT_EQ(pool.info().used_bytes, 0U);
+}
+#else
+TEST(PinnedPoolDeathTest, ChecksNeedAssertions) { GTEST_SKIP() << "GPUMEM_ASSERT is compiled out (NDEBUG)"; }
+#endif
+
 TEST_F(PinnedPool, UnpooledEachCallReachesTheDriver) {
   if (!sim.present()) GTEST_SKIP() << "counts the simulated driver's calls";
   pinned_pools_memory_resource pools{{}, false};

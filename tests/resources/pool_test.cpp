@@ -502,18 +502,14 @@ TEST(Pool, BestFitTakesTheTightestBlock) {
   static_cast<void>(s1);
 }
 
-TEST(Pool, DoubleAndForeignFreesAreIgnored) {
+TEST(Pool, DoubleFreesAreIgnored) {
   test::arena_test_resource arena{4 * MiB};
   pool_memory_resource pool{&arena, opts(MiB)};
   void* a = pool.allocate(4 * KiB);
   void* b = pool.allocate(4 * KiB);
   pool.deallocate(a, 4 * KiB);
-  pool.deallocate(a, 4 * KiB);  // double free: must not make `a` free twice
-  int on_stack = 0;
-  pool.deallocate(&on_stack, sizeof on_stack);  // not ours
-  pool.deallocate(as_char(b), 2 * MiB);         // runs past the slab: wrong size
-  auto const i = pool.info();
-  EXPECT_EQ(i.used_bytes, 4 * KiB);  // b is still in use
+  pool.deallocate(a, 4 * KiB);                 // double free: must not make `a` free twice
+  EXPECT_EQ(pool.info().used_bytes, 4 * KiB);  // b is still in use
   void* c = pool.allocate(4 * KiB);
   void* d = pool.allocate(4 * KiB);
   EXPECT_EQ(c, a);
@@ -524,6 +520,53 @@ TEST(Pool, DoubleAndForeignFreesAreIgnored) {
   pool.deallocate(d, 4 * KiB);
   EXPECT_EQ(pool.info().largest_free_block, MiB);
 }
+
+// A foreign pointer or a wrong size is the caller's bug: a release build ignores it,
+// keeping the pool consistent; a debug build stops there (PoolDeathTest).
+#ifdef NDEBUG
+TEST(Pool, ForeignFreesAndWrongSizesAreIgnoredInReleaseBuilds) {
+  test::arena_test_resource arena{4 * MiB};
+  pool_memory_resource pool{&arena, opts(MiB)};
+  void* b = pool.allocate(4 * KiB);
+  int on_stack = 0;
+  pool.deallocate(&on_stack, sizeof on_stack);  // not ours
+  pool.deallocate(as_char(b), 2 * MiB);         // runs past the slab: wrong size
+  pool.deallocate(as_char(b), 0);               // a size the pool never hands out
+  EXPECT_EQ(pool.info().used_bytes, 4 * KiB);   // b is still in use
+  EXPECT_NE(pool.allocate(4 * KiB), b);
+  pool.deallocate(b, 4 * KiB);
+}
+#else
+TEST(Pool, ForeignFreesAndWrongSizesAreIgnoredInReleaseBuilds) {
+  GTEST_SKIP() << "assertions are on (no NDEBUG): PoolDeathTest checks that they abort";
+}
+#endif
+
+#ifndef NDEBUG
+class PoolDeathTest : public ::testing::Test {
+ protected:
+  void SetUp() override { GTEST_FLAG_SET(death_test_style, "threadsafe"); }
+};
+
+TEST_F(PoolDeathTest, AForeignPointerAborts) {
+  test::arena_test_resource arena{4 * MiB};
+  pool_memory_resource pool{&arena, opts(MiB)};
+  int on_stack = 0;
+  EXPECT_DEATH(pool.deallocate(&on_stack, sizeof on_stack), "pool: deallocate of a pointer the pool does not hold");
+}
+
+TEST_F(PoolDeathTest, ASizeRunningPastTheRegionAborts) {
+  test::arena_test_resource arena{4 * MiB};
+  pool_memory_resource pool{&arena, opts(MiB)};
+  void* b = pool.allocate(4 * KiB);
+  EXPECT_DEATH(pool.deallocate(b, 2 * MiB), "pool: deallocate with a size that runs past");
+  EXPECT_DEATH(pool.deallocate(b, 0), "pool: deallocate with a size the pool never hands out");
+  pool.deallocate(b, 4 * KiB);  // the right size: no abort
+  EXPECT_EQ(pool.info().used_bytes, 0U);
+}
+#else
+TEST(PoolDeathTest, ChecksNeedAssertions) { GTEST_SKIP() << "GPUMEM_ASSERT is compiled out (NDEBUG)"; }
+#endif
 
 // ---- upstream out of memory ----------------------------------------------------------
 

@@ -1,5 +1,5 @@
 #pragma once
-// Test-side access to the simulated device's control API (tests/simdevice/gpumemsim.h).
+// Test-side access to the simulated device's control API (src/simdevice/gpumemsim.h).
 //
 // The functions are looked up with dlsym in the libcuda.so.1 the process
 // already loaded (RTLD_NOLOAD first), so the same test binary runs against a

@@ -5,10 +5,10 @@
 // call sites and out-of-memory snapshots.
 #include "report.hpp"
 
-#include <gpumem/tools/log_analysis.hpp>
-#include <gpumem/tools/log_reader.hpp>
-#include <gpumem/tools/stack_table.hpp>
-#include <gpumem/tools/symbolizer.hpp>
+#include "log_analysis.hpp"
+#include "log_reader.hpp"
+#include "stack_table.hpp"
+#include "symbolizer.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
 #pragma once
-// The tools' strict JSON parser, for the tests (include/gpumem/tools/json_value.hpp).
+// The tools' strict JSON parser, for the tests (src/tools/common/json_value.hpp).
 
-#include <gpumem/tools/json_value.hpp>
+#include <json_value.hpp>  // src/tools/common/json_value.hpp, not this file
 
 namespace gpumem::test {
 using tools::json_value;

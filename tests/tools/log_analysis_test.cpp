@@ -1,7 +1,7 @@
 // Log analysis against logs whose answers are worked out by hand in the comments.
-#include <gpumem/tools/log_analysis.hpp>
-#include <gpumem/tools/log_merge.hpp>
-#include <gpumem/tools/log_reader.hpp>
+#include "log_analysis.hpp"
+#include "log_merge.hpp"
+#include "log_reader.hpp"
 
 #include "tools/tool_test_support.hpp"
 

@@ -1,5 +1,5 @@
 // The allocation-log reader: both dialects, columns by name, clocks, damage.
-#include <gpumem/tools/log_reader.hpp>
+#include "log_reader.hpp"
 
 #include "support/temp_file.hpp"
 #include "tools/synthetic_log.hpp"

@@ -4,7 +4,7 @@
 #include "replay_engine.hpp"
 #include "sim_exec.hpp"
 
-#include <gpumem/tools/log_reader.hpp>
+#include "log_reader.hpp"
 
 #include "support/temp_file.hpp"
 #include "tools/tool_test_support.hpp"

@@ -1,5 +1,5 @@
 // Text from a log reaches terminals, HTML and JSON safely.
-#include <gpumem/tools/text_escape.hpp>
+#include "text_escape.hpp"
 
 #include <gtest/gtest.h>
 

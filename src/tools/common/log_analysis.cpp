@@ -1,8 +1,8 @@
 // Single pass over a log's events: live-pointer map (hash, O(1) per event), dense
 // power-of-two histogram, bounded heap for the largest allocations, bucketed
 // timeline.
-#include <gpumem/tools/log_analysis.hpp>
-#include <gpumem/tools/log_reader.hpp>
+#include "log_analysis.hpp"
+#include "log_reader.hpp"
 
 #include <algorithm>
 #include <limits>

@@ -1,5 +1,5 @@
-#include <gpumem/tools/log_merge.hpp>
-#include <gpumem/tools/log_reader.hpp>
+#include "log_merge.hpp"
+#include "log_reader.hpp"
 
 #include <algorithm>
 #include <functional>

@@ -1,6 +1,6 @@
-#include <gpumem/tools/log_messages.hpp>
+#include "log_messages.hpp"
 
-#include <gpumem/tools/text_escape.hpp>
+#include "text_escape.hpp"
 
 #include <fmt/format.h>
 

@@ -1,11 +1,11 @@
 // Streaming CSV allocation-log reader: read(2) into a fixed buffer, lines split
 // with memchr, fields with memchr, numbers with std::from_chars (no iostreams):
 // millions of lines per second in a few MiB of memory.
+#include "log_reader.hpp"
 #include <gpumem/row_journal.hpp>
-#include <gpumem/tools/log_reader.hpp>
-#include <gpumem/tools/number_parse.hpp>
+#include "number_parse.hpp"
 
-#include <gpumem/tools/text_escape.hpp>
+#include "text_escape.hpp"
 
 #include <fmt/format.h>
 

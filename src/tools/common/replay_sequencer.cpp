@@ -1,4 +1,4 @@
-#include <gpumem/tools/replay_sequencer.hpp>
+#include "replay_sequencer.hpp"
 
 #include <algorithm>
 #include <functional>

@@ -1,6 +1,6 @@
-#include <gpumem/tools/stack_table.hpp>
+#include "stack_table.hpp"
 
-#include <gpumem/tools/number_parse.hpp>
+#include "number_parse.hpp"
 
 #include <fmt/format.h>
 

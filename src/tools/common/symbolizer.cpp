@@ -1,5 +1,5 @@
-#include <gpumem/tools/log_messages.hpp>
-#include <gpumem/tools/symbolizer.hpp>
+#include "symbolizer.hpp"
+#include "log_messages.hpp"
 
 #include <elfutils/libdwfl.h>
 #include <fmt/format.h>

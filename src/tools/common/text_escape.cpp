@@ -1,4 +1,4 @@
-#include <gpumem/tools/text_escape.hpp>
+#include "text_escape.hpp"
 
 #include <cstddef>
 #include <cstdint>

@@ -16,10 +16,10 @@
 #include <gpumem/config/size_parse.hpp>
 #include <gpumem/detail/driver_api.hpp>
 #include <gpumem/error.hpp>
-#include <gpumem/tools/log_analysis.hpp>
-#include <gpumem/tools/log_messages.hpp>
-#include <gpumem/tools/log_reader.hpp>
-#include <gpumem/tools/text_escape.hpp>
+#include "log_analysis.hpp"
+#include "log_messages.hpp"
+#include "log_reader.hpp"
+#include "text_escape.hpp"
 
 #include <fmt/format.h>
 

@@ -7,8 +7,8 @@
 #include <gpumem/error.hpp>
 #include <gpumem/statistics_resource_adaptor.hpp>
 #include <gpumem/stream.hpp>
-#include <gpumem/tools/call_semantics.hpp>
-#include <gpumem/tools/log_reader.hpp>
+#include "call_semantics.hpp"
+#include "log_reader.hpp"
 
 #include <fmt/format.h>
 

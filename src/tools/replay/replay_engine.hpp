@@ -26,8 +26,8 @@
 // workers. A chain_replayer is used by one thread at a time, after activate().
 
 #include <gpumem/config.hpp>
-#include <gpumem/tools/log_event.hpp>
-#include <gpumem/tools/replay_sequencer.hpp>
+#include "log_event.hpp"
+#include "replay_sequencer.hpp"
 
 #include <cuda.h>
 

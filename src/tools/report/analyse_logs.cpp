@@ -2,7 +2,7 @@
 
 #include "units.hpp"
 
-#include <gpumem/tools/log_reader.hpp>
+#include "log_reader.hpp"
 
 #include <fmt/format.h>
 

@@ -5,7 +5,7 @@
 
 #include "units.hpp"
 
-#include <gpumem/tools/text_escape.hpp>
+#include "text_escape.hpp"
 
 #include <fmt/format.h>
 

@@ -6,7 +6,7 @@
 #include "timeline_plot.hpp"
 #include "units.hpp"
 
-#include <gpumem/tools/text_escape.hpp>
+#include "text_escape.hpp"
 
 #include <fmt/format.h>
 

@@ -3,7 +3,7 @@
 // --top; the counts beside them are exact. Strings are escaped (json_string).
 #include "report.hpp"
 
-#include <gpumem/tools/text_escape.hpp>
+#include "text_escape.hpp"
 
 #include <fmt/format.h>
 

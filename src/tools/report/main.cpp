@@ -1,4 +1,4 @@
-// gpumem-report LOG|SNAPSHOT.json... [--json] [--html FILE] [--png FILE] [--trace FILE] [--top N]
+// gpumem-report LOG|SNAPSHOT.json... [--json] [--html FILE] [--trace FILE] [--top N]
 //
 // Summarises gpumem / RMM allocation logs, reading them in one pass with memory
 // bounded by the allocations live at a time. Damaged lines are reported on stderr
@@ -10,7 +10,7 @@
 
 #include "command_line.hpp"
 
-#include <gpumem/tools/text_escape.hpp>
+#include "text_escape.hpp"
 
 #include <fmt/format.h>
 
@@ -18,6 +18,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <string>
@@ -32,7 +33,7 @@ constexpr int exit_write_failed = 1;
 
 struct options {
   std::vector<std::string> logs;
-  std::string html, png, trace;
+  std::string html, trace;
   std::string perf_map_dir = "/tmp";
   std::size_t top_n = 10;
   bool json = false;
@@ -56,8 +57,10 @@ options parse_args(int argc, char** argv) {
   app.add_flag("--json", o.json, "print JSON instead of text");
   app.add_option("--html", o.html, "also write a self-contained HTML page (summary, timeline, histogram, tables)")
       ->type_name("FILE");
-  app.add_option("--png", o.png, "also write the timeline of live and reserved bytes as a PNG image")
-      ->type_name("FILE");
+  // The PNG timeline is no more: a clear error rather than "unknown option" for the
+  // scripts that still pass it. Hidden from --help.
+  std::string png;
+  app.add_option("--png", png)->type_name("FILE")->group("");
   app.add_option("--trace", o.trace,
                  "also write a Chrome trace-event file (JSON) for Perfetto or chrome://tracing: live and reserved "
                  "bytes as counters, each allocation as a slice on its stream, failures as instants")
@@ -70,6 +73,12 @@ options parse_args(int argc, char** argv) {
       "Exit status: 0 reported, 1 an output could not be written, 2 no log could be read or a bad command "
       "line.");
   parse_command_line(app, argc, argv);
+  if (app.count("--png") != 0) {
+    fmt::print(stderr,
+               "gpumem-report: --png was removed: the timeline is in the --html FILE page (SVG) and in the "
+               "--trace FILE (Perfetto)\n");
+    std::exit(exit_usage);
+  }
   return o;
 }
 
@@ -138,9 +147,9 @@ bool write_stdout(std::string const& body) {
 int main(int argc, char** argv) try {
   options const opts = parse_args(argc, argv);
 
-  output_file html{opts.html}, png{opts.png}, trace{opts.trace};
+  output_file html{opts.html}, trace{opts.trace};
   bool outputs_ok = true;
-  for (output_file* f : {&html, &png, &trace}) {
+  for (output_file* f : {&html, &trace}) {
     if (f->open_failed()) outputs_ok = f->finish({}) && outputs_ok;
   }
   if (!outputs_ok) return exit_write_failed;
@@ -164,14 +173,13 @@ int main(int argc, char** argv) try {
   for (auto const& u : report.snapshot_errors) fmt::print(stderr, "error: {}\n", escape_text(u.text()));
   if (report.logs.empty() && report.snapshots.empty()) {
     fmt::print(stderr, "gpumem-report: no log could be read\n");
-    for (output_file* f : {&html, &png, &trace}) f->remove();
+    for (output_file* f : {&html, &trace}) f->remove();
     return exit_usage;
   }
 
   int status = exit_ok;
   if (!write_stdout(opts.json ? json_report(report) : text_report(report))) status = exit_write_failed;
   if (html.wanted() && !html.finish(html_report(report))) status = exit_write_failed;
-  if (png.wanted() && !png.finish(png_report(report))) status = exit_write_failed;
   if (trace.wanted() && !trace.finish({}, tracer->error())) status = exit_write_failed;
   return status;
 } catch (std::exception const& e) {

@@ -1,15 +1,15 @@
 #pragma once
 // gpumem-report's renderings of analysed logs: text (terminal), JSON (machines,
-// tests), HTML (one self-contained page) and PNG (timeline plot); the Chrome trace
+// tests) and HTML (one self-contained page, the timeline as SVG); the Chrome trace
 // is written during the pass instead (trace_writer.hpp).
 // All renderings are pure functions of a report_data.
 
-#include <gpumem/tools/json_value.hpp>
-#include <gpumem/tools/log_analysis.hpp>
-#include <gpumem/tools/log_event.hpp>
-#include <gpumem/tools/log_merge.hpp>
-#include <gpumem/tools/log_messages.hpp>
-#include <gpumem/tools/symbolizer.hpp>
+#include "json_value.hpp"
+#include "log_analysis.hpp"
+#include "log_event.hpp"
+#include "log_merge.hpp"
+#include "log_messages.hpp"
+#include "symbolizer.hpp"
 
 #include <array>
 #include <cstddef>
@@ -110,9 +110,6 @@ struct site_list {
 [[nodiscard]] std::string text_report(report_data const& r);
 [[nodiscard]] std::string json_report(report_data const& r);
 [[nodiscard]] std::string html_report(report_data const& r);
-
-/// Timeline plot (live bytes over time, reserved where logged) as PNG bytes.
-[[nodiscard]] std::string png_report(report_data const& r, int width = 1000, int height = 500);
 
 /// "14:02:08.000000 (+0.877 s)" from the Time column and the log's start, or "+0.877 s".
 [[nodiscard]] std::string describe_when(log_position const& at, std::int64_t start_ns);

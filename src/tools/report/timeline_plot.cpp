@@ -1,10 +1,9 @@
 #include "timeline_plot.hpp"
 
-#include <gpumem/tools/log_messages.hpp>
+#include "log_messages.hpp"
 
 #include <algorithm>
 #include <array>
-#include <cmath>
 #include <limits>
 
 namespace gpumem::tools {
@@ -20,7 +19,6 @@ rgb lighter(rgb c) {
 }
 
 constexpr rgb ink{40, 40, 40};
-constexpr rgb grid{225, 225, 225};
 
 }  // namespace
 
@@ -100,50 +98,6 @@ std::vector<std::pair<double, double>> plot_layout::path(plot_series const& s) c
   }
   if (!s.points.empty() && s.points.back().time_ns < last_event) pts.emplace_back(x(last_event), prev_y);
   return pts;
-}
-
-void draw_timeline(canvas& c, plot_layout const& l, std::vector<plot_series> const& series, std::string const& title) {
-  int const left = l.plot_left(), right = l.plot_right(), top = l.plot_top(), bottom = l.plot_bottom();
-  c.text((c.width() - canvas::text_width(title, 2)) / 2, 10, title, ink, 2);
-
-  for (double v : l.yticks.values) {
-    auto const py = static_cast<int>(std::lround(l.y(v)));
-    c.line(left, py, right, py, grid);
-    c.line(left - 5, py, left, py, ink);
-    std::string const label = l.y_tick_label(v);
-    c.text(left - 8 - canvas::text_width(label), py - 3, label, ink);
-  }
-  for (double v : l.xticks.values) {
-    auto const px = static_cast<int>(std::lround(l.x(l.t0 + static_cast<std::int64_t>(v))));
-    c.line(px, top, px, bottom, grid);
-    c.line(px, bottom, px, bottom + 5, ink);
-    std::string const label = l.x_tick_label(v);
-    c.text(px - canvas::text_width(label) / 2, bottom + 9, label, ink);
-  }
-  c.line(left, top, left, bottom, ink);
-  c.line(left, bottom, right, bottom, ink);
-  std::string const xl = l.x_label();
-  c.text((left + right - canvas::text_width(xl)) / 2, bottom + 26, xl, ink);
-  std::string const yl = l.y_label();
-  c.text_up(12, (top + bottom + canvas::text_width(yl)) / 2, yl, ink);
-
-  for (auto const& s : series) {
-    auto const pts = l.path(s);
-    for (std::size_t i = 1; i < pts.size(); ++i) {
-      c.line(pts[i - 1].first, pts[i - 1].second, pts[i].first, pts[i].second, s.color, 2);
-    }
-  }
-
-  // Legend, top right inside the plot.
-  int widest = 0;
-  for (auto const& s : series) widest = std::max(widest, canvas::text_width(s.label));
-  int const lx = right - widest - 30;
-  int ly = top + 8;
-  for (auto const& s : series) {
-    c.fill_rect(lx, ly, lx + 12, ly + 6, s.color);
-    c.text(lx + 18, ly, s.label, ink);
-    ly += 13;
-  }
 }
 
 }  // namespace gpumem::tools

@@ -1,21 +1,26 @@
 #pragma once
-// The timeline plot's geometry, shared by the PNG (raster) and HTML (SVG) renderings:
+// The timeline plot's geometry, for the HTML report's SVG:
 // x = time since the earliest event (unit picked from the span), y = bytes (binary
 // unit picked from the maximum), "nice" ticks on both axes, and each series as a
 // step line (bytes stay constant between events).
 // Thread safety: plain values and pure functions.
 
-#include <gpumem/tools/log_analysis.hpp>
-#include <gpumem/tools/log_merge.hpp>
+#include "log_analysis.hpp"
+#include "log_merge.hpp"
 
-#include "raster.hpp"
 #include "units.hpp"
 
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
 
 namespace gpumem::tools {
+
+struct rgb {
+  std::uint8_t r{}, g{}, b{};
+  friend bool operator==(rgb, rgb) = default;
+};
 
 struct plot_series {
   std::string label;
@@ -56,9 +61,5 @@ class plot_layout {
   /// the latest event of any series (a log's state persists after its last event).
   [[nodiscard]] std::vector<std::pair<double, double>> path(plot_series const& s) const;
 };
-
-/// Draws title, axes, ticks, grid, series and legend.
-void draw_timeline(canvas& c, plot_layout const& layout, std::vector<plot_series> const& series,
-                   std::string const& title);
 
 }  // namespace gpumem::tools

@@ -2,9 +2,9 @@
 
 #include "units.hpp"
 
-#include <gpumem/tools/log_messages.hpp>
-#include <gpumem/tools/log_reader.hpp>
-#include <gpumem/tools/text_escape.hpp>
+#include "log_messages.hpp"
+#include "log_reader.hpp"
+#include "text_escape.hpp"
 
 #include <fmt/format.h>
 

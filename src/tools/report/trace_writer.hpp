@@ -17,7 +17,7 @@
 //
 // Thread safety: one thread (the merged pass calls it).
 
-#include <gpumem/tools/log_merge.hpp>
+#include "log_merge.hpp"
 
 #include <cstdint>
 #include <cstdio>

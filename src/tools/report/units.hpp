@@ -1,5 +1,5 @@
 #pragma once
-// Human-readable numbers shared by the text, HTML and PNG renderings (pure functions).
+// Human-readable numbers shared by the text and HTML renderings (pure functions).
 
 #include <cstdint>
 #include <string>

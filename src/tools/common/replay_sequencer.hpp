@@ -9,7 +9,7 @@
 //
 // Thread safety: a sequencer is used by one thread at a time.
 
-#include <gpumem/tools/log_event.hpp>
+#include "log_event.hpp"
 
 #include <cstddef>
 #include <cstdint>

@@ -5,7 +5,7 @@
 //
 // Thread safety: pure functions; print_warnings writes to stderr.
 
-#include <gpumem/tools/log_event.hpp>
+#include "log_event.hpp"
 
 #include <cstddef>
 #include <string>

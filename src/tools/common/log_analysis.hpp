@@ -20,7 +20,7 @@
 // Thread safety: an analyzer or builder is used by one thread at a time; the
 // results are plain values.
 
-#include <gpumem/tools/log_event.hpp>
+#include "log_event.hpp"
 
 #include <array>
 #include <cstddef>

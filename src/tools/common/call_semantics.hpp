@@ -6,7 +6,7 @@
 //
 // Thread safety: pure functions.
 
-#include <gpumem/tools/log_event.hpp>
+#include "log_event.hpp"
 
 #include <compare>
 #include <cstdint>

@@ -18,7 +18,7 @@
 //
 // Thread safety: one symbolizer per thread; it caches modules and maps.
 
-#include <gpumem/tools/stack_table.hpp>
+#include "stack_table.hpp"
 
 #include <cstdint>
 #include <memory>

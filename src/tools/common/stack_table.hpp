@@ -9,7 +9,7 @@
 //
 // Thread safety: plain values after load().
 
-#include <gpumem/tools/log_event.hpp>
+#include "log_event.hpp"
 
 #include <cstdint>
 #include <string>

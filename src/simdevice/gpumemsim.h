@@ -1,4 +1,4 @@
-/* Control API of the simulated device (tests/simdevice): exported by the sim's
+/* Control API of the simulated device (src/simdevice): exported by the sim's
  * libcuda.so.1, absent from NVIDIA's. Tests reach it through
  * tests/support/sim_control.hpp, which looks the symbols up with dlsym so the
  * same test binaries still run (and skip sim-only checks) on a real GPU. */

@@ -1,6 +1,6 @@
 // Prints what real CUDA returns for the simulated device's remaining guessed edge
-// cases (tests/simdevice/edge_cases.md). GPU only:
-//   nvcc -std=c++17 -o edge_probe tests/simdevice/probe/edge_probe.cu -lcuda && ./edge_probe
+// cases (src/simdevice/edge_cases.md). GPU only:
+//   nvcc -std=c++17 -o edge_probe src/simdevice/probe/edge_probe.cu -lcuda && ./edge_probe
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 

@@ -33,7 +33,7 @@
 //
 // Thread safety: a reader is used by one thread at a time.
 
-#include <gpumem/tools/log_event.hpp>
+#include "log_event.hpp"
 
 #include <array>
 #include <cstddef>

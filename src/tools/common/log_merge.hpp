@@ -9,8 +9,8 @@
 // Memory: one reader buffer per log plus what each log_analyzer holds.
 // Thread safety: one thread; observers are called on it.
 
-#include <gpumem/tools/log_analysis.hpp>
-#include <gpumem/tools/log_event.hpp>
+#include "log_analysis.hpp"
+#include "log_event.hpp"
 
 #include <cstddef>
 #include <cstdint>
