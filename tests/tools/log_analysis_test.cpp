@@ -65,6 +65,33 @@ TEST(LogAnalysis, PeakLeaksAndTotals) {
   EXPECT_FALSE(s.peak_reserved_bytes);
 }
 
+// Pinned host memory is kept apart: it moves no device figure, and has its own.
+TEST(LogAnalysis, PinnedHostMemoryIsKeptApartFromDeviceMemory) {
+  gpumem_log l;
+  l.alloc(0xa00, 100, 10)            // device live 100
+      .host_alloc(0x7f00, 5000, 20)  // pinned 5000: no device peak
+      .host_alloc(0x7f80, 300, 30)   // pinned 5300 <- its peak, line 4
+      .host_free(0x7f00, 5000, 40)   // pinned 300
+      .free(0xa00, 100, 50);         // device 0
+  auto const s = summarize(l);
+  EXPECT_EQ(s.events, 5u);
+  EXPECT_EQ(s.allocations, 1u);
+  EXPECT_EQ(s.frees, 1u);
+  EXPECT_EQ(s.bytes_allocated, 100u);
+  EXPECT_EQ(s.peak_live_bytes, 100u);
+  EXPECT_EQ(s.live_at_end_bytes, 0u);
+  EXPECT_EQ(s.largest.size(), 1u);
+  EXPECT_EQ(s.unknown_free_count, 0u);
+  EXPECT_EQ(s.timeline.size(), 2u);  // the device's two events only
+  EXPECT_EQ(s.host.allocations, 2u);
+  EXPECT_EQ(s.host.frees, 1u);
+  EXPECT_EQ(s.host.peak_live_bytes, 5300u);
+  ASSERT_TRUE(s.host.peak_live_at);
+  EXPECT_EQ(s.host.peak_live_at->line, 4u);
+  EXPECT_EQ(s.host.live_at_end_bytes, 300u);
+  EXPECT_EQ(s.host.live_at_end_count, 1u);
+}
+
 TEST(LogAnalysis, FreeUsesTheAllocatedSizeAndListsUnknownFrees) {
   gpumem_log l;
   l.alloc(0x100, 4096, 1)

@@ -97,6 +97,20 @@ TEST_F(ReplayEngine, PoolNumbersMatchTheHandComputation) {
   EXPECT_EQ(r.skipped_frees, 0u);
 }
 
+// Pinned host memory rows are no device allocations: the replay passes them by.
+TEST_F(ReplayEngine, PinnedHostMemoryIsNotReplayed) {
+  gpumem_log l = tiny_log();
+  l.host_alloc(0x7f0000, 64 * MiB, 1'000'000'000).host_free(0x7f0000, 64 * MiB, 1'000'000'001);
+  auto const with_host = replay_one(async_frees(l.text()), pool_4mib_toml, "pool4");
+  auto const without = replay_one(tiny(), pool_4mib_toml, "pool4");
+  ASSERT_FALSE(with_host.error) << *with_host.error;
+  EXPECT_EQ(with_host.peak_reserved, without.peak_reserved);
+  EXPECT_EQ(with_host.peak_live, without.peak_live);
+  EXPECT_EQ(with_host.allocations, without.allocations);
+  EXPECT_EQ(with_host.frees, without.frees);
+  EXPECT_EQ(with_host.skipped_frees, 0u);
+}
+
 TEST_F(ReplayEngine, CudaChainReservesExactlyWhatIsLive) {
   auto const configs = builtin_configs();
   auto const cuda = std::find_if(configs.begin(), configs.end(), [](auto const& c) { return c.name == "cuda"; });

@@ -30,6 +30,13 @@ class gpumem_log {
                    std::string_view result = "CUDA_ERROR_OUT_OF_MEMORY") {
     return row(thread, t_ns, "allocate failure", "(nil)", size, "0x1", "cudaMalloc", result);
   }
+  /// Pinned host memory, as the shim logs cudaHostAlloc / cudaFreeHost.
+  gpumem_log& host_alloc(std::uint64_t ptr, std::uint64_t size, std::int64_t t_ns) {
+    return row(1, t_ns, "allocate", hex(ptr), size, "0x0", "cudaHostAlloc", "CUDA_SUCCESS");
+  }
+  gpumem_log& host_free(std::uint64_t ptr, std::uint64_t size, std::int64_t t_ns) {
+    return row(1, t_ns, "free", hex(ptr), size, "0x0", "cudaFreeHost", "CUDA_SUCCESS");
+  }
   [[nodiscard]] std::string const& text() const noexcept { return text_; }
 
   static constexpr std::string_view header =

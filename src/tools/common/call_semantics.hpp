@@ -47,4 +47,15 @@ struct replay_stream {
          entry.starts_with("cuMemFree_");
 }
 
+/// Pinned host memory (cudaHostAlloc, cudaMallocHost, their driver twins, their frees,
+/// and registration): the tools keep it apart from device memory. Its pointers are
+/// host addresses, it counts toward no device's peak, and a replay of device chains
+/// has nothing to do with it.
+[[nodiscard]] constexpr bool pinned_host_entry(std::string_view entry) noexcept {
+  return entry == "cudaHostAlloc" || entry == "cudaMallocHost" || entry == "cudaFreeHost" ||
+         entry == "cudaHostRegister" || entry == "cudaHostUnregister" || entry.starts_with("cuMemHostAlloc") ||
+         entry.starts_with("cuMemAllocHost") || entry == "cuMemFreeHost" || entry.starts_with("cuMemHostRegister") ||
+         entry == "cuMemHostUnregister";
+}
+
 }  // namespace gpumem::tools

@@ -182,6 +182,10 @@ void log_analyzer::add(log_event const& ev) {
   ++s.events;
   threads_.add(ev.thread_id, ev);
   streams_.add(ev.stream, ev);
+  if (ev.host) {
+    add_host(ev);
+    return;
+  }
   if (has_device_) devices_.add(static_cast<std::uint64_t>(ev.device), ev);
   switch (ev.action) {
     case log_action::allocate: {
@@ -265,12 +269,45 @@ void log_analyzer::add(log_event const& ev) {
   timeline_.add({ev.time_ns, live, reserved_, ev.line});
 }
 
+void log_analyzer::add_host(log_event const& ev) {
+  auto& h = s_.host;
+  switch (ev.action) {
+    case log_action::allocate: {
+      ++h.allocations;
+      if (ev.pointer == 0) break;
+      auto const [it, inserted] = host_live_.try_emplace(ev.pointer, ev.size);
+      if (!inserted) {
+        host_live_bytes_ -= it->second;
+        it->second = ev.size;
+      }
+      host_live_bytes_ += ev.size;
+      break;
+    }
+    case log_action::free: {
+      if (ev.refused) break;
+      ++h.frees;
+      auto const it = host_live_.find(ev.pointer);
+      if (it == host_live_.end()) break;  // a registration's unregister, or an unknown pointer
+      host_live_bytes_ -= it->second;
+      host_live_.erase(it);
+      break;
+    }
+    case log_action::allocate_failure: ++h.failures; break;
+  }
+  if (host_live_bytes_ > h.peak_live_bytes) {
+    h.peak_live_bytes = host_live_bytes_;
+    h.peak_live_at = position_of(ev);
+  }
+}
+
 log_summary log_analyzer::finish(log_reader const& reader) {
   log_summary s = std::move(s_);
   static_cast<log_file_info&>(s) = reader.info();
 
   s.live_at_end_bytes = live_bytes();
   s.live_at_end_count = live_.size();
+  s.host.live_at_end_bytes = host_live_bytes_;
+  s.host.live_at_end_count = host_live_.size();
   std::vector<allocation_record> live;
   live.reserve(live_.size());
   for (auto const& [ptr, r] : live_) live.push_back(r);

@@ -160,6 +160,16 @@ class timeline_builder {
 /// Keeps at most `max_points` points of a timeline for plotting (see timeline_builder).
 [[nodiscard]] std::vector<timeline_point> downsample(std::vector<timeline_point> const& tl, std::size_t max_points);
 
+/// Pinned host memory's rows (log_event::host), apart from device memory: they move
+/// no device figure (peaks, histogram, largest, timeline, leaks).
+struct host_memory_summary {
+  std::uint64_t allocations{}, frees{}, failures{};
+  std::uint64_t peak_live_bytes{};
+  std::optional<log_position> peak_live_at;
+  std::uint64_t live_at_end_bytes{}, live_at_end_count{};
+  [[nodiscard]] bool any() const noexcept { return allocations + frees + failures != 0; }
+};
+
 /// A log (the file: log_file_info; complete() means allocations live at the end are
 /// leaks) and what its events say.
 struct log_summary : log_file_info {
@@ -186,6 +196,7 @@ struct log_summary : log_file_info {
   /// Per recorded stack (only when the log has a Stack column); bounded by the
   /// stack table's size (the shim records at most 49152 stacks per process).
   std::vector<call_site_stats> call_sites;
+  host_memory_summary host;  ///< pinned host memory, kept apart
 };
 
 /// One log's events, in file order, into a log_summary.
@@ -223,6 +234,8 @@ class log_analyzer {
   };
   site_state& site(std::uint64_t stack);
   void site_live(std::uint64_t stack, std::uint64_t bytes, bool add, std::uint64_t event_index);
+  /// A pinned host memory row: into s_.host only.
+  void add_host(log_event const& ev);
 
   log_summary s_;
   bool has_device_;
@@ -230,6 +243,8 @@ class log_analyzer {
   std::unordered_map<std::uint64_t, site_state> sites_;
   std::unordered_map<std::uint64_t, allocation_record> live_;
   wide_bytes live_bytes_{};
+  std::unordered_map<std::uint64_t, std::uint64_t> host_live_;  ///< pinned pointer -> bytes
+  std::uint64_t host_live_bytes_{};
   std::int64_t reserved_{-1};
   std::array<histogram_bucket, 65> hist_{};
   std::vector<allocation_record> largest_;  ///< min-heap: its front is the smallest kept

@@ -31,6 +31,9 @@ struct log_event : log_row {
   /// A free whose Result names an error (CUDA refused it: the memory stays
   /// allocated). The tools' books ignore it.
   bool refused{};
+  /// Pinned host memory (call_semantics.hpp: pinned_host_entry): kept apart from
+  /// device memory in the books, and not replayed.
+  bool host{};
 };
 
 /// A problem found in a log, anchored to file:line (line 0: the file as a whole).

@@ -3,6 +3,7 @@
 // millions of lines per second in a few MiB of memory.
 #include "log_reader.hpp"
 #include <gpumem/row_journal.hpp>
+#include "call_semantics.hpp"
 #include "number_parse.hpp"
 
 #include "text_escape.hpp"
@@ -561,7 +562,15 @@ bool log_reader::read_row(std::string_view line, std::size_t line_no, log_event&
       return false;
     }
   }
-  if (index_[col_entry] != no_column) ev.entry_id = intern(field(col_entry), last_entry_);
+  if (index_[col_entry] != no_column) {
+    ev.entry_id = intern(field(col_entry), last_entry_);
+    // Rows repeat their entry point: classify a text once per change, not per row.
+    if (ev.entry_id != host_memo_id_ || ev.entry_id == 0) {
+      host_memo_id_ = ev.entry_id;
+      host_memo_ = pinned_host_entry(field(col_entry));
+    }
+    ev.host = host_memo_;
+  }
   if (index_[col_result] != no_column) {
     std::string_view const result = field(col_result);
     ev.result_id = intern(result, last_result_);

@@ -184,6 +184,8 @@ class log_reader {
   std::deque<std::string> strings_{""};  // a deque: growing never moves a text
   std::unordered_map<std::string, std::uint16_t, string_hash, std::equal_to<>> string_ids_;
   std::uint16_t last_entry_ = 0, last_result_ = 0;
+  std::uint32_t host_memo_id_ = ~std::uint32_t{0};  ///< the entry id host_memo_ answers for
+  bool host_memo_ = false;                          ///< pinned_host_entry() of that entry
   bool have_clock_ = false;
   std::int64_t last_tod_ns_ = 0;
   std::int64_t day_ns_ = 0;

@@ -153,6 +153,13 @@ void one_log(out_it out, log_summary const& s, call_site_report const* sites) {
                           : fmt::format("[{},{},{}]", p.time_ns, p.live, p.reserved);
   });
   call_sites(out, s, sites);
+  // Pinned host memory, kept apart from every device figure above.
+  fmt::format_to(out,
+                 R"(,"pinned_host":{{"allocations":{},"frees":{},"failures":{},"peak_live_bytes":{},"peak_live_at":{},)"
+                 R"("live_at_end_bytes":{},"live_at_end_count":{}}})",
+                 s.host.allocations, s.host.frees, s.host.failures, s.host.peak_live_bytes,
+                 s.host.peak_live_at ? position(*s.host.peak_live_at) : "null", s.host.live_at_end_bytes,
+                 s.host.live_at_end_count);
   fmt::format_to(out, "}}");
 }
 

@@ -81,6 +81,15 @@ void one_log(out_it out, log_summary const& s, call_site_report const* sites) {
   } else {
     fmt::format_to(out, "  peak reserved  not in log\n");
   }
+  if (s.host.any()) {
+    // Pinned host memory moves no device figure above: its own line.
+    fmt::format_to(out, "  pinned host    {}, {}, {}; peak live {}",
+                   plural(s.host.allocations, "allocation", "allocations"), plural(s.host.frees, "free", "frees"),
+                   plural(s.host.failures, "failure", "failures"), human_bytes(s.host.peak_live_bytes));
+    if (s.host.peak_live_at) fmt::format_to(out, " (line {})", s.host.peak_live_at->line);
+    fmt::format_to(out, ", live at end {} in {}\n", human_bytes(s.host.live_at_end_bytes),
+                   plural(s.host.live_at_end_count, "allocation", "allocations"));
+  }
   fmt::format_to(out, "  live at end    {} in {} {}\n", bytes_exact(s.live_at_end_bytes),
                  plural(s.live_at_end_count, "allocation", "allocations"), live_at_end_title(s));
   fmt::format_to(out, "  unknown frees  {}\n", s.unknown_free_count);
