@@ -118,6 +118,10 @@ class csv_log_writer {
   std::uint64_t end_locked(std::int64_t& cut_to) noexcept;
   /// Under mutex_: writes `len` bytes (whole lines) at the end; the bytes written.
   std::size_t write_locked(char const* data, std::size_t len) noexcept;
+  /// Under mutex_: true when the `done` bytes just written for end `at` landed
+  /// before it (the file was cut between the size read and the write); they are
+  /// removed again, for end_locked to repair the cut before they are rewritten.
+  bool take_back_cut_write_locked(std::uint64_t at, std::size_t done) noexcept;
   /// Under mutex_: why rows are missing, for the marker and the messages.
   [[nodiscard]] std::string loss_reason_locked() const;
   /// Under mutex_: appends the marker line for the counters now.

@@ -179,6 +179,13 @@ std::uint64_t csv_log_writer::end_locked(std::int64_t& cut_to) noexcept {
   return end_;
 }
 
+bool csv_log_writer::take_back_cut_write_locked(std::uint64_t at, std::size_t done) noexcept {
+  // O_APPEND leaves the offset at the end of what was written.
+  off_t const after = ::lseek(fd_, 0, SEEK_CUR);
+  if (after < 0 || static_cast<std::uint64_t>(after) >= at + done) return false;
+  return ::ftruncate(fd_, after - static_cast<off_t>(done)) == 0;  // end_locked then sees the cut
+}
+
 std::size_t csv_log_writer::write_locked(char const* data, std::size_t len) noexcept {
   std::size_t done = 0;
   while (done < len) {
@@ -228,7 +235,7 @@ bool csv_log_writer::append(char const* data, std::size_t len, std::uint64_t row
     return false;
   }
   std::int64_t cut_to = -1;
-  std::uint64_t const at = end_locked(cut_to);
+  std::uint64_t at = end_locked(cut_to);
   if (gone_) {
     dropped_.fetch_add(rows, std::memory_order_relaxed);
     bool const say = !gone_said_;
@@ -252,7 +259,15 @@ bool csv_log_writer::append(char const* data, std::size_t len, std::uint64_t row
                                                                                                   : UINT64_MAX;
   }
   if (on_reserved != nullptr) on_reserved(context, at);
-  std::size_t const done = fits == 0 ? 0 : write_locked(data, fits);
+  std::size_t done = fits == 0 ? 0 : write_locked(data, fits);
+  // A cut between the size read above and the write puts the rows at the new
+  // end, ahead of the header and marker the cut calls for: they are taken back
+  // and written again after them.
+  for (int again = 0; done != 0 && again < 3 && take_back_cut_write_locked(at, done); ++again) {
+    at = end_locked(cut_to);
+    if (on_reserved != nullptr) on_reserved(context, at);
+    done = write_locked(data, fits);
+  }
   int const err = done < fits ? (errno != 0 ? errno : EIO) : EFBIG;
   std::uint64_t const stored = done == len ? rows : lines_in(data, done);
   drop_locked(rows - std::min(rows, stored), err);

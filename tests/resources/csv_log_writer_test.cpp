@@ -625,6 +625,47 @@ TEST(CsvLogWriterHostile, TruncationKeepsTheProgramAndEveryLaterRow) {
       << r.notes[1];
 }
 
+// Emptied while rows are being written, at a different moment each round: a cut
+// that falls between the writer's reading of the size and its write must not
+// leave the rows at the top of the file without the header. After each round
+// (nothing being written then) the file is empty or starts with the header.
+TEST(CsvLogWriterHostile, ATruncationRacingTheWritesStillRestartsWithTheHeader) {
+  test::temp_file tmp;
+  auto const r = in_child([&] {
+    constexpr int rounds = 150;
+    csv_log_writer w{tmp.path(), &capture_note};
+    int headless = 0;
+    for (int round = 0; round < rounds; ++round) {
+      std::atomic<bool> cut{false};
+      std::thread writer{[&] {
+        // Rows until the cut and 80 after it; a flush every 20 rows adds direct
+        // appends to the helper's batches.
+        for (std::size_t i = 0, after = 0; !cut.load() || after++ < 80; ++i) {
+          w.write(numbered_row(1, i));
+          if (i % 20 == 19) w.flush();
+        }
+        w.flush();
+      }};
+      std::this_thread::sleep_for(std::chrono::microseconds{(round * 37) % 300});
+      truncate_file(tmp.path());
+      cut = true;
+      writer.join();
+      std::ifstream in{tmp.path(), std::ios::binary};
+      std::string head(csv_log_header.size(), '\0');
+      in.read(head.data(), static_cast<std::streamsize>(head.size()));
+      headless += head != csv_log_header;
+    }
+    w.close();
+    std::fprintf(stderr, "rounds without the header after the cut: %d of %d\n", headless, rounds);
+    return headless == 0 ? 0 : 3;
+  });
+  ASSERT_TRUE(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0) << describe(r.status);
+  auto const log = test::read_csv_log(tmp.path());
+  EXPECT_EQ(log.header + "\n", csv_log_header);
+  EXPECT_EQ(log.nul_bytes, 0u);
+  EXPECT_EQ(log.bad_lines, 0u);
+}
+
 // Emptied, then cut inside a row, twice over: the cut row is ended (a malformed
 // line readers skip) and every later row is whole.
 TEST(CsvLogWriterHostile, RepeatedTruncationsAndACutMidRow) {
