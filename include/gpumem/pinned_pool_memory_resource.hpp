@@ -1,12 +1,14 @@
 #pragma once
 // pinned_pool_memory_resource: a cache of page-locked host blocks over an upstream
 // (pinned_host_memory_resource, one flag set), so that a program allocating pinned
-// staging buffers in a loop pays cuMemHostAlloc's page pinning once per block.
+// staging buffers in a loop pays cuMemHostAlloc's page pinning once per block. The
+// same cache serves managed memory (over managed_memory_resource, one attach
+// flag): it is host-accessible too, and each block stays one whole allocation.
 //
 // Why not pool_memory_resource: its reuse rule is a GPU-side barrier (later GPU
 // work waits for earlier GPU work), which is enough for device memory, which only
-// the GPU touches. Pinned memory is written and read by the CPU as soon as the
-// program holds it, so a reused block must wait until the GPU has actually
+// the GPU touches. Pinned (and managed) memory is written and read by the CPU as
+// soon as the program holds it, so a reused block must wait until the GPU has actually
 // finished every copy that may still touch it, which only the host can check.
 // Sub-allocating slabs would also make CUDA's pointer queries answer for the slab
 // (its range, its buffer id) instead of the program's allocation.
@@ -21,7 +23,7 @@
 //
 // Reuse (option wait_for_gpu, the shim's safe mode): a freed block is PENDING: a
 // copy issued before the free, on any stream of any device, may still read or
-// write it (real cuMemFreeHost waits for the context's work). It is handed out
+// write it (real cuMemFreeHost and cuMemFree wait for the context's work). It is handed out
 // again only once the GPU has completed all such work:
 // - the pool FENCES pending blocks: on every device whose primary context is
 //   active, a stream_tracker barrier (the legacy stream waits for every stream; the

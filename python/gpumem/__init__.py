@@ -10,6 +10,7 @@ and, inside that program::
     gpumem.active()   # True once the shim serves this process's allocations
     gpumem.stats()    # its counters as a dict (None when the shim is not loaded)
     gpumem.host_stats()  # pinned host memory's (cudaHostAlloc, cudaMallocHost)
+    gpumem.managed_stats()  # managed memory's (cudaMallocManaged)
     gpumem.trim()     # give the memory its pools cache back to the device now
 
 Nothing here loads the shim. Its query functions are looked up among the libraries
@@ -24,8 +25,8 @@ import os
 from ._stats_fields import FIELDS as _FIELDS
 from ._stats_fields import HOST_FIELDS as _HOST_FIELDS
 
-__all__ = ["active", "chain", "config_dir", "host_stats", "loaded", "mode", "shim_path", "simdevice_dir", "stats",
-           "trim"]
+__all__ = ["active", "chain", "config_dir", "host_stats", "loaded", "managed_stats", "mode", "shim_path",
+           "simdevice_dir", "stats", "trim"]
 
 _PREFIX = os.path.dirname(os.path.abspath(__file__))
 _C_TYPES = {"int": ctypes.c_int, "unsigned long long": ctypes.c_ulonglong}
@@ -68,10 +69,12 @@ def _functions():
                 trim.argtypes = [ctypes.c_int, ctypes.c_ulonglong, ctypes.POINTER(ctypes.c_ulonglong)]
                 trim.restype = ctypes.c_int
             host = getattr(process, "gpumem_shim_get_host_stats", None)
-            if host is not None:
-                host.argtypes = [ctypes.POINTER(_HostStats)]
-                host.restype = ctypes.c_int
-            _query = (get_stats, describe, trim, host)
+            managed = getattr(process, "gpumem_shim_get_managed_stats", None)
+            for f in (host, managed):
+                if f is not None:
+                    f.argtypes = [ctypes.POINTER(_HostStats)]
+                    f.restype = ctypes.c_int
+            _query = (get_stats, describe, trim, host, managed)
     return _query or None
 
 
@@ -98,12 +101,23 @@ def host_stats():
     """Pinned host memory's counters as a dict (gpumem_shim_host_stats in gpumem_shim.h:
     allocations, frees, live, reserved and waiting bytes, fences), or None when the shim
     is not loaded or predates them. "built" is False until the first pinned call."""
+    return _process_chain_stats(3, "gpumem_shim_get_host_stats")
+
+
+def managed_stats():
+    """Managed memory's counters (cudaMallocManaged), the same fields as host_stats(),
+    or None when the shim is not loaded or predates them. "built" is False until the
+    first managed allocation."""
+    return _process_chain_stats(4, "gpumem_shim_get_managed_stats")
+
+
+def _process_chain_stats(index, function):
     query = _functions()
-    if query is None or query[3] is None:
+    if query is None or query[index] is None:
         return None
     raw = _HostStats()
-    if query[3](ctypes.byref(raw)) != 0:
-        raise RuntimeError("gpumem: gpumem_shim_get_host_stats failed")
+    if query[index](ctypes.byref(raw)) != 0:
+        raise RuntimeError("gpumem: {} failed".format(function))
     result = {name: getattr(raw, name) for name, _ in _HOST_FIELDS}
     result["built"] = bool(raw.built)
     result["pooled"] = bool(raw.pooled)

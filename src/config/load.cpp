@@ -21,7 +21,7 @@ namespace {
 constexpr std::string_view env_source = "environment";
 
 /// The variables gpumem reads (for the did-you-mean of unknown ones).
-constexpr std::array<std::string_view, 21> known_variables{"GPUMEM_CONFIG",
+constexpr std::array<std::string_view, 23> known_variables{"GPUMEM_CONFIG",
                                                            "GPUMEM_DISABLE",
                                                            "GPUMEM_RESOURCE",
                                                            "GPUMEM_POOL_SIZE",
@@ -41,7 +41,9 @@ constexpr std::array<std::string_view, 21> known_variables{"GPUMEM_CONFIG",
                                                            "GPUMEM_LOG_QUEUE",
                                                            "GPUMEM_RELEASE_THRESHOLD",
                                                            "GPUMEM_HOST_POOL",
-                                                           "GPUMEM_HOST_LIMIT"};
+                                                           "GPUMEM_HOST_LIMIT",
+                                                           "GPUMEM_MANAGED_POOL",
+                                                           "GPUMEM_MANAGED_LIMIT"};
 /// Variables of other gpumem components (the simulated device, the test harness).
 constexpr std::array<std::string_view, 3> foreign_prefixes{"GPUMEM_SIM_", "GPUMEM_BUILD_DIR", "GPUMEM_SOURCE_DIR"};
 
@@ -279,6 +281,8 @@ settings load(environment const& env) {
     if (auto const v = o.boolean("GPUMEM_REPORT")) { s.report = *v; }
     if (auto const v = o.boolean("GPUMEM_HOST_POOL")) { s.host.pool = *v; }
     if (auto const v = o.size("GPUMEM_HOST_LIMIT", false)) { s.host.limit = v->bytes; }
+    if (auto const v = o.boolean("GPUMEM_MANAGED_POOL")) { s.managed.pool = *v; }
+    if (auto const v = o.size("GPUMEM_MANAGED_LIMIT", false)) { s.managed.limit = v->bytes; }
     if (auto const v = o.integer("GPUMEM_STACKS", 0, max_stack_frames,
                                  "0 (off) or the frames to record per allocation, 1 to 128")) {
       s.stacks = static_cast<int>(*v);

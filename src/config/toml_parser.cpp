@@ -63,8 +63,8 @@ class parser {
     bool has_chain = false;
     for (auto&& [k, v] : root) {
       if (k.str() == "gpumem") { continue; }
-      if (k.str() == "host") {
-        read_host(v, s.host);
+      if (k.str() == "host" || k.str() == "managed") {
+        read_process_chain(v, std::string{k.str()}, k.str() == "host" ? s.host : s.managed);
         continue;
       }
       if (k.str() == "chain") {
@@ -73,7 +73,7 @@ class parser {
         continue;
       }
       fail(k.source(), std::string{k.str()}, fmt::format("unknown table or key \"{}\"", k.str()),
-           "valid: [gpumem], [host] and [[chain]]");
+           "valid: [gpumem], [host], [managed] and [[chain]]");
     }
     // A file that only sets [gpumem] options keeps the embedded default chain.
     if (!has_chain) { s.chain = default_chain(); }
@@ -212,22 +212,24 @@ class parser {
     }
   }
 
-  /// [host]: pinned host memory's chain (host_settings.hpp).
-  void read_host(toml::node& node, host_settings& h) {
+  /// [host] (pinned host memory) or [managed]: a chain of the process
+  /// (process_chain_settings.hpp).
+  void read_process_chain(toml::node& node, std::string const& table, process_chain_settings& c) {
     toml::table* t = node.as_table();
-    if (t == nullptr) { wrong_type(node, "host", "a table", "write [host] followed by its keys"); }
+    if (t == nullptr) { wrong_type(node, table, "a table", fmt::format("write [{}] followed by its keys", table)); }
     for (auto&& [k, v] : *t) {
-      std::string const key = fmt::format("host.{}", k.str());
+      std::string const key = fmt::format("{}.{}", table, k.str());
       std::string_view const name = k.str();
       if (name == "pool") {
-        h.pool = get_bool(v, key);
+        c.pool = get_bool(v, key);
       } else if (name == "limit" || name == "pool_max") {
         auto const bytes = static_cast<std::size_t>(get_size(v, key, false).bytes);
         if (bytes == 0) {
-          fail(v.source(), key, "0 would refuse every pinned allocation",
+          fail(v.source(), key,
+               fmt::format("0 would refuse every {} allocation", table == "host" ? "pinned" : "managed"),
                "remove the key for no cap, or give a size above 0");
         }
-        (name == "limit" ? h.limit : h.pool_max) = bytes;
+        (name == "limit" ? c.limit : c.pool_max) = bytes;
       } else {
         fail(k.source(), key, fmt::format("unknown key \"{}\"", name), "valid: pool, limit, pool_max");
       }

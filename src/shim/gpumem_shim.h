@@ -63,6 +63,15 @@ typedef struct gpumem_shim_host_stats {
  *  is built. Returns 0, or -1 for NULL. */
 int gpumem_shim_get_host_stats(gpumem_shim_host_stats* out);
 
+/** Managed memory (cudaMallocManaged, cuMemAllocManaged and their frees): the managed
+ *  chain, one for the process. The same fields, for that chain ("pooled":
+ *  GPUMEM_MANAGED_POOL, [managed] pool). */
+/* NOLINTNEXTLINE(modernize-use-using): a C header */
+typedef gpumem_shim_host_stats gpumem_shim_managed_stats;
+
+/** Fills *out; all zero until the managed chain is built. Returns 0, or -1 for NULL. */
+int gpumem_shim_get_managed_stats(gpumem_shim_managed_stats* out);
+
 /** The chain of `device` as text ("pool(...) -> cuda"), "" when none is built. Returns
  *  the length written without the NUL (truncated to len - 1), or -1. */
 int gpumem_shim_describe_chain(int device, char* buf, unsigned long len);

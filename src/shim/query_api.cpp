@@ -4,7 +4,7 @@
 
 #include "serve/allocation_registry.hpp"
 #include "serve/device_chains.hpp"
-#include "serve/host_memory.hpp"
+#include "serve/process_chains.hpp"
 #include "serve/release.hpp"
 #include "shim_state.hpp"
 
@@ -47,9 +47,11 @@ extern "C" __attribute__((visibility("default"))) int gpumem_shim_get_stats(gpum
   } catch (...) { return -1; }
 }
 
-extern "C" __attribute__((visibility("default"))) int gpumem_shim_get_host_stats(gpumem_shim_host_stats* out) {
+namespace {
+
+int fill_process_stats(process_memory which, gpumem_shim_host_stats* out) noexcept {
   if (out == nullptr) return -1;
-  host_totals const t = host_chain_totals();
+  auto const t = process_chain_totals(which);
   gpumem_shim_host_stats s{};
   s.built = t.built ? 1 : 0;
   s.pooled = t.pooled ? 1 : 0;
@@ -63,6 +65,16 @@ extern "C" __attribute__((visibility("default"))) int gpumem_shim_get_host_stats
   s.waits = t.waits;
   *out = s;
   return 0;
+}
+
+}  // namespace
+
+extern "C" __attribute__((visibility("default"))) int gpumem_shim_get_host_stats(gpumem_shim_host_stats* out) {
+  return fill_process_stats(process_memory::pinned, out);
+}
+
+extern "C" __attribute__((visibility("default"))) int gpumem_shim_get_managed_stats(gpumem_shim_managed_stats* out) {
+  return fill_process_stats(process_memory::managed, out);
 }
 
 extern "C" __attribute__((visibility("default"))) int gpumem_shim_describe_chain(int device, char* buf,

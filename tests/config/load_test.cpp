@@ -175,6 +175,19 @@ TEST(Load, PoolSizeErrors) {
                 "(maximum_size must be at least initial_size)");
 }
 
+TEST(Load, HostAndManagedVariablesSetTheirOwnChainsOnly) {
+  gc::settings const s = gc::load(
+      env_of({{"GPUMEM_MANAGED_POOL", "1"}, {"GPUMEM_MANAGED_LIMIT", "3GiB"}, {"GPUMEM_HOST_LIMIT", "1GiB"}}));
+  EXPECT_TRUE(s.managed.pool);
+  EXPECT_EQ(s.managed.limit, 3 * GiB);
+  EXPECT_FALSE(s.host.pool);
+  EXPECT_EQ(s.host.limit, GiB);
+  EXPECT_EQ(types_of(s), (types{"pool", "vmm"}));  // the device chain is not limited
+  EXPECT_EQ(error_of(env_of({{"GPUMEM_MANAGED_LIMIT", "10%"}})),
+            E + "environment: GPUMEM_MANAGED_LIMIT: \"10%\" is a percentage; this variable needs an absolute size "
+                "(e.g. 256MiB)");
+}
+
 TEST(Load, LimitAddsOrSetsTheOutermostLimiter) {
   gc::settings const added = gc::load(env_of({{"GPUMEM_LIMIT", "80%"}}));
   EXPECT_EQ(types_of(added), (types{"limiting", "pool", "vmm"}));

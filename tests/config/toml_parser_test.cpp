@@ -200,6 +200,19 @@ TEST(ParseToml, HostTable) {
   EXPECT_EQ(gc::parse_toml("[host]\npool = true\n", "t.toml").chain.size(), d.chain.size());
 }
 
+TEST(ParseToml, ManagedTableIsItsOwnAndTheHostTableIsUntouched) {
+  gc::settings const s = gc::parse_toml("[managed]\npool = true\nlimit = \"2GiB\"\npool_max = \"512MiB\"\n", "t.toml");
+  EXPECT_TRUE(s.managed.pool);
+  EXPECT_EQ(s.managed.limit, 2 * GiB);
+  EXPECT_EQ(s.managed.pool_max, 512 * MiB);
+  EXPECT_FALSE(s.host.pool);
+  EXPECT_FALSE(s.host.limit.has_value());
+  gc::settings const d = gc::parse_toml(gc::default_toml(), "embedded default");
+  EXPECT_FALSE(d.managed.pool);
+  EXPECT_FALSE(d.managed.limit.has_value());
+  EXPECT_FALSE(d.managed.pool_max.has_value());
+}
+
 TEST(ParseToml, EveryShippedExampleParses) {
   int count = 0;
   for (auto const& entry : std::filesystem::directory_iterator{source_dir() / "config"}) {
@@ -233,10 +246,12 @@ INSTANTIATE_TEST_SUITE_P(
         error_case{"syntax", "[gpumem\n",
                    E + "1:8: syntax: Error while parsing table header: expected ']', saw '\\n' "
                        "(see config/default.toml for the format)"},
-        error_case{"unknown_table", "[gpumen]\n",
-                   E + "1:2: gpumen: unknown table or key \"gpumen\" (valid: [gpumem], [host] and [[chain]])"},
-        error_case{"unknown_top_key", "colour = 1\n",
-                   E + "1:1: colour: unknown table or key \"colour\" (valid: [gpumem], [host] and [[chain]])"},
+        error_case{
+            "unknown_table", "[gpumen]\n",
+            E + "1:2: gpumen: unknown table or key \"gpumen\" (valid: [gpumem], [host], [managed] and [[chain]])"},
+        error_case{
+            "unknown_top_key", "colour = 1\n",
+            E + "1:1: colour: unknown table or key \"colour\" (valid: [gpumem], [host], [managed] and [[chain]])"},
         error_case{"gpumem_not_table", "gpumem = 1\n",
                    E + "1:10: gpumem: expected a table, got an integer (write [gpumem] followed by its keys)"},
         error_case{"chain_not_array", "chain = \"pool\"\n",
@@ -261,6 +276,14 @@ INSTANTIATE_TEST_SUITE_P(
         error_case{"host_limit_zero", "[host]\nlimit = 0\n",
                    E + "2:9: host.limit: 0 would refuse every pinned allocation (remove the key for no cap, or give a "
                        "size above 0)"},
+        // [managed]: the same keys, its own names in the messages.
+        error_case{"managed_not_table", "managed = 1\n",
+                   E + "1:11: managed: expected a table, got an integer (write [managed] followed by its keys)"},
+        error_case{"unknown_managed_key", "[managed]\nattach = 1\n",
+                   E + "2:1: managed.attach: unknown key \"attach\" (valid: pool, limit, pool_max)"},
+        error_case{"managed_limit_zero", "[managed]\nlimit = 0\n",
+                   E + "2:9: managed.limit: 0 would refuse every managed allocation (remove the key for no cap, or "
+                       "give a size above 0)"},
         // [gpumem] keys.
         error_case{
             "unknown_gpumem_key", "[gpumem]\nsync_mod = \"safe\"\n",

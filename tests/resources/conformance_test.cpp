@@ -14,6 +14,7 @@
 #include <gpumem/limiting_resource_adaptor.hpp>
 #include <gpumem/logging_resource_adaptor.hpp>
 #include <gpumem/managed_memory_resource.hpp>
+#include <gpumem/per_flag_pools_memory_resource.hpp>
 #include <gpumem/pinned_host_memory_resource.hpp>
 #include <gpumem/pinned_pool_memory_resource.hpp>
 #include <gpumem/pool_memory_resource.hpp>
@@ -188,6 +189,18 @@ struct limiting_pinned_pool_factory : pinned_pool_factory {
   limiting_resource_adaptor limit;
 };
 
+// Managed memory through the per-flag pools (globally attached when no flags are
+// set): what the shim's managed chain is made of.
+struct managed_pools_factory {
+  static constexpr std::size_t max_request = unbounded;
+  static constexpr bool has_upstream = false;
+  static constexpr bool fences_on_free = true;
+  static constexpr bool oversubscribes = true;
+  explicit managed_pools_factory(device_memory_resource* = nullptr) {}
+  device_memory_resource& resource() { return pools; }
+  per_flag_pools_memory_resource pools{host_accessible_kind::managed};
+};
+
 // ---- fixture ------------------------------------------------------------------
 
 template <class Factory>
@@ -239,10 +252,10 @@ class Conformance : public ::testing::Test {
   std::unique_ptr<Factory> factory;
 };
 
-using all_resources =
-    ::testing::Types<cuda_factory, vmm_factory, async_factory, managed_factory, pool_factory, pool_over_vmm_factory,
-                     fixed_size_factory, binning_factory, statistics_factory, limiting_factory, tracking_factory,
-                     logging_factory, pinned_host_factory, pinned_pool_factory, limiting_pinned_pool_factory>;
+using all_resources = ::testing::Types<cuda_factory, vmm_factory, async_factory, managed_factory, pool_factory,
+                                       pool_over_vmm_factory, fixed_size_factory, binning_factory, statistics_factory,
+                                       limiting_factory, tracking_factory, logging_factory, pinned_host_factory,
+                                       pinned_pool_factory, limiting_pinned_pool_factory, managed_pools_factory>;
 
 struct factory_names {
   template <class T>
@@ -275,6 +288,8 @@ struct factory_names {
       return "pinned_pool_over_pinned_host";
     else if constexpr (std::is_same_v<T, limiting_pinned_pool_factory>)
       return "limiting_over_pinned_pool";
+    else if constexpr (std::is_same_v<T, managed_pools_factory>)
+      return "managed_pools";
     else
       return "logging_over_statistics_over_pool";
   }

@@ -1,12 +1,13 @@
-// pinned_pool_memory_resource and pinned_pools_memory_resource: size classes, reuse
+// pinned_pool_memory_resource and per_flag_pools_memory_resource: size classes, reuse
 // only after the GPU finished the copies issued before a free (the simulated device
 // runs queued work late, only when something synchronizes), the cap, flag sets and
 // CUDA's answers for pooled blocks.
 
 #include <gpumem/detail/driver_api.hpp>
+#include <gpumem/error.hpp>
+#include <gpumem/per_flag_pools_memory_resource.hpp>
 #include <gpumem/pinned_host_memory_resource.hpp>
 #include <gpumem/pinned_pool_memory_resource.hpp>
-#include <gpumem/pinned_pools_memory_resource.hpp>
 #include <gpumem/stream_tracker.hpp>
 
 #include <support/sim_control.hpp>
@@ -167,13 +168,13 @@ TEST_F(PinnedPool, FlagSetsHaveTheirOwnPoolsAndCudaAnswersForPooledBlocks) {
   auto const get_device_pointer = driver_symbol<host_get_device_pointer_fn>("cuMemHostGetDevicePointer_v2");
   ASSERT_NE(get_flags, nullptr);
   ASSERT_NE(get_device_pointer, nullptr);
-  pinned_pools_memory_resource pools{pinned_pool_options{.wait_for_gpu = false}};
+  per_flag_pools_memory_resource pools{host_accessible_kind::pinned, pinned_pool_options{.wait_for_gpu = false}};
   unsigned const mapped = CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE;
   void* plain = pools.allocate(5000);
   pools.deallocate(plain, 5000);
   void* m = nullptr;
   {
-    scoped_pinned_flags flags{mapped};
+    scoped_alloc_flags flags{mapped};
     m = pools.allocate(5000);
   }
   EXPECT_NE(m, plain) << "a block of another flag set was reused";
@@ -196,7 +197,7 @@ TEST_F(PinnedPool, FlagSetsHaveTheirOwnPoolsAndCudaAnswersForPooledBlocks) {
   ASSERT_NE(pools.pool(mapped, 0), nullptr);
   EXPECT_TRUE(pools.owns(interior));
   {
-    scoped_pinned_flags bad{0x40};
+    scoped_alloc_flags bad{0x40};
     try {
       (void)pools.allocate(10);
       ADD_FAILURE() << "unknown flags accepted";
@@ -216,7 +217,7 @@ TEST_F(PinnedPool, FlagSetsHaveTheirOwnPoolsAndCudaAnswersForPooledBlocks) {
 TEST_F(PinnedPool, ForeignFreesAreIgnoredAndSizesUnusedInReleaseBuilds) {
   pinned_host_memory_resource host{0};
   pinned_pool_memory_resource pool{&host, pinned_pool_options{.wait_for_gpu = false}};
-  pinned_pools_memory_resource pools{pinned_pool_options{.wait_for_gpu = false}};
+  per_flag_pools_memory_resource pools{host_accessible_kind::pinned, pinned_pool_options{.wait_for_gpu = false}};
   void* a = pool.allocate(4096);
   int on_stack = 0;
   pool.deallocate(&on_stack, sizeof on_stack);
@@ -244,7 +245,7 @@ class PinnedPoolDeathTest : public ::testing::Test {
 TEST_F(PinnedPoolDeathTest, AForeignPointerAborts) {
   pinned_host_memory_resource host{0};
   pinned_pool_memory_resource pool{&host, pinned_pool_options{.wait_for_gpu = false}};
-  pinned_pools_memory_resource pools{pinned_pool_options{.wait_for_gpu = false}};
+  per_flag_pools_memory_resource pools{host_accessible_kind::pinned, pinned_pool_options{.wait_for_gpu = false}};
   int on_stack = 0;
   EXPECT_DEATH(pool.deallocate(&on_stack, sizeof on_stack), "pinned pool: deallocate of a pointer the pool does");
   EXPECT_DEATH(pools.deallocate(&on_stack, sizeof on_stack), "pinned pools: deallocate of a pointer no pool holds");
@@ -264,13 +265,67 @@ TEST(PinnedPoolDeathTest, ChecksNeedAssertions) { GTEST_SKIP() << "GPUMEM_ASSERT
 
 TEST_F(PinnedPool, UnpooledEachCallReachesTheDriver) {
   if (!sim.present()) GTEST_SKIP() << "counts the simulated driver's calls";
-  pinned_pools_memory_resource pools{{}, false};
+  per_flag_pools_memory_resource pools{host_accessible_kind::pinned, {}, false};
   long const before = sim.call_count("cuMemHostAlloc");
   void* a = pools.allocate(100);
   pools.deallocate(a, 100);
   void* b = pools.allocate(100);
   pools.deallocate(b, 100);
   EXPECT_EQ(sim.call_count("cuMemHostAlloc"), before + 2);
+}
+
+// Managed memory through the same pools: one pool per attach flag, every block one
+// whole cuMemAllocManaged allocation, and the same wait for the GPU before reuse
+// (the host reads and writes managed memory directly).
+TEST_F(PinnedPool, ManagedPoolsKeepAttachFlagsApartAndWaitForTheGpuBeforeReuse) {
+  per_flag_pools_memory_resource pools{host_accessible_kind::managed};
+  long const before = sim.present() ? sim.call_count("cuMemAllocManaged") : 0;
+  void* global = nullptr;
+  {
+    scoped_alloc_flags with{CU_MEM_ATTACH_GLOBAL};
+    global = pools.allocate(bytes);
+  }
+  unsigned is_managed = 0;
+  CUdeviceptr base = 0;
+  std::size_t size = 0;
+  auto const dp = static_cast<CUdeviceptr>(reinterpret_cast<std::uintptr_t>(global));
+  ASSERT_EQ(detail::driver().cuPointerGetAttribute(&is_managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, dp), CUDA_SUCCESS);
+  EXPECT_EQ(is_managed, 1U);
+  ASSERT_EQ(detail::driver().cuMemGetAddressRange(&base, &size, dp), CUDA_SUCCESS);
+  EXPECT_EQ(base, dp) << "a block is a whole allocation";
+  EXPECT_EQ(size, pinned_pool_memory_resource::class_size(bytes));
+  queue_copy_into(global);
+  pools.deallocate(global, bytes);
+  void* host_attached = nullptr;
+  {
+    scoped_alloc_flags with{CU_MEM_ATTACH_HOST};
+    host_attached = pools.allocate(bytes);
+  }
+  EXPECT_NE(host_attached, global) << "another attach flag, another pool";
+  void* again = pools.allocate(bytes);  // no flags: CU_MEM_ATTACH_GLOBAL
+  EXPECT_NE(again, global) << "reused while a copy may still write it";
+  std::memset(again, 0x11, bytes);
+  ASSERT_EQ(detail::driver().cuStreamSynchronize(stream), CUDA_SUCCESS);
+  EXPECT_TRUE(all_bytes(again, bytes, 0x11)) << "the late copy wrote into a live block";
+  ASSERT_EQ(detail::driver().cuCtxSynchronize(), CUDA_SUCCESS);
+  void* third = pools.allocate(bytes);
+  EXPECT_EQ(third, global) << "reused once the GPU ran the copy";
+  if (sim.present()) { EXPECT_EQ(sim.call_count("cuMemAllocManaged"), before + 3); }
+  {
+    scoped_alloc_flags with{CU_MEMHOSTALLOC_WRITECOMBINED};  // a pinned flag: no attach flag
+    EXPECT_THROW((void)pools.allocate(bytes), cuda_error);
+  }
+  for (void* p : {host_attached, again, third}) pools.deallocate(p, bytes);
+}
+
+TEST_F(PinnedPool, UnpooledManagedMemoryReachesTheDriverEachTime) {
+  if (!sim.present()) GTEST_SKIP() << "counts the simulated driver's calls";
+  per_flag_pools_memory_resource pools{host_accessible_kind::managed, {}, false};
+  long const before = sim.call_count("cuMemAllocManaged");
+  long const frees = sim.call_count("cuMemFree_v2");
+  for (int i = 0; i < 3; ++i) pools.deallocate(pools.allocate(1000), 1000);
+  EXPECT_EQ(sim.call_count("cuMemAllocManaged"), before + 3);
+  EXPECT_EQ(sim.call_count("cuMemFree_v2"), frees + 3);
 }
 
 }  // namespace

@@ -111,7 +111,7 @@ TEST(ShimRuntime, ConcurrentThreadsEachServedAndFreedOnce) {
   EXPECT_EQ(parse_stats(r.output)["violations"], 0);
 }
 
-TEST(ShimRuntime, DefaultPoolServedOwnPoolsAndManagedPassThrough) {
+TEST(ShimRuntime, DefaultPoolServedOwnPoolsPassedThroughManagedFromItsChain) {
   auto const r = run_app("shim_rt_app", "pools");
   expect_pass(r, "pools");
 }

@@ -42,8 +42,12 @@ std::set<std::string> hook_names() {
 }
 
 // Exported besides the hooks (documented in exports.map.in and gpumem_shim.h).
-std::set<std::string> const extra_exports{"dlsym", "gpumem_shim_get_stats", "gpumem_shim_describe_chain",
-                                          "gpumem_shim_trim", "gpumem_shim_get_host_stats"};
+std::set<std::string> const extra_exports{"dlsym",
+                                          "gpumem_shim_get_stats",
+                                          "gpumem_shim_describe_chain",
+                                          "gpumem_shim_trim",
+                                          "gpumem_shim_get_host_stats",
+                                          "gpumem_shim_get_managed_stats"};
 
 TEST(ShimLinkHygiene, HookListHasEveryTableEntryOnce) {
   EXPECT_EQ(hook_names().size(), static_cast<std::size_t>(shim::hook_id::count))

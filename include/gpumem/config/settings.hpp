@@ -4,7 +4,7 @@
 // resources.
 
 #include <gpumem/config/config_error.hpp>
-#include <gpumem/config/host_settings.hpp>
+#include <gpumem/config/process_chain_settings.hpp>
 #include <gpumem/config/size_parse.hpp>
 #include <gpumem/diagnostics.hpp>
 
@@ -142,7 +142,8 @@ struct settings {
   /// What synchronization points give back of the memory the chains cache.
   release_rule release_threshold{};
   std::vector<resource_spec> chain;  ///< outermost first; the last is a device resource
-  host_settings host{};              ///< pinned host memory's chain
+  process_chain_settings host{};     ///< pinned host memory's chain ([host])
+  process_chain_settings managed{};  ///< managed memory's chain ([managed])
   std::string source;                ///< "embedded default", or the file path
   /// Non-fatal findings (unknown GPUMEM_* variables, ...), already printed to stderr by
   /// load() unless log_level is error or off.

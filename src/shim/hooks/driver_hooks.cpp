@@ -13,6 +13,7 @@
 #include "serve/device_chains.hpp"
 #include "serve/ipc_policy.hpp"
 #include "serve/live_streams.hpp"
+#include "serve/managed_memory.hpp"
 #include "serve/mem_info.hpp"
 #include "serve/own_context_memory.hpp"
 #include "serve/release.hpp"
@@ -229,14 +230,15 @@ GPUMEM_HOOK(CUresult, cuMemAllocFromPoolAsync_ptsz,
 }
 
 GPUMEM_HOOK(CUresult, cuMemAllocManaged, (CUdeviceptr * dptr, std::size_t bytes, unsigned int flags)) {
-  // Managed memory is not device memory a pool can hand out: CUDA makes it, the
-  // registry remembers it so every free path finds its way back.
+  // The managed chain's (managed_memory.hpp); what it leaves to CUDA is registered,
+  // so every free path finds its way back.
   auto const f = real<alloc_managed_fn>(hook_id::h_cuMemAllocManaged);
   if (f == nullptr) return not_loaded();
   if (!interposing_allocations_or_exit()) return f(dptr, bytes, flags);
   if (CUresult forced{}; replay(forced)) return forced;
-  return pass_through_alloc(dptr, bytes, nullptr, alloc_kind::managed, attribute("cuMemAllocManaged"),
-                            [&] { return f(dptr, bytes, flags); });
+  const char* entry = attribute("cuMemAllocManaged");
+  if (CUresult const r = managed_allocate(dptr, bytes, flags, entry); r != CUDA_ERROR_NOT_SUPPORTED) return r;
+  return pass_through_alloc(dptr, bytes, nullptr, alloc_kind::managed, entry, [&] { return f(dptr, bytes, flags); });
 }
 
 // Physical memory the program maps itself (created_memory.hpp): not pooled, but
@@ -296,7 +298,7 @@ GPUMEM_HOOK(CUresult, cuMemGetAddressRange_v2, (CUdeviceptr * base, std::size_t*
   if (active()) {
     // A pooled pointer: the allocation, not the pool's slab.
     if (auto const hit = registry().find_containing(static_cast<std::uintptr_t>(dptr));
-        hit && from_chain(hit->second.kind)) {
+        hit && served_by_gpumem(hit->second.kind)) {
       if (base != nullptr) *base = static_cast<CUdeviceptr>(hit->first);
       if (size != nullptr) *size = hit->second.bytes;
       return CUDA_SUCCESS;
@@ -311,7 +313,7 @@ GPUMEM_HOOK(CUresult, cuPointerGetAttribute, (void* data, CUpointer_attribute at
   if (active() && data != nullptr &&
       (attribute == CU_POINTER_ATTRIBUTE_RANGE_START_ADDR || attribute == CU_POINTER_ATTRIBUTE_RANGE_SIZE)) {
     if (auto const hit = registry().find_containing(static_cast<std::uintptr_t>(ptr));
-        hit && from_chain(hit->second.kind)) {
+        hit && served_by_gpumem(hit->second.kind)) {
       if (attribute == CU_POINTER_ATTRIBUTE_RANGE_START_ADDR) {
         *static_cast<CUdeviceptr*>(data) = static_cast<CUdeviceptr>(hit->first);
       } else {
@@ -332,7 +334,7 @@ GPUMEM_HOOK(CUresult, cuPointerGetAttributes,
   CUresult const r = f(count, attributes, data, ptr);
   if (r != CUDA_SUCCESS || !active() || attributes == nullptr || data == nullptr) return r;
   auto const hit = registry().find_containing(static_cast<std::uintptr_t>(ptr));
-  if (!hit || !from_chain(hit->second.kind)) return r;
+  if (!hit || !served_by_gpumem(hit->second.kind)) return r;
   for (unsigned int i = 0; i < count; ++i) {
     if (data[i] == nullptr) continue;
     if (attributes[i] == CU_POINTER_ATTRIBUTE_RANGE_START_ADDR) {

@@ -7,7 +7,7 @@
 #include "serve/allocation_registry.hpp"
 #include "serve/created_memory.hpp"
 #include "serve/device_chains.hpp"
-#include "serve/host_memory.hpp"
+#include "serve/process_chains.hpp"
 #include "shim_state.hpp"
 
 #include <gpumem/config.hpp>
@@ -76,7 +76,7 @@ std::string build_report() {
     }
   });
   if (!any_chain) out += "no device chain was built (no allocation reached gpumem)\n";
-  append_host_report(out);
+  append_process_chain_reports(out);
   out += fmt::format(
       "pass-through: {} allocations ({} captured), {} frees; double frees refused: {}; IPC refused: {}\n",
       st.stats.passthrough_allocations.get(), st.stats.captured_passthroughs.get(), st.stats.passthrough_frees.get(),
@@ -120,8 +120,10 @@ bool reached_gpumem() {
   bool any = false;
   for_each_chain([&](device_chain&) { any = true; });
   auto const& st = state().stats;
-  return any || host_chain_totals().built || st.passthrough_allocations.get() != 0 || st.passthrough_frees.get() != 0 ||
-         st.failed_allocations.get() != 0 || st.double_frees.get() != 0 || st.ipc_refused.get() != 0;
+  return any || process_chain_totals(process_memory::pinned).built ||
+         process_chain_totals(process_memory::managed).built || st.passthrough_allocations.get() != 0 ||
+         st.passthrough_frees.get() != 0 || st.failed_allocations.get() != 0 || st.double_frees.get() != 0 ||
+         st.ipc_refused.get() != 0;
 }
 
 }  // namespace

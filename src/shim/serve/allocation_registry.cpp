@@ -13,6 +13,7 @@ const char* to_string(alloc_kind k) noexcept {
     case alloc_kind::async: return "async";
     case alloc_kind::pitch: return "pitch";
     case alloc_kind::managed: return "managed";
+    case alloc_kind::managed_chain: return "managed";
     case alloc_kind::captured: return "captured";
     case alloc_kind::foreign_pool: return "foreign_pool";
     case alloc_kind::passthrough: return "passthrough";
@@ -253,7 +254,7 @@ take_result allocation_registry::take(std::uintptr_t p, allocation& out) noexcep
     if (i == npos) return take_result::unknown;
     if (s.keys[i].state != live) return take_result::already_freed;
     out = entry_at(s, i);
-    if (from_chain(out.kind)) {
+    if (served_by_gpumem(out.kind)) {
       --s.live_count;
       s.live_bytes -= out.bytes;
       make_tombstone(s, i);

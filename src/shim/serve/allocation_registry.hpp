@@ -40,7 +40,7 @@
 // - If host memory runs out while the index is updated, the index is rebuilt at
 //   the next lookup and this one scans every shard (O(n), no allocation).
 //
-// Double frees. A freed chain allocation (from_chain(kind)) stays as a tombstone so
+// Double frees. A freed allocation gpumem served (served_by_gpumem(kind)) stays as a tombstone so
 // a second free is recognised (take() == already_freed, refused with
 // CUDA_ERROR_INVALID_VALUE) instead of reaching cuMemFree, which could free the
 // pool's whole slab when the block sits at its start. Tombstones are bounded: each
@@ -102,17 +102,24 @@ namespace gpumem::shim {
 struct device_chain;
 
 enum class alloc_kind : std::uint8_t {
-  sync,          ///< cudaMalloc / cuMemAlloc, from a chain
-  async,         ///< cudaMallocAsync / cuMemAllocAsync / FromPoolAsync, from a chain
-  pitch,         ///< cudaMallocPitch / cuMemAllocPitch, from a chain
-  managed,       ///< cudaMallocManaged / cuMemAllocManaged: passed to CUDA
-  captured,      ///< stream-ordered allocation on a capturing stream: passed to CUDA (graph memory)
-  foreign_pool,  ///< cuMemAllocFromPoolAsync on a pool the program made: passed to CUDA
-  passthrough    ///< any other allocation CUDA made (no context yet, device passes through)
+  sync,           ///< cudaMalloc / cuMemAlloc, from a chain
+  async,          ///< cudaMallocAsync / cuMemAllocAsync / FromPoolAsync, from a chain
+  pitch,          ///< cudaMallocPitch / cuMemAllocPitch, from a chain
+  managed,        ///< cudaMallocManaged / cuMemAllocManaged: passed to CUDA
+  managed_chain,  ///< cudaMallocManaged / cuMemAllocManaged: from the managed chain (managed_memory.hpp)
+  captured,       ///< stream-ordered allocation on a capturing stream: passed to CUDA (graph memory)
+  foreign_pool,   ///< cuMemAllocFromPoolAsync on a pool the program made: passed to CUDA
+  passthrough     ///< any other allocation CUDA made (no context yet, device passes through)
 };
 
 [[nodiscard]] constexpr bool from_chain(alloc_kind k) noexcept {
   return k == alloc_kind::sync || k == alloc_kind::async || k == alloc_kind::pitch;
+}
+/// Handed out by gpumem: a device chain's block or the managed chain's. Such a
+/// pointer's free is gpumem's to answer (a second one refused by its tombstone), and
+/// the address range queries answer its request, not the memory around it.
+[[nodiscard]] constexpr bool served_by_gpumem(alloc_kind k) noexcept {
+  return from_chain(k) || k == alloc_kind::managed_chain;
 }
 [[nodiscard]] const char* to_string(alloc_kind k) noexcept;
 

@@ -1,20 +1,10 @@
 #pragma once
-// Pinned host memory through gpumem: the host chain (statistics → limiting, when
-// configured → pinned_pools_memory_resource: a pool per flag set and device), and
-// the pinned pointers the shim handed out with their sizes, for their frees.
-//
-// One chain for the process, built on the first pinned allocation (no CUDA call:
-// the pools make their contexts current when they grow). Never destroyed: frees
-// may come during exit.
-//
-// Safe mode: a freed block is reused only once the GPU completed every copy queued
-// before the free (pinned_pool_memory_resource.hpp). Stream mode trusts the program
-// as RMM's pinned pool does.
+// Pinned host memory through gpumem: the host chain (process_chains.hpp) serving
+// the pinned entry points, the pinned pointers it handed out with their sizes (a
+// pinned free names no size), and the log rows of every pinned call.
 //
 // Thread safety: all functions are thread-safe; the table of handed-out pointers
 // takes one mutex (pinned allocation is rare next to device allocation).
-
-#include <gpumem/device_memory_resource.hpp>
 
 #include <cuda.h>
 
@@ -40,19 +30,8 @@ host_free_result host_free(void* p, const char* entry) noexcept;
 /// Logs a pinned call handed to CUDA (registration, unpooled cases).
 void note_host_passthrough(bool allocation, void* p, std::size_t bytes, const char* entry, CUresult r) noexcept;
 
-/// What the host chain holds now, for reports and the query API.
-struct host_totals {
-  bool built = false;
-  bool pooled = false;
-  std::uint64_t allocations = 0, frees = 0, passthroughs = 0, fences = 0, waits = 0;
-  resource_info info{};
-  std::string description;  ///< "pinned pools (per flag set) → limit 1 GiB"
-};
-[[nodiscard]] host_totals host_chain_totals() noexcept;
-/// The report's lines for the host chain (none when it was never built). No CUDA call.
-void append_host_report(std::string& out);
-/// In a forked child: the parent's host chain is forgotten (its pinned blocks belong
-/// to the parent's CUDA context); the next pinned call builds a fresh one.
+/// In a forked child: the parent's process chains and pinned pointers are forgotten
+/// (their blocks belong to the parent's CUDA contexts); the next call builds fresh ones.
 void reset_host_after_fork() noexcept;
 
 }  // namespace gpumem::shim

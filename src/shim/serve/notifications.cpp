@@ -4,9 +4,14 @@
 #include "serve/allocation_registry.hpp"
 #include "serve/device_chains.hpp"
 #include "serve/live_streams.hpp"
+#include "serve/process_chains.hpp"
 #include "serve/release.hpp"
 
 #include <gpumem/stream_tracker.hpp>
+
+#include <cstdint>
+#include <utility>
+#include <vector>
 
 namespace gpumem::shim {
 
@@ -33,6 +38,13 @@ void forget_device(int device, const char* entry) noexcept {
                   event_clock());
       });
     }
+    // The managed chain's blocks of the device die with its context.
+    std::vector<std::pair<void*, std::size_t>> managed;
+    registry().for_each_live([&](std::uintptr_t p, allocation const& a) {
+      if (a.device == device && a.kind == alloc_kind::managed_chain)
+        managed.emplace_back(reinterpret_cast<void*>(p), a.bytes);
+    });
+    forget_process_memory(device, managed);
     registry().drop_device(device);
   } catch (...) {}
   drop_chain(device);

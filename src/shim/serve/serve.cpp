@@ -5,7 +5,9 @@
 #include "serve/capture_guard.hpp"
 #include "serve/device_chains.hpp"
 #include "serve/live_streams.hpp"
+#include "serve/managed_memory.hpp"
 #include "serve/own_context_memory.hpp"
+#include "serve/process_chains.hpp"
 #include "shim_state.hpp"
 
 #include <gpumem/call_context.hpp>
@@ -173,7 +175,13 @@ bool free_after_foreign_stream(device_chain& c, void* p, std::size_t bytes, CUst
 
 /// Whether a chain holds the memory at p (its pool slabs, free or in use).
 bool inside_a_chain(void const* p) noexcept {
-  bool owned = false;
+  // The managed chain's memory: what its pools hold and, unpooled, its blocks: an
+  // interior pointer is refused here and logged, as CUDA refuses it.
+  bool owned = process_chain_owns(process_memory::managed, p);
+  if (!owned) {
+    auto const hit = registry().find_containing(reinterpret_cast<std::uintptr_t>(p));
+    owned = hit && hit->second.kind == alloc_kind::managed_chain;
+  }
   try {
     for_each_chain([&](device_chain& c) { owned = owned || c.chain->top().owns(p); });
   } catch (...) {}
@@ -208,7 +216,7 @@ free_outcome free_registered(void* p, CUstream stream, free_kind kind, const cha
   }
   // CUDA's own memory: taken before CUDA can hand the address to someone else; the
   // caller restores it if CUDA refuses the free.
-  if (!from_chain(a.kind)) return free_outcome::cudas_memory(a);
+  if (!served_by_gpumem(a.kind)) return free_outcome::cudas_memory(a);
   // cudaFree during a capture, from a thread CUDA forbids it (its own capture, or a
   // global one): CUDA's error, and the block stays allocated, as CUDA keeps it.
   if (!stream_ordered && capture_may_refuse_unsafe_calls()) {
@@ -218,6 +226,9 @@ free_outcome free_registered(void* p, CUstream stream, free_kind kind, const cha
       return free_outcome::answered(refused);
     }
   }
+  // The managed chain's block: no stream order to keep (its pool fences every free:
+  // the host may touch the memory).
+  if (a.kind == alloc_kind::managed_chain) return free_outcome::answered(managed_free(p, a, stream, entry, start));
   // A destroyed or made-up stream: CUDA's error, and nothing consumed (a later, valid
   // free must still find the pointer).
   stream_home home;

@@ -285,6 +285,34 @@ CUresult cuMemGetInfo_v2(size_t* free_bytes, size_t* total_bytes) {
   return CUDA_SUCCESS;
 }
 
+namespace {
+
+// Advice and prefetch take managed memory only (CUDA: CUDA_ERROR_INVALID_VALUE
+// otherwise); the sim checks the whole range lies in one managed allocation, so a
+// range past the end of a block is caught. Nothing moves: the memory is host memory.
+CUresult check_managed_range(CUdeviceptr p, std::size_t count) {
+  context* ctx = nullptr;
+  if (CUresult r = require_context(&ctx); r != CUDA_SUCCESS) return r;
+  pointer_info info;
+  if (count == 0 || !lookup_pointer(static_cast<std::uintptr_t>(p), &info) || !info.managed) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  return static_cast<std::uintptr_t>(p) + count <= info.base + info.size ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+}  // namespace
+
+CUresult cuMemAdvise_v2(CUdeviceptr devPtr, size_t count, CUmem_advise /*advice*/, CUmemLocation /*location*/) {
+  SIM_ENTRY("cuMemAdvise_v2");
+  return check_managed_range(devPtr, count);
+}
+
+CUresult cuMemPrefetchAsync_v2(CUdeviceptr devPtr, size_t count, CUmemLocation /*location*/, unsigned int /*flags*/,
+                               CUstream /*hStream*/) {
+  SIM_ENTRY("cuMemPrefetchAsync_v2");
+  return check_managed_range(devPtr, count);
+}
+
 CUresult cuMemGetAddressRange_v2(CUdeviceptr* pbase, size_t* psize, CUdeviceptr dptr) {
   SIM_ENTRY("cuMemGetAddressRange_v2");
   context* ctx = nullptr;

@@ -105,6 +105,8 @@ proc_entry const table[] = {
     ROW("cuMemFree", 3020, cuMemFree_v2),
     ROW("cuMemAllocPitch", 3020, cuMemAllocPitch_v2),
     ROW("cuMemAllocManaged", 6000, cuMemAllocManaged),
+    ROW("cuMemAdvise", 12020, cuMemAdvise_v2),
+    ROW("cuMemPrefetchAsync", 12020, cuMemPrefetchAsync_v2),
     ROW("cuMemHostAlloc", 2020, cuMemHostAlloc),
     ROW("cuMemAllocHost", 3020, cuMemAllocHost_v2),
     ROW("cuMemFreeHost", 2000, cuMemFreeHost),

@@ -138,6 +138,19 @@ cudaError_t cudaMemset(void* devPtr, int value, size_t count) {
   return record(driver().cuMemsetD8(dptr(devPtr), static_cast<unsigned char>(value), count));
 }
 
+cudaError_t cudaMemAdvise(const void* devPtr, size_t count, cudaMemoryAdvise advice, cudaMemLocation location) {
+  SIMRT_INIT();
+  CUmemLocation const at{static_cast<CUmemLocationType>(location.type), location.id};
+  return record(driver().cuMemAdvise(dptr(devPtr), count, static_cast<CUmem_advise>(advice), at));
+}
+
+cudaError_t cudaMemPrefetchAsync(const void* devPtr, size_t count, cudaMemLocation location, unsigned int flags,
+                                 cudaStream_t stream) {
+  SIMRT_INIT();
+  CUmemLocation const at{static_cast<CUmemLocationType>(location.type), location.id};
+  return record(driver().cuMemPrefetchAsync(dptr(devPtr), count, at, flags, drv(stream)));
+}
+
 cudaError_t cudaMemsetAsync(void* devPtr, int value, size_t count, cudaStream_t stream) {
   SIMRT_INIT();
   return record(driver().cuMemsetD8Async(dptr(devPtr), static_cast<unsigned char>(value), count, drv(stream)));

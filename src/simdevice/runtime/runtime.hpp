@@ -35,7 +35,8 @@ namespace gpumemsim::rt {
   X(cuStreamIsCapturing) X(cuGraphDestroy) X(cuIpcGetMemHandle) X(cuIpcOpenMemHandle)           \
   X(cuIpcCloseMemHandle) X(cuGetErrorName) X(cuDeviceCanAccessPeer) X(cuCtxEnablePeerAccess)       \
   X(cuCtxDisablePeerAccess) X(cuMemcpyPeer) X(cuMemcpyPeerAsync) X(cuMemHostAlloc) X(cuMemFreeHost)  \
-  X(cuMemHostGetDevicePointer) X(cuMemHostGetFlags) X(cuMemHostRegister) X(cuMemHostUnregister)
+  X(cuMemHostGetDevicePointer) X(cuMemHostGetFlags) X(cuMemHostRegister) X(cuMemHostUnregister)  \
+  X(cuMemAdvise) X(cuMemPrefetchAsync)
 // clang-format on
 
 struct driver_table {

@@ -22,7 +22,7 @@ struct option_spec {
   std::string_view choices;  // "a|b|c" for choice; "lo|hi" for count
 };
 
-constexpr std::array<option_spec, 18> options{{
+constexpr std::array<option_spec, 20> options{{
     {"config", "GPUMEM_CONFIG", option_spec::text, {}},
     {"resource", "GPUMEM_RESOURCE", option_spec::choice, "pool|cuda-pool|binning|async|cuda|managed"},
     {"pool-size", "GPUMEM_POOL_SIZE", option_spec::size, {}},
@@ -41,6 +41,8 @@ constexpr std::array<option_spec, 18> options{{
     {"release-threshold", "GPUMEM_RELEASE_THRESHOLD", option_spec::release, {}},
     {"host-pool", "GPUMEM_HOST_POOL", option_spec::flag, {}},
     {"host-limit", "GPUMEM_HOST_LIMIT", option_spec::size, {}},
+    {"managed-pool", "GPUMEM_MANAGED_POOL", option_spec::flag, {}},
+    {"managed-limit", "GPUMEM_MANAGED_LIMIT", option_spec::size, {}},
 }};
 
 bool in_choices(std::string_view value, std::string_view choices) {
@@ -226,6 +228,11 @@ Options (each sets the variable shown; the variables work without gpumem-run too
                        flag set; a block is reused once the copies
                        queued before its free ran                  GPUMEM_HOST_POOL
   --host-limit SIZE    cap on pinned host memory (no %)            GPUMEM_HOST_LIMIT
+  --managed-pool       cache managed memory (cudaMallocManaged,
+                       cuMemAllocManaged): one pool per attach flag;
+                       a block is reused once the work queued
+                       before its free ran                         GPUMEM_MANAGED_POOL
+  --managed-limit SIZE cap on managed memory (no %)                GPUMEM_MANAGED_LIMIT
   --disable            load the shim but pass everything to CUDA   GPUMEM_DISABLE
   -h, --help           this text
   --version            gpumem version

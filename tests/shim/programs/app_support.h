@@ -40,6 +40,16 @@ static inline gpumem_shim_stats app_stats(void) {
   return s;
 }
 
+/* The managed chain's counters (zero when the shim is absent). */
+static inline gpumem_shim_managed_stats app_managed_stats(void) {
+  gpumem_shim_managed_stats s;
+  memset(&s, 0, sizeof s);
+  int (*get)(gpumem_shim_managed_stats*) = (int (*)(gpumem_shim_managed_stats*))dlsym(RTLD_DEFAULT,
+                                                                                      "gpumem_shim_get_managed_stats");
+  if (get != NULL) get(&s);
+  return s;
+}
+
 static inline void* app_sim_symbol(const char* name) {
   void* h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
   return h != NULL ? dlsym(h, name) : NULL;

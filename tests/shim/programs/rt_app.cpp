@@ -132,18 +132,22 @@ void cross() {
   APP_CHECK_EQ(mem_alloc(&d, 4096), CUDA_SUCCESS);
   APP_CHECK_EQ(cudaFree(reinterpret_cast<void*>(d)), cudaSuccess);
   APP_CHECK_EQ(mem_alloc(&d, 0), CUDA_ERROR_INVALID_VALUE);
-  // Managed memory passes through and is freed by either level.
+  // Managed memory comes from the managed chain and is freed by either level.
   void* m = nullptr;
   APP_CHECK_EQ(cudaMallocManaged(&m, 4096, cudaMemAttachGlobal), cudaSuccess);
   APP_CHECK_EQ(mem_free(reinterpret_cast<CUdeviceptr>(m)), CUDA_SUCCESS);
+  APP_CHECK_EQ(mem_free(reinterpret_cast<CUdeviceptr>(m)), CUDA_ERROR_INVALID_VALUE);  // double
   APP_CHECK_EQ(cudaStreamSynchronize(s), cudaSuccess);
   APP_CHECK_EQ(cudaStreamDestroy(s), cudaSuccess);
   auto const st = app_stats();
   APP_CHECK_EQ(st.chain_allocations, 4);
   APP_CHECK_EQ(st.chain_frees, 4);
-  APP_CHECK_EQ(st.passthrough_allocations, 1);
-  APP_CHECK_EQ(st.double_frees, 1);
+  APP_CHECK_EQ(st.passthrough_allocations, 0);
+  APP_CHECK_EQ(st.double_frees, 2);
   APP_CHECK_EQ(st.live_allocations, 0);
+  auto const ms = app_managed_stats();
+  APP_CHECK_EQ(ms.allocations, 1);
+  APP_CHECK_EQ(ms.frees, 1);
 }
 
 unsigned char g_marker = 0xAB;
@@ -520,8 +524,8 @@ void oom_fragmented() {
 }
 
 // cudaMallocFromPoolAsync: the device's default pool is served by the chain, a pool
-// the program made keeps its properties (CUDA serves it); managed memory passes
-// through; all freed by whichever entry point.
+// the program made keeps its properties (CUDA serves it); managed memory comes from
+// the managed chain; all freed by whichever entry point.
 void pools() {
   cudaStream_t s = nullptr;
   APP_CHECK_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
@@ -541,8 +545,9 @@ void pools() {
   APP_CHECK_EQ(cudaMallocManaged(&m, 4096, cudaMemAttachGlobal), cudaSuccess);
   auto st = app_stats();
   APP_CHECK_EQ(st.chain_allocations, 1);
-  APP_CHECK_EQ(st.passthrough_allocations, 2);
+  APP_CHECK_EQ(st.passthrough_allocations, 1);
   APP_CHECK_EQ(st.live_allocations, 3);
+  APP_CHECK_EQ(app_managed_stats().allocations, 1);
   APP_CHECK_EQ(cudaFreeAsync(a, s), cudaSuccess);
   APP_CHECK_EQ(cudaFreeAsync(b, s), cudaSuccess);
   APP_CHECK_EQ(cudaFree(m), cudaSuccess);
@@ -551,8 +556,9 @@ void pools() {
   APP_CHECK_EQ(cudaStreamDestroy(s), cudaSuccess);
   st = app_stats();
   APP_CHECK_EQ(st.chain_frees, 1);
-  APP_CHECK_EQ(st.passthrough_frees, 2);
+  APP_CHECK_EQ(st.passthrough_frees, 1);
   APP_CHECK_EQ(st.live_allocations, 0);
+  APP_CHECK_EQ(app_managed_stats().frees, 1);
 }
 
 // Leaves allocations behind for the --report test.
