@@ -4,6 +4,7 @@
 
 #include "shim_process.hpp"
 
+#include <support/csv_log_reader.hpp>
 #include <support/temp_file.hpp>
 
 #include <gtest/gtest.h>
@@ -89,6 +90,12 @@ TEST(HostMemory, LogRowsNameTheHostEntryPoints) {
   EXPECT_NE(csv.find(",cudaMallocHost,"), std::string::npos) << csv;
   EXPECT_NE(csv.find(",cudaFreeHost,"), std::string::npos) << csv;
   EXPECT_NE(csv.find("CUDA_ERROR_INVALID_VALUE"), std::string::npos) << "the refused second free" << csv;
+  // Reserved is what the host chain holds (the 10000-byte request's size class, the
+  // first row), not a device chain's figure (none was built: it would be empty).
+  auto const rows = read_csv_log(log.path()).rows;
+  ASSERT_FALSE(rows.empty());
+  EXPECT_EQ(rows.front().at(column_index(log_column::entry)), "cudaHostAlloc");
+  EXPECT_EQ(rows.front().at(column_index(log_column::reserved)), "12288");
 }
 
 }  // namespace

@@ -209,7 +209,7 @@ void record_event(log_row& row, event_start start) noexcept {
     write_stack_once(stack, *sink->stacks, sink->index);
   }
   row.thread_id = detail::os_thread_id();
-  row.reserved = reserved_bytes(row.device);
+  if (row.reserved < 0) row.reserved = reserved_bytes(row.device);  // set already: a process chain's row
   row.stack = stack.id;
   // The counter values alone: the journal's helper converts them to the wall clock.
   w->write(row, start.ticks, end);

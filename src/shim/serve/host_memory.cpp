@@ -35,6 +35,14 @@ std::size_t take_live(void const* p) noexcept {
   return bytes;
 }
 
+// A pinned call's row: its Reserved is what the host chain holds, not a device's.
+log_row host_row(log_action action, void const* p, std::size_t bytes, int device, const char* entry,
+                 CUresult r) noexcept {
+  log_row row = event_row(action, p, bytes, nullptr, device, entry, r);
+  row.reserved = process_chain_reserved(process_memory::pinned);
+  return row;
+}
+
 int device_now() noexcept {
   CUcontext ctx = nullptr;
   auto const& d = detail::driver();
@@ -62,9 +70,9 @@ CUresult host_allocate(void** out, std::size_t bytes, unsigned flags, const char
   if (r == CUDA_SUCCESS) {
     *out = p;
     message(level::trace, "%s: %zu bytes, flags %#x, from the host chain: %p", entry, bytes, flags, p);
-    log_event(event_row(log_action::allocate, p, bytes, nullptr, device, entry, r), start);
+    log_event(host_row(log_action::allocate, p, bytes, device, entry, r), start);
   } else {
-    log_event(event_row(log_action::allocate_failure, nullptr, bytes, nullptr, device, entry, r), start);
+    log_event(host_row(log_action::allocate_failure, nullptr, bytes, device, entry, r), start);
   }
   return r;
 }
@@ -77,12 +85,12 @@ host_free_result host_free(void* p, const char* entry) noexcept {
     // free or an interior pointer. CUDA refuses those; handing it to CUDA could
     // free a cached block under the pool.
     if (!process_chain_owns(process_memory::pinned, p)) return host_free_result::not_ours;
-    log_event(event_row(log_action::free, p, 0, nullptr, device_now(), entry, CUDA_ERROR_INVALID_VALUE), start);
+    log_event(host_row(log_action::free, p, 0, device_now(), entry, CUDA_ERROR_INVALID_VALUE), start);
     return host_free_result::refused;
   }
   process_deallocate(process_memory::pinned, p, bytes, entry);
   message(level::trace, "%s: %p (%zu bytes) back to the host chain", entry, p, bytes);
-  log_event(event_row(log_action::free, p, bytes, nullptr, device_now(), entry, CUDA_SUCCESS), start);
+  log_event(host_row(log_action::free, p, bytes, device_now(), entry, CUDA_SUCCESS), start);
   return host_free_result::freed;
 }
 
@@ -91,7 +99,7 @@ void note_host_passthrough(bool allocation, void* p, std::size_t bytes, const ch
   log_action const a = !allocation         ? log_action::free
                        : r == CUDA_SUCCESS ? log_action::allocate
                                            : log_action::allocate_failure;
-  log_event(event_row(a, p, bytes, nullptr, device_now(), entry, r), event_clock());
+  log_event(host_row(a, p, bytes, device_now(), entry, r), event_clock());
 }
 
 void reset_host_after_fork() noexcept {

@@ -137,6 +137,14 @@ process_totals process_chain_totals(process_memory which) noexcept {
   return t;
 }
 
+std::int64_t process_chain_reserved(process_memory which) noexcept {
+  process_chain* c = built(which);
+  if (c == nullptr) return 0;
+  try {
+    return static_cast<std::int64_t>(c->top->info().reserved_bytes);
+  } catch (std::exception const&) { return -1; }  // unknown: the device's figure then
+}
+
 void append_process_chain_reports(std::string& out) {
   auto const b = [](std::uint64_t n) { return config::format_bytes(n); };
   for (process_memory const which : {process_memory::pinned, process_memory::managed}) {

@@ -53,6 +53,9 @@ struct process_totals {
   std::string description;  ///< "limiting(1 GiB) → pinned pool per flag set and device"
 };
 [[nodiscard]] process_totals process_chain_totals(process_memory which) noexcept;
+/// What the chain of `which` holds from CUDA now (a log row's Reserved); 0 before
+/// it is built.
+[[nodiscard]] std::int64_t process_chain_reserved(process_memory which) noexcept;
 /// The report's lines for each chain built (none for a chain never built). No CUDA call.
 void append_process_chain_reports(std::string& out);
 /// A reset of `device` (its primary context destroyed, and with it every block the
