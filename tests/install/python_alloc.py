@@ -76,4 +76,23 @@ if host_before is None or host_during is None or not host_during["built"]:
     fail("gpumem.host_stats() does not show the host chain: {} / {}".format(host_before, host_during))
 if host_during["allocations"] - host_before["allocations"] != 1 or host_after["frees"] - host_before["frees"] != 1:
     fail("pinned allocations or frees do not add up: {} / {} / {}".format(host_before, host_during, host_after))
+
+# Managed memory, as Numba's managed_array asks for it: served by the managed chain.
+managed_before = gpumem.managed_stats()
+cu_mem_alloc_managed = cuda.cuMemAllocManaged
+cu_mem_alloc_managed.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t, ctypes.c_uint]
+managed = ctypes.c_uint64()
+if cu_mem_alloc_managed(ctypes.byref(managed), 1 << 20, 1) != 0:  # CU_MEM_ATTACH_GLOBAL
+    fail("cuMemAllocManaged failed")
+managed_during = gpumem.managed_stats()
+if cu_mem_free(managed.value) != 0:
+    fail("cuMemFree of managed memory failed")
+managed_after = gpumem.managed_stats()
+print("gpumem.managed_stats():", managed_after)
+if managed_before is None or managed_during is None or not managed_during["built"]:
+    fail("gpumem.managed_stats() does not show the managed chain: {} / {}".format(managed_before, managed_during))
+if (managed_during["allocations"] - managed_before["allocations"] != 1
+        or managed_after["frees"] - managed_before["frees"] != 1 or managed_during["live_bytes"] < 1 << 20):
+    fail("managed allocations or frees do not add up: {} / {} / {}".format(managed_before, managed_during,
+                                                                          managed_after))
 print("python_alloc: ok")
