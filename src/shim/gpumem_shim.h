@@ -25,7 +25,7 @@ typedef struct gpumem_shim_stats {
   unsigned long long chain_allocations;       /**< allocations served by a chain */
   unsigned long long runtime_allocations;     /**< ... of which entered through a runtime entry point */
   unsigned long long chain_frees;             /**< chain allocations freed */
-  unsigned long long passthrough_allocations; /**< handed to CUDA: managed, captured, other pools */
+  unsigned long long passthrough_allocations; /**< handed to CUDA: captured, other pools, created contexts */
   unsigned long long passthrough_frees;       /**< frees handed to CUDA (pass-through or unknown pointers) */
   unsigned long long double_frees;            /**< frees of chain pointers already freed (refused) */
   unsigned long long failed_allocations;      /**< allocation calls that returned an error */
