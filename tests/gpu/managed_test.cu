@@ -127,8 +127,8 @@ int queries() {
       cudaError_t const adv = cudaMemAdvise(p, n, cudaMemAdviseSetPreferredLocation, on_device(0));
       cudaError_t const acc = cudaMemAdvise(p, n, cudaMemAdviseSetAccessedBy, on_device(0));
       int preferred = -7;
-      cudaError_t const rq =
-          cudaMemRangeGetAttribute(&preferred, sizeof preferred, cudaMemRangeAttributePreferredLocation, p, n);
+      cudaError_t const rq = cudaMemRangeGetAttribute(&preferred, sizeof preferred,
+                                                      cudaMemRangeAttributePreferredLocation, p, n);
       std::printf(" advise=%s,%s preferred=%s:%d", cudaGetErrorName(adv), cudaGetErrorName(acc), cudaGetErrorName(rq),
                   preferred);
       cudaError_t const pf = cudaMemPrefetchAsync(p, n, on_device(0), 0, nullptr);
