@@ -13,6 +13,10 @@ arrays every iteration pays under each allocator.
                  array, a kernel, copied back, both dropped
   numba-pinned-gpumem
                  the same under gpumem-run --host-pool (pinned blocks pooled)
+  numba-managed  Numba's managed_array (cuMemAllocManaged each time), filled on the
+                 host, a kernel on it, read back on the host, dropped
+  numba-managed-gpumem
+                 the same under gpumem-run --managed-pool (managed blocks pooled)
 
 Each iteration takes the next size of 4 KiB .. 16 MiB (x4 steps). CuPy: empty, fill, two
 elementwise ops (three arrays live at once). Numba: device_array and two kernels.
@@ -35,7 +39,8 @@ import time
 from pathlib import Path
 
 SIZES = [4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20]
-CONFIGS = ["cupy-pool", "cupy-gpumem", "numba", "numba-gpumem", "numba-rmm", "numba-pinned", "numba-pinned-gpumem"]
+CONFIGS = ["cupy-pool", "cupy-gpumem", "numba", "numba-gpumem", "numba-rmm", "numba-pinned", "numba-pinned-gpumem",
+           "numba-managed", "numba-managed-gpumem"]
 
 
 def cupy_loop(iters: int, warmup: int, pool: bool) -> float:
@@ -137,12 +142,50 @@ def numba_pinned_loop(iters: int, warmup: int) -> tuple[float, float]:
     return (time.perf_counter() - start) / iters * 1e6, total
 
 
+def numba_managed_loop(iters: int, warmup: int) -> tuple[float, float]:
+    """Managed arrays made and dropped every iteration: filled on the host, a kernel,
+    read on the host. Returns the time per iteration and a checksum (equal under
+    every allocator)."""
+    import numpy as np
+    from numba import cuda
+
+    @cuda.jit
+    def scale(a):
+        i = cuda.grid(1)
+        if i < a.size:
+            a[i] = a[i] * 2.0 + 1.0
+
+    total = 0.0
+
+    def step(i: int) -> None:
+        nonlocal total
+        n = SIZES[i % len(SIZES)] // 4
+        m = cuda.managed_array(n, np.float32)
+        m[:] = i % 13
+        scale[(n + 255) // 256, 256](m)
+        cuda.synchronize()
+        total += float(m[0]) + float(m[-1])
+        del m
+
+    for i in range(warmup):
+        step(i)
+    cuda.synchronize()
+    total = 0.0
+    start = time.perf_counter()
+    for i in range(iters):
+        step(i)
+    cuda.synchronize()
+    return (time.perf_counter() - start) / iters * 1e6, total
+
+
 def worker(config: str, iters: int, warmup: int) -> None:
     checksum = None
     if config.startswith("cupy"):
         us = cupy_loop(iters, warmup, pool=config == "cupy-pool")
     elif config.startswith("numba-pinned"):
         us, checksum = numba_pinned_loop(iters, warmup)
+    elif config.startswith("numba-managed"):
+        us, checksum = numba_managed_loop(iters, warmup)
     else:
         us = numba_loop(iters, warmup, rmm_pool=config == "numba-rmm")
     print(json.dumps({"config": config, "us_per_iter": us, "iters": iters, "checksum": checksum}), flush=True)
@@ -156,9 +199,10 @@ def command(config: str, args) -> tuple[list[str], dict[str, str]] | None:
     if config.startswith("numba") and args.numba_path:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [args.numba_path, env.get("PYTHONPATH")]))
     if config.endswith("-gpumem"):
-        host_pool = ["--host-pool"] if config.startswith("numba-pinned") else []
+        pool = ["--host-pool"] if config.startswith("numba-pinned") else []
+        pool += ["--managed-pool"] if config.startswith("numba-managed") else []
         report = ["--report-file", str(Path(args.out) / f"report-{config}.txt")]
-        return [args.gpumem_run, *host_pool, *report, "--", *me], env
+        return [args.gpumem_run, *pool, *report, "--", *me], env
     if config == "numba-rmm":
         probe = subprocess.run([sys.executable, "-c", "import rmm.allocators.numba"], env=env, capture_output=True)
         if probe.returncode != 0:
