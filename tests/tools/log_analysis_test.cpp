@@ -130,6 +130,18 @@ TEST(LogAnalysis, ManagedMemoryIsKeptApartFromDeviceMemory) {
   EXPECT_FALSE(s.host.any());
 }
 
+// A merged pass sums the device's Reserved only: a pinned host row's is the host chain's.
+TEST(LogAnalysis, CombinedReservedCountsDeviceRowsOnly) {
+  std::string const header = "Action,Pointer,Size,TimeNs,Entry,Reserved\n";
+  auto const m = merge({header + "allocate,0x100,10,1,cudaMalloc,1000\n" +
+                            "allocate,0x7f00,10,2,cudaHostAlloc,900000\n" +
+                            "allocate,0x200,10,3,cudaMallocManaged,800000\n",
+                        header + "allocate,0x300,10,4,cudaMalloc,2000\n"});
+  EXPECT_EQ(*m.logs[0].peak_reserved_bytes, 1000u);
+  ASSERT_TRUE(m.combined && m.combined->peak_reserved_bytes);
+  EXPECT_EQ(*m.combined->peak_reserved_bytes, 3000u);
+}
+
 TEST(LogAnalysis, FreeUsesTheAllocatedSizeAndListsUnknownFrees) {
   gpumem_log l;
   l.alloc(0x100, 4096, 1)
