@@ -57,7 +57,7 @@ replay_plan plan_replay(std::string const& path, std::string name) {
   };
 
   auto plan_event = [&](log_event const& e) {
-    if (e.host) return;  // pinned host memory: no device allocator serves it
+    if (!e.device_memory()) return;  // pinned host or managed memory: no device allocator serves it
     threads.insert(e.thread_id);
     bool const sync = synchronous_entry(reader.string(e.entry_id));
     switch (e.action) {

@@ -107,6 +107,24 @@ TEST(ReplayPlan, SlotsFreesAndDamage) {
   EXPECT_LE(plan.slots, 2u);  // slots are reused once freed
 }
 
+// Pinned host and managed memory have chains of their own: the plan replays device
+// memory only. A managed allocation's cudaFree is known by its pointer.
+TEST(ReplayPlan, PinnedHostAndManagedRowsAreNotPlanned) {
+  log_file const f{
+      std::string{gpumem_header} + row(1, 1, "allocate", "0x1000", 64, "0", "cudaMalloc") +
+      row(1, 2, "allocate", "0x7000", 4096, "0", "cudaMallocManaged") +
+      row(1, 3, "allocate", "0x9000", 512, "0", "cudaHostAlloc") + row(1, 4, "free", "0x7000", 4096, "0", "cudaFree") +
+      row(1, 5, "free", "0x9000", 512, "0", "cudaFreeHost") + row(1, 6, "free", "0x1000", 64, "0", "cudaFree")};
+  auto const plan = plan_replay(f.path(), "m");
+  ASSERT_EQ(plan.ops.size(), 2u);
+  EXPECT_EQ(plan.ops[0].what, replay_op::kind::allocate);
+  EXPECT_EQ(plan.ops[0].bytes, 64u);
+  EXPECT_EQ(plan.ops[1].what, replay_op::kind::free);
+  EXPECT_EQ(plan.allocations, 1u);
+  EXPECT_EQ(plan.peak_live, 64u);
+  EXPECT_EQ(plan.skipped_frees, 0u);
+}
+
 TEST(ReplayPlan, RmmLogsAreStreamOrdered) {
   log_file const f{
       "Thread,Time,Action,Pointer,Size,Stream\n"

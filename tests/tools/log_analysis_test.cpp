@@ -92,6 +92,56 @@ TEST(LogAnalysis, PinnedHostMemoryIsKeptApartFromDeviceMemory) {
   EXPECT_EQ(s.host.live_at_end_count, 1u);
 }
 
+// Managed memory is kept apart too, its cudaFree told from a device one by its pointer.
+TEST(LogAnalysis, ManagedMemoryIsKeptApartFromDeviceMemory) {
+  gpumem_log l;
+  l.alloc(0xa00, 100, 10)                                   // device live 100
+      .managed_alloc(0x7000, 5000, 20)                      // managed 5000: no device peak
+      .managed_alloc(0x8000, 300, 30, "cuMemAllocManaged")  // managed 5300 <- its peak, line 4
+      .free(0x7000, 5000, 40)                               // cudaFree of a managed pointer: managed 300
+      .managed_fail(1 << 30, 45)                            // no device failure
+      .free(0xa00, 100, 50)                                 // device 0
+      .free(0x7000, 5000, 60);                              // freed already: a device free, unknown
+  auto const s = summarize(l);
+  EXPECT_EQ(s.events, 7u);
+  EXPECT_EQ(s.allocations, 1u);
+  EXPECT_EQ(s.frees, 2u);
+  EXPECT_EQ(s.failures, 0u);
+  EXPECT_TRUE(s.failed.empty());
+  EXPECT_EQ(s.bytes_allocated, 100u);
+  EXPECT_EQ(s.bytes_freed, 100u);
+  EXPECT_EQ(s.peak_live_bytes, 100u);
+  EXPECT_EQ(s.live_at_end_bytes, 0u);
+  EXPECT_EQ(s.live_at_end_count, 0u);
+  EXPECT_EQ(s.largest.size(), 1u);
+  EXPECT_EQ(s.unknown_free_count, 1u);
+  ASSERT_EQ(s.unknown_frees.size(), 1u);
+  EXPECT_EQ(s.unknown_frees[0].at.line, 8u);
+  EXPECT_EQ(s.timeline.size(), 3u);  // the device's three events only
+  EXPECT_EQ(s.managed.allocations, 2u);
+  EXPECT_EQ(s.managed.bytes_allocated, 5300u);
+  EXPECT_EQ(s.managed.frees, 1u);
+  EXPECT_EQ(s.managed.failures, 1u);
+  EXPECT_EQ(s.managed.peak_live_bytes, 5300u);
+  ASSERT_TRUE(s.managed.peak_live_at);
+  EXPECT_EQ(s.managed.peak_live_at->line, 4u);
+  EXPECT_EQ(s.managed.live_at_end_bytes, 300u);
+  EXPECT_EQ(s.managed.live_at_end_count, 1u);
+  EXPECT_FALSE(s.host.any());
+}
+
+// A merged pass sums the device's Reserved only: a pinned host row's is the host chain's.
+TEST(LogAnalysis, CombinedReservedCountsDeviceRowsOnly) {
+  std::string const header = "Action,Pointer,Size,TimeNs,Entry,Reserved\n";
+  auto const m = merge({header + "allocate,0x100,10,1,cudaMalloc,1000\n" +
+                            "allocate,0x7f00,10,2,cudaHostAlloc,900000\n" +
+                            "allocate,0x200,10,3,cudaMallocManaged,800000\n",
+                        header + "allocate,0x300,10,4,cudaMalloc,2000\n"});
+  EXPECT_EQ(*m.logs[0].peak_reserved_bytes, 1000u);
+  ASSERT_TRUE(m.combined && m.combined->peak_reserved_bytes);
+  EXPECT_EQ(*m.combined->peak_reserved_bytes, 3000u);
+}
+
 TEST(LogAnalysis, FreeUsesTheAllocatedSizeAndListsUnknownFrees) {
   gpumem_log l;
   l.alloc(0x100, 4096, 1)

@@ -81,6 +81,33 @@ TEST(LogReader, ReadsGpumemDialect) {
   EXPECT_EQ(log.strings.size(), 5u);
 }
 
+// The Entry names pinned host and managed allocations; managed memory's free is a
+// cudaFree / cuMemFree like device memory's, so the free of a live managed pointer
+// is the one marked managed.
+TEST(LogReader, TellsTheMemoryKindAndAManagedFreeByItsPointer) {
+  auto const log = parse_log(
+      "Action,Pointer,Size,TimeNs,Entry,Result\n"
+      "allocate,0x7000,64,1,cudaMallocManaged,CUDA_SUCCESS\n"                     // managed
+      "free,0x7000,64,2,cudaFree,CUDA_ERROR_INVALID_VALUE\n"                      // managed, refused: still live
+      "free,0x7000,64,3,cuMemFree_v2,CUDA_SUCCESS\n"                              // managed
+      "free,0x7000,64,4,cudaFree,CUDA_SUCCESS\n"                                  // freed already: device
+      "allocate,0x8000,64,5,cuMemAllocManaged,CUDA_SUCCESS\n"                     // managed
+      "allocate,0x8000,32,6,cudaMalloc,CUDA_SUCCESS\n"                            // its managed free was lost: device
+      "free,0x8000,32,7,cudaFreeAsync,CUDA_SUCCESS\n"                             // device
+      "allocate failure,(nil),64,8,cudaMallocManaged,CUDA_ERROR_OUT_OF_MEMORY\n"  // managed
+      "allocate,0x9000,64,9,cudaHostAlloc,CUDA_SUCCESS\n"                         // pinned host
+      "free,0x9000,64,10,cudaFreeHost,CUDA_SUCCESS\n"                             // pinned host
+      "allocate,0xa000,64,11,cudaMalloc,CUDA_SUCCESS\n",                          // device
+      "k.csv");
+  ASSERT_EQ(log.warning_count, 0u) << warning_texts(log)[0];
+  using enum memory_kind;
+  std::vector<memory_kind> kinds;
+  for (auto const& e : log.events) kinds.push_back(e.memory);
+  EXPECT_EQ(kinds, (std::vector<memory_kind>{managed, managed, managed, device, managed, device, device, managed,
+                                             pinned_host, pinned_host, device}));
+  EXPECT_TRUE(log.events[1].refused);
+}
+
 // DurationNs is empty for calls the shim did not time: read as absent, no warning.
 TEST(LogReader, AnEmptyDurationIsReadAsNotMeasured) {
   auto const log = parse_log(

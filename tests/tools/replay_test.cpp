@@ -111,6 +111,20 @@ TEST_F(ReplayEngine, PinnedHostMemoryIsNotReplayed) {
   EXPECT_EQ(with_host.skipped_frees, 0u);
 }
 
+// Nor are managed memory's rows, its cudaFree included (known by its pointer).
+TEST_F(ReplayEngine, ManagedMemoryIsNotReplayed) {
+  gpumem_log l = tiny_log();
+  l.managed_alloc(0x7f0000, 64 * MiB, 1'000'000'000).free(0x7f0000, 64 * MiB, 1'000'000'001);
+  auto const with_managed = replay_one(async_frees(l.text()), pool_4mib_toml, "pool4");
+  auto const without = replay_one(tiny(), pool_4mib_toml, "pool4");
+  ASSERT_FALSE(with_managed.error) << *with_managed.error;
+  EXPECT_EQ(with_managed.peak_reserved, without.peak_reserved);
+  EXPECT_EQ(with_managed.peak_live, without.peak_live);
+  EXPECT_EQ(with_managed.allocations, without.allocations);
+  EXPECT_EQ(with_managed.frees, without.frees);
+  EXPECT_EQ(with_managed.skipped_frees, 0u);
+}
+
 TEST_F(ReplayEngine, CudaChainReservesExactlyWhatIsLive) {
   auto const configs = builtin_configs();
   auto const cuda = std::find_if(configs.begin(), configs.end(), [](auto const& c) { return c.name == "cuda"; });

@@ -375,6 +375,53 @@ TEST(ReportCli, ReservedIsShownBesideLiveWhenTheLogHasIt) {
   EXPECT_NE(page.find("<title>live</title></polyline>"), std::string::npos);
 }
 
+// Managed memory (its cudaFree known by the pointer) has a line of its own in each
+// output, and no device figure counts it; a log without managed rows has no line.
+TEST(ReportCli, ManagedMemoryIsReportedApartFromDeviceMemory) {
+  temp_file tmp;
+  gpumem_log l;
+  l.alloc(0x1000, 1 << 20, 1'000)
+      .managed_alloc(0x7000000, 4 << 20, 2'000)
+      .free(0x1000, 1 << 20, 3'000)
+      .managed_alloc(0x8000000, 1 << 20, 4'000, "cuMemAllocManaged")  // managed peak, line 5
+      .free(0x7000000, 4 << 20, 5'000);
+  write_file(tmp.path(), l.text());
+  std::string const html_path = tmp.dir() + "/m.html";
+  auto const t = run_command(report(tmp.path() + " --html " + html_path), tmp.path());
+  ASSERT_EQ(t.status, 0) << t.err;
+  EXPECT_NE(t.out.find("  managed        2 allocations (5.00 MiB), 1 free, 0 failures; peak live 5.00 MiB (line 5), "
+                       "live at end 1.00 MiB in 1 allocation\n"),
+            std::string::npos)
+      << t.out;
+  EXPECT_NE(t.out.find("  peak live      1.00 MiB (1048576 B)"), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("  live at end    0 B in 0 allocations"), std::string::npos) << t.out;
+  EXPECT_EQ(t.out.find("pinned host"), std::string::npos) << t.out;
+  EXPECT_NE(read_file(html_path).find("<tr><th>managed memory</th><td>2 allocations (5.00 MiB), 1 free, 0 failures; "
+                                      "peak live 5.00 MiB, live at end 1.00 MiB in 1 allocation</td></tr>"),
+            std::string::npos);
+
+  auto const j = parse_json(run_command(report(tmp.path() + " --json"), tmp.path()).out);
+  auto const& log = j["logs"][0];
+  EXPECT_EQ(log["allocations"].text, "1");
+  EXPECT_EQ(log["peak_live_bytes"].text, "1048576");
+  EXPECT_EQ(log["live_at_end_count"].text, "0");
+  EXPECT_EQ(log["unknown_free_count"].text, "0");
+  auto const& m = log["managed"];
+  EXPECT_EQ(m["allocations"].text, "2");
+  EXPECT_EQ(m["frees"].text, "1");
+  EXPECT_EQ(m["failures"].text, "0");
+  EXPECT_EQ(m["bytes_allocated"].text, "5242880");
+  EXPECT_EQ(m["peak_live_bytes"].text, "5242880");
+  EXPECT_EQ(m["peak_live_at"]["line"].text, "5");
+  EXPECT_EQ(m["live_at_end_bytes"].text, "1048576");
+  EXPECT_EQ(m["live_at_end_count"].text, "1");
+  EXPECT_EQ(log["pinned_host"]["allocations"].text, "0");
+
+  write_file(tmp.path(), gpumem_log{}.alloc(0x1000, 64, 10).text());
+  auto const plain = run_command(report(tmp.path()), tmp.path());
+  EXPECT_EQ(plain.out.find("managed"), std::string::npos) << plain.out;
+}
+
 TEST(ReportCli, ReadsALogFromStandardInput) {
   temp_file tmp;
   write_file(tmp.path(), gpumem_log{}.alloc(0x1000, 64, 10).text());

@@ -37,6 +37,15 @@ class gpumem_log {
   gpumem_log& host_free(std::uint64_t ptr, std::uint64_t size, std::int64_t t_ns) {
     return row(1, t_ns, "free", hex(ptr), size, "0x0", "cudaFreeHost", "CUDA_SUCCESS");
   }
+  /// Managed memory, as the shim logs cudaMallocManaged (or cuMemAllocManaged). Its
+  /// free is free(): cudaFree, as for device memory.
+  gpumem_log& managed_alloc(std::uint64_t ptr, std::uint64_t size, std::int64_t t_ns,
+                            std::string_view entry = "cudaMallocManaged") {
+    return row(1, t_ns, "allocate", hex(ptr), size, "0x0", entry, "CUDA_SUCCESS");
+  }
+  gpumem_log& managed_fail(std::uint64_t size, std::int64_t t_ns) {
+    return row(1, t_ns, "allocate failure", "(nil)", size, "0x0", "cudaMallocManaged", "CUDA_ERROR_OUT_OF_MEMORY");
+  }
   [[nodiscard]] std::string const& text() const noexcept { return text_; }
 
   static constexpr std::string_view header =

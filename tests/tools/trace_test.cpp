@@ -168,6 +168,26 @@ TEST(Trace, TwoRanksWithKnownEvents) {
   EXPECT_EQ((*f.instants[1])["pid"].number, 1.0);
 }
 
+// The trace shows device memory: managed rows, their cudaFree included (known by its
+// pointer), make no slice, counter point or "free of unknown pointer".
+TEST(Trace, ManagedMemoryIsNotInTheTrace) {
+  temp_file tmp;
+  write_file(tmp.path(), gpumem::test::gpumem_log{}
+                             .alloc(0xa000, 64, 1000)
+                             .managed_alloc(0x7000, 4096, 2000)
+                             .free(0x7000, 4096, 3000)
+                             .free(0xa000, 64, 4000)
+                             .text());
+  trace_facts const f = check_trace(run_trace(tmp.path(), tmp));
+  ASSERT_EQ(f.slices.size(), 1u);
+  EXPECT_EQ((*f.slices.begin()->second.begin)["args"]["pointer"].text, "0xa000");
+  EXPECT_TRUE(f.instants.empty());
+  auto const live = f.counters.at({1, "device 0 live"});
+  ASSERT_EQ(live.size(), 2u);
+  EXPECT_EQ(live[0].second, 64);
+  EXPECT_EQ(live[1].second, 0);
+}
+
 TEST(Trace, StillLiveSlicesOfAnIncompleteLogAreMarked) {
   temp_file tmp;
   write_file(tmp.path(),

@@ -58,4 +58,17 @@ struct replay_stream {
          entry == "cuMemHostUnregister";
 }
 
+/// Managed memory's allocations. Its frees are cudaFree / cuMemFree, as device
+/// memory's: only the pointer tells them apart (log_reader does).
+[[nodiscard]] constexpr bool managed_entry(std::string_view entry) noexcept {
+  return entry == "cudaMallocManaged" || entry.starts_with("cuMemAllocManaged");
+}
+
+/// The memory a row is about, as far as its Entry tells.
+[[nodiscard]] constexpr memory_kind memory_kind_of_entry(std::string_view entry) noexcept {
+  if (pinned_host_entry(entry)) return memory_kind::pinned_host;
+  if (managed_entry(entry)) return memory_kind::managed;
+  return memory_kind::device;
+}
+
 }  // namespace gpumem::tools

@@ -182,8 +182,8 @@ void log_analyzer::add(log_event const& ev) {
   ++s.events;
   threads_.add(ev.thread_id, ev);
   streams_.add(ev.stream, ev);
-  if (ev.host) {
-    add_host(ev);
+  if (!ev.device_memory()) {
+    (ev.memory == memory_kind::managed ? managed_ : host_).add(ev);
     return;
   }
   if (has_device_) devices_.add(static_cast<std::uint64_t>(ev.device), ev);
@@ -269,35 +269,43 @@ void log_analyzer::add(log_event const& ev) {
   timeline_.add({ev.time_ns, live, reserved_, ev.line});
 }
 
-void log_analyzer::add_host(log_event const& ev) {
-  auto& h = s_.host;
+void log_analyzer::apart_books::add(log_event const& ev) {
+  auto& h = summary;
   switch (ev.action) {
     case log_action::allocate: {
       ++h.allocations;
+      add_saturating(h.bytes_allocated, ev.size);
       if (ev.pointer == 0) break;
-      auto const [it, inserted] = host_live_.try_emplace(ev.pointer, ev.size);
+      auto const [it, inserted] = live.try_emplace(ev.pointer, ev.size);
       if (!inserted) {
-        host_live_bytes_ -= it->second;
+        live_bytes -= it->second;
         it->second = ev.size;
       }
-      host_live_bytes_ += ev.size;
+      live_bytes += ev.size;
       break;
     }
     case log_action::free: {
       if (ev.refused) break;
       ++h.frees;
-      auto const it = host_live_.find(ev.pointer);
-      if (it == host_live_.end()) break;  // a registration's unregister, or an unknown pointer
-      host_live_bytes_ -= it->second;
-      host_live_.erase(it);
+      auto const it = live.find(ev.pointer);
+      if (it == live.end()) break;  // a registration's unregister, or an unknown pointer
+      live_bytes -= it->second;
+      live.erase(it);
       break;
     }
     case log_action::allocate_failure: ++h.failures; break;
   }
-  if (host_live_bytes_ > h.peak_live_bytes) {
-    h.peak_live_bytes = host_live_bytes_;
+  if (live_bytes > h.peak_live_bytes) {
+    h.peak_live_bytes = live_bytes;
     h.peak_live_at = position_of(ev);
   }
+}
+
+apart_memory_summary log_analyzer::apart_books::finish() const {
+  apart_memory_summary s = summary;
+  s.live_at_end_bytes = live_bytes;
+  s.live_at_end_count = live.size();
+  return s;
 }
 
 log_summary log_analyzer::finish(log_reader const& reader) {
@@ -306,8 +314,8 @@ log_summary log_analyzer::finish(log_reader const& reader) {
 
   s.live_at_end_bytes = live_bytes();
   s.live_at_end_count = live_.size();
-  s.host.live_at_end_bytes = host_live_bytes_;
-  s.host.live_at_end_count = host_live_.size();
+  s.host = host_.finish();
+  s.managed = managed_.finish();
   std::vector<allocation_record> live;
   live.reserve(live_.size());
   for (auto const& [ptr, r] : live_) live.push_back(r);

@@ -160,10 +160,12 @@ class timeline_builder {
 /// Keeps at most `max_points` points of a timeline for plotting (see timeline_builder).
 [[nodiscard]] std::vector<timeline_point> downsample(std::vector<timeline_point> const& tl, std::size_t max_points);
 
-/// Pinned host memory's rows (log_event::host), apart from device memory: they move
-/// no device figure (peaks, histogram, largest, timeline, leaks).
-struct host_memory_summary {
+/// The rows of one memory kind kept apart from device memory (log_event::memory:
+/// pinned host, managed): they move no device figure (peaks, Reserved, histogram,
+/// largest, failures, timeline, call sites, leaks), and have these of their own.
+struct apart_memory_summary {
   std::uint64_t allocations{}, frees{}, failures{};
+  std::uint64_t bytes_allocated{};
   std::uint64_t peak_live_bytes{};
   std::optional<log_position> peak_live_at;
   std::uint64_t live_at_end_bytes{}, live_at_end_count{};
@@ -196,7 +198,8 @@ struct log_summary : log_file_info {
   /// Per recorded stack (only when the log has a Stack column); bounded by the
   /// stack table's size (the shim records at most 49152 stacks per process).
   std::vector<call_site_stats> call_sites;
-  host_memory_summary host;  ///< pinned host memory, kept apart
+  apart_memory_summary host;     ///< pinned host memory, kept apart
+  apart_memory_summary managed;  ///< managed memory, kept apart
 };
 
 /// One log's events, in file order, into a log_summary.
@@ -234,8 +237,14 @@ class log_analyzer {
   };
   site_state& site(std::uint64_t stack);
   void site_live(std::uint64_t stack, std::uint64_t bytes, bool add, std::uint64_t event_index);
-  /// A pinned host memory row: into s_.host only.
-  void add_host(log_event const& ev);
+  /// The books of a memory kind kept apart: its summary and its live pointers.
+  struct apart_books {
+    apart_memory_summary summary;
+    std::unordered_map<std::uint64_t, std::uint64_t> live;  ///< pointer -> bytes
+    std::uint64_t live_bytes{};
+    void add(log_event const& ev);
+    [[nodiscard]] apart_memory_summary finish() const;
+  };
 
   log_summary s_;
   bool has_device_;
@@ -243,8 +252,7 @@ class log_analyzer {
   std::unordered_map<std::uint64_t, site_state> sites_;
   std::unordered_map<std::uint64_t, allocation_record> live_;
   wide_bytes live_bytes_{};
-  std::unordered_map<std::uint64_t, std::uint64_t> host_live_;  ///< pinned pointer -> bytes
-  std::uint64_t host_live_bytes_{};
+  apart_books host_, managed_;
   std::int64_t reserved_{-1};
   std::array<histogram_bucket, 65> hist_{};
   std::vector<allocation_record> largest_;  ///< min-heap: its front is the smallest kept

@@ -15,6 +15,15 @@
 
 namespace gpumem::tools {
 
+/// Which memory a row is about. Only device memory moves the device figures (peaks,
+/// leaks, Reserved) and is replayed: pinned host memory and managed memory have
+/// chains of their own in the shim, and the tools keep their rows apart.
+enum class memory_kind : std::uint8_t {
+  device,
+  pinned_host,  ///< cudaHostAlloc, cudaMallocHost, their driver twins and frees, registration
+  managed,      ///< cudaMallocManaged / cuMemAllocManaged, and the frees of their pointers
+};
+
 /// One data line of a log as the tools read it: the writer's log_row (the one
 /// schema, log_row.hpp), as far as the line gives it, and what only a reader has:
 /// where the line was, and its Entry and Result texts as indices into the
@@ -31,9 +40,10 @@ struct log_event : log_row {
   /// A free whose Result names an error (CUDA refused it: the memory stays
   /// allocated). The tools' books ignore it.
   bool refused{};
-  /// Pinned host memory (call_semantics.hpp: pinned_host_entry): kept apart from
-  /// device memory in the books, and not replayed.
-  bool host{};
+  /// Set by the reader (log_reader.hpp says how): anything but device memory is kept
+  /// apart in the books, and not replayed.
+  memory_kind memory{};
+  [[nodiscard]] bool device_memory() const noexcept { return memory == memory_kind::device; }
 };
 
 /// A problem found in a log, anchored to file:line (line 0: the file as a whole).

@@ -54,7 +54,9 @@ merged_analysis analyse_merged(std::vector<log_reader*> const& readers, std::siz
       std::uint64_t const live_now = live > std::numeric_limits<std::uint64_t>::max()
                                          ? std::numeric_limits<std::uint64_t>::max()
                                          : static_cast<std::uint64_t>(live);
-      if (ev.reserved >= 0) {
+      // Only device rows move the reserved sum, as each log's analysis does: a pinned
+      // host row's Reserved is the host chain's.
+      if (ev.reserved >= 0 && ev.device_memory()) {
         reserved += ev.reserved - reserved_before;
         if (!c.peak_reserved_bytes || static_cast<std::uint64_t>(reserved) > *c.peak_reserved_bytes) {
           c.peak_reserved_bytes = static_cast<std::uint64_t>(reserved);

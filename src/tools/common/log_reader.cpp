@@ -565,11 +565,11 @@ bool log_reader::read_row(std::string_view line, std::size_t line_no, log_event&
   if (index_[col_entry] != no_column) {
     ev.entry_id = intern(field(col_entry), last_entry_);
     // Rows repeat their entry point: classify a text once per change, not per row.
-    if (ev.entry_id != host_memo_id_ || ev.entry_id == 0) {
-      host_memo_id_ = ev.entry_id;
-      host_memo_ = pinned_host_entry(field(col_entry));
+    if (ev.entry_id != memory_memo_id_ || ev.entry_id == 0) {
+      memory_memo_id_ = ev.entry_id;
+      memory_memo_ = memory_kind_of_entry(field(col_entry));
     }
-    ev.host = host_memo_;
+    ev.memory = memory_memo_;
   }
   if (index_[col_result] != no_column) {
     std::string_view const result = field(col_result);
@@ -577,7 +577,26 @@ bool log_reader::read_row(std::string_view line, std::size_t line_no, log_event&
     ev.refused = ev.action == log_action::free && !result.empty() && result != "CUDA_SUCCESS" &&
                  result != "cudaSuccess";
   }
+  if (ev.memory == memory_kind::managed || !managed_live_.empty()) track_managed(ev);
   return true;
+}
+
+void log_reader::track_managed(log_event& ev) {
+  if (ev.pointer == 0) return;
+  if (ev.memory == memory_kind::managed) {
+    if (ev.action == log_action::allocate) managed_live_.insert(ev.pointer);
+    return;
+  }
+  if (ev.memory != memory_kind::device) return;
+  if (ev.action == log_action::allocate) {
+    managed_live_.erase(ev.pointer);  // its managed free was lost: the address is device memory now
+    return;
+  }
+  if (ev.action != log_action::free) return;
+  auto const it = managed_live_.find(ev.pointer);
+  if (it == managed_live_.end()) return;
+  ev.memory = memory_kind::managed;
+  if (!ev.refused) managed_live_.erase(it);  // a refused free leaves the memory allocated
 }
 
 log_file_info log_reader::info() const {

@@ -1,7 +1,7 @@
 #pragma once
 // Reading gpumem / RMM allocation logs (CSV) for the post-mortem tools, one event
 // at a time: memory is a fixed buffer (under 200 KiB) whatever the size of the
-// log, so logs of tens of GB stream through.
+// log, so logs of tens of GB stream through (managed pointers aside, below).
 //
 // Two dialects share one reader; columns are found by NAME in the header, and
 // columns the reader does not know are ignored:
@@ -10,6 +10,12 @@
 //           (+ Reserved, then Stack, written by later shim versions)
 // Required: Action, Pointer, Size and a clock (TimeNs or Time). Thread and Stream
 // default to 0 when absent.
+//
+// Memory kind (log_event::memory): from the Entry (call_semantics.hpp), except for
+// frees. Managed memory is freed by cudaFree / cuMemFree like device memory, so a
+// free of a pointer the log allocated as managed, and has not freed since, is a
+// managed free. The reader keeps those pointers (one per live managed allocation:
+// the only memory that grows with the log), so every tool reading the log agrees.
 //
 // Time: TimeNs (wall clock, ns since the epoch) when present. Otherwise the
 // local time of day in Time (HH:MM:SS.ffffff) with a day added each time the
@@ -45,6 +51,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 namespace gpumem::tools {
@@ -148,6 +155,8 @@ class log_reader {
   bool skip_long_line();
   void read_metadata(std::string_view line, std::size_t line_no);
   bool read_row(std::string_view line, std::size_t line_no, log_event& ev);
+  /// Keeps managed_live_ and marks the free of a live managed pointer as managed.
+  void track_managed(log_event& ev);
   std::uint16_t intern(std::string_view s, std::uint16_t& last);
   void fail(std::size_t line, std::string msg);
   void warn(std::size_t line, std::string msg);
@@ -184,8 +193,10 @@ class log_reader {
   std::deque<std::string> strings_{""};  // a deque: growing never moves a text
   std::unordered_map<std::string, std::uint16_t, string_hash, std::equal_to<>> string_ids_;
   std::uint16_t last_entry_ = 0, last_result_ = 0;
-  std::uint32_t host_memo_id_ = ~std::uint32_t{0};  ///< the entry id host_memo_ answers for
-  bool host_memo_ = false;                          ///< pinned_host_entry() of that entry
+  std::uint32_t memory_memo_id_ = ~std::uint32_t{0};  ///< the entry id memory_memo_ answers for
+  memory_kind memory_memo_ = memory_kind::device;     ///< memory_kind_of_entry() of that entry
+  /// Managed allocations live so far: the frees of these pointers are managed frees.
+  std::unordered_set<std::uint64_t> managed_live_;
   bool have_clock_ = false;
   std::int64_t last_tod_ns_ = 0;
   std::int64_t day_ns_ = 0;

@@ -139,7 +139,7 @@ struct chain_replayer::impl {
   }
 
   void apply(log_event const& ev, std::string_view entry) {
-    if (ev.host) return;  // pinned host memory: no device chain serves it
+    if (!ev.device_memory()) return;  // pinned host or managed memory: no device chain serves it
     switch (ev.action) {
       case log_action::allocate: {
         if (ev.size == 0) break;

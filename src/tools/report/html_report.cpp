@@ -226,14 +226,17 @@ void one_log(out_it out, log_summary const& s, call_site_report const* sites) {
           ? fmt::format("{} ({} B) at {}, line {}", human_bytes(*s.peak_reserved_bytes), *s.peak_reserved_bytes,
                         describe_when(*s.peak_reserved_at, s.first_time_ns), s.peak_reserved_at->line)
           : std::string{"not in log"});
-  if (s.host.any()) {  // kept apart from every device figure
-    row("pinned host memory",
-        fmt::format("{}, {}, {}; peak live {}, live at end {} in {}",
-                    plural(s.host.allocations, "allocation", "allocations"), plural(s.host.frees, "free", "frees"),
-                    plural(s.host.failures, "failure", "failures"), human_bytes(s.host.peak_live_bytes),
-                    human_bytes(s.host.live_at_end_bytes),
-                    plural(s.host.live_at_end_count, "allocation", "allocations")));
-  }
+  // Memory kinds kept apart from every device figure: rows of their own.
+  auto apart_row = [&](std::string_view k, apart_memory_summary const& m) {
+    if (!m.any()) return;
+    row(k, fmt::format("{} ({}), {}, {}; peak live {}, live at end {} in {}",
+                       plural(m.allocations, "allocation", "allocations"), human_bytes(m.bytes_allocated),
+                       plural(m.frees, "free", "frees"), plural(m.failures, "failure", "failures"),
+                       human_bytes(m.peak_live_bytes), human_bytes(m.live_at_end_bytes),
+                       plural(m.live_at_end_count, "allocation", "allocations")));
+  };
+  apart_row("pinned host memory", s.host);
+  apart_row("managed memory", s.managed);
   row("live at end", fmt::format("{} in {} {}", human_bytes(s.live_at_end_bytes),
                                  plural(s.live_at_end_count, "allocation", "allocations"), live_at_end_title(s)));
   row("frees of unknown pointers", fmt::format("{}", s.unknown_free_count));

@@ -90,6 +90,14 @@ void call_sites(out_it out, log_summary const& s, call_site_report const* c) {
   fmt::format_to(out, "}}");
 }
 
+void apart_memory(out_it out, std::string_view name, apart_memory_summary const& m) {
+  fmt::format_to(out,
+                 R"(,"{}":{{"allocations":{},"frees":{},"failures":{},"bytes_allocated":{},"peak_live_bytes":{},)"
+                 R"("peak_live_at":{},"live_at_end_bytes":{},"live_at_end_count":{}}})",
+                 name, m.allocations, m.frees, m.failures, m.bytes_allocated, m.peak_live_bytes,
+                 m.peak_live_at ? position(*m.peak_live_at) : "null", m.live_at_end_bytes, m.live_at_end_count);
+}
+
 void one_log(out_it out, log_summary const& s, call_site_report const* sites) {
   fmt::format_to(out, R"({{"path":{},"dialect":"{}","columns":{},"lines":{},)", json_string(s.path), s.dialect(),
                  s.columns.count, s.lines);
@@ -153,13 +161,9 @@ void one_log(out_it out, log_summary const& s, call_site_report const* sites) {
                           : fmt::format("[{},{},{}]", p.time_ns, p.live, p.reserved);
   });
   call_sites(out, s, sites);
-  // Pinned host memory, kept apart from every device figure above.
-  fmt::format_to(out,
-                 R"(,"pinned_host":{{"allocations":{},"frees":{},"failures":{},"peak_live_bytes":{},"peak_live_at":{},)"
-                 R"("live_at_end_bytes":{},"live_at_end_count":{}}})",
-                 s.host.allocations, s.host.frees, s.host.failures, s.host.peak_live_bytes,
-                 s.host.peak_live_at ? position(*s.host.peak_live_at) : "null", s.host.live_at_end_bytes,
-                 s.host.live_at_end_count);
+  // Memory kinds kept apart from every device figure above.
+  apart_memory(out, "pinned_host", s.host);
+  apart_memory(out, "managed", s.managed);
   fmt::format_to(out, "}}");
 }
 

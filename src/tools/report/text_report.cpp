@@ -56,6 +56,19 @@ void keyed(out_it out, char const* title, key_table const& t, bool hex_key, char
 
 void call_sites(out_it out, log_summary const& s, call_site_report const& c);
 
+/// A memory kind kept apart (pinned host, managed) moves no device figure: a line of
+/// its own, when the log has its rows.
+void apart_line(out_it out, std::string_view label, apart_memory_summary const& m) {
+  if (!m.any()) return;
+  fmt::format_to(out, "  {:<13}  {} ({}), {}, {}; peak live {}", label,
+                 plural(m.allocations, "allocation", "allocations"), human_bytes(m.bytes_allocated),
+                 plural(m.frees, "free", "frees"), plural(m.failures, "failure", "failures"),
+                 human_bytes(m.peak_live_bytes));
+  if (m.peak_live_at) fmt::format_to(out, " (line {})", m.peak_live_at->line);
+  fmt::format_to(out, ", live at end {} in {}\n", human_bytes(m.live_at_end_bytes),
+                 plural(m.live_at_end_count, "allocation", "allocations"));
+}
+
 void one_log(out_it out, log_summary const& s, call_site_report const* sites) {
   fmt::format_to(out, "== {} ({} log, {} columns) ==\n", escape_text(s.path), s.dialect(), s.columns.count);
   if (!s.complete()) {
@@ -81,15 +94,8 @@ void one_log(out_it out, log_summary const& s, call_site_report const* sites) {
   } else {
     fmt::format_to(out, "  peak reserved  not in log\n");
   }
-  if (s.host.any()) {
-    // Pinned host memory moves no device figure above: its own line.
-    fmt::format_to(out, "  pinned host    {}, {}, {}; peak live {}",
-                   plural(s.host.allocations, "allocation", "allocations"), plural(s.host.frees, "free", "frees"),
-                   plural(s.host.failures, "failure", "failures"), human_bytes(s.host.peak_live_bytes));
-    if (s.host.peak_live_at) fmt::format_to(out, " (line {})", s.host.peak_live_at->line);
-    fmt::format_to(out, ", live at end {} in {}\n", human_bytes(s.host.live_at_end_bytes),
-                   plural(s.host.live_at_end_count, "allocation", "allocations"));
-  }
+  apart_line(out, "pinned host", s.host);
+  apart_line(out, "managed", s.managed);
   fmt::format_to(out, "  live at end    {} in {} {}\n", bytes_exact(s.live_at_end_bytes),
                  plural(s.live_at_end_count, "allocation", "allocations"), live_at_end_title(s));
   fmt::format_to(out, "  unknown frees  {}\n", s.unknown_free_count);

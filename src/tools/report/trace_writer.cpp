@@ -86,7 +86,7 @@ void trace_writer::close_slice(std::size_t log, std::int64_t t, std::uint64_t po
 }
 
 void trace_writer::event(std::size_t log, log_event const& ev) {
-  if (ev.host) return;  // pinned host memory: the trace's counters are device memory
+  if (!ev.device_memory()) return;  // pinned host or managed memory: the trace's counters are device memory
   auto& st = logs_[log];
   std::int64_t const t = std::max(ev.time_ns, st.last_ns);
   st.last_ns = t;
