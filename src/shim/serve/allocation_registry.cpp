@@ -12,7 +12,7 @@ const char* to_string(alloc_kind k) noexcept {
     case alloc_kind::sync: return "sync";
     case alloc_kind::async: return "async";
     case alloc_kind::pitch: return "pitch";
-    case alloc_kind::managed: return "managed";
+    case alloc_kind::managed:  // one word for users: whether gpumem's chain or CUDA served it
     case alloc_kind::managed_chain: return "managed";
     case alloc_kind::captured: return "captured";
     case alloc_kind::foreign_pool: return "foreign_pool";
