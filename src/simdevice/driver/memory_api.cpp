@@ -289,7 +289,8 @@ namespace {
 
 // Advice and prefetch take managed memory only (CUDA: CUDA_ERROR_INVALID_VALUE
 // otherwise); the sim checks the whole range lies in one managed allocation, so a
-// range past the end of a block is caught. Nothing moves: the memory is host memory.
+// range past the end of a block is caught (guessed: edge_cases.md). Nothing moves:
+// the memory is host memory.
 CUresult check_managed_range(CUdeviceptr p, std::size_t count) {
   context* ctx = nullptr;
   if (CUresult r = require_context(&ctx); r != CUDA_SUCCESS) return r;
