@@ -178,7 +178,8 @@ TEST(Trace, ManagedMemoryIsNotInTheTrace) {
                              .free(0x7000, 4096, 3000)
                              .free(0xa000, 64, 4000)
                              .text());
-  trace_facts const f = check_trace(run_trace(tmp.path(), tmp));
+  json_value const root = run_trace(tmp.path(), tmp);  // the facts point into it
+  trace_facts const f = check_trace(root);
   ASSERT_EQ(f.slices.size(), 1u);
   EXPECT_EQ((*f.slices.begin()->second.begin)["args"]["pointer"].text, "0xa000");
   EXPECT_TRUE(f.instants.empty());
