@@ -4,8 +4,6 @@
 #include "serve/process_chains.hpp"
 #include "shim_state.hpp"
 
-#include <gpumem/detail/driver_api.hpp>
-
 #include <mutex>
 #include <new>
 #include <unordered_map>
@@ -43,13 +41,6 @@ log_row host_row(log_action action, void const* p, std::size_t bytes, int device
   return row;
 }
 
-int device_now() noexcept {
-  CUcontext ctx = nullptr;
-  auto const& d = detail::driver();
-  if (d.init_result != CUDA_SUCCESS || d.cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || ctx == nullptr) return -1;
-  return detail::current_device();
-}
-
 }  // namespace
 
 CUresult host_allocate(void** out, std::size_t bytes, unsigned flags, const char* entry) noexcept {
@@ -85,12 +76,12 @@ host_free_result host_free(void* p, const char* entry) noexcept {
     // free or an interior pointer. CUDA refuses those; handing it to CUDA could
     // free a cached block under the pool.
     if (!process_chain_owns(process_memory::pinned, p)) return host_free_result::not_ours;
-    log_event(host_row(log_action::free, p, 0, device_now(), entry, CUDA_ERROR_INVALID_VALUE), start);
+    log_event(host_row(log_action::free, p, 0, current_context_device(), entry, CUDA_ERROR_INVALID_VALUE), start);
     return host_free_result::refused;
   }
   process_deallocate(process_memory::pinned, p, bytes, entry);
   message(level::trace, "%s: %p (%zu bytes) back to the host chain", entry, p, bytes);
-  log_event(host_row(log_action::free, p, bytes, device_now(), entry, CUDA_SUCCESS), start);
+  log_event(host_row(log_action::free, p, bytes, current_context_device(), entry, CUDA_SUCCESS), start);
   return host_free_result::freed;
 }
 
@@ -99,7 +90,7 @@ void note_host_passthrough(bool allocation, void* p, std::size_t bytes, const ch
   log_action const a = !allocation         ? log_action::free
                        : r == CUDA_SUCCESS ? log_action::allocate
                                            : log_action::allocate_failure;
-  log_event(host_row(a, p, bytes, device_now(), entry, r), event_clock());
+  log_event(host_row(a, p, bytes, current_context_device(), entry, r), event_clock());
 }
 
 void reset_host_after_fork() noexcept {

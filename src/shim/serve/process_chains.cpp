@@ -69,14 +69,14 @@ process_chain* chain(process_memory which) noexcept {
   return built(which);
 }
 
-int device_now() noexcept {
+}  // namespace
+
+int current_context_device() noexcept {
   CUcontext ctx = nullptr;
   auto const& d = detail::driver();
   if (d.init_result != CUDA_SUCCESS || d.cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || ctx == nullptr) return -1;
   return detail::current_device();
 }
-
-}  // namespace
 
 CUresult process_allocate(process_memory which, void** out, std::size_t bytes, unsigned flags, const char* entry,
                           int& device) noexcept {
@@ -94,7 +94,7 @@ CUresult process_allocate(process_memory which, void** out, std::size_t bytes, u
     } catch (std::bad_alloc const&) { r = CUDA_ERROR_OUT_OF_MEMORY; } catch (std::exception const&) {
       r = CUDA_ERROR_UNKNOWN;
     }
-    device = device_now();
+    device = current_context_device();
   }
   if (r == CUDA_SUCCESS) c->allocations.fetch_add(1, std::memory_order_relaxed);
   return r;

@@ -41,6 +41,9 @@ CUresult process_allocate(process_memory which, void** out, std::size_t bytes, u
 void process_deallocate(process_memory which, void* p, std::size_t bytes, const char* entry) noexcept;
 /// `p` inside memory the chain of `which` holds (in use, waiting or cached).
 [[nodiscard]] bool process_chain_owns(process_memory which, void const* p) noexcept;
+/// The device of the calling thread's current context; -1 when none is current
+/// (a process chain's rows name it).
+[[nodiscard]] int current_context_device() noexcept;
 /// Counts a call of that memory handed to CUDA instead.
 void count_process_passthrough(process_memory which) noexcept;
 
