@@ -30,19 +30,18 @@ void forget_device(int device, const char* entry) noexcept {
   if (device < 0) return;
   stream_tracker::of(device).context_reset();
   try {
-    if (logging_enabled()) {
-      registry().for_each_live([&](std::uintptr_t p, allocation const& a) {
-        if (a.device != device) return;
+    // One pass: every live allocation of the device gets its free row, and the
+    // managed chain's blocks (dead with the context) are collected for its books.
+    bool const log = logging_enabled();
+    std::vector<std::pair<void*, std::size_t>> managed;
+    registry().for_each_live([&](std::uintptr_t p, allocation const& a) {
+      if (a.device != device) return;
+      if (log) {
         log_event(event_row(log_action::free, reinterpret_cast<void const*>(p), a.bytes, a.stream, device, entry,
                             CUDA_SUCCESS),
                   event_clock());
-      });
-    }
-    // The managed chain's blocks of the device die with its context.
-    std::vector<std::pair<void*, std::size_t>> managed;
-    registry().for_each_live([&](std::uintptr_t p, allocation const& a) {
-      if (a.device == device && a.kind == alloc_kind::managed_chain)
-        managed.emplace_back(reinterpret_cast<void*>(p), a.bytes);
+      }
+      if (a.kind == alloc_kind::managed_chain) managed.emplace_back(reinterpret_cast<void*>(p), a.bytes);
     });
     forget_process_memory(device, managed);
     registry().drop_device(device);
