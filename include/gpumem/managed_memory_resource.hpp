@@ -11,6 +11,11 @@
 
 namespace gpumem {
 
+/// The attach flags cuMemAllocManaged takes (exactly one of them).
+[[nodiscard]] constexpr bool managed_attach_flag(unsigned flags) noexcept {
+  return flags == CU_MEM_ATTACH_GLOBAL || flags == CU_MEM_ATTACH_HOST;
+}
+
 class managed_memory_resource final : public detail::synchronous_memory_resource {
  public:
   /// Throws logic_error for an attach flag other than CU_MEM_ATTACH_GLOBAL or

@@ -5,7 +5,7 @@
 namespace gpumem {
 
 managed_memory_resource::managed_memory_resource(unsigned attach) : attach_{attach} {
-  if (attach != CU_MEM_ATTACH_GLOBAL && attach != CU_MEM_ATTACH_HOST) {
+  if (!managed_attach_flag(attach)) {
     throw logic_error{
         "gpumem: managed memory is attached globally (CU_MEM_ATTACH_GLOBAL) or to the host "
         "(CU_MEM_ATTACH_HOST)"};

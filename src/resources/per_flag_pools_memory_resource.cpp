@@ -10,7 +10,7 @@ namespace {
 
 bool valid_flags(host_accessible_kind kind, unsigned flags) noexcept {
   if (kind == host_accessible_kind::pinned) return (flags & ~pinned_host_flag_mask) == 0;
-  return flags == CU_MEM_ATTACH_GLOBAL || flags == CU_MEM_ATTACH_HOST;
+  return managed_attach_flag(flags);
 }
 
 std::unique_ptr<device_memory_resource> make_upstream(host_accessible_kind kind, unsigned flags) {

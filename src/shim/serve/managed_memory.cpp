@@ -5,15 +5,15 @@
 #include "serve/process_chains.hpp"
 #include "shim_state.hpp"
 
+#include <gpumem/managed_memory_resource.hpp>
+
 #include <cstdint>
 #include <new>
 
 namespace gpumem::shim {
 
 CUresult managed_allocate(CUdeviceptr* dptr, std::size_t bytes, unsigned flags, const char* entry) noexcept {
-  if (dptr == nullptr || bytes == 0 || (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST)) {
-    return CUDA_ERROR_NOT_SUPPORTED;
-  }
+  if (dptr == nullptr || bytes == 0 || !managed_attach_flag(flags)) return CUDA_ERROR_NOT_SUPPORTED;
   CUcontext ctx = nullptr;
   if (current_device(ctx) < 0 || capture_may_refuse_unsafe_calls()) return CUDA_ERROR_NOT_SUPPORTED;
   auto const start = event_clock();
