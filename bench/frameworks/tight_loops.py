@@ -106,9 +106,11 @@ def numba_loop(iters: int, warmup: int, rmm_pool: bool) -> float:
     return (time.perf_counter() - start) / iters * 1e6
 
 
-def numba_pinned_loop(iters: int, warmup: int) -> tuple[float, float]:
-    """A staging loop: pinned host array, to the device, a kernel, back. Returns the
-    time per iteration and a checksum of what came back (equal under every allocator)."""
+def numba_host_loop(iters: int, warmup: int, managed: bool) -> tuple[float, float]:
+    """Host-visible arrays made and dropped every iteration. Pinned: a staging loop
+    (pinned host array, to the device, a kernel, back). Managed: a managed array filled
+    on the host, a kernel on it, read on the host. Returns the time per iteration and a
+    checksum of what came back (equal under every allocator)."""
     import numpy as np
     from numba import cuda
 
@@ -123,49 +125,21 @@ def numba_pinned_loop(iters: int, warmup: int) -> tuple[float, float]:
     def step(i: int) -> None:
         nonlocal total
         n = SIZES[i % len(SIZES)] // 4
-        h = cuda.pinned_array(n, np.float32)
-        h[:] = i % 13
-        d = cuda.to_device(h)
-        scale[(n + 255) // 256, 256](d)
-        d.copy_to_host(h)
+        blocks = (n + 255) // 256
+        if managed:
+            h = cuda.managed_array(n, np.float32)
+            h[:] = i % 13
+            scale[blocks, 256](h)
+            cuda.synchronize()
+        else:
+            h = cuda.pinned_array(n, np.float32)
+            h[:] = i % 13
+            d = cuda.to_device(h)
+            scale[blocks, 256](d)
+            d.copy_to_host(h)
+            del d
         total += float(h[0]) + float(h[-1])
-        del h, d
-
-    for i in range(warmup):
-        step(i)
-    cuda.synchronize()
-    total = 0.0
-    start = time.perf_counter()
-    for i in range(iters):
-        step(i)
-    cuda.synchronize()
-    return (time.perf_counter() - start) / iters * 1e6, total
-
-
-def numba_managed_loop(iters: int, warmup: int) -> tuple[float, float]:
-    """Managed arrays made and dropped every iteration: filled on the host, a kernel,
-    read on the host. Returns the time per iteration and a checksum (equal under
-    every allocator)."""
-    import numpy as np
-    from numba import cuda
-
-    @cuda.jit
-    def scale(a):
-        i = cuda.grid(1)
-        if i < a.size:
-            a[i] = a[i] * 2.0 + 1.0
-
-    total = 0.0
-
-    def step(i: int) -> None:
-        nonlocal total
-        n = SIZES[i % len(SIZES)] // 4
-        m = cuda.managed_array(n, np.float32)
-        m[:] = i % 13
-        scale[(n + 255) // 256, 256](m)
-        cuda.synchronize()
-        total += float(m[0]) + float(m[-1])
-        del m
+        del h
 
     for i in range(warmup):
         step(i)
@@ -182,10 +156,8 @@ def worker(config: str, iters: int, warmup: int) -> None:
     checksum = None
     if config.startswith("cupy"):
         us = cupy_loop(iters, warmup, pool=config == "cupy-pool")
-    elif config.startswith("numba-pinned"):
-        us, checksum = numba_pinned_loop(iters, warmup)
-    elif config.startswith("numba-managed"):
-        us, checksum = numba_managed_loop(iters, warmup)
+    elif config.startswith(("numba-pinned", "numba-managed")):
+        us, checksum = numba_host_loop(iters, warmup, managed=config.startswith("numba-managed"))
     else:
         us = numba_loop(iters, warmup, rmm_pool=config == "numba-rmm")
     print(json.dumps({"config": config, "us_per_iter": us, "iters": iters, "checksum": checksum}), flush=True)
