@@ -18,7 +18,8 @@
 // long as this resource.
 //
 // Thread safety: every member is thread-safe. Finding a made pool is one atomic
-// load; making one takes a mutex.
+// load; making one takes a mutex. A free, info() and owns() walk the pools made so
+// far (usually one or two), not every (flags, device) slot.
 
 #include <gpumem/device_memory_resource.hpp>
 #include <gpumem/pinned_pool_memory_resource.hpp>
@@ -99,7 +100,11 @@ class per_flag_pools_memory_resource final : public device_memory_resource {
   bool pooled_;
   std::mutex make_mutex_;
   std::atomic<bool> forgot_{false};  ///< a device was forgotten: unknown frees may be its blocks
-  std::array<std::atomic<entry*>, std::size_t{flag_sets} * max_devices> entries_{};
+  static constexpr std::size_t slots = std::size_t{flag_sets} * max_devices;
+  std::array<std::atomic<entry*>, slots> entries_{};  ///< by (device, flags); null once forgotten
+  /// Every pool made, [0, made_count_) set; a forgotten one's place is reused.
+  std::array<std::atomic<entry*>, slots> made_{};
+  std::atomic<std::size_t> made_count_{0};
 };
 
 }  // namespace gpumem

@@ -23,6 +23,7 @@ std::unique_ptr<device_memory_resource> make_upstream(host_accessible_kind kind,
 struct per_flag_pools_memory_resource::entry {
   std::unique_ptr<device_memory_resource> upstream;   // one CUDA allocation per block, freed alike
   std::unique_ptr<pinned_pool_memory_resource> pool;  // null when not pooled
+  std::atomic<bool> forgotten{false};                 // its device's context is gone
   entry(host_accessible_kind kind, unsigned flags, pinned_pool_options const& opts, bool pooled)
       : upstream{make_upstream(kind, flags)} {
     if (pooled) pool = std::make_unique<pinned_pool_memory_resource>(upstream.get(), opts);
@@ -34,15 +35,17 @@ per_flag_pools_memory_resource::per_flag_pools_memory_resource(host_accessible_k
                                                                bool pooled)
     : kind_{kind}, opts_{opts}, pooled_{pooled} {}
 
-per_flag_pools_memory_resource::~per_flag_pools_memory_resource() {
-  for (auto& e : entries_) delete e.load(std::memory_order_acquire);
-}
-
 template <class Fn>
 void per_flag_pools_memory_resource::for_each(Fn&& fn) const {
-  for (auto const& slot : entries_) {
-    if (entry* e = slot.load(std::memory_order_acquire)) fn(*e);
+  for (std::size_t i = 0, n = made_count_.load(std::memory_order_acquire); i < n; ++i) {
+    entry* e = made_[i].load(std::memory_order_acquire);
+    if (!e->forgotten.load(std::memory_order_acquire)) fn(*e);
   }
+}
+
+per_flag_pools_memory_resource::~per_flag_pools_memory_resource() {
+  // A forgotten entry is leaked on purpose: destroying it would free its dead blocks.
+  for_each([](entry& e) { delete &e; });
 }
 
 pinned_pool_memory_resource* per_flag_pools_memory_resource::pool(unsigned flags, int device) const noexcept {
@@ -67,6 +70,12 @@ device_memory_resource& per_flag_pools_memory_resource::serving(unsigned flags) 
   entry* e = slot.load(std::memory_order_acquire);
   if (e == nullptr) {
     e = new entry{kind_, flags, opts_, pooled_};
+    // A forgotten pool's place first, so that device resets never overflow the list.
+    std::size_t const n = made_count_.load(std::memory_order_relaxed);
+    std::size_t i = 0;
+    while (i < n && !made_[i].load(std::memory_order_relaxed)->forgotten.load(std::memory_order_relaxed)) ++i;
+    made_[i].store(e, std::memory_order_release);
+    if (i == n) made_count_.store(n + 1, std::memory_order_release);
     slot.store(e, std::memory_order_release);
   }
   return e->top();
@@ -77,8 +86,9 @@ void per_flag_pools_memory_resource::forget_device(int device) noexcept {
   forgot_.store(true, std::memory_order_release);
   std::lock_guard lock{make_mutex_};
   for (unsigned f = 0; f < flag_sets; ++f) {
-    // Leaked on purpose: destroying the entry would free its blocks again.
-    (void)entries_[(static_cast<std::size_t>(device) * flag_sets) + f].exchange(nullptr, std::memory_order_acq_rel);
+    if (entry* e = entries_[(static_cast<std::size_t>(device) * flag_sets) + f].exchange(nullptr,
+                                                                                         std::memory_order_acq_rel))
+      e->forgotten.store(true, std::memory_order_release);
   }
 }
 
@@ -99,12 +109,11 @@ void per_flag_pools_memory_resource::do_deallocate(void* p, std::size_t bytes, s
   if (p == nullptr) return;
   if (!pooled_) {
     // Unpooled: each flag set's upstream frees alike (cuMemFreeHost, cuMemFree).
-    for (auto const& slot : entries_) {
-      if (entry* e = slot.load(std::memory_order_acquire)) {
-        e->upstream->deallocate(p, bytes, stream);
-        return;
-      }
-    }
+    bool done = false;
+    for_each([&](entry& e) {
+      if (!done) e.upstream->deallocate(p, bytes, stream);
+      done = true;
+    });
     return;
   }
   device_memory_resource* const r = holder(p);
