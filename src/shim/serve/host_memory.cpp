@@ -33,12 +33,9 @@ std::size_t take_live(void const* p) noexcept {
   return bytes;
 }
 
-// A pinned call's row: its Reserved is what the host chain holds, not a device's.
-log_row host_row(log_action action, void const* p, std::size_t bytes, int device, const char* entry,
-                 CUresult r) noexcept {
-  log_row row = event_row(action, p, bytes, nullptr, device, entry, r);
-  row.reserved = process_chain_reserved(process_memory::pinned);
-  return row;
+void log_host(log_action action, void const* p, std::size_t bytes, int device, const char* entry, CUresult r,
+              event_start start) noexcept {
+  log_process_event(process_memory::pinned, action, p, bytes, nullptr, device, entry, r, start);
 }
 
 }  // namespace
@@ -61,9 +58,9 @@ CUresult host_allocate(void** out, std::size_t bytes, unsigned flags, const char
   if (r == CUDA_SUCCESS) {
     *out = p;
     message(level::trace, "%s: %zu bytes, flags %#x, from the host chain: %p", entry, bytes, flags, p);
-    log_event(host_row(log_action::allocate, p, bytes, device, entry, r), start);
+    log_host(log_action::allocate, p, bytes, device, entry, r, start);
   } else {
-    log_event(host_row(log_action::allocate_failure, nullptr, bytes, device, entry, r), start);
+    log_host(log_action::allocate_failure, nullptr, bytes, device, entry, r, start);
   }
   return r;
 }
@@ -76,12 +73,12 @@ host_free_result host_free(void* p, const char* entry) noexcept {
     // free or an interior pointer. CUDA refuses those; handing it to CUDA could
     // free a cached block under the pool.
     if (!process_chain_owns(process_memory::pinned, p)) return host_free_result::not_ours;
-    log_event(host_row(log_action::free, p, 0, current_context_device(), entry, CUDA_ERROR_INVALID_VALUE), start);
+    log_host(log_action::free, p, 0, -1, entry, CUDA_ERROR_INVALID_VALUE, start);
     return host_free_result::refused;
   }
   process_deallocate(process_memory::pinned, p, bytes, entry);
   message(level::trace, "%s: %p (%zu bytes) back to the host chain", entry, p, bytes);
-  log_event(host_row(log_action::free, p, bytes, current_context_device(), entry, CUDA_SUCCESS), start);
+  log_host(log_action::free, p, bytes, -1, entry, CUDA_SUCCESS, start);
   return host_free_result::freed;
 }
 
@@ -90,7 +87,7 @@ void note_host_passthrough(bool allocation, void* p, std::size_t bytes, const ch
   log_action const a = !allocation         ? log_action::free
                        : r == CUDA_SUCCESS ? log_action::allocate
                                            : log_action::allocate_failure;
-  log_event(host_row(a, p, bytes, current_context_device(), entry, r), event_clock());
+  log_host(a, p, bytes, -1, entry, r, event_clock());
 }
 
 void reset_host_after_fork() noexcept {

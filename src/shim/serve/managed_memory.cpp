@@ -32,19 +32,22 @@ CUresult managed_allocate(CUdeviceptr* dptr, std::size_t bytes, unsigned flags, 
   }
   if (r != CUDA_SUCCESS) {
     state().stats.failed_allocations.add();
-    log_event(event_row(log_action::allocate_failure, nullptr, bytes, nullptr, device, entry, r), start);
+    log_process_event(process_memory::managed, log_action::allocate_failure, nullptr, bytes, nullptr, device, entry, r,
+                      start);
     return r;
   }
   *dptr = static_cast<CUdeviceptr>(reinterpret_cast<std::uintptr_t>(p));
   message(level::trace, "%s: %zu bytes, attach %#x, from the managed chain: %p", entry, bytes, flags, p);
-  log_event(event_row(log_action::allocate, p, bytes, nullptr, device, entry, CUDA_SUCCESS), start);
+  log_process_event(process_memory::managed, log_action::allocate, p, bytes, nullptr, device, entry, CUDA_SUCCESS,
+                    start);
   return CUDA_SUCCESS;
 }
 
 CUresult managed_free(void* p, allocation const& a, CUstream stream, const char* entry, event_start start) noexcept {
   process_deallocate(process_memory::managed, p, a.bytes, entry);
   message(level::trace, "%s: %p (%zu bytes) back to the managed chain", entry, p, a.bytes);
-  log_event(event_row(log_action::free, p, a.bytes, stream, a.device, entry, CUDA_SUCCESS), start);
+  log_process_event(process_memory::managed, log_action::free, p, a.bytes, stream, a.device, entry, CUDA_SUCCESS,
+                    start);
   return CUDA_SUCCESS;
 }
 

@@ -145,6 +145,16 @@ std::int64_t process_chain_reserved(process_memory which) noexcept {
   } catch (std::exception const&) { return -1; }  // unknown: the device's figure then
 }
 
+void log_process_event(process_memory which, log_action action, void const* p, std::size_t bytes, CUstream stream,
+                       int device, const char* entry, CUresult r, event_start start) noexcept {
+  unsigned const needs = event_needs_now();
+  if ((needs & (needs_row | needs_stack)) == 0) return;
+  if (device < 0) device = current_context_device();
+  log_row row = event_row(action, p, bytes, stream, device, entry, r);
+  if ((needs & needs_row) != 0) row.reserved = process_chain_reserved(which);
+  record_event(row, start);
+}
+
 void append_process_chain_reports(std::string& out) {
   auto const b = [](std::uint64_t n) { return config::format_bytes(n); };
   for (process_memory const which : {process_memory::pinned, process_memory::managed}) {

@@ -16,6 +16,8 @@
 // Thread safety: all functions are thread-safe; finding a built chain is one
 // acquire load.
 
+#include "observe/event_log.hpp"
+
 #include <gpumem/device_memory_resource.hpp>
 
 #include <cuda.h>
@@ -44,6 +46,11 @@ void process_deallocate(process_memory which, void* p, std::size_t bytes, const 
 /// The device of the calling thread's current context; -1 when none is current
 /// (a process chain's rows name it).
 [[nodiscard]] int current_context_device() noexcept;
+/// Logs a call of that memory when a log or call stacks are on (otherwise does
+/// nothing, not even the lookups): its row's Reserved is the chain's, and
+/// `device` < 0 names the current context's device.
+void log_process_event(process_memory which, log_action action, void const* p, std::size_t bytes, CUstream stream,
+                       int device, const char* entry, CUresult r, event_start start) noexcept;
 /// Counts a call of that memory handed to CUDA instead.
 void count_process_passthrough(process_memory which) noexcept;
 
