@@ -34,9 +34,11 @@
 // - a fenced batch becomes clean when stream_tracker::last_barrier_complete() says
 //   so for each of its devices (cuEventQuery; a later barrier completing implies
 //   the earlier one did). Until then the pool grows from the upstream instead.
-// - only where growing is refused (maximum_size reached, or the upstream out of
-//   memory) does the host wait for the fenced batches (cuEventSynchronize), after
-//   giving back the clean blocks of other classes first.
+// - the host waits for the fenced batches (cuEventSynchronize) only where growing
+//   is refused (maximum_size reached, after giving back the clean blocks of other
+//   classes; or the upstream out of memory), or where more than 64 MiB beyond what
+//   the program uses already waits for the GPU: a host loop never outruns a busy
+//   GPU by more (CUDA's own free would have blocked).
 // - a barrier is refused while a stream capture is active: the blocks then stay
 //   pending and the pool grows.
 // Without wait_for_gpu a freed block is clean at once (the program promises that
@@ -85,7 +87,7 @@ class pinned_pool_memory_resource final : public device_memory_resource {
   [[nodiscard]] static std::size_t class_size(std::size_t bytes) noexcept;
   /// Fences made so far (each one barrier per active device).
   [[nodiscard]] std::size_t fence_count() const noexcept;
-  /// Times the host waited for the GPU to free a block (growth was refused).
+  /// Times the host waited for the GPU to free a block (growth refused, or much waiting).
   [[nodiscard]] std::size_t wait_count() const noexcept;
 
  private:

@@ -18,6 +18,11 @@ namespace {
 
 constexpr std::size_t page_size = 4096;
 
+// Growing while the GPU lags would let a host loop outrun a busy GPU without bound
+// (CUDA's own free blocks instead): once this much more than the program uses waits
+// for the GPU, a request waits for the fenced blocks before growing.
+constexpr std::size_t waiting_slack = std::size_t{64} << 20;
+
 enum class block_state : std::uint8_t { live, clean, pending, fenced };
 
 struct block {
@@ -183,9 +188,15 @@ void* pinned_pool_memory_resource::do_allocate(std::size_t bytes, stream_ref /*s
   m.promote_completed(false);
   if (std::uintptr_t p = m.take_clean(size)) return reinterpret_cast<void*>(p);
 
+  bool waited = false;
+  if (m.waiting > m.used + waiting_slack && !m.fenced.empty()) {
+    ++m.waits;
+    m.promote_completed(true);
+    waited = true;
+    if (std::uintptr_t p = m.take_clean(size)) return reinterpret_cast<void*>(p);
+  }
   // Growth. Where the cap refuses it: first give back clean blocks of other
   // classes, then wait for the GPU to finish with the fenced ones.
-  bool waited = false;
   for (;;) {
     if (!m.fits(size)) {
       m.release_clean(lock, m.held + size - m.opts.maximum_size.value_or(0));

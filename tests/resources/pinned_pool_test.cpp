@@ -144,6 +144,32 @@ TEST_F(PinnedPool, AtItsCapThePoolWaitsForTheGpuInsteadOfGrowing) {
   EXPECT_EQ(pool.info().reserved_bytes, 0U);
 }
 
+// A host loop that frees blocks whose copies the GPU has not run (the simulated
+// device runs them only when something waits) would grow an uncapped pool without
+// bound; past 64 MiB waiting beyond what is in use, requests wait for the GPU
+// instead, and every copy has landed before its block comes back.
+TEST_F(PinnedPool, AHostLoopNeverOutrunsTheGpuByMoreThanItsSlack) {
+  if (!sim.present()) GTEST_SKIP() << "a real GPU runs the copies on its own";
+  pinned_host_memory_resource host{0};
+  pinned_pool_memory_resource pool{&host};
+  constexpr std::size_t block = std::size_t{1} << 20;
+  std::vector<void*> seen;
+  for (int i = 0; i < 200; ++i) {
+    void* p = pool.allocate(block);
+    if (std::find(seen.begin(), seen.end(), p) != seen.end()) {
+      ASSERT_TRUE(all_bytes(p, bytes, 0xDD)) << "reused before its copy ran";
+    } else {
+      seen.push_back(p);
+    }
+    std::memset(p, 0x11, block);
+    queue_copy_into(p);
+    pool.deallocate(p, block);
+  }
+  EXPECT_GE(pool.wait_count(), 1U);
+  EXPECT_LE(pool.info().reserved_bytes, (std::size_t{64} << 20) + 2 * block);
+  EXPECT_GT(pool.info().reserved_bytes, std::size_t{32} << 20) << "it waited before it had to";
+}
+
 TEST_F(PinnedPool, ClassesAreKeptApartAndBlocksCountedOnce) {
   pinned_host_memory_resource host{0};
   pinned_pool_memory_resource pool{&host, pinned_pool_options{.wait_for_gpu = false}};
