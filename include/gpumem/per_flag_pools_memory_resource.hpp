@@ -11,8 +11,9 @@
 //
 // Which pool serves an allocation: the flags set for the calling thread with
 // scoped_alloc_flags (0 when none: cudaMallocHost's flags, or for managed memory
-// CU_MEM_ATTACH_GLOBAL, cudaMallocManaged's default), and the device of the current context (device 0's primary
-// context is made current if none is, as the runtime does). A free goes to the pool
+// CU_MEM_ATTACH_GLOBAL, cudaMallocManaged's default), and the device set with them,
+// else the device of the current context (device 0's primary context is made
+// current if none is, as the runtime does). A free goes to the pool
 // holding the pointer, whatever is current; an unknown pointer aborts in debug
 // builds and is ignored in release builds. Pools are made on first use and live as
 // long as this resource.
@@ -32,23 +33,31 @@
 
 namespace gpumem {
 
-/// The flags of the calling thread's next allocation from a per_flag_pools_memory_resource
-/// (cuMemHostAlloc's, or cuMemAllocManaged's attach flags).
-[[nodiscard]] inline unsigned& alloc_flags() noexcept {
-  static thread_local unsigned flags = 0;
-  return flags;
+/// What the calling thread's next allocation from a per_flag_pools_memory_resource
+/// is for: its flags (cuMemHostAlloc's, or cuMemAllocManaged's attach flags), and
+/// the device whose primary context is current, when the caller knows it already
+/// (-1: the resource asks the driver).
+struct alloc_target {
+  unsigned flags = 0;
+  int device = -1;
+};
+[[nodiscard]] inline alloc_target& current_alloc_target() noexcept {
+  static thread_local alloc_target target;
+  return target;
 }
 
-/// Sets the calling thread's allocation flags for one scope.
+/// Sets the calling thread's allocation flags (and device) for one scope.
 class scoped_alloc_flags {
  public:
-  explicit scoped_alloc_flags(unsigned flags) noexcept : saved_{alloc_flags()} { alloc_flags() = flags; }
-  ~scoped_alloc_flags() { alloc_flags() = saved_; }
+  explicit scoped_alloc_flags(unsigned flags, int device = -1) noexcept : saved_{current_alloc_target()} {
+    current_alloc_target() = {flags, device};
+  }
+  ~scoped_alloc_flags() { current_alloc_target() = saved_; }
   scoped_alloc_flags(scoped_alloc_flags const&) = delete;
   scoped_alloc_flags& operator=(scoped_alloc_flags const&) = delete;
 
  private:
-  unsigned saved_;
+  alloc_target saved_;
 };
 
 /// The memory a per_flag_pools_memory_resource serves.
@@ -83,7 +92,7 @@ class per_flag_pools_memory_resource final : public device_memory_resource {
   struct entry;
   /// Throws cuda_error (invalid value) for flags the kind does not take, and when
   /// no context can be made current.
-  device_memory_resource& serving(unsigned flags);
+  device_memory_resource& serving(alloc_target target);
   [[nodiscard]] device_memory_resource* holder(void const* p) const noexcept;
   template <class Fn>
   void for_each(Fn&& fn) const;

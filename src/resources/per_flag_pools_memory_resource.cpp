@@ -54,16 +54,17 @@ pinned_pool_memory_resource* per_flag_pools_memory_resource::pool(unsigned flags
   return e != nullptr ? e->pool.get() : nullptr;
 }
 
-device_memory_resource& per_flag_pools_memory_resource::serving(unsigned flags) {
+device_memory_resource& per_flag_pools_memory_resource::serving(alloc_target target) {
+  unsigned flags = target.flags;
   if (kind_ == host_accessible_kind::managed && flags == 0)
     flags = CU_MEM_ATTACH_GLOBAL;  // cudaMallocManaged's default
   if (flags >= flag_sets || !valid_flags(kind_, flags))
     throw cuda_error{CUDA_ERROR_INVALID_VALUE, "gpumem: flags the allocation does not take"};
-  if (CUresult r = detail::ensure_context(); r != CUDA_SUCCESS)
-    throw cuda_error{r, "gpumem: no context for host-accessible memory"};
-  int const device = detail::current_device();
-  if (device < 0 || device >= max_devices)
-    throw cuda_error{CUDA_ERROR_INVALID_CONTEXT, "gpumem: no device for host-accessible memory"};
+  int const device = target.device >= 0 ? target.device : detail::current_device();  // makes a context current
+  if (device < 0 || device >= max_devices) {
+    CUresult const r = detail::ensure_context();
+    throw cuda_error{r != CUDA_SUCCESS ? r : CUDA_ERROR_INVALID_CONTEXT, "gpumem: no context for host-accessible memory"};
+  }
   auto& slot = entries_[(static_cast<std::size_t>(device) * flag_sets) + flags];
   if (entry* e = slot.load(std::memory_order_acquire)) [[likely]] { return e->top(); }
   std::lock_guard lock{make_mutex_};
@@ -102,7 +103,7 @@ device_memory_resource* per_flag_pools_memory_resource::holder(void const* p) co
 
 void* per_flag_pools_memory_resource::do_allocate(std::size_t bytes, stream_ref stream) {
   if (bytes == 0) return nullptr;
-  return serving(alloc_flags()).allocate(bytes, stream);
+  return serving(current_alloc_target()).allocate(bytes, stream);
 }
 
 void per_flag_pools_memory_resource::do_deallocate(void* p, std::size_t bytes, stream_ref stream) noexcept {

@@ -78,6 +78,17 @@ TEST(HostMemory, TheQueryApiCountsPinnedMemoryAndAForkedChildStartsClean) {
   EXPECT_NE(plain.output.find("built=1 pooled=0 allocations=2 frees=1"), std::string::npos) << plain.output;
 }
 
+// Pinned memory dies with the context it was allocated in: under a context the
+// program created, the pool could not keep it, so CUDA serves it (counted as passed
+// through); under the primary context the host chain serves it.
+TEST(HostMemory, AContextTheProgramCreatedGetsCudasOwnPinnedMemory) {
+  auto const r = run_host("created");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("RESULT primary=0 served_first=1 created=0 freed=0 passed_to_cuda=2 served=0"),
+            std::string::npos)
+      << r.output;
+}
+
 TEST(HostMemory, LogRowsNameTheHostEntryPoints) {
   temp_file log;
   auto const r = run_host("flags", {{"GPUMEM_LOG_FILE", log.path()}});

@@ -31,18 +31,10 @@ using host_unregister_fn = CUresult (*)(void*);
 
 constexpr cudaError_t no_runtime = cudaErrorInitializationError;
 
-// Whether the calling thread has a current context: without one CUDA answers
-// (CUDA_ERROR_INVALID_CONTEXT), and the shim must not make one for it.
-bool context_current() noexcept {
-  CUcontext ctx = nullptr;
-  auto const& d = detail::driver();
-  return d.init_result == CUDA_SUCCESS && d.cuCtxGetCurrent(&ctx) == CUDA_SUCCESS && ctx != nullptr;
-}
-
 template <class Real>
 CUresult serve_host_alloc(void** pp, std::size_t bytes, unsigned flags, const char* entry, Real&& real) noexcept {
-  // Odd arguments and no context: CUDA's own answers, logged.
-  if (pp != nullptr && bytes != 0 && (flags & ~pinned_host_flag_mask) == 0 && context_current()) {
+  // Odd arguments, no context or one the program made: CUDA's own answers, logged.
+  if (pp != nullptr && bytes != 0 && (flags & ~pinned_host_flag_mask) == 0) {
     CUresult const r = host_allocate(pp, bytes, flags, entry);
     if (r != CUDA_ERROR_NOT_SUPPORTED) return r;
   }

@@ -1,6 +1,7 @@
 #include "serve/host_memory.hpp"
 
 #include "observe/event_log.hpp"
+#include "serve/device_chains.hpp"
 #include "serve/process_chains.hpp"
 #include "shim_state.hpp"
 
@@ -41,10 +42,12 @@ void log_host(log_action action, void const* p, std::size_t bytes, int device, c
 }  // namespace
 
 CUresult host_allocate(void** out, std::size_t bytes, unsigned flags, const char* entry) noexcept {
+  CUcontext ctx = nullptr;
+  int const device = current_device(ctx);
+  if (device < 0) return CUDA_ERROR_NOT_SUPPORTED;
   auto const start = event_clock();
   void* p = nullptr;
-  int device = -1;
-  CUresult r = process_allocate(process_memory::pinned, &p, bytes, flags, entry, device);
+  CUresult r = process_allocate(process_memory::pinned, &p, bytes, flags, device, entry);
   if (r == CUDA_ERROR_NOT_SUPPORTED) return r;
   if (r == CUDA_SUCCESS) {
     try {

@@ -15,8 +15,10 @@
 namespace gpumem::shim {
 
 /// Allocates `bytes` (> 0) of pinned memory with `flags` from the host chain.
-/// CUDA's error for bad flags, out of memory, or no context; CUDA_ERROR_NOT_SUPPORTED
-/// when the host chain is off (the caller hands the call to CUDA).
+/// CUDA's error for bad flags or out of memory; CUDA_ERROR_NOT_SUPPORTED when the
+/// host chain is off, or no device's primary context is current (none, or one the
+/// program created: its pinned memory dies with it), and the caller hands the call
+/// to CUDA.
 CUresult host_allocate(void** out, std::size_t bytes, unsigned flags, const char* entry) noexcept;
 
 /// Outcome of a free of a pinned pointer.

@@ -15,11 +15,11 @@ namespace gpumem::shim {
 CUresult managed_allocate(CUdeviceptr* dptr, std::size_t bytes, unsigned flags, const char* entry) noexcept {
   if (dptr == nullptr || bytes == 0 || !managed_attach_flag(flags)) return CUDA_ERROR_NOT_SUPPORTED;
   CUcontext ctx = nullptr;
-  if (current_device(ctx) < 0 || capture_may_refuse_unsafe_calls()) return CUDA_ERROR_NOT_SUPPORTED;
+  int const device = current_device(ctx);
+  if (device < 0 || capture_may_refuse_unsafe_calls()) return CUDA_ERROR_NOT_SUPPORTED;
   auto const start = event_clock();
   void* p = nullptr;
-  int device = -1;
-  CUresult r = process_allocate(process_memory::managed, &p, bytes, flags, entry, device);
+  CUresult r = process_allocate(process_memory::managed, &p, bytes, flags, device, entry);
   if (r == CUDA_ERROR_NOT_SUPPORTED) return r;
   if (r == CUDA_SUCCESS) {
     try {

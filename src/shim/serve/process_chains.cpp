@@ -78,15 +78,14 @@ int current_context_device() noexcept {
   return detail::current_device();
 }
 
-CUresult process_allocate(process_memory which, void** out, std::size_t bytes, unsigned flags, const char* entry,
-                          int& device) noexcept {
-  device = -1;
+CUresult process_allocate(process_memory which, void** out, std::size_t bytes, unsigned flags, int device,
+                          const char* entry) noexcept {
   process_chain* c = chain(which);
   if (c == nullptr) return CUDA_ERROR_NOT_SUPPORTED;
   CUresult r = CUDA_SUCCESS;
   {
     scoped_call_context call{entry, -1, safe_mode()};
-    scoped_alloc_flags with{flags};
+    scoped_alloc_flags with{flags, device};
     try {
       *out = c->top->allocate(bytes);
     } catch (gpumem::bad_alloc const& e) { r = e.code(); } catch (cuda_error const& e) {
@@ -94,7 +93,6 @@ CUresult process_allocate(process_memory which, void** out, std::size_t bytes, u
     } catch (std::bad_alloc const&) { r = CUDA_ERROR_OUT_OF_MEMORY; } catch (std::exception const&) {
       r = CUDA_ERROR_UNKNOWN;
     }
-    device = current_context_device();
   }
   if (r == CUDA_SUCCESS) c->allocations.fetch_add(1, std::memory_order_relaxed);
   return r;

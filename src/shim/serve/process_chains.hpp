@@ -33,12 +33,12 @@ namespace gpumem::shim {
 enum class process_memory : std::uint8_t { pinned, managed };
 
 /// Allocates `bytes` (> 0) with `flags` (cuMemHostAlloc's, or cuMemAllocManaged's
-/// attach flag) from the chain of `which`, built if needed. CUDA's error for bad
-/// flags, out of memory (the limit included) or no context; CUDA_ERROR_NOT_SUPPORTED
-/// when the chain cannot be built (the caller hands the call to CUDA). `device`
-/// receives the current device (-1: none). Counts; does not log.
-CUresult process_allocate(process_memory which, void** out, std::size_t bytes, unsigned flags, const char* entry,
-                          int& device) noexcept;
+/// attach flag) from the chain of `which`, built if needed, for `device`, whose
+/// primary context is current. CUDA's error for bad flags or out of memory (the
+/// limit included); CUDA_ERROR_NOT_SUPPORTED when the chain cannot be built (the
+/// caller hands the call to CUDA). Counts; does not log.
+CUresult process_allocate(process_memory which, void** out, std::size_t bytes, unsigned flags, int device,
+                          const char* entry) noexcept;
 /// Gives back a block process_allocate handed out (`bytes` as asked). Counts.
 void process_deallocate(process_memory which, void* p, std::size_t bytes, const char* entry) noexcept;
 /// `p` inside memory the chain of `which` holds (in use, waiting or cached).

@@ -7,7 +7,11 @@
 //   limit  two 600 KiB blocks (run with GPUMEM_HOST_LIMIT=1MiB)
 //   stats  the query API's host counters (gpumem_shim_get_host_stats), in the
 //          process and in a forked child (which starts without a host chain)
+//   created  pinned memory allocated with the primary context current, then while
+//          a context the program created is (it dies with that context, so CUDA
+//          must serve it)
 
+#include <cuda.h>
 #include <cuda_runtime_api.h>
 
 #include <dlfcn.h>
@@ -144,6 +148,38 @@ int stats() {
   return 0;
 }
 
+int created() {
+  if (cudaFree(nullptr) != cudaSuccess) return 5;  // the primary context, current
+  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  using create_fn = CUresult (*)(CUcontext*, void*, unsigned, CUdevice);
+  using ctx_fn = CUresult (*)(CUcontext);
+  using pop_fn = CUresult (*)(CUcontext*);
+  using host_alloc_fn = CUresult (*)(void**, std::size_t, unsigned);
+  using free_host_fn = CUresult (*)(void*);
+  auto const create = reinterpret_cast<create_fn>(dlsym(lib, "cuCtxCreate_v4"));
+  auto const destroy = reinterpret_cast<ctx_fn>(dlsym(lib, "cuCtxDestroy_v2"));
+  auto const pop = reinterpret_cast<pop_fn>(dlsym(lib, "cuCtxPopCurrent_v2"));
+  auto const host_alloc = reinterpret_cast<host_alloc_fn>(dlsym(lib, "cuMemHostAlloc"));
+  auto const free_host = reinterpret_cast<free_host_fn>(dlsym(lib, "cuMemFreeHost"));
+  if (create == nullptr || destroy == nullptr || pop == nullptr || host_alloc == nullptr || free_host == nullptr)
+    return 6;
+  void* p = nullptr;
+  CUresult const in_primary = host_alloc(&p, 4096, 0);  // the host chain is built now
+  if (in_primary == CUDA_SUCCESS) free_host(p);
+  CUcontext ctx = nullptr;
+  if (create(&ctx, nullptr, 0, 0) != CUDA_SUCCESS) return 7;  // pushed: current now
+  gpumem_shim_host_stats const before = host_stats();
+  CUresult const in_created = host_alloc(&p, 4096, 0);
+  CUresult const freed = in_created == CUDA_SUCCESS ? free_host(p) : in_created;
+  gpumem_shim_host_stats const after = host_stats();
+  CUcontext popped = nullptr;
+  if (pop(&popped) != CUDA_SUCCESS || destroy(ctx) != CUDA_SUCCESS) return 8;
+  std::printf("RESULT primary=%d served_first=%llu created=%d freed=%d passed_to_cuda=%llu served=%llu\n",
+              static_cast<int>(in_primary), before.allocations, static_cast<int>(in_created), static_cast<int>(freed),
+              after.passthroughs - before.passthroughs, after.allocations - before.allocations);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -153,6 +189,7 @@ int main(int argc, char** argv) {
   if (what == "loop") return loop();
   if (what == "limit") return limit();
   if (what == "stats") return stats();
-  std::fprintf(stderr, "usage: host_app reuse|flags|loop|limit|stats\n");
+  if (what == "created") return created();
+  std::fprintf(stderr, "usage: host_app reuse|flags|loop|limit|stats|created\n");
   return 1;
 }
