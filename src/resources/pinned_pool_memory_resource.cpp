@@ -4,6 +4,7 @@
 #include <gpumem/stream_tracker.hpp>
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cstdint>
 #include <map>
@@ -33,19 +34,40 @@ struct block {
 // The devices one fence made a barrier on.
 using device_set = std::vector<int>;
 
+// The devices of the process, read once: their number and handles never change.
+struct device_list {
+  int count = 0;
+  std::array<CUdevice, stream_tracker::max_devices> handles{};
+};
+device_list const* devices() noexcept {
+  static device_list const* const list = [] {
+    auto const& d = detail::driver();
+    auto* l = new (std::nothrow) device_list{};
+    if (l == nullptr || d.cuDeviceGetCount(&l->count) != CUDA_SUCCESS) {
+      delete l;
+      return static_cast<device_list*>(nullptr);
+    }
+    l->count = std::min(l->count, stream_tracker::max_devices);
+    for (int i = 0; i < l->count; ++i) {
+      if (d.cuDeviceGet(&l->handles[static_cast<std::size_t>(i)], i) != CUDA_SUCCESS) l->count = i;
+    }
+    return l;
+  }();
+  return list;
+}
+
 // Makes a barrier on every device whose primary context is active: the GPU work
 // that may touch a freed pinned block runs there (an inactive primary context has
 // no work queued). False when a barrier is refused (a capture is active).
 bool fence_all_devices(device_set& out) {
   auto const& d = detail::driver();
   if (d.init_result != CUDA_SUCCESS) return true;  // no driver: no GPU work to wait for
-  int count = 0;
-  if (d.cuDeviceGetCount(&count) != CUDA_SUCCESS) return false;
-  for (int i = 0; i < count && i < stream_tracker::max_devices; ++i) {
-    CUdevice dev{};
+  device_list const* const list = devices();
+  if (list == nullptr) return false;
+  for (int i = 0; i < list->count; ++i) {
     unsigned flags = 0;
     int active = 0;
-    if (d.cuDeviceGet(&dev, i) != CUDA_SUCCESS || d.cuDevicePrimaryCtxGetState(dev, &flags, &active) != CUDA_SUCCESS)
+    if (d.cuDevicePrimaryCtxGetState(list->handles[static_cast<std::size_t>(i)], &flags, &active) != CUDA_SUCCESS)
       return false;
     if (active == 0) continue;
     if (!stream_tracker::of(i).barrier()) return false;
