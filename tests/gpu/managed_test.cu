@@ -13,6 +13,7 @@
 //                                  prefetch to the GPU, fill there, prefetch back, sum
 //                                  on the host, free; prints microseconds per iteration
 //                                  (median of 5 rounds) and a checksum to compare
+//   managed_test cost              cudaMallocManaged + cudaFree pairs of 4 KiB .. 64 MiB
 //
 // stress: each thread has a non-blocking stream and a device buffer. A spinning kernel
 // keeps the stream busy, then
@@ -28,6 +29,8 @@
 // runtime) and gpu_managed_test_shared (libcudart.so, as PyTorch and CuPy load it).
 
 #include <cuda_runtime.h>
+
+#include "pair_cost.cuh"
 
 #include <algorithm>
 #include <atomic>
@@ -236,6 +239,16 @@ std::uint64_t loop_once(int i) {
   return sum;
 }
 
+int cost() {
+  CHECK_CUDA(cudaFree(nullptr));  // the context first
+  time_pairs("pair", [](std::size_t n) {
+    void* p = nullptr;
+    CHECK_CUDA(cudaMallocManaged(&p, n));
+    CHECK_CUDA(cudaFree(p));
+  });
+  return cuda_failures.load() == 0 ? 0 : 1;
+}
+
 int loop(int iters) {
   CHECK_CUDA(cudaFree(nullptr));  // the context first
   std::uint64_t checksum = 0;
@@ -268,6 +281,7 @@ int main(int argc, char** argv) {
   if (mode == "queries") return queries();
   if (mode == "stress") return stress(std::max(1, threads), seconds);
   if (mode == "loop") return loop(std::max(1, iters));
-  std::fprintf(stderr, "usage: managed_test queries | stress [--threads N] [--seconds S] | loop [--iters N]\n");
+  if (mode == "cost") return cost();
+  std::fprintf(stderr, "usage: managed_test queries | stress [--threads N] [--seconds S] | loop [--iters N] | cost\n");
   return 2;
 }

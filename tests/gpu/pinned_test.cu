@@ -31,6 +31,8 @@
 
 #include <cuda_runtime.h>
 
+#include "pair_cost.cuh"
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -221,26 +223,12 @@ int stress(int threads, double seconds) {
 }
 
 int cost() {
-  void* warm = nullptr;
   CHECK_CUDA(cudaFree(nullptr));  // the context first
-  for (std::size_t n = std::size_t{4} << 10; n <= std::size_t{64} << 20; n *= 4) {
-    int const pairs = n <= (std::size_t{1} << 20) ? 2000 : 200;
-    CHECK_CUDA(cudaHostAlloc(&warm, n, 0));  // a pool keeps it for the loop
-    CHECK_CUDA(cudaFreeHost(warm));
-    std::vector<double> rounds;
-    for (int round = 0; round < 5; ++round) {
-      auto const t0 = std::chrono::steady_clock::now();
-      for (int i = 0; i < pairs; ++i) {
-        void* p = nullptr;
-        CHECK_CUDA(cudaHostAlloc(&p, n, 0));
-        CHECK_CUDA(cudaFreeHost(p));
-      }
-      rounds.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /
-                       pairs);
-    }
-    std::sort(rounds.begin(), rounds.end());
-    std::printf("pair %8zu KiB: %10.3f us (median of 5 rounds of %d)\n", n >> 10, rounds[2], pairs);
-  }
+  time_pairs("pair", [](std::size_t n) {
+    void* p = nullptr;
+    CHECK_CUDA(cudaHostAlloc(&p, n, 0));
+    CHECK_CUDA(cudaFreeHost(p));
+  });
   return cuda_failures.load() == 0 ? 0 : 1;
 }
 
