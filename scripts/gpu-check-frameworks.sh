@@ -34,6 +34,16 @@ ref=$(PYTORCH_NO_CUDA_MEMORY_CACHING=1 python3 "$fw/torch_step.py" | sed -n 's/^
 echo "  pytorch reference loss (no shim): $ref"
 PYTORCH_NO_CUDA_MEMORY_CACHING=1 "$run" -- python3 "$fw/torch_step.py" "$ref" 2>&1 | tee "$out/fw-pytorch.log"
 verdict pytorch "${PIPESTATUS[0]}"
+# PyTorch's DataLoader with pin_memory=True (worker processes, the pinning thread,
+# non-blocking copies) over gpumem's pinned pool: the same checksum, bit for bit, with
+# PyTorch's pinned cache as it is and emptied after every batch (most pinned tensors
+# then reach cudaHostAlloc and cudaFreeHost, with their copies still queued).
+for empty in "" --empty-cache; do
+  ref_pin=$(python3 "$fw/torch_pin_memory_check.py" $empty | sed -n 's/^TORCH-PIN checksum=\([^ ]*\).*/\1/p')
+  "$run" --host-pool -- python3 "$fw/torch_pin_memory_check.py" $empty --expect "$ref_pin" --expect-host-chain 2>&1 |
+    tee "$out/fw-pytorch-pin$empty.log"
+  verdict "pytorch-pin-memory${empty:+ (cache emptied)}" "${PIPESTATUS[0]}"
+done
 # PyTorch's caching allocator with expandable segments creates and maps its own
 # memory: counted and held to the limit, results unchanged.
 es_conf="PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
