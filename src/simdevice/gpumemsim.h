@@ -28,6 +28,11 @@ void gpumemsim_run_all(void);
 long gpumemsim_call_count(const char* entry);
 /** Resize one device; ignored (with a message on stderr) while anything is live. */
 void gpumemsim_set_device_memory(int device, size_t bytes);
+/** POSIX fd shareable handles of cuMemCreate: 1 (the default) supported; 0 not
+ *  (CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED says 0 and the
+ *  request is CUDA_ERROR_NOT_SUPPORTED); 2 the attribute says 1 but the request is
+ *  still CUDA_ERROR_NOT_SUPPORTED, as some drivers do. */
+void gpumemsim_set_posix_fd_handles(int mode);
 
 #ifdef __cplusplus
 }

@@ -36,6 +36,14 @@ TEST_F(NoVmmTest, AttributeIsZeroAndEveryEntryPointIsUnsupported) {
   EXPECT_EQ(drv.cuMemGetAccess(&flags, &prop.location, p), CUDA_ERROR_NOT_SUPPORTED);
   EXPECT_EQ(drv.cuMemGetAllocationPropertiesFromHandle(&prop, h), CUDA_ERROR_NOT_SUPPORTED);
   EXPECT_EQ(drv.cuMemRetainAllocationHandle(&h, nullptr), CUDA_ERROR_NOT_SUPPORTED);
+  ASSERT_EQ(drv.cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, 0),
+            CUDA_SUCCESS);
+  EXPECT_EQ(v, 0);
+  int fd = -1;
+  EXPECT_EQ(drv.cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+            CUDA_ERROR_NOT_SUPPORTED);
+  EXPECT_EQ(drv.cuMemImportFromShareableHandle(&h, nullptr, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+            CUDA_ERROR_NOT_SUPPORTED);
   EXPECT_EQ(sim.live_allocations(0), 0U);
   // Ordinary allocation is unaffected.
   CUdeviceptr d_ptr = alloc(G);

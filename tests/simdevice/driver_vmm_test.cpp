@@ -359,7 +359,11 @@ TEST_F(VmmTest, CreateChecksItsArguments) {
   EXPECT_EQ(drv.cuMemCreate(&h, G + 256, &p, 0), CUDA_ERROR_INVALID_VALUE);
   EXPECT_EQ(drv.cuMemCreate(&h, G, nullptr, 0), CUDA_ERROR_INVALID_VALUE);
   EXPECT_EQ(drv.cuMemCreate(&h, G, &p, 1), CUDA_ERROR_INVALID_VALUE);
-  p.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  // POSIX fds are the only shareable handles simulated (driver_vmm_ipc_test.cpp).
+  p.requestedHandleTypes = CU_MEM_HANDLE_TYPE_FABRIC;
+  EXPECT_EQ(drv.cuMemCreate(&h, G, &p, 0), CUDA_ERROR_NOT_SUPPORTED);
+  p.requestedHandleTypes = static_cast<CUmemAllocationHandleType>(CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR |
+                                                                  CU_MEM_HANDLE_TYPE_FABRIC);
   EXPECT_EQ(drv.cuMemCreate(&h, G, &p, 0), CUDA_ERROR_NOT_SUPPORTED);
   p = prop(7);
   EXPECT_EQ(drv.cuMemCreate(&h, G, &p, 0), CUDA_ERROR_INVALID_DEVICE);
@@ -481,9 +485,10 @@ TEST_F(VmmTest, NeedsNoCurrentContextAndSurvivesAPrimaryContextReset) {
 }
 
 TEST_F(VmmTest, EntryPointsResolveThroughGetProcAddress) {
-  for (char const* name : {"cuMemAddressReserve", "cuMemAddressFree", "cuMemCreate", "cuMemRelease", "cuMemMap",
-                           "cuMemUnmap", "cuMemSetAccess", "cuMemGetAccess", "cuMemGetAllocationGranularity",
-                           "cuMemGetAllocationPropertiesFromHandle", "cuMemRetainAllocationHandle"}) {
+  for (char const* name :
+       {"cuMemAddressReserve", "cuMemAddressFree", "cuMemCreate", "cuMemRelease", "cuMemMap", "cuMemUnmap",
+        "cuMemSetAccess", "cuMemGetAccess", "cuMemGetAllocationGranularity", "cuMemGetAllocationPropertiesFromHandle",
+        "cuMemRetainAllocationHandle", "cuMemExportToShareableHandle", "cuMemImportFromShareableHandle"}) {
     void* fn = nullptr;
     CUdriverProcAddressQueryResult status{};
     ASSERT_EQ(drv.cuGetProcAddress(name, &fn, 13000, CU_GET_PROC_ADDRESS_DEFAULT, &status), CUDA_SUCCESS) << name;

@@ -36,6 +36,7 @@ namespace gpumem::test {
   X(cuMemGetAllocationGranularity) X(cuMemAddressReserve) X(cuMemAddressFree) X(cuMemCreate)    \
   X(cuMemRelease) X(cuMemMap) X(cuMemUnmap) X(cuMemSetAccess) X(cuMemGetAccess)                 \
   X(cuMemGetAllocationPropertiesFromHandle) X(cuMemRetainAllocationHandle)                       \
+  X(cuMemExportToShareableHandle) X(cuMemImportFromShareableHandle)                              \
   X(cuDeviceGetDevResource) X(cuCtxGetDevResource) X(cuGreenCtxGetDevResource)                 \
   X(cuDevSmResourceSplitByCount) X(cuDevResourceGenerateDesc) X(cuGreenCtxCreate)               \
   X(cuGreenCtxDestroy) X(cuCtxFromGreenCtx) X(cuGreenCtxGetId) X(cuGreenCtxStreamCreate)        \

@@ -49,6 +49,11 @@ class sim_control {
   void set_device_memory(int device, std::size_t bytes) const noexcept {
     if (set_device_memory_ != nullptr) set_device_memory_(device, bytes);
   }
+  /// POSIX fd shareable handles: 1 supported (default), 0 not, 2 the attribute
+  /// says 1 but cuMemCreate refuses the request (gpumemsim.h).
+  void set_posix_fd_handles(int mode) const noexcept {
+    if (set_posix_fd_handles_ != nullptr) set_posix_fd_handles_(mode);
+  }
 
  private:
   sim_control() {
@@ -63,6 +68,7 @@ class sim_control {
     lookup(h, "gpumemsim_run_all", run_all_);
     lookup(h, "gpumemsim_call_count", call_count_);
     lookup(h, "gpumemsim_set_device_memory", set_device_memory_);
+    lookup(h, "gpumemsim_set_posix_fd_handles", set_posix_fd_handles_);
   }
 
   template <class F>
@@ -78,6 +84,7 @@ class sim_control {
   void (*run_all_)() = nullptr;
   long (*call_count_)(char const*) = nullptr;
   void (*set_device_memory_)(int, std::size_t) = nullptr;
+  void (*set_posix_fd_handles_)(int) = nullptr;
 };
 
 }  // namespace gpumem::test

@@ -61,6 +61,9 @@ int attribute_value(CUdevice_attribute a, int ordinal) {
     case CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES: return CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
     // cuMemCreate/cuMemMap and friends (vmm_api.cpp), unless GPUMEM_SIM_NO_VMM=1.
     case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED: return vmm_state::supported() ? 1 : 0;
+    // cuMemCreate's POSIX fd request (gpumemsim_set_posix_fd_handles can switch it off).
+    case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED:
+      return vmm_state::supported() && vmm_state::posix_fd_handles() != vmm_state::fd_handles::unsupported ? 1 : 0;
     default: return 0;
   }
   // NOLINTEND(bugprone-branch-clone)

@@ -2,6 +2,7 @@
 
 #include "state.hpp"
 #include "stream.hpp"
+#include "vmm.hpp"
 
 #include <cstdio>
 
@@ -36,4 +37,12 @@ void gpumemsim_set_device_memory(int ordinal, size_t bytes) {
   if (!d->heap->resize(bytes)) {
     std::fprintf(stderr, "gpumemsim: set_device_memory(%d, %zu) ignored: allocations are live\n", ordinal, bytes);
   }
+}
+
+void gpumemsim_set_posix_fd_handles(int mode) {
+  if (mode < 0 || mode > 2) {
+    std::fprintf(stderr, "gpumemsim: set_posix_fd_handles(%d): not 0, 1 or 2\n", mode);
+    return;
+  }
+  vmm_state::set_posix_fd_handles(static_cast<vmm_state::fd_handles>(mode));
 }

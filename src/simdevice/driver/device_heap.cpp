@@ -195,6 +195,11 @@ free_status device_heap::release(std::uintptr_t ptr, bool allow_pending) {
   return free_status::ok;
 }
 
+void device_heap::retire(std::uintptr_t ptr) {
+  std::lock_guard lock(mutex_);
+  live_.erase(ptr);
+}
+
 bool device_heap::find(std::uintptr_t ptr, allocation* out) {
   std::lock_guard lock(mutex_);
   auto it = live_containing(ptr);
@@ -236,7 +241,7 @@ std::size_t device_heap::live_count() {
 
 bool device_heap::resize(std::size_t bytes) {
   std::lock_guard lock(mutex_);
-  if (!live_.empty()) return false;
+  if (!live_.empty() || used_ != 0) return false;
   unmap();
   map(bytes);
   return true;

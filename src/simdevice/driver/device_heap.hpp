@@ -60,6 +60,9 @@ class device_heap {
   void clear_free_pending(std::uintptr_t ptr);
   /// Returns the allocation's block to the free map.
   free_status release(std::uintptr_t ptr, bool allow_pending);
+  /// Forgets the live allocation at `ptr` without ever reusing its block: it
+  /// stays counted in used() (another process may still map it).
+  void retire(std::uintptr_t ptr);
   /// The live allocation containing `ptr` (interior pointers included).
   bool find(std::uintptr_t ptr, allocation* out);
   bool contains(std::uintptr_t ptr) const noexcept { return ptr >= base_ && ptr < base_ + capacity_; }
@@ -70,7 +73,7 @@ class device_heap {
   std::size_t total() const noexcept { return capacity_; }
   std::size_t used();
   std::size_t live_count();
-  /// Rebuilds the mapping at a new size; false while anything is live.
+  /// Rebuilds the mapping at a new size; false while anything is live or retired.
   bool resize(std::size_t bytes);
 
   int fd() const noexcept { return fd_; }

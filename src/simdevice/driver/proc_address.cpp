@@ -140,6 +140,8 @@ proc_entry const table[] = {
     ROW("cuMemGetAccess", 10020, cuMemGetAccess),
     ROW("cuMemGetAllocationPropertiesFromHandle", 10020, cuMemGetAllocationPropertiesFromHandle),
     ROW("cuMemRetainAllocationHandle", 11000, cuMemRetainAllocationHandle),
+    ROW("cuMemExportToShareableHandle", 10020, cuMemExportToShareableHandle),
+    ROW("cuMemImportFromShareableHandle", 10020, cuMemImportFromShareableHandle),
     ROW("cuMemsetD8", 3020, cuMemsetD8_v2),
     ROW("cuMemsetD32", 3020, cuMemsetD32_v2),
     ROW_PTSZ("cuMemsetD8Async", 3020, cuMemsetD8Async),

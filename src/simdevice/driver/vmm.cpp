@@ -1,5 +1,6 @@
 #include "vmm.hpp"
 
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -18,7 +19,29 @@ void* to_ptr(std::uintptr_t p) noexcept { return reinterpret_cast<void*>(p); }
 
 std::size_t as_size(std::uintptr_t p) noexcept { return static_cast<std::size_t>(p); }
 
+constexpr std::uint64_t share_magic = 0x31666476'73757067;  // "gpusvdf1"
+
+/// What an exported fd's file position points at (see vmm.hpp).
+struct share_record {
+  std::uint64_t magic = 0;
+  std::int32_t device = 0;
+  std::int32_t unused = 0;
+  std::uint64_t offset = 0;
+  std::uint64_t size = 0;
+  CUmemAllocationProp prop{};
+};
+
+std::atomic<int> g_posix_fd_handles{static_cast<int>(vmm_state::fd_handles::supported)};
+
 }  // namespace
+
+vmm_state::fd_handles vmm_state::posix_fd_handles() noexcept {
+  return static_cast<fd_handles>(g_posix_fd_handles.load(std::memory_order_relaxed));
+}
+
+void vmm_state::set_posix_fd_handles(fd_handles mode) noexcept {
+  g_posix_fd_handles.store(static_cast<int>(mode), std::memory_order_relaxed);
+}
 
 vmm_state& vmm_state::get() {
   static auto* s = new vmm_state;  // immortal, like the rest of the sim's state
@@ -52,9 +75,22 @@ int vmm_state::host_protection(granule_access a) noexcept {
   return a.read != 0 ? PROT_READ : PROT_NONE;
 }
 
+std::pair<int, std::uint64_t> vmm_state::backing(physical const& ph) {
+  if (ph.imported_fd >= 0) return {ph.imported_fd, ph.offset};
+  device_heap const& heap = *device_at(ph.device)->heap;
+  return {heap.fd(), ph.block - heap.base()};
+}
+
 void vmm_state::drop_if_unused(std::map<CUmemGenericAllocationHandle, physical>::iterator it) {
-  if (it->second.refs > 0 || it->second.mappings > 0) return;
-  device_at(it->second.device)->heap->release(it->second.block, false);
+  physical const& ph = it->second;
+  if (ph.refs > 0 || ph.mappings > 0) return;
+  if (ph.imported_fd >= 0) {
+    close(ph.imported_fd);
+  } else if (ph.exported) {
+    device_at(ph.device)->heap->retire(ph.block);  // another process may map it still
+  } else {
+    device_at(ph.device)->heap->release(ph.block, false);
+  }
   handles_.erase(it);
 }
 
@@ -159,10 +195,9 @@ CUresult vmm_state::map(std::uintptr_t ptr, std::size_t size, CUmemGenericAlloca
     violation("cuMemMap(%#zx, %zu): the range is already mapped", as_size(ptr), size);
     return CUDA_ERROR_INVALID_VALUE;
   }
-  device_heap const& heap = *device_at(h->second.device)->heap;
+  auto const [file, offset] = backing(h->second);
   // No access until cuMemSetAccess, as documented.
-  void* p = mmap(to_ptr(ptr), size, PROT_NONE, MAP_SHARED | MAP_FIXED, heap.fd(),
-                 static_cast<off_t>(h->second.block - heap.base()));
+  void* p = mmap(to_ptr(ptr), size, PROT_NONE, MAP_SHARED | MAP_FIXED, file, static_cast<off_t>(offset));
   if (p == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
   mapping m;
   m.size = size;
@@ -251,6 +286,65 @@ CUresult vmm_state::retain(std::uintptr_t ptr, CUmemGenericAllocationHandle* out
   if (m == mappings_.end()) return CUDA_ERROR_INVALID_VALUE;
   ++handles_.find(m->second.handle)->second.refs;
   *out = m->second.handle;
+  return CUDA_SUCCESS;
+}
+
+CUresult vmm_state::export_fd(CUmemGenericAllocationHandle handle, int* out) {
+  std::lock_guard lock(mutex_);
+  auto h = handles_.find(handle);
+  if (h == handles_.end() || h->second.refs == 0) return CUDA_ERROR_INVALID_VALUE;
+  physical& ph = h->second;
+  // Guessed: CUDA documents no specific error for a handle created without the request.
+  if ((ph.prop.requestedHandleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) == 0) return CUDA_ERROR_INVALID_VALUE;
+  auto const [file, offset] = backing(ph);
+  // A fresh open file description: its position is this export's own.
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/self/fd/%d", file);
+  int const fd = open(path, O_RDWR | O_APPEND | O_CLOEXEC);
+  if (fd < 0) return CUDA_ERROR_OPERATING_SYSTEM;
+  share_record rec;
+  rec.magic = share_magic;
+  rec.device = ph.device;
+  rec.offset = offset;
+  rec.size = ph.size;
+  rec.prop = ph.prop;
+  // O_APPEND: exports in several processes sharing the memfd never overwrite each
+  // other. Then the position goes back to the record, and O_APPEND is dropped.
+  off_t end = -1;
+  if (write(fd, &rec, sizeof rec) == static_cast<ssize_t>(sizeof rec)) end = lseek(fd, 0, SEEK_CUR);
+  if (end < static_cast<off_t>(sizeof rec) || lseek(fd, end - static_cast<off_t>(sizeof rec), SEEK_SET) < 0 ||
+      fcntl(fd, F_SETFL, 0) != 0) {
+    close(fd);
+    return CUDA_ERROR_OPERATING_SYSTEM;
+  }
+  ph.exported = true;
+  *out = fd;
+  return CUDA_SUCCESS;
+}
+
+CUresult vmm_state::import_fd(int fd, CUmemGenericAllocationHandle* out) {
+  off_t const at = lseek(fd, 0, SEEK_CUR);
+  share_record rec;
+  if (at < 0 || pread(fd, &rec, sizeof rec, at) != static_cast<ssize_t>(sizeof rec) || rec.magic != share_magic)
+    return CUDA_ERROR_INVALID_VALUE;
+  auto const end = static_cast<std::uint64_t>(at);
+  if (rec.size == 0 || rec.size % granularity != 0 || rec.offset > end || rec.size > end - rec.offset)
+    return CUDA_ERROR_INVALID_VALUE;
+  // Documented: memory this process cannot support.
+  if (device_at(rec.device) == nullptr) return CUDA_ERROR_NOT_SUPPORTED;
+  int const own = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  if (own < 0) return CUDA_ERROR_OPERATING_SYSTEM;
+  physical ph;
+  ph.device = rec.device;
+  ph.size = static_cast<std::size_t>(rec.size);
+  ph.prop = rec.prop;
+  ph.prop.win32HandleMetaData = nullptr;  // an address of the exporter's
+  ph.imported_fd = own;
+  ph.offset = rec.offset;
+  std::lock_guard lock(mutex_);
+  CUmemGenericAllocationHandle const h = next_handle_++;
+  handles_.emplace(h, ph);
+  *out = h;
   return CUDA_SUCCESS;
 }
 

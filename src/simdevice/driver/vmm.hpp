@@ -9,6 +9,23 @@
 // The entry points (vmm_api.cpp) check their arguments; this class checks what
 // depends on the state and counts violations where a caller broke the rules.
 //
+// Shareable handles (CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR only): a physical
+// allocation created with that request can be exported. The exported fd is a
+// fresh open of the memfd that holds the allocation (the device heap's), whose
+// file position points at a record written past the heap's end: {magic, device,
+// offset, size, properties}. Passed to another process (SCM_RIGHTS), it maps the
+// very same pages, so both see each other's writes; the importer keeps a dup of
+// it until its handle and mappings are gone.
+//
+// Lifetimes: on a GPU the physical memory lives while any process holds a
+// handle or mapping of it. The sim cannot count across processes, so it is
+// conservative: once exported, an allocation's block is never reused by the
+// exporter's heap; after its last local handle and mapping go, it stays counted
+// as used on its device until the process exits. An importer's mapping stays
+// valid after the exporter released its handle or exited (the fd and mmap keep
+// the memfd pages alive), and an fd can be imported even after the exporter
+// exited.
+//
 // Thread safety: one mutex guards everything; it is taken before a device
 // heap's (never the other way round) and never held while stream work runs.
 
@@ -19,6 +36,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 namespace gpumemsim {
@@ -44,6 +62,15 @@ class vmm_state {
   CUresult get_access(std::uintptr_t ptr, int device, unsigned long long* flags);
   CUresult properties(CUmemGenericAllocationHandle handle, CUmemAllocationProp* out);
   CUresult retain(std::uintptr_t ptr, CUmemGenericAllocationHandle* out);
+  /// A new POSIX fd naming the allocation (the caller owns it).
+  CUresult export_fd(CUmemGenericAllocationHandle handle, int* out);
+  /// A new handle for the allocation an exported fd names (the fd stays the caller's).
+  CUresult import_fd(int fd, CUmemGenericAllocationHandle* out);
+
+  /// How POSIX fd shareable handles are offered (gpumemsim_set_posix_fd_handles).
+  enum class fd_handles : int { unsupported = 0, supported = 1, refused = 2 };
+  static fd_handles posix_fd_handles() noexcept;
+  static void set_posix_fd_handles(fd_handles mode) noexcept;
 
   /// The mapping holding `ptr` (accessible or not).
   bool lookup(std::uintptr_t ptr, pointer_info* out);
@@ -64,11 +91,14 @@ class vmm_state {
   };
   struct physical {
     int device = 0;
-    std::uintptr_t block = 0;  // in the device heap
+    std::uintptr_t block = 0;  // in the device heap (not for an imported one)
     std::size_t size = 0;
     CUmemAllocationProp prop{};
-    int refs = 1;      // cuMemCreate and cuMemRetainAllocationHandle, less cuMemRelease
-    int mappings = 0;  // live cuMemMap mappings of it
+    int refs = 1;              // cuMemCreate and cuMemRetainAllocationHandle, less cuMemRelease
+    int mappings = 0;          // live cuMemMap mappings of it
+    bool exported = false;     // its block must never be reused
+    int imported_fd = -1;      // imported: owned dup of the exporter's memfd; -1 for the heap's
+    std::uint64_t offset = 0;  // imported: of the allocation in that memfd
   };
   struct mapping {
     std::size_t size = 0;
@@ -82,6 +112,8 @@ class vmm_state {
   /// Frees the physical memory once no handle reference and no mapping remain.
   void drop_if_unused(std::map<CUmemGenericAllocationHandle, physical>::iterator it);
   static int host_protection(granule_access a) noexcept;
+  /// The memfd holding a physical allocation, and the allocation's offset in it.
+  static std::pair<int, std::uint64_t> backing(physical const& ph);
 
   std::mutex mutex_;
   std::atomic<std::size_t> reservation_count_{0};       // lets host-pointer checks skip the lock

@@ -1,6 +1,7 @@
 // Virtual memory management: cuMemGetAllocationGranularity, cuMemAddressReserve/
 // Free, cuMemCreate/Release, cuMemMap/Unmap, cuMemSetAccess/GetAccess,
-// cuMemGetAllocationPropertiesFromHandle, cuMemRetainAllocationHandle.
+// cuMemGetAllocationPropertiesFromHandle, cuMemRetainAllocationHandle,
+// cuMemExportToShareableHandle/cuMemImportFromShareableHandle (POSIX fds only).
 //
 // These take no context (they name their device; PyTorch calls cuMemCreate on
 // threads that never made one current), only cuInit. With GPUMEM_SIM_NO_VMM=1
@@ -8,6 +9,9 @@
 
 #include "stream.hpp"
 #include "vmm.hpp"
+
+#include <climits>
+#include <cstdint>
 
 using namespace gpumemsim;
 
@@ -82,8 +86,12 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size, const CU
   if (handle == nullptr || !multiple(size) || flags != 0) return CUDA_ERROR_INVALID_VALUE;
   if (CUresult r = check_prop(prop); r != CUDA_SUCCESS) return r;
   if (prop->win32HandleMetaData != nullptr) return CUDA_ERROR_INVALID_VALUE;  // documented: zero off Windows
-  // No shareable handles (cuMemExportToShareableHandle is not simulated).
-  if (prop->requestedHandleTypes != CU_MEM_HANDLE_TYPE_NONE) return CUDA_ERROR_NOT_SUPPORTED;
+  // POSIX fds are the only shareable handles simulated (unless switched off).
+  if (prop->requestedHandleTypes == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) {
+    if (vmm_state::posix_fd_handles() != vmm_state::fd_handles::supported) return CUDA_ERROR_NOT_SUPPORTED;
+  } else if (prop->requestedHandleTypes != CU_MEM_HANDLE_TYPE_NONE) {
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
   return vmm_state::get().create(prop->location.id, size, *prop, handle);
 }
 
@@ -148,4 +156,25 @@ CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle* handle, void*
   SIM_REQUIRE_VMM();
   if (handle == nullptr) return CUDA_ERROR_INVALID_VALUE;
   return vmm_state::get().retain(reinterpret_cast<std::uintptr_t>(addr), handle);
+}
+
+CUresult cuMemExportToShareableHandle(void* shareableHandle, CUmemGenericAllocationHandle handle,
+                                      CUmemAllocationHandleType handleType, unsigned long long flags) {
+  SIM_ENTRY("cuMemExportToShareableHandle");
+  SIM_REQUIRE_VMM();
+  // Guessed: another handle type (the allocation cannot have requested one).
+  if (shareableHandle == nullptr || flags != 0 || handleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+    return CUDA_ERROR_INVALID_VALUE;
+  return vmm_state::get().export_fd(handle, static_cast<int*>(shareableHandle));
+}
+
+CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle* handle, void* osHandle,
+                                        CUmemAllocationHandleType shHandleType) {
+  SIM_ENTRY("cuMemImportFromShareableHandle");
+  SIM_REQUIRE_VMM();
+  if (handle == nullptr || shHandleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) return CUDA_ERROR_INVALID_VALUE;
+  // The fd travels in the pointer's value; it stays the caller's.
+  auto const fd = static_cast<std::intptr_t>(reinterpret_cast<std::uintptr_t>(osHandle));
+  if (fd < 0 || fd > INT_MAX) return CUDA_ERROR_INVALID_VALUE;
+  return vmm_state::get().import_fd(static_cast<int>(fd), handle);
 }
