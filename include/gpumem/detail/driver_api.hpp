@@ -35,6 +35,8 @@ namespace gpumem::detail {
   X(cuMemcpyDtoH) X(cuDeviceCanAccessPeer)                                        \
   X(cuMemGetAllocationGranularity) X(cuMemAddressReserve) X(cuMemAddressFree)      \
   X(cuMemCreate) X(cuMemRelease) X(cuMemMap) X(cuMemUnmap) X(cuMemSetAccess)      \
+  X(cuMemRetainAllocationHandle) X(cuMemExportToShareableHandle)                   \
+  X(cuMemImportFromShareableHandle)                                                \
   X(cuGreenCtxRecordEvent) X(cuGreenCtxWaitEvent) X(cuStreamGetGreenCtx)         \
   X(cuStreamGetCtx) X(cuMemHostAlloc) X(cuMemFreeHost)
 // clang-format on
