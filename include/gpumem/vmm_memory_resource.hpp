@@ -23,6 +23,14 @@
 // and n cuMemMap calls and one cuMemSetAccess; a decommit one cuMemUnmap per run of
 // mapped granules. info() counts mapped bytes: what the device has given.
 //
+// Sharing: pages are created exportable as POSIX file descriptors
+// (requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) where the
+// device says it supports them, so that CUDA IPC can share them with another
+// process (cuMemRetainAllocationHandle on an address, then
+// cuMemExportToShareableHandle). A driver that refuses the request
+// (CUDA_ERROR_NOT_SUPPORTED or CUDA_ERROR_INVALID_VALUE) gets plain pages from
+// then on, as PyTorch's expandable segments do.
+//
 // Access: the owning device, and every device that can access it as a peer
 // (cuDeviceCanAccessPeer), may read and write it: memory from cuMemAlloc becomes
 // reachable from a peer once the program enables peer access, and a program that

@@ -119,6 +119,14 @@ struct vmm_memory_resource::impl {
         rdma != 0) {
       s.prop.allocFlags.gpuDirectRDMACapable = 1;
     }
+    // Exportable (CUDA IPC) where the device offers POSIX fds; map_pages drops the
+    // request for good if cuMemCreate refuses it.
+    int fd_handles = 0;
+    if (d.cuDeviceGetAttribute(&fd_handles, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, dev) ==
+            CUDA_SUCCESS &&
+        fd_handles != 0) {
+      s.prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    }
     std::size_t total = 0;
     if (d.cuMemGetAllocationGranularity(&s.granularity, &s.prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED) !=
             CUDA_SUCCESS ||
@@ -217,11 +225,18 @@ struct vmm_memory_resource::impl {
 
   /// Maps [at, at + size) with one new physical allocation per page and gives the
   /// device and its peers access. On failure nothing stays mapped. Caller holds `mutex`.
-  static CUresult map_pages(device_state const& s, address at, std::size_t size) noexcept {
+  static CUresult map_pages(device_state& s, address at, std::size_t size) noexcept {
     auto const& d = detail::driver();
     for (std::size_t done = 0; done < size; done += s.granularity) {
       CUmemGenericAllocationHandle handle{};
       CUresult r = d.cuMemCreate(&handle, s.granularity, &s.prop, 0);
+      if ((r == CUDA_ERROR_NOT_SUPPORTED || r == CUDA_ERROR_INVALID_VALUE) &&
+          s.prop.requestedHandleTypes != CU_MEM_HANDLE_TYPE_NONE) {
+        // The driver offers shareable handles but will not make them (as some
+        // containers and drivers do): unshareable pages, for good.
+        s.prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_NONE;
+        r = d.cuMemCreate(&handle, s.granularity, &s.prop, 0);
+      }
       if (r == CUDA_SUCCESS) {
         address const page_at = at + done;
         r = d.cuMemMap(static_cast<CUdeviceptr>(page_at), s.granularity, 0, handle, 0);
@@ -344,7 +359,7 @@ struct vmm_memory_resource::impl {
     std::lock_guard lock{mutex};
     auto const [parts, page] = parts_of(p, bytes, /*released=*/true);
     if (parts.empty()) throw logic_error{"gpumem: vmm commit of a range that is not whole released pages"};
-    device_state const& s = devices.at(parts.front().c->device);
+    device_state& s = devices.at(parts.front().c->device);
     for (std::size_t i = 0; i < parts.size(); ++i) {
       if (CUresult r = map_pages(s, parts[i].at, parts[i].pages * page); r != CUDA_SUCCESS) {
         for (std::size_t j = 0; j < i; ++j) {  // all or nothing

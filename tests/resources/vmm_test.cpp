@@ -18,6 +18,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -181,6 +183,79 @@ TEST_F(Vmm, TheDestructorUnmapsWhatIsLeft) {
     EXPECT_EQ(sim.live_bytes(0), before + 4 * granularity);
   }
   EXPECT_EQ(sim.live_bytes(0), before);
+}
+
+// CUDA IPC groundwork: any granule, found by an address inside it, exports to a
+// POSIX fd that maps exactly that granule's memory again.
+TEST_F(Vmm, PagesAreExportableAsPosixFileDescriptors) {
+  auto const& d = detail::driver();
+  ASSERT_NE(d.cuMemRetainAllocationHandle, nullptr);
+  ASSERT_NE(d.cuMemExportToShareableHandle, nullptr);
+  ASSERT_NE(d.cuMemImportFromShareableHandle, nullptr);
+  int supported = 0;
+  ASSERT_EQ(d.cuDeviceGetAttribute(&supported, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, 0),
+            CUDA_SUCCESS);
+  if (supported == 0) GTEST_SKIP() << "the device offers no POSIX fd handles";
+  auto const attribute_reads = sim.call_count("cuDeviceGetAttribute");
+  void* a = mr.allocate(3 * granularity);
+  EXPECT_EQ(sim.call_count("cuDeviceGetAttribute"), attribute_reads) << "read once per device, in SetUp";
+  auto const second = reinterpret_cast<CUdeviceptr>(as_char(a) + granularity);
+  ASSERT_EQ(d.cuMemsetD8(second, 0x3c, granularity), CUDA_SUCCESS);
+  CUmemGenericAllocationHandle h{};
+  ASSERT_EQ(d.cuMemRetainAllocationHandle(&h, as_char(a) + granularity + 4096), CUDA_SUCCESS);
+  int fd = -1;
+  ASSERT_EQ(d.cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0), CUDA_SUCCESS);
+  ASSERT_GE(fd, 0);
+  EXPECT_EQ(d.cuMemRelease(h), CUDA_SUCCESS);
+  CUmemGenericAllocationHandle imported{};
+  ASSERT_EQ(d.cuMemImportFromShareableHandle(&imported, reinterpret_cast<void*>(static_cast<std::uintptr_t>(fd)),
+                                             CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+            CUDA_SUCCESS);
+  EXPECT_EQ(close(fd), 0);
+  CUdeviceptr view{};
+  ASSERT_EQ(d.cuMemAddressReserve(&view, granularity, 0, 0, 0), CUDA_SUCCESS);
+  ASSERT_EQ(d.cuMemMap(view, granularity, 0, imported, 0), CUDA_SUCCESS);
+  CUmemAccessDesc const rw{{CU_MEM_LOCATION_TYPE_DEVICE, 0}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+  ASSERT_EQ(d.cuMemSetAccess(view, granularity, &rw, 1), CUDA_SUCCESS);
+  std::vector<unsigned char> bytes(granularity);
+  ASSERT_EQ(d.cuMemcpyDtoH(bytes.data(), view, granularity), CUDA_SUCCESS);
+  EXPECT_EQ(std::count(bytes.begin(), bytes.end(), 0x3c), static_cast<std::ptrdiff_t>(granularity));
+  EXPECT_EQ(d.cuMemUnmap(view, granularity), CUDA_SUCCESS);
+  EXPECT_EQ(d.cuMemAddressFree(view, granularity), CUDA_SUCCESS);
+  EXPECT_EQ(d.cuMemRelease(imported), CUDA_SUCCESS);
+  mr.deallocate(a, 3 * granularity);
+  EXPECT_EQ(mr.info().reserved_bytes, 0U);
+}
+
+// Where the device has no POSIX fd handles (0), or says it has them and then
+// refuses them (2), pages are still created, plain; a refusal is tried once.
+TEST_F(Vmm, PagesAreCreatedPlainWhereTheyCannotBeShared) {
+  if (!sim.present()) GTEST_SKIP() << "needs the simulated device (its switch for shareable handles)";
+  auto const& d = detail::driver();
+  struct restore {
+    ~restore() { test::sim_control::get().set_posix_fd_handles(1); }
+  } const restore_default;
+  for (int mode : {0, 2}) {
+    SCOPED_TRACE(mode);
+    sim.set_posix_fd_handles(mode);
+    vmm_memory_resource plain;  // resolves the device now, with the switch set
+    auto const creates = sim.call_count("cuMemCreate");
+    void* a = plain.allocate(2 * granularity);
+    ASSERT_NE(a, nullptr);
+    // Refused once (mode 2), then two plain pages; later pages ask no more.
+    EXPECT_EQ(sim.call_count("cuMemCreate"), creates + (mode == 2 ? 3 : 2));
+    void* b = plain.allocate(granularity);
+    EXPECT_EQ(sim.call_count("cuMemCreate"), creates + (mode == 2 ? 4 : 3));
+    EXPECT_TRUE(test::fill_and_check(a, 2 * granularity, 0x21));
+    CUmemGenericAllocationHandle h{};
+    ASSERT_EQ(d.cuMemRetainAllocationHandle(&h, b), CUDA_SUCCESS);
+    int fd = -1;
+    EXPECT_EQ(d.cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+              CUDA_ERROR_INVALID_VALUE);
+    EXPECT_EQ(d.cuMemRelease(h), CUDA_SUCCESS);
+    plain.deallocate(b, granularity);
+    plain.deallocate(a, 2 * granularity);
+  }
 }
 
 TEST_F(Vmm, APoolOverItHoldsOneRegionThatGrowsInPlace) {
