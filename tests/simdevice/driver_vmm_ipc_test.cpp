@@ -1,17 +1,25 @@
 // Shareable handles of virtual memory (cuMemExportToShareableHandle and
 // cuMemImportFromShareableHandle, POSIX fds): a fork()ed child that receives the
 // fd over a Unix socket (SCM_RIGHTS) maps the parent's very pages; exported
-// memory outlives the exporter's handle and is never reused by its heap.
+// memory outlives the exporter's handle, and the exporter itself, and is never
+// reused by its heap.
 
 #include "sim_driver.hpp"
 
+#include <fcntl.h>
+#include <spawn.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <string>
+#include <vector>
+
+extern char** environ;
 
 namespace gpumem::test {
 namespace {
@@ -313,6 +321,59 @@ TEST_F(VmmIpcTest, ExportAndImportCheckTheirArguments) {
   close(other);
   EXPECT_EQ(out, 0U);
   EXPECT_EQ(close(fd), 0);
+  EXPECT_EQ(drv.cuMemRelease(h), CUDA_SUCCESS);
+  EXPECT_EQ(sim.violations(), 0);
+}
+
+// The exporter of ImportWorksAfterTheExporterExited: this executable run again
+// (a fork()ed child has no heap of its own to export from), handed its end of a
+// socket in GPUMEM_TEST_EXPORT_SOCKET. It exports, sends the fd, lets go of
+// everything and exits.
+TEST_F(VmmIpcTest, ExporterThatExits) {
+  char const* socket_text = std::getenv("GPUMEM_TEST_EXPORT_SOCKET");
+  if (socket_text == nullptr) GTEST_SKIP() << "run by ImportWorksAfterTheExporterExited";
+  CUmemGenericAllocationHandle h = create(G, true);
+  CUdeviceptr p = map_rw(h, G);
+  ASSERT_NE(p, 0U);
+  std::strcpy(host(p + 64), "from a process now gone");
+  int const fd = export_fd(h);
+  ASSERT_GE(fd, 0);
+  EXPECT_TRUE(send_fd(std::atoi(socket_text), fd));
+  EXPECT_EQ(close(fd), 0);
+  EXPECT_TRUE(unmap_and_free(p, G));
+  EXPECT_EQ(drv.cuMemRelease(h), CUDA_SUCCESS);
+}
+
+TEST_F(VmmIpcTest, ImportWorksAfterTheExporterExited) {
+  int sv[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+  ASSERT_EQ(fcntl(sv[1], F_SETFD, 0), 0);  // the exporter's end survives its exec
+  std::vector<std::string> env_text{"GPUMEM_TEST_EXPORT_SOCKET=" + std::to_string(sv[1])};
+  for (char** e = environ; *e != nullptr; ++e) env_text.emplace_back(*e);
+  std::vector<char*> env;
+  for (auto& e : env_text) env.push_back(e.data());
+  env.push_back(nullptr);
+  std::string exe = "/proc/self/exe";
+  std::string filter = "--gtest_filter=VmmIpcTest.ExporterThatExits";
+  char* argv[] = {exe.data(), filter.data(), nullptr};
+  pid_t pid = 0;
+  ASSERT_EQ(posix_spawn(&pid, exe.c_str(), nullptr, nullptr, argv, env.data()), 0);
+  close(sv[1]);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  ASSERT_EQ(WEXITSTATUS(status), 0);
+  // The exporter is gone; the fd it sent is still in the socket.
+  int const fd = receive_fd(sv[0]);
+  close(sv[0]);
+  ASSERT_GE(fd, 0);
+  CUmemGenericAllocationHandle h = 0;
+  ASSERT_EQ(drv.cuMemImportFromShareableHandle(&h, as_os_handle(fd), posix_fd), CUDA_SUCCESS);
+  EXPECT_EQ(close(fd), 0);
+  CUdeviceptr p = map_rw(h, G);
+  ASSERT_NE(p, 0U);
+  EXPECT_STREQ(host(p + 64), "from a process now gone");
+  EXPECT_TRUE(unmap_and_free(p, G));
   EXPECT_EQ(drv.cuMemRelease(h), CUDA_SUCCESS);
   EXPECT_EQ(sim.violations(), 0);
 }
