@@ -17,7 +17,8 @@ int gpumemsim_present(void);
 long gpumemsim_violations(void);
 void gpumemsim_reset_violations(void);
 /** Live (not yet freed, including pending async frees) allocations and their
- *  rounded bytes on one device; 0 for an unknown device. */
+ *  rounded bytes on one device; 0 for an unknown device. The bytes also count
+ *  exported VMM memory this process let go of (another process may map it). */
 size_t gpumemsim_live_allocations(int device);
 size_t gpumemsim_live_bytes(int device);
 /** Run every pending stream operation of every context, as if all streams were
