@@ -7,6 +7,7 @@
 #include "serve/created_memory.hpp"
 #include "serve/device_chains.hpp"
 #include "serve/host_memory.hpp"
+#include "serve/ipc_sharing.hpp"
 #include "serve/live_streams.hpp"
 #include "serve/own_context_memory.hpp"
 #include "serve/release.hpp"
@@ -35,6 +36,7 @@ void on_fork_child() noexcept {
   reset_own_context_after_fork();
   reset_release_after_fork();
   reset_host_after_fork();
+  reset_ipc_after_fork();
   state().stats.reset();
 }
 

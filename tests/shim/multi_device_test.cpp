@@ -121,12 +121,31 @@ TEST(ShimContexts, TheProgramPassesWithoutTheShimToo) {
   expect_pass(r, "contexts");
 }
 
-TEST(ShimIpc, APooledHandleIsRefusedAndTheMessageNamesTheFix) {
-  auto const r = run_app("shim_multi_app", {"ipc"});
+TEST(ShimIpc, APooledHandleOfASlabPoolIsRefusedAndTheMessageNamesTheFix) {
+  auto const r = run_app("shim_multi_app", {"ipc"}, {{"GPUMEM_RESOURCE", "cuda-pool"}});
   expect_pass(r, "ipc");
   EXPECT_NE(r.output.find("cudaIpcGetMemHandle"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("GPUMEM_RESOURCE=cuda"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("--resource cuda"), std::string::npos) << r.output;
+}
+
+// The default pool shares its pages: another process under gpumem opens exactly the
+// allocation (across pages), reads it and writes back.
+TEST(ShimIpc, AnotherProcessOpensExactlyThePooledAllocation) {
+  auto const r = run_app("shim_multi_app", {"ipc-export"});
+  expect_pass(r, "ipc-export");
+  expect_pass(r, "ipc-open");
+}
+
+// A free while another process has the allocation open is parked: the pool does not
+// hand that memory to the next allocation (which would write into the other
+// process's view) until the import closed; then the handle no longer opens.
+TEST(ShimIpc, AFreeWhileImportedIsParkedUntilTheImportCloses) {
+  auto const r = run_app("shim_multi_app", {"ipc-park"});
+  expect_pass(r, "ipc-park");
+  expect_pass(r, "ipc-hold");
+  expect_pass(r, "ipc-stale");
+  EXPECT_NE(r.output.find("IPC parked_reused=0"), std::string::npos) << r.output;
 }
 
 TEST(ShimIpc, WithResourceCudaAnotherProcessOpensExactlyTheAllocation) {

@@ -12,6 +12,7 @@
 #include "serve/created_memory.hpp"
 #include "serve/device_chains.hpp"
 #include "serve/ipc_policy.hpp"
+#include "serve/ipc_sharing.hpp"
 #include "serve/live_streams.hpp"
 #include "serve/managed_memory.hpp"
 #include "serve/mem_info.hpp"
@@ -346,14 +347,31 @@ GPUMEM_HOOK(CUresult, cuPointerGetAttributes,
   return r;
 }
 
+// IPC: pooled memory is shared by gpumem's own handles (ipc_sharing.hpp); CUDA's
+// memory and CUDA's handles stay CUDA's.
 GPUMEM_HOOK(CUresult, cuIpcGetMemHandle, (CUipcMemHandle * handle, CUdeviceptr dptr)) {
   using fn = CUresult (*)(CUipcMemHandle*, CUdeviceptr);
-  if (active() &&
-      !ipc_allowed(reinterpret_cast<void*>(static_cast<std::uintptr_t>(dptr)), attribute("cuIpcGetMemHandle"))) {
-    return CUDA_ERROR_NOT_SUPPORTED;
+  if (active()) {
+    void* const p = reinterpret_cast<void*>(static_cast<std::uintptr_t>(dptr));
+    if (CUresult const r = ipc_export(p, handle, attribute("cuIpcGetMemHandle")); r != CUDA_ERROR_NOT_SUPPORTED)
+      return r;
+    if (!ipc_allowed(p, attribute("cuIpcGetMemHandle"))) return CUDA_ERROR_NOT_SUPPORTED;
   }
   auto const f = real<fn>(hook_id::h_cuIpcGetMemHandle);
   return f != nullptr ? f(handle, dptr) : not_loaded();
+}
+GPUMEM_HOOK(CUresult, cuIpcOpenMemHandle_v2, (CUdeviceptr * dptr, CUipcMemHandle handle, unsigned int flags)) {
+  using fn = CUresult (*)(CUdeviceptr*, CUipcMemHandle, unsigned int);
+  if (CUresult const r = ipc_open(dptr, handle, flags, attribute("cuIpcOpenMemHandle")); r != CUDA_ERROR_NOT_SUPPORTED)
+    return r;
+  auto const f = real<fn>(hook_id::h_cuIpcOpenMemHandle_v2);
+  return f != nullptr ? f(dptr, handle, flags) : not_loaded();
+}
+GPUMEM_HOOK(CUresult, cuIpcCloseMemHandle, (CUdeviceptr dptr)) {
+  using fn = CUresult (*)(CUdeviceptr);
+  if (CUresult const r = ipc_close(dptr, attribute("cuIpcCloseMemHandle")); r != CUDA_ERROR_NOT_SUPPORTED) return r;
+  auto const f = real<fn>(hook_id::h_cuIpcCloseMemHandle);
+  return f != nullptr ? f(dptr) : not_loaded();
 }
 
 // Synchronizations: CUDA's answer, then the release threshold (release.hpp). The

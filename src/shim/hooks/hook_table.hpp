@@ -35,7 +35,8 @@ namespace gpumem::shim {
   X(cuMemMap) X(cuMemUnmap) X(cuGreenCtxCreate) X(cuGreenCtxDestroy) X(cuCtxSynchronize)       \
   X(cuCtxSynchronize_v2) X(cuStreamSynchronize) X(cuStreamSynchronize_ptsz) X(cuEventSynchronize) \
   X(cuMemPoolTrimTo) X(cuMemPoolGetAttribute) X(cuMemPoolSetAttribute)                       \
-  X(cuMemHostAlloc) X(cuMemAllocHost_v2) X(cuMemFreeHost) X(cuMemHostRegister_v2) X(cuMemHostUnregister)
+  X(cuMemHostAlloc) X(cuMemAllocHost_v2) X(cuMemFreeHost) X(cuMemHostRegister_v2) X(cuMemHostUnregister) \
+  X(cuIpcOpenMemHandle_v2) X(cuIpcCloseMemHandle)
 // clang-format on
 
 // Runtime entry points (exported by a shared libcudart).

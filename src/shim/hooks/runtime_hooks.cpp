@@ -11,6 +11,7 @@
 #include "serve/capture_guard.hpp"
 #include "serve/device_chains.hpp"
 #include "serve/ipc_policy.hpp"
+#include "serve/ipc_sharing.hpp"
 #include "serve/live_streams.hpp"
 #include "serve/mem_info.hpp"
 #include "serve/notifications.hpp"
@@ -338,9 +339,17 @@ GPUMEM_HOOK(cudaError_t, cudaDeviceReset, ()) {
   return f != nullptr ? f() : no_runtime;
 }
 
+// Pooled memory is shared by gpumem's own handle (ipc_sharing.hpp), or refused
+// before the runtime (no last error) where its pages cannot be shared.
 GPUMEM_HOOK(cudaError_t, cudaIpcGetMemHandle, (cudaIpcMemHandle_t * handle, void* p)) {
   using fn = cudaError_t (*)(cudaIpcMemHandle_t*, void*);
-  if (active() && !ipc_allowed(p, "cudaIpcGetMemHandle")) return cudaErrorNotSupported;
+  if (active()) {
+    static_assert(sizeof(cudaIpcMemHandle_t) == sizeof(CUipcMemHandle));
+    if (CUresult const r = ipc_export(p, reinterpret_cast<CUipcMemHandle*>(handle), "cudaIpcGetMemHandle");
+        r != CUDA_ERROR_NOT_SUPPORTED)
+      return runtime_error(r);
+    if (!ipc_allowed(p, "cudaIpcGetMemHandle")) return cudaErrorNotSupported;
+  }
   auto const f = real<fn>(hook_id::h_cudaIpcGetMemHandle);
   if (f == nullptr) return no_runtime;
   scoped_runtime_call marker{"cudaIpcGetMemHandle"};

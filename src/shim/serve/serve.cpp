@@ -4,6 +4,7 @@
 #include "observe/oom_snapshot.hpp"
 #include "serve/capture_guard.hpp"
 #include "serve/device_chains.hpp"
+#include "serve/ipc_sharing.hpp"
 #include "serve/live_streams.hpp"
 #include "serve/managed_memory.hpp"
 #include "serve/own_context_memory.hpp"
@@ -229,6 +230,13 @@ free_outcome free_registered(void* p, CUstream stream, free_kind kind, const cha
   // The managed chain's block: no stream order to keep (its pool fences every free:
   // the host may touch the memory).
   if (a.kind == alloc_kind::managed_chain) return free_outcome::answered(managed_free(p, a, stream, entry, start));
+  // Shared with another process that still has it open: the pool gets it back when
+  // the last import closes (ipc_sharing.hpp).
+  if (ipc_park_free(p, a)) {
+    state().stats.chain_frees.add();
+    log_event(event_row(log_action::free, p, a.bytes, stream, a.device, entry, CUDA_SUCCESS), start);
+    return free_outcome::answered(CUDA_SUCCESS);
+  }
   // A destroyed or made-up stream: CUDA's error, and nothing consumed (a later, valid
   // free must still find the pointer).
   stream_home home;

@@ -8,8 +8,12 @@
 //                    that device; a free on another device's stream waits for its work
 //   limit BYTES      run with GPUMEM_LIMIT=BYTES: the same limit holds on each device
 //   percent          (simulated device only) GPUMEM_LIMIT=50% resolves per device
-//   ipc              a pooled pointer's IPC handle is refused
-//   ipc-export       (GPUMEM_RESOURCE=cuda) a child process opens the handle and sees the bytes
+//   ipc              (a pool over cuMemAlloc slabs) a pooled pointer's IPC handle is refused
+//   ipc-export       a child process opens the handle and sees the bytes (the default
+//                    pool: gpumem's handle; GPUMEM_RESOURCE=cuda: CUDA's)
+//   ipc-park         a child holds the import open while the parent frees the block:
+//                    the pool does not hand its memory out again until the child closed
+//                    it, and then the handle no longer opens
 //   rank             one rank of a job: uses device RANK % devices only
 //   launcher         a launcher (like torchrun) that touches the driver, starts ranks 0 and 1, waits
 
@@ -406,8 +410,9 @@ bool unhex(std::string const& text, void* data, std::size_t n) {
   return true;
 }
 
-// Default configuration: the handle of a pooled block would open the whole slab in
-// the other process, so it is refused, with the fix in the message.
+// A pool over cuMemAlloc slabs (GPUMEM_RESOURCE=cuda-pool): the handle of a pooled
+// block would open the whole slab in the other process, so it is refused, with the
+// fix in the message.
 void ipc() {
   void* warm = nullptr;
   void* p = nullptr;
@@ -421,13 +426,16 @@ void ipc() {
   APP_CHECK_EQ(cudaFree(warm), cudaSuccess);
 }
 
-// With GPUMEM_RESOURCE=cuda every allocation is CUDA's own: the handle works, and a
-// child process (also under the shim) opens exactly this allocation.
+// Spans two 2 MiB pages and part of a third.
+constexpr std::size_t ipc_bytes = 4 * MiB + 64 * 1024;
+
+// A child process (also under the shim) opens exactly this allocation: with the
+// default pool through gpumem's handle, with GPUMEM_RESOURCE=cuda through CUDA's.
 void ipc_export() {
   char const* self = "/proc/self/exe";
   void* warm = nullptr;
   void* p = nullptr;
-  constexpr std::size_t n = 64 * 1024;
+  constexpr std::size_t n = ipc_bytes;
   APP_CHECK_EQ(cudaMalloc(&warm, 4096), cudaSuccess);
   APP_CHECK_EQ(cudaMalloc(&p, n), cudaSuccess);
   fill(p, n, 77);
@@ -452,12 +460,90 @@ void ipc_open(std::string const& handle_hex) {
   APP_CHECK(unhex(handle_hex, &h, sizeof h));
   void* p = nullptr;
   APP_CHECK_EQ(cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess), cudaSuccess);
-  constexpr std::size_t n = 64 * 1024;
+  constexpr std::size_t n = ipc_bytes;
   if (p != nullptr) {
     APP_CHECK(holds(p, n, 77));
     fill(p, n, 78);
     APP_CHECK_EQ(cudaIpcCloseMemHandle(p), cudaSuccess);
   }
+}
+
+pid_t spawn_self(std::vector<std::string> args) {
+  std::vector<char*> argv;
+  static char self[] = "/proc/self/exe";
+  argv.push_back(self);
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  APP_CHECK_EQ(posix_spawn(&pid, self, nullptr, nullptr, argv.data(), environ), 0);
+  return pid;
+}
+
+bool exited_cleanly(pid_t pid) {
+  int status = 0;
+  return waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+void ipc_park() {
+  void* warm = nullptr;
+  void* p = nullptr;
+  constexpr std::size_t n = ipc_bytes;
+  APP_CHECK_EQ(cudaMalloc(&warm, 4096), cudaSuccess);
+  APP_CHECK_EQ(cudaMalloc(&p, n), cudaSuccess);
+  fill(p, n, 77);
+  cudaIpcMemHandle_t h{};
+  APP_CHECK_EQ(cudaIpcGetMemHandle(&h, p), cudaSuccess);
+  int opened[2];
+  int go[2];
+  APP_CHECK_EQ(pipe(opened), 0);
+  APP_CHECK_EQ(pipe(go), 0);
+  pid_t const child = spawn_self({"ipc-hold", hex(&h, sizeof h), std::to_string(opened[1]), std::to_string(go[0])});
+  close(opened[1]);  // the child's ends: a child that fails ends the pipe
+  close(go[0]);
+  char byte = 0;
+  bool const child_opened = read(opened[0], &byte, 1) == 1;  // it opened the handle and wrote 78
+  APP_CHECK(child_opened);
+  if (!child_opened) {
+    APP_CHECK(!exited_cleanly(child));
+    return;
+  }
+  APP_CHECK(holds(p, n, 78));
+  APP_CHECK_EQ(cudaFree(p), cudaSuccess);              // while the child still has it open
+  APP_CHECK_EQ(cudaDeviceSynchronize(), cudaSuccess);  // nothing left to wait for: reusable, if given back
+  void* q = nullptr;
+  APP_CHECK_EQ(cudaMalloc(&q, n), cudaSuccess);
+  printf("IPC parked_reused=%d\n", q == p ? 1 : 0);
+  fill(q, n, 99);  // must not land in the child's memory
+  APP_CHECK_EQ(write(go[1], "g", 1), 1);
+  APP_CHECK(exited_cleanly(child));
+  // Closed: the pool has the block back, and the handle no longer opens.
+  APP_CHECK(exited_cleanly(spawn_self({"ipc-stale", hex(&h, sizeof h)})));
+  APP_CHECK_EQ(cudaFree(q), cudaSuccess);
+  APP_CHECK_EQ(cudaFree(warm), cudaSuccess);
+}
+
+void ipc_hold(std::string const& handle_hex, int opened, int go) {
+  cudaIpcMemHandle_t h{};
+  APP_CHECK(unhex(handle_hex, &h, sizeof h));
+  void* p = nullptr;
+  constexpr std::size_t n = ipc_bytes;
+  APP_CHECK_EQ(cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess), cudaSuccess);
+  if (p == nullptr) return;
+  APP_CHECK(holds(p, n, 77));
+  fill(p, n, 78);
+  APP_CHECK_EQ(write(opened, "o", 1), 1);
+  char byte = 0;
+  APP_CHECK_EQ(read(go, &byte, 1), 1);  // the parent freed it and allocated again
+  APP_CHECK(holds(p, n, 78));
+  APP_CHECK_EQ(cudaIpcCloseMemHandle(p), cudaSuccess);
+}
+
+void ipc_stale(std::string const& handle_hex) {
+  cudaIpcMemHandle_t h{};
+  APP_CHECK(unhex(handle_hex, &h, sizeof h));
+  void* p = nullptr;
+  APP_CHECK(cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess) != cudaSuccess);
+  (void)cudaGetLastError();
 }
 
 // One rank of a multi-process job: its device only. The rank comes from the
@@ -538,12 +624,19 @@ int main(int argc, char** argv) {
     ipc_export();
   else if (scenario == "ipc-open" && argc > 2)
     ipc_open(argv[2]);
+  else if (scenario == "ipc-park")
+    ipc_park();
+  else if (scenario == "ipc-hold" && argc > 4)
+    ipc_hold(argv[2], std::atoi(argv[3]), std::atoi(argv[4]));
+  else if (scenario == "ipc-stale" && argc > 2)
+    ipc_stale(argv[2]);
   else if (scenario == "rank")
     rank();
   else if (scenario == "launcher")
     launcher();
   else {
-    fprintf(stderr, "usage: %s devices|peer|stream-device|limit BYTES|percent|ipc|ipc-export|rank|launcher\n", argv[0]);
+    fprintf(stderr, "usage: %s devices|peer|stream-device|limit BYTES|percent|ipc|ipc-export|ipc-park|rank|launcher\n",
+            argv[0]);
     return 2;
   }
   return app_finish(scenario.c_str());

@@ -343,7 +343,7 @@ void forked() {
 }
 
 // cudaMemGetInfo agrees with the pool and the limit; pointer queries describe the
-// allocation; IPC of a pooled block is refused.
+// allocation; IPC of a pooled block gets gpumem's handle.
 void queries() {
   void* p = nullptr;
   APP_CHECK_EQ(cudaMalloc(&p, 16 * MiB), cudaSuccess);
@@ -362,16 +362,17 @@ void queries() {
   APP_CHECK_EQ(reinterpret_cast<range_fn>(rp)(&base, &size, reinterpret_cast<CUdeviceptr>(q) + 100), CUDA_SUCCESS);
   APP_CHECK_EQ(base, reinterpret_cast<CUdeviceptr>(q));
   APP_CHECK_EQ(size, 4096);
+  // IPC shares the block itself: gpumem's handle, for a block inside a page and for
+  // one that starts a page of mapped memory alike (multi_app opens them).
   cudaIpcMemHandle_t h{};
-  APP_CHECK_EQ(cudaIpcGetMemHandle(&h, q), cudaErrorNotSupported);
-  APP_CHECK_EQ(app_stats().ipc_refused, 1);
-  // A block that starts a page of mapped memory: one page's mapping begins there too,
-  // yet the handle would not name the block.
+  APP_CHECK_EQ(cudaIpcGetMemHandle(&h, q), cudaSuccess);
+  APP_CHECK(std::memcmp(&h, "gpumemI1", 8) == 0);
   void* paged = nullptr;
   APP_CHECK_EQ(cudaMalloc(&paged, 2 * MiB), cudaSuccess);
   APP_CHECK_EQ(reinterpret_cast<std::uintptr_t>(paged) % (2 * MiB), 0U);  // a growth's first page
-  APP_CHECK_EQ(cudaIpcGetMemHandle(&h, paged), cudaErrorNotSupported);
-  APP_CHECK_EQ(app_stats().ipc_refused, 2);
+  APP_CHECK_EQ(cudaIpcGetMemHandle(&h, paged), cudaSuccess);
+  APP_CHECK(std::memcmp(&h, "gpumemI1", 8) == 0);
+  APP_CHECK_EQ(app_stats().ipc_refused, 0);
   APP_CHECK_EQ(cudaFree(paged), cudaSuccess);
   APP_CHECK_EQ(cudaFree(q), cudaSuccess);
   APP_CHECK_EQ(cudaFree(p), cudaSuccess);

@@ -1,0 +1,67 @@
+#pragma once
+// CUDA IPC on pooled memory. A block of a gpumem pool is not a CUDA allocation, so
+// CUDA's own handle for it would name the pool's slab. gpumem hands out a handle of
+// its own for such a pointer and shares the block's physical pages instead:
+//
+// Export (cuIpcGetMemHandle, cudaIpcGetMemHandle of memory a chain handed out, when
+// its pages are exportable: the default pool maps 2 MiB pages created with POSIX
+// file descriptor handles, vmm_memory_resource.hpp). The 64-byte handle names the
+// allocation: a magic that no CUDA handle starts with, the exporter's pid and a
+// random token of the process, the allocation's address, size and an export
+// generation (so that a handle of freed memory never opens the address's next
+// owner). At the first export the process starts a thread (every signal blocked)
+// serving an abstract Unix socket named by pid and token.
+//
+// Import (cuIpcOpenMemHandle, cudaIpcOpenMemHandle of such a handle, in a process
+// running gpumem): connects to the exporter, which checks the handle and sends each
+// page covering the allocation as a file descriptor (cuMemRetainAllocationHandle,
+// cuMemExportToShareableHandle; SCM_RIGHTS). The importer maps them into a range of
+// its own (cuMemImportFromShareableHandle, cuMemMap) with read-write access for its
+// current device and returns the allocation's first byte; a second open of the same
+// handle returns the same pointer (counted, as CUDA does). The connection stays
+// open as long as the import: its end (cuIpcCloseMemHandle, or the importer's exit)
+// tells the exporter. Close unmaps (which waits for the importer's work on it).
+//
+// Lifetimes: the exporter's free of an allocation with imports open is parked: the
+// program sees it freed, and its pool gets the block back (so never reuses or
+// releases its pages) only when the last import has closed. The importer's mapping
+// holds the physical pages, so it stays valid after the exporter exits.
+//
+// Where it cannot work: memory whose pages cannot be exported (pools over
+// cuMemAlloc slabs, a driver without shareable handles) keeps the policy of
+// ipc_policy.hpp; a handle opened by a process not running gpumem fails in CUDA
+// (it is not CUDA's); the README lists the combinations.
+//
+// Thread safety: all functions are thread-safe (one mutex per side; the socket
+// work of an import runs without it).
+
+#include "serve/allocation_registry.hpp"
+
+#include <cuda.h>
+
+namespace gpumem::shim {
+
+/// A gpumem handle for the allocation holding `p`, when it is memory a chain handed
+/// out whose pages can be exported; CUDA_ERROR_NOT_SUPPORTED otherwise (CUDA's
+/// memory, or pages that cannot be shared: the caller applies ipc_allowed()).
+[[nodiscard]] CUresult ipc_export(void* p, CUipcMemHandle* out, const char* entry) noexcept;
+
+/// Opens a gpumem handle; CUDA_ERROR_NOT_SUPPORTED when `h` is not one (CUDA's own).
+[[nodiscard]] CUresult ipc_open(CUdeviceptr* out, CUipcMemHandle const& h, unsigned flags, const char* entry) noexcept;
+
+/// Closes what ipc_open returned; CUDA_ERROR_NOT_SUPPORTED when `p` is not such a
+/// pointer (CUDA's to answer).
+[[nodiscard]] CUresult ipc_close(CUdeviceptr p, const char* entry) noexcept;
+
+/// Called by a free of chain memory (the registry's record already taken): true
+/// when imports of the allocation are open, and the free is parked until they close
+/// (the caller reports success and gives nothing back). False otherwise; the export
+/// record, if any, is dropped (its handles no longer open).
+[[nodiscard]] bool ipc_park_free(void* p, allocation const& a) noexcept;
+
+/// In a forked child: the parent's exports, imports and server are not the child's.
+void reset_ipc_after_fork() noexcept;
+/// reset_ipc_after_fork()'s part for the imports (ipc_import.cpp).
+void reset_ipc_imports_after_fork() noexcept;
+
+}  // namespace gpumem::shim
