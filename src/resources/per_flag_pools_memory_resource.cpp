@@ -63,7 +63,8 @@ device_memory_resource& per_flag_pools_memory_resource::serving(alloc_target tar
   int const device = target.device >= 0 ? target.device : detail::current_device();  // makes a context current
   if (device < 0 || device >= max_devices) {
     CUresult const r = detail::ensure_context();
-    throw cuda_error{r != CUDA_SUCCESS ? r : CUDA_ERROR_INVALID_CONTEXT, "gpumem: no context for host-accessible memory"};
+    throw cuda_error{r != CUDA_SUCCESS ? r : CUDA_ERROR_INVALID_CONTEXT,
+                     "gpumem: no context for host-accessible memory"};
   }
   auto& slot = entries_[(static_cast<std::size_t>(device) * flag_sets) + flags];
   if (entry* e = slot.load(std::memory_order_acquire)) [[likely]] { return e->top(); }
