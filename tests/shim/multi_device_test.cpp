@@ -148,6 +148,15 @@ TEST(ShimIpc, AFreeWhileImportedIsParkedUntilTheImportCloses) {
   EXPECT_NE(r.output.find("IPC parked_reused=0"), std::string::npos) << r.output;
 }
 
+// The importer outlives the exporter (which frees the block and exits meanwhile):
+// its mapping holds the pages. A second open gives the same pointer, counted; a
+// close too many is CUDA's error.
+TEST(ShimIpc, AnImportOutlivesTheExporterAndOpensAreCounted) {
+  auto const r = run_app("shim_multi_app", {"ipc-orphan"});
+  expect_pass(r, "ipc-orphan");
+  expect_pass(r, "ipc-give");
+}
+
 TEST(ShimIpc, WithResourceCudaAnotherProcessOpensExactlyTheAllocation) {
   auto const r = run_app("shim_multi_app", {"ipc-export"}, {{"GPUMEM_RESOURCE", "cuda"}});
   expect_pass(r, "ipc-export");

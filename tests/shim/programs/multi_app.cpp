@@ -14,6 +14,8 @@
 //   ipc-park         a child holds the import open while the parent frees the block:
 //                    the pool does not hand its memory out again until the child closed
 //                    it, and then the handle no longer opens
+//   ipc-orphan       the importer outlives the exporter: a child exports, frees and exits
+//                    while this process holds the import (opened twice: one pointer)
 //   rank             one rank of a job: uses device RANK % devices only
 //   launcher         a launcher (like torchrun) that touches the driver, starts ranks 0 and 1, waits
 
@@ -538,6 +540,54 @@ void ipc_hold(std::string const& handle_hex, int opened, int go) {
   APP_CHECK_EQ(cudaIpcCloseMemHandle(p), cudaSuccess);
 }
 
+void ipc_orphan() {
+  int handle_pipe[2];
+  int go[2];
+  APP_CHECK_EQ(pipe(handle_pipe), 0);
+  APP_CHECK_EQ(pipe(go), 0);
+  pid_t const child = spawn_self({"ipc-give", std::to_string(handle_pipe[1]), std::to_string(go[0])});
+  close(handle_pipe[1]);
+  close(go[0]);
+  std::string text(2 * sizeof(cudaIpcMemHandle_t), '\0');
+  bool const got = read(handle_pipe[0], text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  APP_CHECK(got);
+  cudaIpcMemHandle_t h{};
+  if (!got || !unhex(text, &h, sizeof h)) {
+    APP_CHECK(!exited_cleanly(child));
+    return;
+  }
+  constexpr std::size_t n = ipc_bytes;
+  void* p = nullptr;
+  void* again = nullptr;
+  APP_CHECK_EQ(cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess), cudaSuccess);
+  APP_CHECK_EQ(cudaIpcOpenMemHandle(&again, h, cudaIpcMemLazyEnablePeerAccess), cudaSuccess);
+  APP_CHECK(again == p);  // one mapping, counted
+  APP_CHECK(holds(p, n, 55));
+  APP_CHECK_EQ(write(go[1], "g", 1), 1);
+  APP_CHECK(exited_cleanly(child));  // it freed the block and exited
+  APP_CHECK(holds(p, n, 55));        // the mapping holds the pages still
+  fill(p, n, 56);
+  APP_CHECK(holds(p, n, 56));
+  APP_CHECK_EQ(cudaIpcCloseMemHandle(p), cudaSuccess);
+  APP_CHECK_EQ(cudaIpcCloseMemHandle(again), cudaSuccess);
+  APP_CHECK(cudaIpcCloseMemHandle(p) != cudaSuccess);  // no longer open: CUDA's error
+  (void)cudaGetLastError();
+}
+
+void ipc_give(int handle_fd, int go) {
+  constexpr std::size_t n = ipc_bytes;
+  void* p = nullptr;
+  APP_CHECK_EQ(cudaMalloc(&p, n), cudaSuccess);
+  fill(p, n, 55);
+  cudaIpcMemHandle_t h{};
+  APP_CHECK_EQ(cudaIpcGetMemHandle(&h, p), cudaSuccess);
+  std::string const text = hex(&h, sizeof h);
+  APP_CHECK_EQ(write(handle_fd, text.data(), text.size()), static_cast<ssize_t>(text.size()));
+  char byte = 0;
+  APP_CHECK_EQ(read(go, &byte, 1), 1);
+  APP_CHECK_EQ(cudaFree(p), cudaSuccess);  // parked: the other process has it open
+}
+
 void ipc_stale(std::string const& handle_hex) {
   cudaIpcMemHandle_t h{};
   APP_CHECK(unhex(handle_hex, &h, sizeof h));
@@ -630,13 +680,19 @@ int main(int argc, char** argv) {
     ipc_hold(argv[2], std::atoi(argv[3]), std::atoi(argv[4]));
   else if (scenario == "ipc-stale" && argc > 2)
     ipc_stale(argv[2]);
+  else if (scenario == "ipc-orphan")
+    ipc_orphan();
+  else if (scenario == "ipc-give" && argc > 3)
+    ipc_give(std::atoi(argv[2]), std::atoi(argv[3]));
   else if (scenario == "rank")
     rank();
   else if (scenario == "launcher")
     launcher();
   else {
-    fprintf(stderr, "usage: %s devices|peer|stream-device|limit BYTES|percent|ipc|ipc-export|ipc-park|rank|launcher\n",
-            argv[0]);
+    fprintf(
+        stderr,
+        "usage: %s devices|peer|stream-device|limit BYTES|percent|ipc|ipc-export|ipc-park|ipc-orphan|rank|launcher\n",
+        argv[0]);
     return 2;
   }
   return app_finish(scenario.c_str());
