@@ -431,10 +431,25 @@ void ipc() {
 // Spans two 2 MiB pages and part of a third.
 constexpr std::size_t ipc_bytes = 4 * MiB + 64 * 1024;
 
+pid_t spawn_self(std::vector<std::string> args) {
+  std::vector<char*> argv;
+  static char self[] = "/proc/self/exe";
+  argv.push_back(self);
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  APP_CHECK_EQ(posix_spawn(&pid, self, nullptr, nullptr, argv.data(), environ), 0);
+  return pid;
+}
+
+bool exited_cleanly(pid_t pid) {
+  int status = 0;
+  return waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
 // A child process (also under the shim) opens exactly this allocation: with the
 // default pool through gpumem's handle, with GPUMEM_RESOURCE=cuda through CUDA's.
 void ipc_export() {
-  char const* self = "/proc/self/exe";
   void* warm = nullptr;
   void* p = nullptr;
   constexpr std::size_t n = ipc_bytes;
@@ -443,14 +458,7 @@ void ipc_export() {
   fill(p, n, 77);
   cudaIpcMemHandle_t h{};
   APP_CHECK_EQ(cudaIpcGetMemHandle(&h, p), cudaSuccess);
-  std::string const arg = hex(&h, sizeof h);
-  std::vector<char*> argv = {const_cast<char*>(self), const_cast<char*>("ipc-open"), const_cast<char*>(arg.c_str()),
-                             nullptr};
-  pid_t pid = 0;
-  APP_CHECK_EQ(posix_spawn(&pid, self, nullptr, nullptr, argv.data(), environ), 0);
-  int status = 0;
-  APP_CHECK_EQ(waitpid(pid, &status, 0), pid);
-  APP_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  APP_CHECK(exited_cleanly(spawn_self({"ipc-open", hex(&h, sizeof h)})));
   APP_CHECK(holds(p, n, 78));  // the child wrote its reply into the same memory
   APP_CHECK_EQ(app_stats().ipc_refused, 0);
   APP_CHECK_EQ(cudaFree(p), cudaSuccess);
@@ -468,22 +476,6 @@ void ipc_open(std::string const& handle_hex) {
     fill(p, n, 78);
     APP_CHECK_EQ(cudaIpcCloseMemHandle(p), cudaSuccess);
   }
-}
-
-pid_t spawn_self(std::vector<std::string> args) {
-  std::vector<char*> argv;
-  static char self[] = "/proc/self/exe";
-  argv.push_back(self);
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  pid_t pid = 0;
-  APP_CHECK_EQ(posix_spawn(&pid, self, nullptr, nullptr, argv.data(), environ), 0);
-  return pid;
-}
-
-bool exited_cleanly(pid_t pid) {
-  int status = 0;
-  return waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 
 void ipc_park() {
