@@ -136,29 +136,33 @@ bool answer(exporter& x, int sock, std::uintptr_t& opened) noexcept {
   std::optional<scoped_chain_context> ctx;
   if (device_chain* c = built_chain(f.device)) ctx.emplace(*c);
   std::vector<page> pages;
-  std::vector<int> fds;
-  bool ok = pages_of(f.address, f.bytes, pages);
-  for (std::size_t i = 0; ok && i < pages.size(); ++i) {
-    fds.push_back(export_page(pages[i].start));
-    ok = fds.back() >= 0;
-  }
+  bool ok = false;
+  try {
+    ok = pages_of(f.address, f.bytes, pages);
+  } catch (std::bad_alloc const&) {}
   if (ok) {
     reply = ipc::reply_header{CUDA_SUCCESS, static_cast<std::uint32_t>(pages.size()),
                               pages.back().start + pages.back().bytes - pages.front().start,
                               f.address - pages.front().start};
     ok = ipc::send_message(sock, &reply, sizeof reply, nullptr, 0);
+    // A message's descriptors at a time: a large allocation has thousands of pages,
+    // more than a process may hold open.
     for (std::size_t i = 0; ok && i < pages.size(); i += ipc::pages_per_message) {
       std::size_t const n = std::min(ipc::pages_per_message, pages.size() - i);
       ipc::page_record records[ipc::pages_per_message];
-      for (std::size_t k = 0; k < n; ++k) records[k] = {pages[i + k].start - pages.front().start, pages[i + k].bytes};
-      ok = ipc::send_message(sock, records, n * sizeof(ipc::page_record), &fds[i], n);
+      int fds[ipc::pages_per_message];
+      std::size_t made = 0;
+      for (; made < n; ++made) {
+        records[made] = {pages[i + made].start - pages.front().start, pages[i + made].bytes};
+        fds[made] = export_page(pages[i + made].start);
+        if (fds[made] < 0) break;
+      }
+      ok = made == n && ipc::send_message(sock, records, n * sizeof(ipc::page_record), fds, n);
+      for (std::size_t k = 0; k < made; ++k) ::close(fds[k]);
     }
   } else {
     reply.status = CUDA_ERROR_NOT_SUPPORTED;
     (void)ipc::send_message(sock, &reply, sizeof reply, nullptr, 0);
-  }
-  for (int fd : fds) {
-    if (fd >= 0) ::close(fd);
   }
   if (!ok) {
     import_closed(x, f.address);

@@ -85,33 +85,34 @@ CUresult import_pages(ipc::handle_fields const& f, CUipcMemHandle const& h, int 
             f.pid, reply.status == CUDA_ERROR_NOT_SUPPORTED ? "not supported" : "invalid handle");
     return static_cast<CUresult>(reply.status);
   }
-  std::vector<int> fds;
   try {
     o.pages.resize(reply.pages);
-    fds.assign(reply.pages, -1);
   } catch (std::bad_alloc const&) { return CUDA_ERROR_OUT_OF_MEMORY; }
-  for (std::size_t i = 0; i < reply.pages; i += ipc::pages_per_message) {
-    std::size_t const n = std::min<std::size_t>(ipc::pages_per_message, reply.pages - i);
-    if (!ipc::receive_message(o.sock, &o.pages[i], n * sizeof(ipc::page_record), &fds[i], n)) {
-      for (int fd : fds) {
-        if (fd >= 0) ::close(fd);
-      }
-      return CUDA_ERROR_INVALID_HANDLE;
-    }
-  }
   o.span = reply.span;
   CUresult r = d.cuMemAddressReserve(&o.base, o.span, 0, 0, 0);
   std::size_t mapped = 0;
-  for (std::size_t i = 0; r == CUDA_SUCCESS && i < o.pages.size(); ++i) {
-    CUmemGenericAllocationHandle ph{};
-    r = d.cuMemImportFromShareableHandle(&ph, reinterpret_cast<void*>(static_cast<std::intptr_t>(fds[i])),
-                                         CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
-    if (r != CUDA_SUCCESS) break;
-    r = d.cuMemMap(o.base + o.pages[i].offset, o.pages[i].bytes, 0, ph, 0);
-    (void)d.cuMemRelease(ph);  // the mapping holds the memory now
-    if (r == CUDA_SUCCESS) ++mapped;
+  // A message's pages at a time, mapped before the next: their descriptors are
+  // closed as soon as mapped (a large allocation has thousands).
+  for (std::size_t i = 0; r == CUDA_SUCCESS && i < reply.pages; i += ipc::pages_per_message) {
+    std::size_t const n = std::min<std::size_t>(ipc::pages_per_message, reply.pages - i);
+    int fds[ipc::pages_per_message];
+    if (!ipc::receive_message(o.sock, &o.pages[i], n * sizeof(ipc::page_record), fds, n)) {
+      r = CUDA_ERROR_INVALID_HANDLE;
+      break;
+    }
+    for (std::size_t k = 0; k < n; ++k) {
+      CUmemGenericAllocationHandle ph{};
+      if (r == CUDA_SUCCESS)
+        r = d.cuMemImportFromShareableHandle(&ph, reinterpret_cast<void*>(static_cast<std::intptr_t>(fds[k])),
+                                             CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+      if (r == CUDA_SUCCESS) {
+        r = d.cuMemMap(o.base + o.pages[i + k].offset, o.pages[i + k].bytes, 0, ph, 0);
+        (void)d.cuMemRelease(ph);  // the mapping holds the memory now
+        if (r == CUDA_SUCCESS) ++mapped;
+      }
+      ::close(fds[k]);
+    }
   }
-  for (int fd : fds) ::close(fd);
   if (r == CUDA_SUCCESS) {
     CUmemAccessDesc access{};
     access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
