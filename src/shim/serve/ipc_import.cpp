@@ -188,7 +188,10 @@ CUresult ipc_close(CUdeviceptr p, const char* entry) noexcept {
     o = std::move(it->second);
     x->by_pointer.erase(it);
   }
-  unmap_import(o, o.pages.size());  // cuMemUnmap waits for this process's work on it
+  // Work queued on the mapping (a copy from it, still running) would fault once it
+  // is unmapped, and cuMemUnmap does not wait: CUDA's close waits, as a free does.
+  if (detail::driver().cuCtxSynchronize() == CUDA_SUCCESS) state().stats.device_syncs.add();
+  unmap_import(o, o.pages.size());
   message(level::debug, "%s(%#llx): closed", entry, static_cast<unsigned long long>(p));
   return CUDA_SUCCESS;
 }

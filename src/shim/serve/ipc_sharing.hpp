@@ -20,7 +20,8 @@
 // current device and returns the allocation's first byte; a second open of the same
 // handle returns the same pointer (counted, as CUDA does). The connection stays
 // open as long as the import: its end (cuIpcCloseMemHandle, or the importer's exit)
-// tells the exporter. Close unmaps (which waits for the importer's work on it).
+// tells the exporter. Close waits for the importer's queued work (a copy from the
+// mapping may still run; cuMemUnmap would not wait), then unmaps.
 //
 // Lifetimes: the exporter's free of an allocation with imports open is parked: the
 // program sees it freed, and its pool gets the block back (so never reuses or

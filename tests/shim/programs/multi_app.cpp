@@ -561,7 +561,10 @@ void ipc_orphan() {
   fill(p, n, 56);
   APP_CHECK(holds(p, n, 56));
   APP_CHECK_EQ(cudaIpcCloseMemHandle(p), cudaSuccess);
+  APP_CHECK_EQ(app_stats().device_syncs, 0);
   APP_CHECK_EQ(cudaIpcCloseMemHandle(again), cudaSuccess);
+  // The last close waited for the work queued on the mapping before unmapping it.
+  APP_CHECK_EQ(app_stats().device_syncs, 1);
   APP_CHECK(cudaIpcCloseMemHandle(p) != cudaSuccess);  // no longer open: CUDA's error
   (void)cudaGetLastError();
 }
