@@ -41,6 +41,7 @@ struct exported {
 struct exporter {
   std::mutex mutex;
   std::map<std::uintptr_t, exported> by_address;  // live exports, by allocation start
+  std::atomic<std::size_t> live{0};               // by_address.size(), read without the lock
   std::uint64_t next_generation = 1;
   std::uint64_t token = 0;
   int listener = -1;    ///< the server's socket; -1 until started
@@ -112,6 +113,7 @@ void import_closed(exporter& x, std::uintptr_t address) noexcept {
   if (it == x.by_address.end() || --it->second.imports > 0 || it->second.parked == nullptr) return;
   exported const e = it->second;
   x.by_address.erase(it);
+  x.live.fetch_sub(1, std::memory_order_relaxed);
   lock.unlock();
   release_parked(address, e.bytes, *e.parked);
 }
@@ -261,7 +263,10 @@ CUresult ipc_export(void* p, CUipcMemHandle* out, const char* entry) noexcept {
     }
     try {
       auto [it, fresh] = x.by_address.try_emplace(address);
-      if (fresh) it->second = exported{a.bytes, a.device, x.next_generation++, 0, nullptr};
+      if (fresh) {
+        it->second = exported{a.bytes, a.device, x.next_generation++, 0, nullptr};
+        x.live.fetch_add(1, std::memory_order_relaxed);
+      }
       f.generation = it->second.generation;
     } catch (std::bad_alloc const&) { return CUDA_ERROR_OUT_OF_MEMORY; }
     f.token = x.token;
@@ -283,13 +288,16 @@ CUresult ipc_export(void* p, CUipcMemHandle* out, const char* entry) noexcept {
 }
 
 bool ipc_park_free(void* p, allocation const& a) noexcept {
+  // Every chain free asks: two loads while nothing exported is live. (An export
+  // happens-before the free of its allocation: the program orders them.)
   exporter* const x = g_exporter.load(std::memory_order_acquire);
-  if (x == nullptr) return false;  // nothing was ever exported
+  if (x == nullptr || x->live.load(std::memory_order_acquire) == 0) return false;
   std::lock_guard lock{x->mutex};
   auto it = x->by_address.find(reinterpret_cast<std::uintptr_t>(p));
   if (it == x->by_address.end()) return false;
   if (it->second.imports == 0) {
     x->by_address.erase(it);
+    x->live.fetch_sub(1, std::memory_order_relaxed);
     return false;
   }
   it->second.parked = a.chain;

@@ -34,7 +34,9 @@
 // (it is not CUDA's); the README lists the combinations.
 //
 // Thread safety: all functions are thread-safe (one mutex per side; the socket
-// work of an import runs without it).
+// work of an import runs without it). Cost to every other allocation: a free of
+// chain memory makes two loads while no export is live, and takes the exporter's
+// mutex for a map lookup while some are.
 
 #include "serve/allocation_registry.hpp"
 
