@@ -3,7 +3,6 @@
 #include "serve/device_chains.hpp"
 #include "shim_state.hpp"
 
-#include <gpumem/call_context.hpp>
 #include <gpumem/detail/driver_api.hpp>
 #include <gpumem/detail/stream_ordering.hpp>
 #include <gpumem/stream_tracker.hpp>
@@ -96,8 +95,7 @@ void note_capture_ended() noexcept {
         continue;  // leaking it is safe, reusing it is not
       }
     }
-    scoped_call_context call{"capture-end", b.chain->device, safe_mode()};
-    b.chain->chain->top().deallocate(b.p, b.bytes, stream_ref{});
+    free_as_cuda_free(*b.chain, b.p, b.bytes, "capture-end");
   }
 }
 

@@ -2,6 +2,7 @@
 
 #include "shim_state.hpp"
 
+#include <gpumem/call_context.hpp>
 #include <gpumem/config.hpp>
 #include <gpumem/detail/driver_api.hpp>
 
@@ -158,6 +159,12 @@ void reset_chains_after_fork() noexcept {
   }
   for (auto& chain : g_chains) chain.store(nullptr, std::memory_order_relaxed);  // the parent's: unusable here
   for (auto& p : primaries()) p.store(nullptr, std::memory_order_relaxed);       // the parent's contexts
+}
+
+void free_as_cuda_free(device_chain& chain, void* p, std::size_t bytes, const char* entry) noexcept {
+  scoped_chain_context ctx{chain};
+  scoped_call_context call{entry, chain.device, safe_mode()};
+  chain.chain->top().deallocate(p, bytes, stream_ref{});
 }
 
 int current_device(CUcontext& ctx) noexcept {

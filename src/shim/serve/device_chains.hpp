@@ -77,4 +77,10 @@ class scoped_chain_context : detail::scoped_context {
   using scoped_context::ok;
 };
 
+/// Gives `p` back to `chain` as cudaFree would have (the chain's context current,
+/// the legacy stream's order; in safe mode a barrier before reuse), for frees the
+/// program made earlier and gpumem held back (a capture, another device's stream,
+/// an open IPC import).
+void free_as_cuda_free(device_chain& chain, void* p, std::size_t bytes, const char* entry) noexcept;
+
 }  // namespace gpumem::shim

@@ -6,7 +6,6 @@
 #include "serve/ipc_wire.hpp"
 #include "shim_state.hpp"
 
-#include <gpumem/call_context.hpp>
 #include <gpumem/detail/driver_api.hpp>
 #include <gpumem/detail/os_thread.hpp>
 #include <gpumem/stream_tracker.hpp>
@@ -97,15 +96,6 @@ int export_page(CUdeviceptr start) noexcept {
   return r == CUDA_SUCCESS ? fd : -1;
 }
 
-// Gives a parked block back to its chain, as the program's cudaFree would have:
-// the legacy stream's order, and in safe mode a barrier before reuse.
-void release_parked(std::uintptr_t address, std::size_t bytes, device_chain& c) noexcept {
-  std::optional<scoped_chain_context> ctx;
-  if (c.free_calls_driver) ctx.emplace(c);
-  scoped_call_context call{"cuIpcCloseMemHandle", c.device, safe_mode()};
-  c.chain->top().deallocate(reinterpret_cast<void*>(address), bytes, stream_ref{CUstream{}});
-}
-
 // One import ended (its connection closed).
 void import_closed(exporter& x, std::uintptr_t address) noexcept {
   std::unique_lock lock{x.mutex};
@@ -115,7 +105,7 @@ void import_closed(exporter& x, std::uintptr_t address) noexcept {
   x.by_address.erase(it);
   x.live.fetch_sub(1, std::memory_order_relaxed);
   lock.unlock();
-  release_parked(address, e.bytes, *e.parked);
+  free_as_cuda_free(*e.parked, reinterpret_cast<void*>(address), e.bytes, "cuIpcCloseMemHandle");
 }
 
 // Answers one import request; true when the import is open (the connection stays).

@@ -69,14 +69,16 @@ process_chain* chain(process_memory which) noexcept {
   return built(which);
 }
 
-}  // namespace
-
+// The device of the calling thread's current context; -1 when none is current
+// (a process chain's rows name it).
 int current_context_device() noexcept {
   CUcontext ctx = nullptr;
   auto const& d = detail::driver();
   if (d.init_result != CUDA_SUCCESS || d.cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || ctx == nullptr) return -1;
   return detail::current_device();
 }
+
+}  // namespace
 
 CUresult process_allocate(process_memory which, void** out, std::size_t bytes, unsigned flags, int device,
                           const char* entry) noexcept {

@@ -43,9 +43,6 @@ CUresult process_allocate(process_memory which, void** out, std::size_t bytes, u
 void process_deallocate(process_memory which, void* p, std::size_t bytes, const char* entry) noexcept;
 /// `p` inside memory the chain of `which` holds (in use, waiting or cached).
 [[nodiscard]] bool process_chain_owns(process_memory which, void const* p) noexcept;
-/// The device of the calling thread's current context; -1 when none is current
-/// (a process chain's rows name it).
-[[nodiscard]] int current_context_device() noexcept;
 /// Logs a call of that memory when a log or call stacks are on (otherwise does
 /// nothing, not even the lookups): its row's Reserved is the chain's, and
 /// `device` < 0 names the current context's device.

@@ -168,9 +168,7 @@ bool free_after_foreign_stream(device_chain& c, void* p, std::size_t bytes, CUst
     detail::destroy_event(ev);  // safe while the wait is pending
     if (!waited && detail::driver().cuStreamSynchronize(stream) != CUDA_SUCCESS) return false;
   }
-  scoped_chain_context in_chain{c};
-  scoped_call_context call{entry, c.device, safe_mode()};
-  c.chain->top().deallocate(p, bytes, stream_ref{});
+  free_as_cuda_free(c, p, bytes, entry);
   return true;
 }
 
