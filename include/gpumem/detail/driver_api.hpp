@@ -36,7 +36,7 @@ namespace gpumem::detail {
   X(cuMemGetAllocationGranularity) X(cuMemAddressReserve) X(cuMemAddressFree)      \
   X(cuMemCreate) X(cuMemRelease) X(cuMemMap) X(cuMemUnmap) X(cuMemSetAccess)      \
   X(cuMemRetainAllocationHandle) X(cuMemExportToShareableHandle)                   \
-  X(cuMemImportFromShareableHandle)                                                \
+  X(cuMemImportFromShareableHandle) X(cuMemGetAllocationPropertiesFromHandle)      \
   X(cuGreenCtxRecordEvent) X(cuGreenCtxWaitEvent) X(cuStreamGetGreenCtx)         \
   X(cuStreamGetCtx) X(cuMemHostAlloc) X(cuMemFreeHost)
 // clang-format on

@@ -96,6 +96,23 @@ int export_page(CUdeviceptr start) noexcept {
   return r == CUDA_SUCCESS ? fd : -1;
 }
 
+// Whether the physical memory mapped at `start` exports as a POSIX fd. Its
+// properties say so without making a descriptor, which costs about a millisecond.
+bool exportable(CUdeviceptr start) noexcept {
+  auto const& d = detail::driver();
+  if (d.cuMemRetainAllocationHandle == nullptr || d.cuMemGetAllocationPropertiesFromHandle == nullptr ||
+      d.cuMemExportToShareableHandle == nullptr)
+    return false;
+  CUmemGenericAllocationHandle h{};
+  if (d.cuMemRetainAllocationHandle(&h, reinterpret_cast<void*>(static_cast<std::uintptr_t>(start))) != CUDA_SUCCESS)
+    return false;
+  CUmemAllocationProp prop{};
+  bool const ok = d.cuMemGetAllocationPropertiesFromHandle(&prop, h) == CUDA_SUCCESS &&
+                  (prop.requestedHandleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) != 0;
+  (void)d.cuMemRelease(h);
+  return ok;
+}
+
 // One import ended (its connection closed).
 void import_closed(exporter& x, std::uintptr_t address) noexcept {
   std::unique_lock lock{x.mutex};
@@ -235,16 +252,31 @@ CUresult ipc_export(void* p, CUipcMemHandle* out, const char* entry) noexcept {
   if (!hit || !from_chain(hit->second.kind) || out == nullptr) return CUDA_ERROR_NOT_SUPPORTED;
   std::uintptr_t const address = hit->first;
   allocation const& a = hit->second;
+  ipc::handle_fields f{};
+  std::memcpy(f.magic, ipc::handle_magic, sizeof f.magic);
+  f.pid = getpid();
+  f.device = a.device;
+  f.address = address;
+  f.bytes = a.bytes;
+  // Exported before (PyTorch asks at every send of a tensor): the same handle, at
+  // once. The record lives until the allocation is freed.
+  if (exporter* x = g_exporter.load(std::memory_order_acquire); x != nullptr) {
+    std::lock_guard lock{x->mutex};
+    if (auto it = x->by_address.find(address); it != x->by_address.end() && it->second.parked == nullptr) {
+      f.generation = it->second.generation;
+      f.token = x->token;
+      std::memcpy(out->reserved, &f, sizeof f);
+      return CUDA_SUCCESS;
+    }
+  }
   // Exportable pages? (A pool over cuMemAlloc slabs has none: ipc_policy decides.)
   std::vector<page> pages;
   try {
     if (!pages_of(address, a.bytes, pages)) return CUDA_ERROR_NOT_SUPPORTED;
   } catch (std::bad_alloc const&) { return CUDA_ERROR_OUT_OF_MEMORY; }
-  int const probe = export_page(pages.front().start);
-  if (probe < 0) return CUDA_ERROR_NOT_SUPPORTED;
-  ::close(probe);
+  if (!exportable(pages.front().start)) return CUDA_ERROR_NOT_SUPPORTED;
   exporter& x = state_of_exports();
-  ipc::handle_fields f{};
+  bool first = false;
   {
     std::lock_guard lock{x.mutex};
     if (!server_running(x)) {
@@ -258,20 +290,23 @@ CUresult ipc_export(void* p, CUipcMemHandle* out, const char* entry) noexcept {
         x.live.fetch_add(1, std::memory_order_relaxed);
       }
       f.generation = it->second.generation;
+      first = f.generation == 1;
     } catch (std::bad_alloc const&) { return CUDA_ERROR_OUT_OF_MEMORY; }
     f.token = x.token;
   }
-  std::memcpy(f.magic, ipc::handle_magic, sizeof f.magic);
-  f.pid = getpid();
-  f.device = a.device;
-  f.address = address;
-  f.bytes = a.bytes;
   std::memcpy(out->reserved, &f, sizeof f);
   // The block may have been reused behind a GPU-side barrier while its previous
   // owner's work still ran; another process's work is ordered by nothing of ours,
-  // so let that work finish first (exporting is rare; never during a capture).
+  // so let that work finish first (once per allocation; never during a capture).
   if (!stream_tracker::capture_active() && detail::driver().cuCtxSynchronize() == CUDA_SUCCESS)
     state().stats.device_syncs.add();
+  if (first) {
+    message(level::info,
+            "%s: handles of pooled memory are gpumem's own; they open only in processes that run gpumem too "
+            "(elsewhere CUDA answers invalid argument: run that process under gpumem-run, or this one with "
+            "--resource cuda)",
+            entry);
+  }
   message(level::debug, "%s(%p): gpumem handle for %zu bytes at %#zx (%zu pages)", entry, p, a.bytes,
           static_cast<std::size_t>(address), pages.size());
   return CUDA_SUCCESS;

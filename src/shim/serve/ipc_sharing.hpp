@@ -10,7 +10,8 @@
 // random token of the process, the allocation's address, size and an export
 // generation (so that a handle of freed memory never opens the address's next
 // owner). At the first export the process starts a thread (every signal blocked)
-// serving an abstract Unix socket named by pid and token.
+// serving an abstract Unix socket named by pid and token. An allocation's first
+// export waits for the device (below); later ones return the same handle at once.
 //
 // Import (cuIpcOpenMemHandle, cudaIpcOpenMemHandle of such a handle, in a process
 // running gpumem): connects to the exporter, which checks the handle and sends each

@@ -457,7 +457,14 @@ void ipc_export() {
   APP_CHECK_EQ(cudaMalloc(&p, n), cudaSuccess);
   fill(p, n, 77);
   cudaIpcMemHandle_t h{};
+  auto const syncs = app_stats().device_syncs;
   APP_CHECK_EQ(cudaIpcGetMemHandle(&h, p), cudaSuccess);
+  // Asked again (PyTorch asks at every send): the same handle, without another wait
+  // for the device (the first export waited for work on the block's earlier owners).
+  cudaIpcMemHandle_t again{};
+  APP_CHECK_EQ(cudaIpcGetMemHandle(&again, p), cudaSuccess);
+  APP_CHECK(std::memcmp(&h, &again, sizeof h) == 0);
+  if (std::memcmp(&h, "gpumemI1", 8) == 0) APP_CHECK_EQ(app_stats().device_syncs, syncs + 1);  // gpumem's handle
   APP_CHECK(exited_cleanly(spawn_self({"ipc-open", hex(&h, sizeof h)})));
   APP_CHECK(holds(p, n, 78));  // the child wrote its reply into the same memory
   APP_CHECK_EQ(app_stats().ipc_refused, 0);
