@@ -41,6 +41,7 @@ struct exporter {
   std::mutex mutex;
   std::map<std::uintptr_t, exported> by_address;  // live exports, by allocation start
   std::atomic<std::size_t> live{0};               // by_address.size(), read without the lock
+  std::atomic<std::size_t> parked_bytes{0};       // the parked records' bytes, read without the lock
   std::uint64_t next_generation = 1;
   std::uint64_t token = 0;
   int listener = -1;    ///< the server's socket; -1 until started
@@ -104,6 +105,7 @@ void import_closed(exporter& x, std::uintptr_t address) noexcept {
   exported const e = it->second;
   x.by_address.erase(it);
   x.live.fetch_sub(1, std::memory_order_relaxed);
+  x.parked_bytes.fetch_sub(e.bytes, std::memory_order_relaxed);
   lock.unlock();
   free_as_cuda_free(*e.parked, reinterpret_cast<void*>(address), e.bytes, "cuIpcCloseMemHandle");
 }
@@ -290,8 +292,14 @@ bool ipc_park_free(void* p, allocation const& a) noexcept {
     x->live.fetch_sub(1, std::memory_order_relaxed);
     return false;
   }
+  if (it->second.parked == nullptr) x->parked_bytes.fetch_add(it->second.bytes, std::memory_order_relaxed);
   it->second.parked = a.chain;
   return true;
+}
+
+std::size_t ipc_parked_bytes() noexcept {
+  exporter const* const x = g_exporter.load(std::memory_order_acquire);
+  return x != nullptr ? x->parked_bytes.load(std::memory_order_relaxed) : 0;
 }
 
 void reset_ipc_after_fork() noexcept {

@@ -62,6 +62,10 @@ namespace gpumem::shim {
 /// record, if any, is dropped (its handles no longer open).
 [[nodiscard]] bool ipc_park_free(void* p, allocation const& a) noexcept;
 
+/// Bytes the program freed that are held back because another process still has
+/// them open (requested sizes of the parked blocks).
+[[nodiscard]] std::size_t ipc_parked_bytes() noexcept;
+
 /// In a forked child: the parent's exports, imports and server are not the child's.
 void reset_ipc_after_fork() noexcept;
 /// reset_ipc_after_fork()'s part for the imports (ipc_import.cpp).
