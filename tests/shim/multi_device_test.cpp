@@ -178,6 +178,18 @@ TEST(ShimIpc, AnImporterThatExitsWithoutClosingGivesTheParkedBlockBack) {
   expect_no_violations(r.output);
 }
 
+// The exporter resets its device while a child holds a block it freed: the reset
+// drops the parked block (never given back to the retired chain when the child
+// closes later), the old handle no longer opens, and a new block (maybe at the same
+// address) is exported, parked and given back on its own.
+TEST(ShimIpc, AnExportersDeviceResetDropsItsExportsAndParkedBlocks) {
+  auto const r = run_app("shim_multi_app", {"ipc-reset"});
+  expect_pass(r, "ipc-reset");
+  expect_pass(r, "ipc-hold");
+  expect_pass(r, "ipc-stale");
+  expect_no_violations(r.output);
+}
+
 TEST(ShimIpc, WithResourceCudaAnotherProcessOpensExactlyTheAllocation) {
   auto const r = run_app("shim_multi_app", {"ipc-export"}, {{"GPUMEM_RESOURCE", "cuda"}});
   expect_pass(r, "ipc-export");

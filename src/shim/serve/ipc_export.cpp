@@ -297,6 +297,23 @@ bool ipc_park_free(void* p, allocation const& a) noexcept {
   return true;
 }
 
+void ipc_forget_device(int device) noexcept {
+  exporter* const x = g_exporter.load(std::memory_order_acquire);
+  if (x == nullptr) return;
+  std::lock_guard lock{x->mutex};
+  for (auto it = x->by_address.begin(); it != x->by_address.end();) {
+    if (it->second.device != device) {
+      ++it;
+      continue;
+    }
+    // A parked block is not given back: the reset released its chain's memory
+    // (the importers' mappings hold the pages). Its imports' ends find no record.
+    if (it->second.parked != nullptr) x->parked_bytes.fetch_sub(it->second.bytes, std::memory_order_relaxed);
+    it = x->by_address.erase(it);
+    x->live.fetch_sub(1, std::memory_order_relaxed);
+  }
+}
+
 std::size_t ipc_parked_bytes() noexcept {
   exporter const* const x = g_exporter.load(std::memory_order_acquire);
   return x != nullptr ? x->parked_bytes.load(std::memory_order_relaxed) : 0;

@@ -28,6 +28,10 @@
 // releases its pages) only when the last import has closed. The importer's mapping
 // holds the physical pages, so it stays valid after the exporter exits.
 //
+// Device reset (ipc_forget_device): the exporter's records of the device go (its
+// handles no longer open; a parked block is never given back to the retired chain,
+// whose memory the reset released).
+//
 // Where it cannot work: memory whose pages cannot be exported (pools over
 // cuMemAlloc slabs, a driver without shareable handles) keeps the policy of
 // ipc_policy.hpp; a handle opened by a process not running gpumem fails in CUDA
@@ -61,6 +65,11 @@ namespace gpumem::shim {
 /// (the caller reports success and gives nothing back). False otherwise; the export
 /// record, if any, is dropped (its handles no longer open).
 [[nodiscard]] bool ipc_park_free(void* p, allocation const& a) noexcept;
+
+/// The device's context is about to be reset (cudaDeviceReset, a primary context
+/// reset): drops the export records of the device's allocations (their handles no
+/// longer open, their parked blocks are not given back).
+void ipc_forget_device(int device) noexcept;
 
 /// Bytes the program freed that are held back because another process still has
 /// them open (requested sizes of the parked blocks).

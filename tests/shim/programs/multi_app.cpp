@@ -17,6 +17,7 @@
 //   ipc-orphan       the importer outlives the exporter: a child exports, frees and exits
 //                    while this process holds the import (opened twice: one pointer)
 //   ipc-leave        the importer exits without closing: the parked block comes back
+//   ipc-reset        the exporter resets its device while a child holds a parked block
 //   rank             one rank of a job: uses device RANK % devices only
 //   launcher         a launcher (like torchrun) that touches the driver, starts ranks 0 and 1, waits
 
@@ -587,6 +588,44 @@ void ipc_leave() {
   APP_CHECK_EQ(cudaFree(warm), cudaSuccess);
 }
 
+// The exporter resets its device while a child holds a block it freed (parked):
+// the reset drops the device's export records (the parked block is not given back
+// to the retired chain, and its handle no longer opens), and the child's later
+// close finds nothing to give back. A new block of the same size (maybe at the same
+// address) is exported, imported and parked on its own.
+void ipc_reset() {
+  void* p = nullptr;
+  constexpr std::size_t n = ipc_bytes;
+  APP_CHECK_EQ(cudaMalloc(&p, n), cudaSuccess);
+  fill(p, n, 77);
+  cudaIpcMemHandle_t h{};
+  APP_CHECK_EQ(cudaIpcGetMemHandle(&h, p), cudaSuccess);
+  holder const first = start_holder("ipc-hold", h);
+  if (!first.opened) return;
+  APP_CHECK(holds(p, n, 78));
+  APP_CHECK_EQ(cudaFree(p), cudaSuccess);
+  APP_CHECK_EQ(app_stats().ipc_parked_bytes, n);
+  APP_CHECK_EQ(cudaDeviceReset(), cudaSuccess);
+  APP_CHECK_EQ(app_stats().ipc_parked_bytes, 0);
+  void* q = nullptr;
+  APP_CHECK_EQ(cudaMalloc(&q, n), cudaSuccess);
+  printf("IPC reset_reused=%d\n", q == p ? 1 : 0);
+  fill(q, n, 77);
+  APP_CHECK(holds(q, n, 77));
+  cudaIpcMemHandle_t h2{};
+  APP_CHECK_EQ(cudaIpcGetMemHandle(&h2, q), cudaSuccess);
+  holder const second = start_holder("ipc-hold", h2);
+  if (!second.opened) return;
+  APP_CHECK(finish_holder(first));  // it still reads 78 through its mapping, and closes
+  // Answered after the server saw the first import end: the old handle is dead.
+  APP_CHECK(exited_cleanly(spawn_self({"ipc-stale", hex(&h, sizeof h)})));
+  APP_CHECK_EQ(cudaFree(q), cudaSuccess);
+  APP_CHECK_EQ(app_stats().ipc_parked_bytes, n);  // the second child has it open still
+  APP_CHECK(finish_holder(second));
+  APP_CHECK(parked_becomes(0));
+  APP_CHECK(exited_cleanly(spawn_self({"ipc-stale", hex(&h2, sizeof h2)})));
+}
+
 void ipc_hold(std::string const& handle_hex, int opened, int go, bool close_it = true) {
   cudaIpcMemHandle_t h{};
   APP_CHECK(unhex(handle_hex, &h, sizeof h));
@@ -746,6 +785,8 @@ int main(int argc, char** argv) {
     ipc_hold(argv[2], std::atoi(argv[3]), std::atoi(argv[4]), !(argc > 5 && std::strcmp(argv[5], "leave") == 0));
   else if (scenario == "ipc-leave")
     ipc_leave();
+  else if (scenario == "ipc-reset")
+    ipc_reset();
   else if (scenario == "ipc-stale" && argc > 2)
     ipc_stale(argv[2]);
   else if (scenario == "ipc-orphan")
@@ -759,7 +800,7 @@ int main(int argc, char** argv) {
   else {
     fprintf(stderr,
             "usage: %s devices|peer|stream-device|limit BYTES|percent|ipc|ipc-export|ipc-park|ipc-orphan|ipc-leave|"
-            "rank|launcher\n",
+            "ipc-reset|rank|launcher\n",
             argv[0]);
     return 2;
   }
