@@ -97,11 +97,14 @@ int export_page(CUdeviceptr start) noexcept {
   return r == CUDA_SUCCESS ? fd : -1;
 }
 
-// One import ended (its connection closed).
-void import_closed(exporter& x, std::uintptr_t address) noexcept {
+// One import ended (its connection closed). The generation tells a record of the
+// address's next owner (after a device reset dropped this one) from the import's.
+void import_closed(exporter& x, std::uintptr_t address, std::uint64_t generation) noexcept {
   std::unique_lock lock{x.mutex};
   auto it = x.by_address.find(address);
-  if (it == x.by_address.end() || --it->second.imports > 0 || it->second.parked == nullptr) return;
+  if (it == x.by_address.end() || it->second.generation != generation || --it->second.imports > 0 ||
+      it->second.parked == nullptr)
+    return;
   exported const e = it->second;
   x.by_address.erase(it);
   x.live.fetch_sub(1, std::memory_order_relaxed);
@@ -111,7 +114,7 @@ void import_closed(exporter& x, std::uintptr_t address) noexcept {
 }
 
 // Answers one import request; true when the import is open (the connection stays).
-bool answer(exporter& x, int sock, std::uintptr_t& opened) noexcept {
+bool answer(exporter& x, int sock, std::uintptr_t& opened, std::uint64_t& generation) noexcept {
   CUipcMemHandle h{};
   if (!ipc::receive_message(sock, h.reserved, sizeof h.reserved, nullptr, 0)) return false;
   ipc::handle_fields const f = ipc::fields_of(h);
@@ -159,10 +162,11 @@ bool answer(exporter& x, int sock, std::uintptr_t& opened) noexcept {
     (void)ipc::send_message(sock, &reply, sizeof reply, nullptr, 0);
   }
   if (!ok) {
-    import_closed(x, f.address);
+    import_closed(x, f.address, f.generation);
     return false;
   }
   opened = f.address;
+  generation = f.generation;
   return true;
 }
 
@@ -172,6 +176,7 @@ void* serve(void* arg) {
   struct connection {
     int fd;
     std::uintptr_t opened;  // 0 until its import is open
+    std::uint64_t generation;
   };
   std::vector<connection> conns;
   std::vector<pollfd> polled;
@@ -184,11 +189,11 @@ void* serve(void* arg) {
       connection& c = conns[i];
       bool keep = false;
       if (c.opened == 0) {
-        keep = answer(x, c.fd, c.opened);
+        keep = answer(x, c.fd, c.opened, c.generation);
       } else {
         char byte = 0;
         keep = ::recv(c.fd, &byte, 1, MSG_DONTWAIT) > 0;  // nothing is sent after the request: only the end
-        if (!keep) import_closed(x, c.opened);
+        if (!keep) import_closed(x, c.opened, c.generation);
       }
       if (!keep) {
         ::close(c.fd);
@@ -199,7 +204,7 @@ void* serve(void* arg) {
       int const fd = ::accept4(x.listener, nullptr, nullptr, SOCK_CLOEXEC);
       if (fd >= 0) {
         try {
-          conns.push_back(connection{fd, 0});
+          conns.push_back(connection{fd, 0, 0});
         } catch (std::bad_alloc const&) { ::close(fd); }
       }
     }
