@@ -190,6 +190,17 @@ TEST(ShimIpc, AnExportersDeviceResetDropsItsExportsAndParkedBlocks) {
   expect_no_violations(r.output);
 }
 
+// The importer resets its device while it holds an import: the reset unmaps it and
+// ends the connection (the exporter gives its parked block back at once); the close
+// afterwards is CUDA's error and touches nothing.
+TEST(ShimIpc, AnImportersDeviceResetEndsItsImports) {
+  auto const r = run_app("shim_multi_app", {"ipc-import-reset"});
+  expect_pass(r, "ipc-import-reset");
+  expect_pass(r, "ipc-reset-hold");
+  expect_pass(r, "ipc-stale");
+  expect_no_violations(r.output);
+}
+
 TEST(ShimIpc, WithResourceCudaAnotherProcessOpensExactlyTheAllocation) {
   auto const r = run_app("shim_multi_app", {"ipc-export"}, {{"GPUMEM_RESOURCE", "cuda"}});
   expect_pass(r, "ipc-export");

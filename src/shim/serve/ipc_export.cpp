@@ -303,6 +303,7 @@ bool ipc_park_free(void* p, allocation const& a) noexcept {
 }
 
 void ipc_forget_device(int device) noexcept {
+  ipc_forget_imports(device);
   exporter* const x = g_exporter.load(std::memory_order_acquire);
   if (x == nullptr) return;
   std::lock_guard lock{x->mutex};

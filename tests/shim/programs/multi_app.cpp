@@ -18,6 +18,7 @@
 //                    while this process holds the import (opened twice: one pointer)
 //   ipc-leave        the importer exits without closing: the parked block comes back
 //   ipc-reset        the exporter resets its device while a child holds a parked block
+//   ipc-import-reset the importer resets its device: its import ends with the reset
 //   rank             one rank of a job: uses device RANK % devices only
 //   launcher         a launcher (like torchrun) that touches the driver, starts ranks 0 and 1, waits
 
@@ -626,6 +627,53 @@ void ipc_reset() {
   APP_CHECK(exited_cleanly(spawn_self({"ipc-stale", hex(&h2, sizeof h2)})));
 }
 
+// The importer (a child) resets its device while it holds the import: the reset
+// ends it (the exporter gives the parked block back while the child still runs),
+// and the child's close afterwards is CUDA's error.
+void ipc_import_reset() {
+  void* p = nullptr;
+  constexpr std::size_t n = ipc_bytes;
+  APP_CHECK_EQ(cudaMalloc(&p, n), cudaSuccess);
+  fill(p, n, 77);
+  cudaIpcMemHandle_t h{};
+  APP_CHECK_EQ(cudaIpcGetMemHandle(&h, p), cudaSuccess);
+  holder const child = start_holder("ipc-reset-hold", h);
+  if (!child.opened) return;
+  APP_CHECK_EQ(cudaFree(p), cudaSuccess);
+  APP_CHECK_EQ(app_stats().ipc_parked_bytes, n);
+  APP_CHECK_EQ(write(child.go, "g", 1), 1);
+  char byte = 0;
+  APP_CHECK_EQ(read(child.from, &byte, 1), 1);  // it reset its device, and has not closed
+  APP_CHECK(parked_becomes(0));
+  APP_CHECK(finish_holder(child));  // its close now fails
+  APP_CHECK(exited_cleanly(spawn_self({"ipc-stale", hex(&h, sizeof h)})));
+}
+
+void ipc_reset_hold(std::string const& handle_hex, int to_parent, int go) {
+  cudaIpcMemHandle_t h{};
+  APP_CHECK(unhex(handle_hex, &h, sizeof h));
+  void* p = nullptr;
+  constexpr std::size_t n = ipc_bytes;
+  APP_CHECK_EQ(cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess), cudaSuccess);
+  if (p == nullptr) return;
+  APP_CHECK(holds(p, n, 77));
+  APP_CHECK_EQ(write(to_parent, "o", 1), 1);
+  char byte = 0;
+  APP_CHECK_EQ(read(go, &byte, 1), 1);
+  APP_CHECK_EQ(cudaDeviceReset(), cudaSuccess);
+  APP_CHECK_EQ(write(to_parent, "r", 1), 1);
+  APP_CHECK_EQ(read(go, &byte, 1), 1);
+  cudaPointerAttributes a{};
+  APP_CHECK(cudaPointerGetAttributes(&a, p) != cudaSuccess || a.type != cudaMemoryTypeDevice);  // unmapped
+  (void)cudaGetLastError();
+  long const unmaps = app_sim_calls("cuMemUnmap");
+  long const address_frees = app_sim_calls("cuMemAddressFree");
+  APP_CHECK(cudaIpcCloseMemHandle(p) != cudaSuccess);  // no longer open: CUDA's error
+  (void)cudaGetLastError();
+  APP_CHECK_EQ(app_sim_calls("cuMemUnmap"), unmaps);  // and nothing done to the range
+  APP_CHECK_EQ(app_sim_calls("cuMemAddressFree"), address_frees);
+}
+
 void ipc_hold(std::string const& handle_hex, int opened, int go, bool close_it = true) {
   cudaIpcMemHandle_t h{};
   APP_CHECK(unhex(handle_hex, &h, sizeof h));
@@ -787,6 +835,10 @@ int main(int argc, char** argv) {
     ipc_leave();
   else if (scenario == "ipc-reset")
     ipc_reset();
+  else if (scenario == "ipc-import-reset")
+    ipc_import_reset();
+  else if (scenario == "ipc-reset-hold" && argc > 4)
+    ipc_reset_hold(argv[2], std::atoi(argv[3]), std::atoi(argv[4]));
   else if (scenario == "ipc-stale" && argc > 2)
     ipc_stale(argv[2]);
   else if (scenario == "ipc-orphan")
@@ -800,7 +852,7 @@ int main(int argc, char** argv) {
   else {
     fprintf(stderr,
             "usage: %s devices|peer|stream-device|limit BYTES|percent|ipc|ipc-export|ipc-park|ipc-orphan|ipc-leave|"
-            "ipc-reset|rank|launcher\n",
+            "ipc-reset|ipc-import-reset|rank|launcher\n",
             argv[0]);
     return 2;
   }
