@@ -38,6 +38,8 @@ typedef struct gpumem_shim_stats {
   unsigned long long active_captures;         /**< stream captures active now */
   unsigned long long ipc_refused;             /**< IPC handle requests refused for pooled pointers */
   unsigned long long device_syncs;            /**< host-blocking device synchronizations gpumem made */
+  unsigned long long ipc_parked_bytes;        /**< freed by the program but held back: another process
+                                                   still has it open by IPC (requested bytes) */
 } gpumem_shim_stats;
 
 /** Fills *out (sizeof(gpumem_shim_stats) bytes). Returns 0, or -1 for NULL. */

@@ -4,6 +4,7 @@
 
 #include "serve/allocation_registry.hpp"
 #include "serve/device_chains.hpp"
+#include "serve/ipc_sharing.hpp"
 #include "serve/process_chains.hpp"
 #include "serve/release.hpp"
 #include "shim_state.hpp"
@@ -36,6 +37,7 @@ extern "C" __attribute__((visibility("default"))) int gpumem_shim_get_stats(gpum
     s.live_bytes = b;
     s.active_captures = static_cast<unsigned long long>(gpumem::stream_tracker::capture_count());
     s.device_syncs = st.stats.device_syncs.get();
+    s.ipc_parked_bytes = ipc_parked_bytes();
     for_each_chain([&](device_chain& c) {
       ++s.chains;
       s.reserved_bytes += static_cast<unsigned long long>(c.chain->device_stats().bytes().current);

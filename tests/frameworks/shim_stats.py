@@ -8,7 +8,7 @@ import ctypes
 _FIELDS = ["chain_allocations", "runtime_allocations", "chain_frees", "passthrough_allocations",
            "passthrough_frees", "double_frees", "failed_allocations", "live_allocations", "live_bytes",
            "reserved_bytes", "pending_free_bytes", "reclaim_barriers", "captured_passthroughs",
-           "active_captures", "ipc_refused", "device_syncs"]
+           "active_captures", "ipc_refused", "device_syncs", "ipc_parked_bytes"]
 
 
 class Stats(ctypes.Structure):

@@ -33,6 +33,17 @@ void expect_pass(process_result const& r, std::string const& scenario) {
   EXPECT_EQ(r.output.find("CHECK FAILED"), std::string::npos) << r.output;
 }
 
+// Every process's STATS line (the children's too) reports no misuse of the device.
+void expect_no_violations(std::string const& output) {
+  int lines = 0;
+  for (auto at = output.find("STATS "); at != std::string::npos; at = output.find("STATS ", at + 1)) {
+    ++lines;
+    std::string const line = output.substr(at, output.find('\n', at) - at);
+    EXPECT_NE(line.find(" violations=0"), std::string::npos) << output;
+  }
+  EXPECT_GT(lines, 0);
+}
+
 std::string slurp(std::string const& path) {
   std::ifstream in{path};
   std::stringstream ss;
@@ -155,6 +166,39 @@ TEST(ShimIpc, AnImportOutlivesTheExporterAndOpensAreCounted) {
   auto const r = run_app("shim_multi_app", {"ipc-orphan"});
   expect_pass(r, "ipc-orphan");
   expect_pass(r, "ipc-give");
+}
+
+// An importer that exits without closing ends its import all the same: the parked
+// block goes back (ipc_parked_bytes returns to 0) and the handle no longer opens.
+TEST(ShimIpc, AnImporterThatExitsWithoutClosingGivesTheParkedBlockBack) {
+  auto const r = run_app("shim_multi_app", {"ipc-leave"});
+  expect_pass(r, "ipc-leave");
+  expect_pass(r, "ipc-hold");
+  expect_pass(r, "ipc-stale");
+  expect_no_violations(r.output);
+}
+
+// The exporter resets its device while a child holds a block it freed: the reset
+// drops the parked block (never given back to the retired chain when the child
+// closes later), the old handle no longer opens, and a new block (maybe at the same
+// address) is exported, parked and given back on its own.
+TEST(ShimIpc, AnExportersDeviceResetDropsItsExportsAndParkedBlocks) {
+  auto const r = run_app("shim_multi_app", {"ipc-reset"});
+  expect_pass(r, "ipc-reset");
+  expect_pass(r, "ipc-hold");
+  expect_pass(r, "ipc-stale");
+  expect_no_violations(r.output);
+}
+
+// The importer resets its device while it holds an import: the reset unmaps it and
+// ends the connection (the exporter gives its parked block back at once); the close
+// afterwards is CUDA's error and touches nothing.
+TEST(ShimIpc, AnImportersDeviceResetEndsItsImports) {
+  auto const r = run_app("shim_multi_app", {"ipc-import-reset"});
+  expect_pass(r, "ipc-import-reset");
+  expect_pass(r, "ipc-reset-hold");
+  expect_pass(r, "ipc-stale");
+  expect_no_violations(r.output);
 }
 
 TEST(ShimIpc, WithResourceCudaAnotherProcessOpensExactlyTheAllocation) {

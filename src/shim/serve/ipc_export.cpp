@@ -41,6 +41,7 @@ struct exporter {
   std::mutex mutex;
   std::map<std::uintptr_t, exported> by_address;  // live exports, by allocation start
   std::atomic<std::size_t> live{0};               // by_address.size(), read without the lock
+  std::atomic<std::size_t> parked_bytes{0};       // the parked records' bytes, read without the lock
   std::uint64_t next_generation = 1;
   std::uint64_t token = 0;
   int listener = -1;    ///< the server's socket; -1 until started
@@ -113,20 +114,24 @@ bool exportable(CUdeviceptr start) noexcept {
   return ok;
 }
 
-// One import ended (its connection closed).
-void import_closed(exporter& x, std::uintptr_t address) noexcept {
+// One import ended (its connection closed). The generation tells a record of the
+// address's next owner (after a device reset dropped this one) from the import's.
+void import_closed(exporter& x, std::uintptr_t address, std::uint64_t generation) noexcept {
   std::unique_lock lock{x.mutex};
   auto it = x.by_address.find(address);
-  if (it == x.by_address.end() || --it->second.imports > 0 || it->second.parked == nullptr) return;
+  if (it == x.by_address.end() || it->second.generation != generation || --it->second.imports > 0 ||
+      it->second.parked == nullptr)
+    return;
   exported const e = it->second;
   x.by_address.erase(it);
   x.live.fetch_sub(1, std::memory_order_relaxed);
+  x.parked_bytes.fetch_sub(e.bytes, std::memory_order_relaxed);
   lock.unlock();
   free_as_cuda_free(*e.parked, reinterpret_cast<void*>(address), e.bytes, "cuIpcCloseMemHandle");
 }
 
 // Answers one import request; true when the import is open (the connection stays).
-bool answer(exporter& x, int sock, std::uintptr_t& opened) noexcept {
+bool answer(exporter& x, int sock, std::uintptr_t& opened, std::uint64_t& generation) noexcept {
   CUipcMemHandle h{};
   if (!ipc::receive_message(sock, h.reserved, sizeof h.reserved, nullptr, 0)) return false;
   ipc::handle_fields const f = ipc::fields_of(h);
@@ -174,10 +179,11 @@ bool answer(exporter& x, int sock, std::uintptr_t& opened) noexcept {
     (void)ipc::send_message(sock, &reply, sizeof reply, nullptr, 0);
   }
   if (!ok) {
-    import_closed(x, f.address);
+    import_closed(x, f.address, f.generation);
     return false;
   }
   opened = f.address;
+  generation = f.generation;
   return true;
 }
 
@@ -187,6 +193,7 @@ void* serve(void* arg) {
   struct connection {
     int fd;
     std::uintptr_t opened;  // 0 until its import is open
+    std::uint64_t generation;
   };
   std::vector<connection> conns;
   std::vector<pollfd> polled;
@@ -199,11 +206,11 @@ void* serve(void* arg) {
       connection& c = conns[i];
       bool keep = false;
       if (c.opened == 0) {
-        keep = answer(x, c.fd, c.opened);
+        keep = answer(x, c.fd, c.opened, c.generation);
       } else {
         char byte = 0;
         keep = ::recv(c.fd, &byte, 1, MSG_DONTWAIT) > 0;  // nothing is sent after the request: only the end
-        if (!keep) import_closed(x, c.opened);
+        if (!keep) import_closed(x, c.opened, c.generation);
       }
       if (!keep) {
         ::close(c.fd);
@@ -214,7 +221,7 @@ void* serve(void* arg) {
       int const fd = ::accept4(x.listener, nullptr, nullptr, SOCK_CLOEXEC);
       if (fd >= 0) {
         try {
-          conns.push_back(connection{fd, 0});
+          conns.push_back(connection{fd, 0, 0});
         } catch (std::bad_alloc const&) { ::close(fd); }
       }
     }
@@ -325,8 +332,32 @@ bool ipc_park_free(void* p, allocation const& a) noexcept {
     x->live.fetch_sub(1, std::memory_order_relaxed);
     return false;
   }
+  if (it->second.parked == nullptr) x->parked_bytes.fetch_add(it->second.bytes, std::memory_order_relaxed);
   it->second.parked = a.chain;
   return true;
+}
+
+void ipc_forget_device(int device) noexcept {
+  ipc_forget_imports(device);
+  exporter* const x = g_exporter.load(std::memory_order_acquire);
+  if (x == nullptr) return;
+  std::lock_guard lock{x->mutex};
+  for (auto it = x->by_address.begin(); it != x->by_address.end();) {
+    if (it->second.device != device) {
+      ++it;
+      continue;
+    }
+    // A parked block is not given back: the reset released its chain's memory
+    // (the importers' mappings hold the pages). Its imports' ends find no record.
+    if (it->second.parked != nullptr) x->parked_bytes.fetch_sub(it->second.bytes, std::memory_order_relaxed);
+    it = x->by_address.erase(it);
+    x->live.fetch_sub(1, std::memory_order_relaxed);
+  }
+}
+
+std::size_t ipc_parked_bytes() noexcept {
+  exporter const* const x = g_exporter.load(std::memory_order_acquire);
+  return x != nullptr ? x->parked_bytes.load(std::memory_order_relaxed) : 0;
 }
 
 void reset_ipc_after_fork() noexcept {

@@ -30,6 +30,7 @@ struct opened_import {
   std::vector<ipc::page_record> pages;
   int sock = -1;  ///< open while the import is: its end tells the exporter
   int refs = 1;
+  int device = -1;  ///< current at the open: a reset of its context ends the import
 };
 
 struct importer {
@@ -158,6 +159,7 @@ CUresult ipc_open(CUdeviceptr* out, CUipcMemHandle const& h, unsigned flags, con
   }
   opened_import o;
   o.key = key;
+  o.device = static_cast<int>(device);
   CUdeviceptr pointer = 0;
   if (CUresult r = import_pages(f, h, static_cast<int>(device), o, pointer, entry); r != CUDA_SUCCESS) {
     if (o.sock >= 0) ::close(o.sock);
@@ -194,6 +196,33 @@ CUresult ipc_close(CUdeviceptr p, const char* entry) noexcept {
   unmap_import(o, o.pages.size());
   message(level::debug, "%s(%#llx): closed", entry, static_cast<unsigned long long>(p));
   return CUDA_SUCCESS;
+}
+
+void ipc_forget_imports(int device) noexcept {
+  importer* const x = g_importer.load(std::memory_order_acquire);
+  if (x == nullptr) return;
+  std::vector<opened_import> gone;
+  {
+    std::lock_guard lock{x->mutex};
+    try {
+      gone.reserve(x->by_pointer.size());  // the moves below allocate nothing
+    } catch (std::bad_alloc const&) { return; }
+    for (auto it = x->by_pointer.begin(); it != x->by_pointer.end();) {
+      if (it->second.device != device) {
+        ++it;
+        continue;
+      }
+      gone.push_back(std::move(it->second));
+      it = x->by_pointer.erase(it);
+    }
+  }
+  if (gone.empty()) return;
+  // Mappings outlive contexts: left alone, the pages would stay held and the range
+  // reserved for the rest of the process, though the program's pointer died with
+  // the reset. Queued work on them would fault once unmapped: waited for first.
+  if (detail::driver().cuCtxSynchronize() == CUDA_SUCCESS) state().stats.device_syncs.add();
+  for (auto const& o : gone) unmap_import(o, o.pages.size());
+  message(level::debug, "device %d: %zu IPC imports closed by the device reset", device, gone.size());
 }
 
 void reset_ipc_imports_after_fork() noexcept {

@@ -29,6 +29,12 @@
 // releases its pages) only when the last import has closed. The importer's mapping
 // holds the physical pages, so it stays valid after the exporter exits.
 //
+// Device reset (ipc_forget_device): the exporter's records of the device go (its
+// handles no longer open; a parked block is never given back to the retired chain,
+// whose memory the reset released), and so do the importer's imports on it
+// (unmapped before the reset, as CUDA's own imports die with the context; their
+// connections end, which tells the exporters).
+//
 // Where it cannot work: memory whose pages cannot be exported (pools over
 // cuMemAlloc slabs, a driver without shareable handles) keeps the policy of
 // ipc_policy.hpp; a handle opened by a process not running gpumem fails in CUDA
@@ -62,6 +68,21 @@ namespace gpumem::shim {
 /// (the caller reports success and gives nothing back). False otherwise; the export
 /// record, if any, is dropped (its handles no longer open).
 [[nodiscard]] bool ipc_park_free(void* p, allocation const& a) noexcept;
+
+/// The device's context is about to be reset (cudaDeviceReset, a primary context
+/// reset; the caller's context is the device's for the first): drops the export
+/// records of the device's allocations (their handles no longer open, their parked
+/// blocks are not given back), and ipc_forget_imports(device).
+void ipc_forget_device(int device) noexcept;
+/// ipc_forget_device()'s part for the imports (ipc_import.cpp): each import opened
+/// on the device is unmapped after the device's queued work (waited for in the
+/// caller's context) and its connection ended; a later close of its pointer is
+/// CUDA's to answer (a pointer CUDA does not know), with no driver call on the range.
+void ipc_forget_imports(int device) noexcept;
+
+/// Bytes the program freed that are held back because another process still has
+/// them open (requested sizes of the parked blocks).
+[[nodiscard]] std::size_t ipc_parked_bytes() noexcept;
 
 /// In a forked child: the parent's exports, imports and server are not the child's.
 void reset_ipc_after_fork() noexcept;

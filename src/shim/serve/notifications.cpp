@@ -3,6 +3,7 @@
 #include "observe/event_log.hpp"
 #include "serve/allocation_registry.hpp"
 #include "serve/device_chains.hpp"
+#include "serve/ipc_sharing.hpp"
 #include "serve/live_streams.hpp"
 #include "serve/process_chains.hpp"
 #include "serve/release.hpp"
@@ -46,6 +47,7 @@ void forget_device(int device, const char* entry) noexcept {
     forget_process_memory(device, managed);
     registry().drop_device(device);
   } catch (...) {}
+  ipc_forget_device(device);  // before the chain retires: no parked block goes back to it
   drop_chain(device);
   forget_release_state(device);
 }

@@ -88,12 +88,12 @@ static inline void app_print_stats(void) {
   printf(
       "STATS mode=%d chains=%d chain_allocations=%llu runtime_allocations=%llu chain_frees=%llu "
       "passthrough_allocations=%llu passthrough_frees=%llu double_frees=%llu failed=%llu live=%llu "
-      "captured=%llu barriers=%llu ipc_refused=%llu device_syncs=%llu sim_cuMemAlloc=%ld sim_cuMemCreate=%ld "
-      "violations=%ld\n",
+      "captured=%llu barriers=%llu ipc_refused=%llu device_syncs=%llu ipc_parked=%llu sim_cuMemAlloc=%ld "
+      "sim_cuMemCreate=%ld violations=%ld\n",
       s.mode, s.chains, s.chain_allocations, s.runtime_allocations, s.chain_frees, s.passthrough_allocations,
       s.passthrough_frees, s.double_frees, s.failed_allocations, s.live_allocations, s.captured_passthroughs,
-      s.reclaim_barriers, s.ipc_refused, s.device_syncs, app_sim_calls("cuMemAlloc_v2"), app_sim_calls("cuMemCreate"),
-      app_sim_violations());
+      s.reclaim_barriers, s.ipc_refused, s.device_syncs, s.ipc_parked_bytes, app_sim_calls("cuMemAlloc_v2"),
+      app_sim_calls("cuMemCreate"), app_sim_violations());
   fflush(stdout);
 }
 

@@ -16,6 +16,9 @@
 //                    it, and then the handle no longer opens
 //   ipc-orphan       the importer outlives the exporter: a child exports, frees and exits
 //                    while this process holds the import (opened twice: one pointer)
+//   ipc-leave        the importer exits without closing: the parked block comes back
+//   ipc-reset        the exporter resets its device while a child holds a parked block
+//   ipc-import-reset the importer resets its device: its import ends with the reset
 //   rank             one rank of a job: uses device RANK % devices only
 //   launcher         a launcher (like torchrun) that touches the driver, starts ranks 0 and 1, waits
 
@@ -23,6 +26,7 @@
 
 #include <cuda.h>
 #include <cuda_runtime_api.h>
+#include <fcntl.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -523,7 +527,161 @@ void ipc_park() {
   APP_CHECK_EQ(cudaFree(warm), cudaSuccess);
 }
 
-void ipc_hold(std::string const& handle_hex, int opened, int go) {
+// A child running `scenario` on handle `h` (argv: scenario, handle, then the fds of
+// its two pipe ends): `from` reads its signals, `go` lets it go on.
+struct holder {
+  pid_t pid = 0;
+  int from = -1;
+  int go = -1;
+  bool opened = false;  ///< it signalled once: the allocation is open there
+};
+
+holder start_holder(std::string const& scenario, cudaIpcMemHandle_t const& h, std::vector<std::string> extra = {}) {
+  int from[2];
+  int go[2];
+  APP_CHECK_EQ(pipe(from), 0);
+  APP_CHECK_EQ(pipe(go), 0);
+  // Ours stay ours: a later child holding them would keep a pipe from ending.
+  APP_CHECK_EQ(fcntl(from[0], F_SETFD, FD_CLOEXEC), 0);
+  APP_CHECK_EQ(fcntl(go[1], F_SETFD, FD_CLOEXEC), 0);
+  std::vector<std::string> args = {scenario, hex(&h, sizeof h), std::to_string(from[1]), std::to_string(go[0])};
+  args.insert(args.end(), extra.begin(), extra.end());
+  holder c;
+  c.pid = spawn_self(args);
+  close(from[1]);  // the child's ends: a child that fails ends the pipe
+  close(go[0]);
+  c.from = from[0];
+  c.go = go[1];
+  char byte = 0;
+  c.opened = read(c.from, &byte, 1) == 1;
+  APP_CHECK(c.opened);
+  if (!c.opened) APP_CHECK(!exited_cleanly(c.pid));
+  return c;
+}
+
+bool finish_holder(holder const& c) {
+  bool const ok = write(c.go, "g", 1) == 1 && exited_cleanly(c.pid);
+  close(c.from);
+  close(c.go);
+  return ok;
+}
+
+// The server thread sees an import end asynchronously: waits (at most 5 s) for the
+// parked bytes to become `want`.
+bool parked_becomes(unsigned long long want) {
+  for (int i = 0; i < 500 && app_stats().ipc_parked_bytes != want; ++i) usleep(10000);
+  return app_stats().ipc_parked_bytes == want;
+}
+
+// The importer exits without closing: its end of the connection closes with it,
+// and the parked block goes back to the pool.
+void ipc_leave() {
+  void* warm = nullptr;
+  void* p = nullptr;
+  constexpr std::size_t n = ipc_bytes;
+  APP_CHECK_EQ(cudaMalloc(&warm, 4096), cudaSuccess);
+  APP_CHECK_EQ(cudaMalloc(&p, n), cudaSuccess);
+  fill(p, n, 77);
+  cudaIpcMemHandle_t h{};
+  APP_CHECK_EQ(cudaIpcGetMemHandle(&h, p), cudaSuccess);
+  holder const child = start_holder("ipc-hold", h, {"leave"});
+  if (!child.opened) return;
+  APP_CHECK(holds(p, n, 78));
+  APP_CHECK_EQ(app_stats().ipc_parked_bytes, 0);
+  APP_CHECK_EQ(cudaFree(p), cudaSuccess);
+  APP_CHECK_EQ(app_stats().ipc_parked_bytes, n);
+  APP_CHECK(finish_holder(child));
+  APP_CHECK(parked_becomes(0));
+  APP_CHECK(exited_cleanly(spawn_self({"ipc-stale", hex(&h, sizeof h)})));
+  APP_CHECK_EQ(cudaFree(warm), cudaSuccess);
+}
+
+// The exporter resets its device while a child holds a block it freed (parked):
+// the reset drops the device's export records (the parked block is not given back
+// to the retired chain, and its handle no longer opens), and the child's later
+// close finds nothing to give back. A new block of the same size (maybe at the same
+// address) is exported, imported and parked on its own.
+void ipc_reset() {
+  void* p = nullptr;
+  constexpr std::size_t n = ipc_bytes;
+  APP_CHECK_EQ(cudaMalloc(&p, n), cudaSuccess);
+  fill(p, n, 77);
+  cudaIpcMemHandle_t h{};
+  APP_CHECK_EQ(cudaIpcGetMemHandle(&h, p), cudaSuccess);
+  holder const first = start_holder("ipc-hold", h);
+  if (!first.opened) return;
+  APP_CHECK(holds(p, n, 78));
+  APP_CHECK_EQ(cudaFree(p), cudaSuccess);
+  APP_CHECK_EQ(app_stats().ipc_parked_bytes, n);
+  APP_CHECK_EQ(cudaDeviceReset(), cudaSuccess);
+  APP_CHECK_EQ(app_stats().ipc_parked_bytes, 0);
+  void* q = nullptr;
+  APP_CHECK_EQ(cudaMalloc(&q, n), cudaSuccess);
+  printf("IPC reset_reused=%d\n", q == p ? 1 : 0);
+  fill(q, n, 77);
+  APP_CHECK(holds(q, n, 77));
+  cudaIpcMemHandle_t h2{};
+  APP_CHECK_EQ(cudaIpcGetMemHandle(&h2, q), cudaSuccess);
+  holder const second = start_holder("ipc-hold", h2);
+  if (!second.opened) return;
+  APP_CHECK(finish_holder(first));  // it still reads 78 through its mapping, and closes
+  // Answered after the server saw the first import end: the old handle is dead.
+  APP_CHECK(exited_cleanly(spawn_self({"ipc-stale", hex(&h, sizeof h)})));
+  APP_CHECK_EQ(cudaFree(q), cudaSuccess);
+  APP_CHECK_EQ(app_stats().ipc_parked_bytes, n);  // the second child has it open still
+  APP_CHECK(finish_holder(second));
+  APP_CHECK(parked_becomes(0));
+  APP_CHECK(exited_cleanly(spawn_self({"ipc-stale", hex(&h2, sizeof h2)})));
+}
+
+// The importer (a child) resets its device while it holds the import: the reset
+// ends it (the exporter gives the parked block back while the child still runs),
+// and the child's close afterwards is CUDA's error.
+void ipc_import_reset() {
+  void* p = nullptr;
+  constexpr std::size_t n = ipc_bytes;
+  APP_CHECK_EQ(cudaMalloc(&p, n), cudaSuccess);
+  fill(p, n, 77);
+  cudaIpcMemHandle_t h{};
+  APP_CHECK_EQ(cudaIpcGetMemHandle(&h, p), cudaSuccess);
+  holder const child = start_holder("ipc-reset-hold", h);
+  if (!child.opened) return;
+  APP_CHECK_EQ(cudaFree(p), cudaSuccess);
+  APP_CHECK_EQ(app_stats().ipc_parked_bytes, n);
+  APP_CHECK_EQ(write(child.go, "g", 1), 1);
+  char byte = 0;
+  APP_CHECK_EQ(read(child.from, &byte, 1), 1);  // it reset its device, and has not closed
+  APP_CHECK(parked_becomes(0));
+  APP_CHECK(finish_holder(child));  // its close now fails
+  APP_CHECK(exited_cleanly(spawn_self({"ipc-stale", hex(&h, sizeof h)})));
+}
+
+void ipc_reset_hold(std::string const& handle_hex, int to_parent, int go) {
+  cudaIpcMemHandle_t h{};
+  APP_CHECK(unhex(handle_hex, &h, sizeof h));
+  void* p = nullptr;
+  constexpr std::size_t n = ipc_bytes;
+  APP_CHECK_EQ(cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess), cudaSuccess);
+  if (p == nullptr) return;
+  APP_CHECK(holds(p, n, 77));
+  APP_CHECK_EQ(write(to_parent, "o", 1), 1);
+  char byte = 0;
+  APP_CHECK_EQ(read(go, &byte, 1), 1);
+  APP_CHECK_EQ(cudaDeviceReset(), cudaSuccess);
+  APP_CHECK_EQ(write(to_parent, "r", 1), 1);
+  APP_CHECK_EQ(read(go, &byte, 1), 1);
+  cudaPointerAttributes a{};
+  APP_CHECK(cudaPointerGetAttributes(&a, p) != cudaSuccess || a.type != cudaMemoryTypeDevice);  // unmapped
+  (void)cudaGetLastError();
+  long const unmaps = app_sim_calls("cuMemUnmap");
+  long const address_frees = app_sim_calls("cuMemAddressFree");
+  APP_CHECK(cudaIpcCloseMemHandle(p) != cudaSuccess);  // no longer open: CUDA's error
+  (void)cudaGetLastError();
+  APP_CHECK_EQ(app_sim_calls("cuMemUnmap"), unmaps);  // and nothing done to the range
+  APP_CHECK_EQ(app_sim_calls("cuMemAddressFree"), address_frees);
+}
+
+void ipc_hold(std::string const& handle_hex, int opened, int go, bool close_it = true) {
   cudaIpcMemHandle_t h{};
   APP_CHECK(unhex(handle_hex, &h, sizeof h));
   void* p = nullptr;
@@ -536,7 +694,7 @@ void ipc_hold(std::string const& handle_hex, int opened, int go) {
   char byte = 0;
   APP_CHECK_EQ(read(go, &byte, 1), 1);  // the parent freed it and allocated again
   APP_CHECK(holds(p, n, 78));
-  APP_CHECK_EQ(cudaIpcCloseMemHandle(p), cudaSuccess);
+  if (close_it) APP_CHECK_EQ(cudaIpcCloseMemHandle(p), cudaSuccess);
 }
 
 void ipc_orphan() {
@@ -679,7 +837,15 @@ int main(int argc, char** argv) {
   else if (scenario == "ipc-park")
     ipc_park();
   else if (scenario == "ipc-hold" && argc > 4)
-    ipc_hold(argv[2], std::atoi(argv[3]), std::atoi(argv[4]));
+    ipc_hold(argv[2], std::atoi(argv[3]), std::atoi(argv[4]), !(argc > 5 && std::strcmp(argv[5], "leave") == 0));
+  else if (scenario == "ipc-leave")
+    ipc_leave();
+  else if (scenario == "ipc-reset")
+    ipc_reset();
+  else if (scenario == "ipc-import-reset")
+    ipc_import_reset();
+  else if (scenario == "ipc-reset-hold" && argc > 4)
+    ipc_reset_hold(argv[2], std::atoi(argv[3]), std::atoi(argv[4]));
   else if (scenario == "ipc-stale" && argc > 2)
     ipc_stale(argv[2]);
   else if (scenario == "ipc-orphan")
@@ -691,10 +857,10 @@ int main(int argc, char** argv) {
   else if (scenario == "launcher")
     launcher();
   else {
-    fprintf(
-        stderr,
-        "usage: %s devices|peer|stream-device|limit BYTES|percent|ipc|ipc-export|ipc-park|ipc-orphan|rank|launcher\n",
-        argv[0]);
+    fprintf(stderr,
+            "usage: %s devices|peer|stream-device|limit BYTES|percent|ipc|ipc-export|ipc-park|ipc-orphan|ipc-leave|"
+            "ipc-reset|ipc-import-reset|rank|launcher\n",
+            argv[0]);
     return 2;
   }
   return app_finish(scenario.c_str());
