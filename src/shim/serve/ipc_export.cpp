@@ -283,7 +283,7 @@ CUresult ipc_export(void* p, CUipcMemHandle* out, const char* entry) noexcept {
   } catch (std::bad_alloc const&) { return CUDA_ERROR_OUT_OF_MEMORY; }
   if (!exportable(pages.front().start)) return CUDA_ERROR_NOT_SUPPORTED;
   exporter& x = state_of_exports();
-  bool first = false;
+  bool first_in_process = false;
   {
     std::lock_guard lock{x.mutex};
     if (!server_running(x)) {
@@ -297,7 +297,7 @@ CUresult ipc_export(void* p, CUipcMemHandle* out, const char* entry) noexcept {
         x.live.fetch_add(1, std::memory_order_relaxed);
       }
       f.generation = it->second.generation;
-      first = f.generation == 1;
+      first_in_process = f.generation == 1;
     } catch (std::bad_alloc const&) { return CUDA_ERROR_OUT_OF_MEMORY; }
     f.token = x.token;
   }
@@ -307,7 +307,7 @@ CUresult ipc_export(void* p, CUipcMemHandle* out, const char* entry) noexcept {
   // so let that work finish first (once per allocation; never during a capture).
   if (!stream_tracker::capture_active() && detail::driver().cuCtxSynchronize() == CUDA_SUCCESS)
     state().stats.device_syncs.add();
-  if (first) {
+  if (first_in_process) {
     message(level::info,
             "%s: handles of pooled memory are gpumem's own; they open only in processes that run gpumem too "
             "(elsewhere CUDA answers invalid argument: run that process under gpumem-run, or this one with "
