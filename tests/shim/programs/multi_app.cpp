@@ -489,44 +489,6 @@ void ipc_open(std::string const& handle_hex) {
   }
 }
 
-void ipc_park() {
-  void* warm = nullptr;
-  void* p = nullptr;
-  constexpr std::size_t n = ipc_bytes;
-  APP_CHECK_EQ(cudaMalloc(&warm, 4096), cudaSuccess);
-  APP_CHECK_EQ(cudaMalloc(&p, n), cudaSuccess);
-  fill(p, n, 77);
-  cudaIpcMemHandle_t h{};
-  APP_CHECK_EQ(cudaIpcGetMemHandle(&h, p), cudaSuccess);
-  int opened[2];
-  int go[2];
-  APP_CHECK_EQ(pipe(opened), 0);
-  APP_CHECK_EQ(pipe(go), 0);
-  pid_t const child = spawn_self({"ipc-hold", hex(&h, sizeof h), std::to_string(opened[1]), std::to_string(go[0])});
-  close(opened[1]);  // the child's ends: a child that fails ends the pipe
-  close(go[0]);
-  char byte = 0;
-  bool const child_opened = read(opened[0], &byte, 1) == 1;  // it opened the handle and wrote 78
-  APP_CHECK(child_opened);
-  if (!child_opened) {
-    APP_CHECK(!exited_cleanly(child));
-    return;
-  }
-  APP_CHECK(holds(p, n, 78));
-  APP_CHECK_EQ(cudaFree(p), cudaSuccess);              // while the child still has it open
-  APP_CHECK_EQ(cudaDeviceSynchronize(), cudaSuccess);  // nothing left to wait for: reusable, if given back
-  void* q = nullptr;
-  APP_CHECK_EQ(cudaMalloc(&q, n), cudaSuccess);
-  printf("IPC parked_reused=%d\n", q == p ? 1 : 0);
-  fill(q, n, 99);  // must not land in the child's memory
-  APP_CHECK_EQ(write(go[1], "g", 1), 1);
-  APP_CHECK(exited_cleanly(child));
-  // Closed: the pool has the block back, and the handle no longer opens.
-  APP_CHECK(exited_cleanly(spawn_self({"ipc-stale", hex(&h, sizeof h)})));
-  APP_CHECK_EQ(cudaFree(q), cudaSuccess);
-  APP_CHECK_EQ(cudaFree(warm), cudaSuccess);
-}
-
 // A child running `scenario` on handle `h` (argv: scenario, handle, then the fds of
 // its two pipe ends): `from` reads its signals, `go` lets it go on.
 struct holder {
@@ -573,17 +535,45 @@ bool parked_becomes(unsigned long long want) {
   return app_stats().ipc_parked_bytes == want;
 }
 
+// A block of ipc_bytes filled with 77 and its handle.
+void* exported_block(cudaIpcMemHandle_t& h) {
+  void* p = nullptr;
+  APP_CHECK_EQ(cudaMalloc(&p, ipc_bytes), cudaSuccess);
+  fill(p, ipc_bytes, 77);
+  APP_CHECK_EQ(cudaIpcGetMemHandle(&h, p), cudaSuccess);
+  return p;
+}
+
+void ipc_park() {
+  void* warm = nullptr;
+  constexpr std::size_t n = ipc_bytes;
+  APP_CHECK_EQ(cudaMalloc(&warm, 4096), cudaSuccess);
+  cudaIpcMemHandle_t h{};
+  void* const p = exported_block(h);
+  holder const child = start_holder("ipc-hold", h);  // it opens the handle and writes 78
+  if (!child.opened) return;
+  APP_CHECK(holds(p, n, 78));
+  APP_CHECK_EQ(cudaFree(p), cudaSuccess);              // while the child still has it open
+  APP_CHECK_EQ(cudaDeviceSynchronize(), cudaSuccess);  // nothing left to wait for: reusable, if given back
+  void* q = nullptr;
+  APP_CHECK_EQ(cudaMalloc(&q, n), cudaSuccess);
+  printf("IPC parked_reused=%d\n", q == p ? 1 : 0);
+  fill(q, n, 99);                   // must not land in the child's memory
+  APP_CHECK(finish_holder(child));  // it still reads 78, and closes
+  // Closed: the pool has the block back, and the handle no longer opens.
+  APP_CHECK(exited_cleanly(spawn_self({"ipc-stale", hex(&h, sizeof h)})));
+  APP_CHECK_EQ(cudaFree(q), cudaSuccess);
+  APP_CHECK_EQ(cudaFree(warm), cudaSuccess);
+}
+
 // The importer exits without closing: its end of the connection closes with it,
 // and the parked block goes back to the pool.
 void ipc_leave() {
   void* warm = nullptr;
-  void* p = nullptr;
   constexpr std::size_t n = ipc_bytes;
   APP_CHECK_EQ(cudaMalloc(&warm, 4096), cudaSuccess);
-  APP_CHECK_EQ(cudaMalloc(&p, n), cudaSuccess);
-  fill(p, n, 77);
   cudaIpcMemHandle_t h{};
-  APP_CHECK_EQ(cudaIpcGetMemHandle(&h, p), cudaSuccess);
+  void* const p = exported_block(h);
   holder const child = start_holder("ipc-hold", h, {"leave"});
   if (!child.opened) return;
   APP_CHECK(holds(p, n, 78));
@@ -602,12 +592,9 @@ void ipc_leave() {
 // close finds nothing to give back. A new block of the same size (maybe at the same
 // address) is exported, imported and parked on its own.
 void ipc_reset() {
-  void* p = nullptr;
   constexpr std::size_t n = ipc_bytes;
-  APP_CHECK_EQ(cudaMalloc(&p, n), cudaSuccess);
-  fill(p, n, 77);
   cudaIpcMemHandle_t h{};
-  APP_CHECK_EQ(cudaIpcGetMemHandle(&h, p), cudaSuccess);
+  void* const p = exported_block(h);
   holder const first = start_holder("ipc-hold", h);
   if (!first.opened) return;
   APP_CHECK(holds(p, n, 78));
@@ -638,12 +625,9 @@ void ipc_reset() {
 // ends it (the exporter gives the parked block back while the child still runs),
 // and the child's close afterwards is CUDA's error.
 void ipc_import_reset() {
-  void* p = nullptr;
   constexpr std::size_t n = ipc_bytes;
-  APP_CHECK_EQ(cudaMalloc(&p, n), cudaSuccess);
-  fill(p, n, 77);
   cudaIpcMemHandle_t h{};
-  APP_CHECK_EQ(cudaIpcGetMemHandle(&h, p), cudaSuccess);
+  void* const p = exported_block(h);
   holder const child = start_holder("ipc-reset-hold", h);
   if (!child.opened) return;
   APP_CHECK_EQ(cudaFree(p), cudaSuccess);
