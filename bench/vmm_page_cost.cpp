@@ -5,13 +5,19 @@
 //
 // Build and run on the GPU machine (driver API only):
 //   g++ -O2 -std=c++20 -I/usr/local/cuda/include bench/vmm_page_cost.cpp -o vmm_page_cost -lcuda
-//   ./vmm_page_cost            # prints one table, medians of 5 repetitions
+//   ./vmm_page_cost              # prints one table, medians of 5 repetitions
+//   ./vmm_page_cost --exportable # the pages created exportable as POSIX fds (what
+//                                # gpumem's pool asks for, for CUDA IPC), and what
+//                                # exporting and importing one page costs
 #include <cuda.h>
+
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <vector>
 
 namespace {
@@ -36,7 +42,8 @@ double median(std::vector<double> v) {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  bool const exportable = argc > 1 && std::strcmp(argv[1], "--exportable") == 0;
   check(cuInit(0), "cuInit");
   CUdevice dev{};
   check(cuDeviceGet(&dev, 0), "cuDeviceGet");
@@ -47,6 +54,7 @@ int main() {
   prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
   prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   prop.location.id = 0;
+  if (exportable) prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
   std::size_t page = 0;
   check(cuMemGetAllocationGranularity(&page, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED), "granularity");
   CUmemAccessDesc access{{CU_MEM_LOCATION_TYPE_DEVICE, 0}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
@@ -54,7 +62,7 @@ int main() {
   CUdeviceptr base{};
   check(cuMemAddressReserve(&base, reserve, 0, 0, 0), "cuMemAddressReserve");
 
-  std::printf("page %zu KiB; microseconds, median of 5\n", page >> 10);
+  std::printf("page %zu KiB%s; microseconds, median of 5\n", page >> 10, exportable ? ", exportable (POSIX fd)" : "");
   std::printf(
       "| bytes | pages | map per page (create+map, one setAccess) | unmap (one call) | map as one allocation | "
       "unmap one allocation |\n| --- | --- | --- | --- | --- | --- |\n");
@@ -122,6 +130,29 @@ int main() {
         "\nper page, 256 pages: create %.1f, map %.1f, setAccess (one call) %.1f, unmap one by one %.1f, "
         "map+setAccess from kept handles %.1f, unmap in one call (handles kept) %.1f, release %.1f\n",
         (t1 - t0) / n, (t2 - t1) / n, (t3 - t2) / n, (t4 - t3) / n, (t5 - t4) / n, (t6 - t5) / n, (t7 - t6) / n);
+  }
+  if (exportable) {  // what sharing a page costs: export as an fd, import it back
+    constexpr int n = 256;
+    std::vector<double> out, in;
+    for (int i = 0; i < n; ++i) {
+      CUmemGenericAllocationHandle h{};
+      check(cuMemCreate(&h, page, &prop, 0), "cuMemCreate");
+      int fd = -1;
+      double const t0 = now_us();
+      check(cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0), "export");
+      double const t1 = now_us();
+      CUmemGenericAllocationHandle back{};
+      check(cuMemImportFromShareableHandle(&back, reinterpret_cast<void*>(static_cast<std::intptr_t>(fd)),
+                                           CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+            "import");
+      double const t2 = now_us();
+      close(fd);
+      check(cuMemRelease(back), "cuMemRelease");
+      check(cuMemRelease(h), "cuMemRelease");
+      out.push_back(t1 - t0);
+      in.push_back(t2 - t1);
+    }
+    std::printf("per page, 256 pages: export as an fd %.1f, import the fd %.1f (medians)\n", median(out), median(in));
   }
   check(cuMemAddressFree(base, reserve), "cuMemAddressFree");
   return 0;
