@@ -201,6 +201,16 @@ TEST(ShimIpc, AnImportersDeviceResetEndsItsImports) {
   expect_no_violations(r.output);
 }
 
+// The same import opened in a context the importer made: a reset of the device's
+// primary context leaves it open (as it leaves that context), and its close works.
+TEST(ShimIpc, AnImportInACreatedContextOutlivesThePrimaryReset) {
+  auto const r = run_app("shim_multi_app", {"ipc-import-reset-created"});
+  expect_pass(r, "ipc-import-reset-created");
+  expect_pass(r, "ipc-reset-hold");
+  expect_pass(r, "ipc-stale");
+  expect_no_violations(r.output);
+}
+
 TEST(ShimIpc, WithResourceCudaAnotherProcessOpensExactlyTheAllocation) {
   auto const r = run_app("shim_multi_app", {"ipc-export"}, {{"GPUMEM_RESOURCE", "cuda"}});
   expect_pass(r, "ipc-export");

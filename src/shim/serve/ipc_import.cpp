@@ -30,7 +30,7 @@ struct opened_import {
   std::vector<ipc::page_record> pages;
   int sock = -1;  ///< open while the import is: its end tells the exporter
   int refs = 1;
-  int device = -1;  ///< current at the open: a reset of its context ends the import
+  CUcontext ctx = nullptr;  ///< current at the open: the mapping's work runs there, and its reset ends it
 };
 
 struct importer {
@@ -159,7 +159,7 @@ CUresult ipc_open(CUdeviceptr* out, CUipcMemHandle const& h, unsigned flags, con
   }
   opened_import o;
   o.key = key;
-  o.device = static_cast<int>(device);
+  o.ctx = ctx;
   CUdeviceptr pointer = 0;
   if (CUresult r = import_pages(f, h, static_cast<int>(device), o, pointer, entry); r != CUDA_SUCCESS) {
     if (o.sock >= 0) ::close(o.sock);
@@ -191,8 +191,10 @@ CUresult ipc_close(CUdeviceptr p, const char* entry) noexcept {
     x->by_pointer.erase(it);
   }
   // Work queued on the mapping (a copy from it, still running) would fault once it
-  // is unmapped, and cuMemUnmap does not wait: CUDA's close waits, as a free does.
-  if (detail::driver().cuCtxSynchronize() == CUDA_SUCCESS) state().stats.device_syncs.add();
+  // is unmapped, and cuMemUnmap does not wait: CUDA's close waits, as a free does,
+  // in the context that mapped it (whichever is current now).
+  if (detail::scoped_context in{o.ctx}; in.ok() && detail::driver().cuCtxSynchronize() == CUDA_SUCCESS)
+    state().stats.device_syncs.add();
   unmap_import(o, o.pages.size());
   message(level::debug, "%s(%#llx): closed", entry, static_cast<unsigned long long>(p));
   return CUDA_SUCCESS;
@@ -201,14 +203,23 @@ CUresult ipc_close(CUdeviceptr p, const char* entry) noexcept {
 void ipc_forget_imports(int device) noexcept {
   importer* const x = g_importer.load(std::memory_order_acquire);
   if (x == nullptr) return;
+  // The reset ends the device's primary context only: imports opened in a context
+  // the program created stay.
+  auto const& d = detail::driver();
+  CUdevice dev{};
+  CUcontext primary = nullptr;
+  if (d.cuDeviceGet(&dev, device) != CUDA_SUCCESS || d.cuDevicePrimaryCtxRetain(&primary, dev) != CUDA_SUCCESS) return;
   std::vector<opened_import> gone;
   {
     std::lock_guard lock{x->mutex};
     try {
       gone.reserve(x->by_pointer.size());  // the moves below allocate nothing
-    } catch (std::bad_alloc const&) { return; }
+    } catch (std::bad_alloc const&) {
+      (void)d.cuDevicePrimaryCtxRelease(dev);
+      return;
+    }
     for (auto it = x->by_pointer.begin(); it != x->by_pointer.end();) {
-      if (it->second.device != device) {
+      if (it->second.ctx != primary) {
         ++it;
         continue;
       }
@@ -216,13 +227,16 @@ void ipc_forget_imports(int device) noexcept {
       it = x->by_pointer.erase(it);
     }
   }
-  if (gone.empty()) return;
-  // Mappings outlive contexts: left alone, the pages would stay held and the range
-  // reserved for the rest of the process, though the program's pointer died with
-  // the reset. Queued work on them would fault once unmapped: waited for first.
-  if (detail::driver().cuCtxSynchronize() == CUDA_SUCCESS) state().stats.device_syncs.add();
-  for (auto const& o : gone) unmap_import(o, o.pages.size());
-  message(level::debug, "device %d: %zu IPC imports closed by the device reset", device, gone.size());
+  if (!gone.empty()) {
+    // Mappings outlive contexts: left alone, the pages would stay held and the range
+    // reserved for the rest of the process, though the program's pointer died with
+    // the reset. Queued work on them would fault once unmapped: waited for first.
+    if (detail::scoped_context in{primary}; in.ok() && d.cuCtxSynchronize() == CUDA_SUCCESS)
+      state().stats.device_syncs.add();
+    for (auto const& o : gone) unmap_import(o, o.pages.size());
+    message(level::debug, "device %d: %zu IPC imports closed by the device reset", device, gone.size());
+  }
+  (void)d.cuDevicePrimaryCtxRelease(dev);
 }
 
 void reset_ipc_imports_after_fork() noexcept {

@@ -32,8 +32,8 @@
 // Device reset (ipc_forget_device): the exporter's records of the device go (its
 // handles no longer open; a parked block is never given back to the retired chain,
 // whose memory the reset released), and so do the importer's imports on it
-// (unmapped before the reset, as CUDA's own imports die with the context; their
-// connections end, which tells the exporters).
+// opened in its primary context (unmapped before the reset, as CUDA's own imports
+// die with the context; their connections end, which tells the exporters).
 //
 // Where it cannot work: memory whose pages cannot be exported (pools over
 // cuMemAlloc slabs, a driver without shareable handles) keeps the policy of
@@ -75,9 +75,10 @@ namespace gpumem::shim {
 /// blocks are not given back), and ipc_forget_imports(device).
 void ipc_forget_device(int device) noexcept;
 /// ipc_forget_device()'s part for the imports (ipc_import.cpp): each import opened
-/// on the device is unmapped after the device's queued work (waited for in the
-/// caller's context) and its connection ended; a later close of its pointer is
-/// CUDA's to answer (a pointer CUDA does not know), with no driver call on the range.
+/// in the device's primary context is unmapped after that context's queued work and
+/// its connection ended (imports in contexts the program made stay); a later close
+/// of its pointer is CUDA's to answer (a pointer CUDA does not know), with no driver
+/// call on the range.
 void ipc_forget_imports(int device) noexcept;
 
 /// Bytes the program freed that are held back because another process still has

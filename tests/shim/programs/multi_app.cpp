@@ -19,6 +19,7 @@
 //   ipc-leave        the importer exits without closing: the parked block comes back
 //   ipc-reset        the exporter resets its device while a child holds a parked block
 //   ipc-import-reset the importer resets its device: its import ends with the reset
+//   ipc-import-reset-created  the same, opened in a context the importer made: it stays
 //   rank             one rank of a job: uses device RANK % devices only
 //   launcher         a launcher (like torchrun) that touches the driver, starts ranks 0 and 1, waits
 
@@ -623,28 +624,44 @@ void ipc_reset() {
 
 // The importer (a child) resets its device while it holds the import: the reset
 // ends it (the exporter gives the parked block back while the child still runs),
-// and the child's close afterwards is CUDA's error.
-void ipc_import_reset() {
+// and the child's close afterwards is CUDA's error. With `created`, the child opened
+// it in a context it made (cuCtxCreate), which the reset of the primary context
+// leaves alone: the import stays open until the child closes it.
+void ipc_import_reset(bool created) {
   constexpr std::size_t n = ipc_bytes;
   cudaIpcMemHandle_t h{};
   void* const p = exported_block(h);
-  holder const child = start_holder("ipc-reset-hold", h);
+  holder const child = start_holder("ipc-reset-hold", h, {created ? "created" : "primary"});
   if (!child.opened) return;
   APP_CHECK_EQ(cudaFree(p), cudaSuccess);
   APP_CHECK_EQ(app_stats().ipc_parked_bytes, n);
   APP_CHECK_EQ(write(child.go, "g", 1), 1);
   char byte = 0;
   APP_CHECK_EQ(read(child.from, &byte, 1), 1);  // it reset its device, and has not closed
+  if (created) {
+    usleep(200000);  // an import ended by the reset would have been seen by now
+    APP_CHECK_EQ(app_stats().ipc_parked_bytes, n);
+  } else {
+    APP_CHECK(parked_becomes(0));
+  }
+  APP_CHECK(finish_holder(child));  // its close now fails (created: succeeds)
   APP_CHECK(parked_becomes(0));
-  APP_CHECK(finish_holder(child));  // its close now fails
   APP_CHECK(exited_cleanly(spawn_self({"ipc-stale", hex(&h, sizeof h)})));
 }
 
-void ipc_reset_hold(std::string const& handle_hex, int to_parent, int go) {
+void ipc_reset_hold(std::string const& handle_hex, int to_parent, int go, bool created) {
   cudaIpcMemHandle_t h{};
   APP_CHECK(unhex(handle_hex, &h, sizeof h));
   void* p = nullptr;
   constexpr std::size_t n = ipc_bytes;
+  CUcontext ctx = nullptr;
+  if (created) {
+    APP_CHECK_EQ(cudaFree(nullptr), cudaSuccess);  // the primary context, current
+    using create_fn = CUresult (*)(CUcontext*, void*, unsigned, CUdevice);
+    void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    auto const create = lib != nullptr ? reinterpret_cast<create_fn>(dlsym(lib, "cuCtxCreate_v4")) : nullptr;
+    APP_CHECK(create != nullptr && create(&ctx, nullptr, 0, 0) == CUDA_SUCCESS);  // pushed: current now
+  }
   APP_CHECK_EQ(cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess), cudaSuccess);
   if (p == nullptr) return;
   APP_CHECK(holds(p, n, 77));
@@ -654,6 +671,11 @@ void ipc_reset_hold(std::string const& handle_hex, int to_parent, int go) {
   APP_CHECK_EQ(cudaDeviceReset(), cudaSuccess);
   APP_CHECK_EQ(write(to_parent, "r", 1), 1);
   APP_CHECK_EQ(read(go, &byte, 1), 1);
+  if (created) {  // the created context's import is still open
+    APP_CHECK(holds(p, n, 77));
+    APP_CHECK_EQ(cudaIpcCloseMemHandle(p), cudaSuccess);
+    return;
+  }
   cudaPointerAttributes a{};
   APP_CHECK(cudaPointerGetAttributes(&a, p) != cudaSuccess || a.type != cudaMemoryTypeDevice);  // unmapped
   (void)cudaGetLastError();
@@ -827,9 +849,11 @@ int main(int argc, char** argv) {
   else if (scenario == "ipc-reset")
     ipc_reset();
   else if (scenario == "ipc-import-reset")
-    ipc_import_reset();
-  else if (scenario == "ipc-reset-hold" && argc > 4)
-    ipc_reset_hold(argv[2], std::atoi(argv[3]), std::atoi(argv[4]));
+    ipc_import_reset(false);
+  else if (scenario == "ipc-import-reset-created")
+    ipc_import_reset(true);
+  else if (scenario == "ipc-reset-hold" && argc > 5)
+    ipc_reset_hold(argv[2], std::atoi(argv[3]), std::atoi(argv[4]), std::string{argv[5]} == "created");
   else if (scenario == "ipc-stale" && argc > 2)
     ipc_stale(argv[2]);
   else if (scenario == "ipc-orphan")
@@ -843,7 +867,7 @@ int main(int argc, char** argv) {
   else {
     fprintf(stderr,
             "usage: %s devices|peer|stream-device|limit BYTES|percent|ipc|ipc-export|ipc-park|ipc-orphan|ipc-leave|"
-            "ipc-reset|ipc-import-reset|rank|launcher\n",
+            "ipc-reset|ipc-import-reset|ipc-import-reset-created|rank|launcher\n",
             argv[0]);
     return 2;
   }
