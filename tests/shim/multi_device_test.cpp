@@ -201,6 +201,16 @@ TEST(ShimIpc, AnImportersDeviceResetEndsItsImports) {
   expect_no_violations(r.output);
 }
 
+// The importer forks a child (as a DataLoader forks workers) and exits without
+// closing while the child runs on: the child's copy of the connection does not keep
+// the import open, and the exporter gets its parked block back.
+TEST(ShimIpc, AForkedChildOfTheImporterDoesNotKeepTheImportOpen) {
+  auto const r = run_app("shim_multi_app", {"ipc-fork-leave"});
+  expect_pass(r, "ipc-fork-leave");
+  expect_pass(r, "ipc-stale");
+  expect_no_violations(r.output);
+}
+
 // The same import opened in a context the importer made: a reset of the device's
 // primary context leaves it open (as it leaves that context), and its close works.
 TEST(ShimIpc, AnImportInACreatedContextOutlivesThePrimaryReset) {

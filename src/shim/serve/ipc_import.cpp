@@ -240,6 +240,14 @@ void ipc_forget_imports(int device) noexcept {
 }
 
 void reset_ipc_imports_after_fork() noexcept {
+  // The parent's connections: this child's copies would keep the parent's imports
+  // open for their exporters after the parent died without closing them. The map is
+  // read only if no thread of the parent held its lock at the fork (else it may be
+  // half changed; the copies then stay until this child exits).
+  if (importer* x = g_importer.load(std::memory_order_relaxed); x != nullptr && x->mutex.try_lock()) {
+    for (auto const& [pointer, o] : x->by_pointer) ::close(o.sock);
+    x->mutex.unlock();
+  }
   g_importer.store(nullptr, std::memory_order_relaxed);  // the parent's mappings and connections
   new (&g_importer_mutex) std::mutex{};
 }

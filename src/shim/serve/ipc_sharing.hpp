@@ -85,7 +85,9 @@ void ipc_forget_imports(int device) noexcept;
 /// them open (requested sizes of the parked blocks).
 [[nodiscard]] std::size_t ipc_parked_bytes() noexcept;
 
-/// In a forked child: the parent's exports, imports and server are not the child's.
+/// In a forked child: the parent's exports, imports and server are not the child's
+/// (the child closes its copies of the parent's import connections, so that a worker
+/// outliving its parent does not keep the parent's imports open).
 void reset_ipc_after_fork() noexcept;
 /// reset_ipc_after_fork()'s part for the imports (ipc_import.cpp).
 void reset_ipc_imports_after_fork() noexcept;

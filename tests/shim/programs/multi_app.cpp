@@ -17,6 +17,7 @@
 //   ipc-orphan       the importer outlives the exporter: a child exports, frees and exits
 //                    while this process holds the import (opened twice: one pointer)
 //   ipc-leave        the importer exits without closing: the parked block comes back
+//   ipc-fork-leave   the same, after the importer forked a child that outlives it
 //   ipc-reset        the exporter resets its device while a child holds a parked block
 //   ipc-import-reset the importer resets its device: its import ends with the reset
 //   ipc-import-reset-created  the same, opened in a context the importer made: it stays
@@ -569,20 +570,30 @@ void ipc_park() {
 
 // The importer exits without closing: its end of the connection closes with it,
 // and the parked block goes back to the pool.
-void ipc_leave() {
+// With `forked`, the importer first forks a child that outlives it: that child's
+// copy of the connection must not keep the import open.
+void ipc_leave(bool forked) {
   void* warm = nullptr;
   constexpr std::size_t n = ipc_bytes;
   APP_CHECK_EQ(cudaMalloc(&warm, 4096), cudaSuccess);
   cudaIpcMemHandle_t h{};
   void* const p = exported_block(h);
-  holder const child = start_holder("ipc-hold", h, {"leave"});
+  holder const child = start_holder("ipc-hold", h, {forked ? "fork-leave" : "leave"});
   if (!child.opened) return;
   APP_CHECK(holds(p, n, 78));
   APP_CHECK_EQ(app_stats().ipc_parked_bytes, 0);
   APP_CHECK_EQ(cudaFree(p), cudaSuccess);
   APP_CHECK_EQ(app_stats().ipc_parked_bytes, n);
-  APP_CHECK(finish_holder(child));
-  APP_CHECK(parked_becomes(0));
+  if (forked) {
+    APP_CHECK_EQ(write(child.go, "g", 1), 1);
+    APP_CHECK(exited_cleanly(child.pid));  // its forked child still runs, reading `go`
+    APP_CHECK(parked_becomes(0));
+    close(child.go);  // which ends the forked child
+    close(child.from);
+  } else {
+    APP_CHECK(finish_holder(child));
+    APP_CHECK(parked_becomes(0));
+  }
   APP_CHECK(exited_cleanly(spawn_self({"ipc-stale", hex(&h, sizeof h)})));
   APP_CHECK_EQ(cudaFree(warm), cudaSuccess);
 }
@@ -687,7 +698,11 @@ void ipc_reset_hold(std::string const& handle_hex, int to_parent, int go, bool c
   APP_CHECK_EQ(app_sim_calls("cuMemAddressFree"), address_frees);
 }
 
-void ipc_hold(std::string const& handle_hex, int opened, int go, bool close_it = true) {
+// How ipc_hold ends: closing the import, exiting without closing, or exiting
+// without closing after forking a child that lives on (until `go` ends).
+enum class hold_end { close, leave, fork_leave };
+
+void ipc_hold(std::string const& handle_hex, int opened, int go, hold_end end = hold_end::close) {
   cudaIpcMemHandle_t h{};
   APP_CHECK(unhex(handle_hex, &h, sizeof h));
   void* p = nullptr;
@@ -700,7 +715,11 @@ void ipc_hold(std::string const& handle_hex, int opened, int go, bool close_it =
   char byte = 0;
   APP_CHECK_EQ(read(go, &byte, 1), 1);  // the parent freed it and allocated again
   APP_CHECK(holds(p, n, 78));
-  if (close_it) APP_CHECK_EQ(cudaIpcCloseMemHandle(p), cudaSuccess);
+  if (end == hold_end::close) APP_CHECK_EQ(cudaIpcCloseMemHandle(p), cudaSuccess);
+  if (end == hold_end::fork_leave && fork() == 0) {  // a worker, as a DataLoader forks
+    while (read(go, &byte, 1) > 0) {}
+    _exit(0);
+  }
 }
 
 void ipc_orphan() {
@@ -843,9 +862,15 @@ int main(int argc, char** argv) {
   else if (scenario == "ipc-park")
     ipc_park();
   else if (scenario == "ipc-hold" && argc > 4)
-    ipc_hold(argv[2], std::atoi(argv[3]), std::atoi(argv[4]), !(argc > 5 && std::strcmp(argv[5], "leave") == 0));
+    ipc_hold(argv[2], std::atoi(argv[3]), std::atoi(argv[4]),
+             argc <= 5                                 ? hold_end::close
+             : std::strcmp(argv[5], "leave") == 0      ? hold_end::leave
+             : std::strcmp(argv[5], "fork-leave") == 0 ? hold_end::fork_leave
+                                                       : hold_end::close);
   else if (scenario == "ipc-leave")
-    ipc_leave();
+    ipc_leave(false);
+  else if (scenario == "ipc-fork-leave")
+    ipc_leave(true);
   else if (scenario == "ipc-reset")
     ipc_reset();
   else if (scenario == "ipc-import-reset")
@@ -866,7 +891,8 @@ int main(int argc, char** argv) {
     launcher();
   else {
     fprintf(stderr,
-            "usage: %s devices|peer|stream-device|limit BYTES|percent|ipc|ipc-export|ipc-park|ipc-orphan|ipc-leave|"
+            "usage: %s devices|peer|stream-device|limit "
+            "BYTES|percent|ipc|ipc-export|ipc-park|ipc-orphan|ipc-leave|ipc-fork-leave|"
             "ipc-reset|ipc-import-reset|ipc-import-reset-created|rank|launcher\n",
             argv[0]);
     return 2;
