@@ -259,6 +259,11 @@ CUresult ipc_export(void* p, CUipcMemHandle* out, const char* entry) noexcept {
   if (!hit || !from_chain(hit->second.kind) || out == nullptr) return CUDA_ERROR_NOT_SUPPORTED;
   std::uintptr_t const address = hit->first;
   allocation const& a = hit->second;
+  // The allocation's context for the driver calls below: the calling thread may have
+  // none current yet (a multiprocessing queue's feeder thread pickling a tensor),
+  // which cudaIpcGetMemHandle would have made current before asking the driver.
+  std::optional<scoped_chain_context> in;
+  if (a.chain != nullptr) in.emplace(*a.chain);
   ipc::handle_fields f{};
   std::memcpy(f.magic, ipc::handle_magic, sizeof f.magic);
   f.pid = getpid();

@@ -1,6 +1,7 @@
 #include "serve/ipc_policy.hpp"
 
 #include "serve/allocation_registry.hpp"
+#include "serve/device_chains.hpp"
 #include "shim_state.hpp"
 
 #include <gpumem/detail/driver_api.hpp>
@@ -11,12 +12,16 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 
 namespace gpumem::shim {
 
 bool ipc_allowed(void* p, const char* entry) noexcept {
   auto const hit = registry().find_containing(reinterpret_cast<std::uintptr_t>(p));
   if (!hit || !from_chain(hit->second.kind)) return true;  // CUDA's own memory
+  // The queries need the allocation's context; the caller may have none current yet.
+  std::optional<scoped_chain_context> in;
+  if (hit->second.chain != nullptr) in.emplace(*hit->second.chain);
   auto const& d = detail::driver();
   CUdeviceptr base = 0;
   std::size_t size = 0;

@@ -464,7 +464,9 @@ void ipc_export() {
   fill(p, n, 77);
   cudaIpcMemHandle_t h{};
   auto const syncs = app_stats().device_syncs;
-  APP_CHECK_EQ(cudaIpcGetMemHandle(&h, p), cudaSuccess);
+  // From a thread that never called CUDA (no context current), as a multiprocessing
+  // queue's feeder thread pickles a PyTorch tensor.
+  std::thread{[&] { APP_CHECK_EQ(cudaIpcGetMemHandle(&h, p), cudaSuccess); }}.join();
   // Asked again (PyTorch asks at every send): the same handle, without another wait
   // for the device (the first export waited for work on the block's earlier owners).
   cudaIpcMemHandle_t again{};
