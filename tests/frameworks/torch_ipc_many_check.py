@@ -2,7 +2,7 @@
 
     python3 torch_ipc_many_check.py     # with and without gpumem; PyTorch's cache on or off
 
-1. The producer (this process) sends 24 tensors through a queue: four dtypes, 1 to
+1. The producer (this process) sends 24 tensors through a pipe: four dtypes, 1 to
    16 M elements, some of them views at an offset inside a larger storage. The
    consumer (a spawned process) checks each against values it computes itself.
 2. While the consumer holds them, the producer drops its references, empties
@@ -12,6 +12,9 @@
    holds (no two live tensors share memory).
 3. The other way: the consumer sends 12 tensors of its own; the producer checks them
    and writes its answer into them in place, which the consumer then reads.
+4. Through a torch.multiprocessing Queue, whose feeder thread (a thread that never
+   used CUDA) pickles each tensor: 8 more, each dropped by the producer at once, as
+   PyTorch's own tests send them.
 
 With PYTORCH_NO_CUDA_MEMORY_CACHING=1, PyTorch itself refuses to share a CUDA tensor
 (its uncached allocator keeps no segment to name); the check then prints the refusal
@@ -56,7 +59,7 @@ def specs(count):
     return [(i, COUNTS[i % len(COUNTS)], DTYPES[i % len(DTYPES)]) for i in range(count)]
 
 
-def consumer(conn):
+def consumer(conn, queue):
     try:
         if not conn.poll(120):
             return
@@ -79,6 +82,11 @@ def consumer(conn):
         assert receive(conn) == "answered"
         bad = [i for (i, n, d), t in zip(specs(12), mine) if not torch.equal(t, values(i, n, d, 3))]
         conn.send(("answer", bad))
+        assert receive(conn) == "queued"
+        got = [queue.get(timeout=120) for _ in range(8)]
+        bad = [i for (i, n, d), t in zip(specs(8), got) if not torch.equal(t, values(i, n, d, 6))]
+        conn.send(("queue", bad))
+        del got
         assert receive(conn) == "done"
         del held, mine
     except Exception as e:  # reported, not raised: the producer waits for a message
@@ -88,7 +96,8 @@ def consumer(conn):
 def main():
     ctx = mp.get_context("spawn")
     conn, theirs_end = ctx.Pipe()  # a send pickles at once: a refusal raises here
-    proc = ctx.Process(target=consumer, args=(theirs_end,))
+    queue = ctx.Queue()
+    proc = ctx.Process(target=consumer, args=(theirs_end, queue))
     proc.start()
     failures = []
     sent = [make(i, n, d, 1) for i, n, d in specs(24)]
@@ -132,12 +141,22 @@ def main():
         state, bad = receive(conn)
         if state != "answer" or bad:
             failures.append(f"consumer did not read the producer's answer in tensors {bad} ({state})")
+    if not failures:
+        for i, n, d in specs(8):
+            t = make(i, n, d, 6)
+            torch.cuda.synchronize()
+            queue.put(t)
+            del t
+        conn.send("queued")
+        state, bad = receive(conn)
+        if state != "queue" or bad:
+            failures.append(f"tensors sent through a queue arrived other than sent: {bad} ({state})")
     conn.send("done")
     proc.join(120)
     if proc.exitcode != 0:
         failures.append(f"consumer exit code {proc.exitcode}")
     print(f"TORCH-IPC-MANY cache={'off' if os.environ.get('PYTORCH_NO_CUDA_MEMORY_CACHING') == '1' else 'on'} "
-          f"sent=24 received=12 churned=48", flush=True)
+          f"sent=24+8 received=12 churned=48", flush=True)
     if failures:
         print("FAIL torch-ipc-many: " + "; ".join(failures), flush=True)
         sys.exit(1)
