@@ -221,6 +221,16 @@ TEST(ShimIpc, AnImportInACreatedContextOutlivesThePrimaryReset) {
   expect_no_violations(r.output);
 }
 
+// A thread that never used CUDA has no context current until the runtime makes one
+// (a multiprocessing queue's feeder thread, a framework's worker): gpumem's hooks run
+// before the runtime, and pointer queries, memory info, frees and allocations from
+// such a thread still answer as CUDA would, served by the pool.
+TEST(ShimMultiDevice, CallsFromAThreadWithNoContextCurrentAreServed) {
+  auto const r = run_app("shim_multi_app", {"fresh-thread"});
+  expect_pass(r, "fresh-thread");
+  expect_no_violations(r.output);
+}
+
 TEST(ShimIpc, WithResourceCudaAnotherProcessOpensExactlyTheAllocation) {
   auto const r = run_app("shim_multi_app", {"ipc-export"}, {{"GPUMEM_RESOURCE", "cuda"}});
   expect_pass(r, "ipc-export");

@@ -16,6 +16,7 @@
 //                    it, and then the handle no longer opens
 //   ipc-orphan       the importer outlives the exporter: a child exports, frees and exits
 //                    while this process holds the import (opened twice: one pointer)
+//   fresh-thread     queries, frees and allocations from threads with no context current
 //   ipc-leave        the importer exits without closing: the parked block comes back
 //   ipc-fork-leave   the same, after the importer forked a child that outlives it
 //   ipc-reset        the exporter resets its device while a child holds a parked block
@@ -783,6 +784,37 @@ void ipc_stale(std::string const& handle_hex) {
   (void)cudaGetLastError();
 }
 
+// Calls from a thread that never used CUDA (no context current until the runtime
+// makes one): what a multiprocessing feeder thread or a framework's worker thread
+// does. Each is answered as without gpumem, and pooled memory stays the pool's.
+void fresh_thread() {
+  void* p = nullptr;
+  APP_CHECK_EQ(cudaMalloc(&p, 1 << 20), cudaSuccess);
+  auto const before = app_stats();
+  std::thread{[&] {
+    cudaPointerAttributes a{};
+    APP_CHECK_EQ(cudaPointerGetAttributes(&a, p), cudaSuccess);
+    APP_CHECK_EQ(a.type, cudaMemoryTypeDevice);
+    std::size_t free_bytes = 0;
+    std::size_t total = 0;
+    APP_CHECK_EQ(cudaMemGetInfo(&free_bytes, &total), cudaSuccess);
+    APP_CHECK(free_bytes > 0 && total >= free_bytes);
+    APP_CHECK_EQ(cudaFree(p), cudaSuccess);
+  }}.join();
+  std::thread{[&] {
+    void* q = nullptr;
+    APP_CHECK_EQ(cudaMalloc(&q, 1 << 20), cudaSuccess);
+    fill(q, 1 << 20, 5);
+    APP_CHECK(holds(q, 1 << 20, 5));
+    APP_CHECK_EQ(cudaFree(q), cudaSuccess);
+  }}.join();
+  auto const after = app_stats();
+  APP_CHECK_EQ(after.chain_frees - before.chain_frees, 2);
+  APP_CHECK_EQ(after.chain_allocations - before.chain_allocations, 1);
+  APP_CHECK_EQ(after.passthrough_allocations, before.passthrough_allocations);
+  APP_CHECK_EQ(after.double_frees, 0);
+}
+
 // One rank of a multi-process job: its device only. The rank comes from the
 // launcher's variable, looked up in the order gpumem's %r template uses.
 void rank() {
@@ -869,6 +901,8 @@ int main(int argc, char** argv) {
              : std::strcmp(argv[5], "leave") == 0      ? hold_end::leave
              : std::strcmp(argv[5], "fork-leave") == 0 ? hold_end::fork_leave
                                                        : hold_end::close);
+  else if (scenario == "fresh-thread")
+    fresh_thread();
   else if (scenario == "ipc-leave")
     ipc_leave(false);
   else if (scenario == "ipc-fork-leave")
@@ -894,7 +928,7 @@ int main(int argc, char** argv) {
   else {
     fprintf(stderr,
             "usage: %s devices|peer|stream-device|limit "
-            "BYTES|percent|ipc|ipc-export|ipc-park|ipc-orphan|ipc-leave|ipc-fork-leave|"
+            "BYTES|percent|ipc|ipc-export|ipc-park|ipc-orphan|ipc-leave|ipc-fork-leave|fresh-thread|"
             "ipc-reset|ipc-import-reset|ipc-import-reset-created|rank|launcher\n",
             argv[0]);
     return 2;
