@@ -97,15 +97,16 @@ int export_page(CUdeviceptr start) noexcept {
   return r == CUDA_SUCCESS ? fd : -1;
 }
 
-// Whether the physical memory mapped at `start` exports as a POSIX fd. Its
-// properties say so without making a descriptor, which costs about a millisecond.
-bool exportable(CUdeviceptr start) noexcept {
+// Whether the physical memory mapped at `at` (any address of the mapping) exports
+// as a POSIX fd. Its properties say so without making a descriptor, which costs
+// about half a millisecond.
+bool exportable(CUdeviceptr at) noexcept {
   auto const& d = detail::driver();
   if (d.cuMemRetainAllocationHandle == nullptr || d.cuMemGetAllocationPropertiesFromHandle == nullptr ||
       d.cuMemExportToShareableHandle == nullptr)
     return false;
   CUmemGenericAllocationHandle h{};
-  if (d.cuMemRetainAllocationHandle(&h, reinterpret_cast<void*>(static_cast<std::uintptr_t>(start))) != CUDA_SUCCESS)
+  if (d.cuMemRetainAllocationHandle(&h, reinterpret_cast<void*>(static_cast<std::uintptr_t>(at))) != CUDA_SUCCESS)
     return false;
   CUmemAllocationProp prop{};
   bool const ok = d.cuMemGetAllocationPropertiesFromHandle(&prop, h) == CUDA_SUCCESS &&
@@ -152,7 +153,7 @@ bool answer(exporter& x, int sock, std::uintptr_t& opened, std::uint64_t& genera
   std::vector<page> pages;
   bool ok = false;
   try {
-    ok = pages_of(f.address, f.bytes, pages);
+    ok = pages_of(f.address, f.bytes, pages) && !pages.empty();
   } catch (std::bad_alloc const&) {}
   if (ok) {
     reply = ipc::reply_header{CUDA_SUCCESS, static_cast<std::uint32_t>(pages.size()),
@@ -259,11 +260,6 @@ CUresult ipc_export(void* p, CUipcMemHandle* out, const char* entry) noexcept {
   if (!hit || !from_chain(hit->second.kind) || out == nullptr) return CUDA_ERROR_NOT_SUPPORTED;
   std::uintptr_t const address = hit->first;
   allocation const& a = hit->second;
-  // The allocation's context for the driver calls below: the calling thread may have
-  // none current yet (a multiprocessing queue's feeder thread pickling a tensor),
-  // which cudaIpcGetMemHandle would have made current before asking the driver.
-  std::optional<scoped_chain_context> in;
-  if (a.chain != nullptr) in.emplace(*a.chain);
   ipc::handle_fields f{};
   std::memcpy(f.magic, ipc::handle_magic, sizeof f.magic);
   f.pid = getpid();
@@ -281,12 +277,14 @@ CUresult ipc_export(void* p, CUipcMemHandle* out, const char* entry) noexcept {
       return CUDA_SUCCESS;
     }
   }
-  // Exportable pages? (A pool over cuMemAlloc slabs has none: ipc_policy decides.)
-  std::vector<page> pages;
-  try {
-    if (!pages_of(address, a.bytes, pages)) return CUDA_ERROR_NOT_SUPPORTED;
-  } catch (std::bad_alloc const&) { return CUDA_ERROR_OUT_OF_MEMORY; }
-  if (!exportable(pages.front().start)) return CUDA_ERROR_NOT_SUPPORTED;
+  // The allocation's context for the driver calls below: the calling thread may have
+  // none current yet (a multiprocessing queue's feeder thread pickling a tensor),
+  // which cudaIpcGetMemHandle would have made current before asking the driver.
+  std::optional<scoped_chain_context> in;
+  if (a.chain != nullptr) in.emplace(*a.chain);
+  // Exportable pages? The pool makes all of its pages alike, so its first says. (A
+  // pool over cuMemAlloc slabs has none: ipc_policy decides.)
+  if (!exportable(address)) return CUDA_ERROR_NOT_SUPPORTED;
   exporter& x = state_of_exports();
   bool first_in_process = false;
   {
@@ -319,8 +317,8 @@ CUresult ipc_export(void* p, CUipcMemHandle* out, const char* entry) noexcept {
             "--resource cuda)",
             entry);
   }
-  message(level::debug, "%s(%p): gpumem handle for %zu bytes at %#zx (%zu pages)", entry, p, a.bytes,
-          static_cast<std::size_t>(address), pages.size());
+  message(level::debug, "%s(%p): gpumem handle for %zu bytes at %#zx", entry, p, a.bytes,
+          static_cast<std::size_t>(address));
   return CUDA_SUCCESS;
 }
 

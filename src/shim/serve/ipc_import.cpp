@@ -203,6 +203,11 @@ CUresult ipc_close(CUdeviceptr p, const char* entry) noexcept {
 void ipc_forget_imports(int device) noexcept {
   importer* const x = g_importer.load(std::memory_order_acquire);
   if (x == nullptr) return;
+  {
+    // Nothing open: no need to retain (and maybe create) the primary context below.
+    std::lock_guard lock{x->mutex};
+    if (x->by_pointer.empty()) return;
+  }
   // The reset ends the device's primary context only: imports opened in a context
   // the program created stay.
   auto const& d = detail::driver();
