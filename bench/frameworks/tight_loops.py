@@ -9,6 +9,8 @@ arrays every iteration pays under each allocator.
   numba-rmm      Numba with RAPIDS RMM's EMM plugin over an RMM pool
                  (NUMBA_CUDA_MEMORY_MANAGER=rmm.allocators.numba); skipped when rmm
                  does not import
+  numba-rmm-cuda the plugin over RMM's default resource (cudaMalloc and cudaFree for
+                 every array), as a user who only sets the variable gets it
   numba-pinned   Numba's pinned_array (cuMemHostAlloc each time), copied to a device
                  array, a kernel, copied back, both dropped
   numba-pinned-gpumem
@@ -39,7 +41,7 @@ import time
 from pathlib import Path
 
 SIZES = [4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20]
-CONFIGS = ["cupy-pool", "cupy-gpumem", "numba", "numba-gpumem", "numba-rmm", "numba-pinned", "numba-pinned-gpumem",
+CONFIGS = ["cupy-pool", "cupy-gpumem", "numba", "numba-gpumem", "numba-rmm", "numba-rmm-cuda", "numba-pinned", "numba-pinned-gpumem",
            "numba-managed", "numba-managed-gpumem"]
 
 
@@ -159,7 +161,7 @@ def worker(config: str, iters: int, warmup: int) -> None:
     elif config.startswith(("numba-pinned", "numba-managed")):
         us, checksum = numba_host_loop(iters, warmup, managed=config.startswith("numba-managed"))
     else:
-        us = numba_loop(iters, warmup, rmm_pool=config == "numba-rmm")
+        us = numba_loop(iters, warmup, rmm_pool=config == "numba-rmm")  # numba-rmm-cuda: RMM's default
     print(json.dumps({"config": config, "us_per_iter": us, "iters": iters, "checksum": checksum}), flush=True)
 
 
@@ -175,10 +177,10 @@ def command(config: str, args) -> tuple[list[str], dict[str, str]] | None:
         pool += ["--managed-pool"] if config.startswith("numba-managed") else []
         report = ["--report-file", str(Path(args.out) / f"report-{config}.txt")]
         return [args.gpumem_run, *pool, *report, "--", *me], env
-    if config == "numba-rmm":
+    if config.startswith("numba-rmm"):
         probe = subprocess.run([sys.executable, "-c", "import rmm.allocators.numba"], env=env, capture_output=True)
         if probe.returncode != 0:
-            print(f"numba-rmm skipped: rmm does not import ({probe.stderr.decode().strip().splitlines()[-1:]})")
+            print(f"{config} skipped: rmm does not import ({probe.stderr.decode().strip().splitlines()[-1:]})")
             return None
         env["NUMBA_CUDA_MEMORY_MANAGER"] = "rmm.allocators.numba"
     return me, env
