@@ -41,8 +41,8 @@ import time
 from pathlib import Path
 
 SIZES = [4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20]
-CONFIGS = ["cupy-pool", "cupy-gpumem", "numba", "numba-gpumem", "numba-rmm", "numba-rmm-cuda", "numba-pinned", "numba-pinned-gpumem",
-           "numba-managed", "numba-managed-gpumem"]
+CONFIGS = ["cupy-pool", "cupy-gpumem", "numba", "numba-gpumem", "numba-rmm", "numba-rmm-cuda", "numba-pinned",
+           "numba-pinned-gpumem", "numba-managed", "numba-managed-gpumem"]
 
 
 def cupy_loop(iters: int, warmup: int, pool: bool) -> float:
@@ -161,7 +161,8 @@ def worker(config: str, iters: int, warmup: int) -> None:
     elif config.startswith(("numba-pinned", "numba-managed")):
         us, checksum = numba_host_loop(iters, warmup, managed=config.startswith("numba-managed"))
     else:
-        us = numba_loop(iters, warmup, rmm_pool=config == "numba-rmm")  # numba-rmm-cuda: RMM's default
+        # numba-rmm-cuda leaves RMM's default resource in place
+        us = numba_loop(iters, warmup, rmm_pool=config == "numba-rmm")
     print(json.dumps({"config": config, "us_per_iter": us, "iters": iters, "checksum": checksum}), flush=True)
 
 
