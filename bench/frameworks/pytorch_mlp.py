@@ -3,10 +3,13 @@
 Prints ms/step for each batch size: the mean over all timed steps (ms_per_step,
 the synchronizations below included), the median over blocks of --block steps, each
 ended by a synchronization (block_median: a run the host's neighbours disturbed for a
-moment keeps its steady figure), and the median GPU-timeline time of one step between
-events recorded at step boundaries (gpu_median). Under libgpumem_shim.so it also
-prints what the shim did during the timed steps (reclamation barriers a step, growth
-of reserved memory). Run it three ways, side by side in one job:
+moment keeps its steady figure), the median GPU-timeline time of one step between
+events recorded at step boundaries (gpu_median), and the median time the host takes to
+queue one step, steps that end a block left out (host_median). host_median well below
+gpu_median: the GPU sets the pace; about equal: the host does, and allocator calls count.
+Under libgpumem_shim.so it also prints what the shim did during the timed steps
+(allocations and reclamation barriers a step, growth of reserved memory). Run it three
+ways, side by side in one job:
   python3 pytorch_mlp.py                                   # PyTorch's caching allocator
   PYTORCH_NO_CUDA_MEMORY_CACHING=1 python3 pytorch_mlp.py  # every allocation a cudaMalloc/cudaFree
   PYTORCH_NO_CUDA_MEMORY_CACHING=1 gpumem-run -- python3 pytorch_mlp.py  # those through gpumem
@@ -52,6 +55,7 @@ def run(batch: int, steps: int, warmup: int, width: int, depth: int, block: int)
     loss = None
     marks = [torch.cuda.Event(enable_timing=True) for _ in range(steps + 1)]
     blocks = []
+    queued = []  # host time to queue one step, steps that end a block left out
     before = None
     for i in range(warmup + steps):
         if i == warmup:
@@ -60,10 +64,13 @@ def run(batch: int, steps: int, warmup: int, width: int, depth: int, block: int)
             t0 = t_block = time.perf_counter()
         if i >= warmup:
             marks[i - warmup].record()
+            t_step = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         loss = loss_fn(model(x), y)
         loss.backward()
         opt.step()
+        if i >= warmup and not (block and (i - warmup + 1) % block == 0):
+            queued.append((time.perf_counter() - t_step) * 1e3)
         if i >= warmup and block and (i - warmup + 1) % block == 0:
             torch.cuda.synchronize()
             now = time.perf_counter()
@@ -75,8 +82,11 @@ def run(batch: int, steps: int, warmup: int, width: int, depth: int, block: int)
     if blocks:
         out["block_median"] = statistics.median(blocks)
     out["gpu_median"] = statistics.median(marks[k].elapsed_time(marks[k + 1]) for k in range(steps))
+    if queued:
+        out["host_median"] = statistics.median(queued)
     after = read_shim_stats()
     if before is not None and after is not None:
+        out["allocations_per_step"] = (after["chain_allocations"] - before["chain_allocations"]) / steps
         out["barriers_per_step"] = (after["reclaim_barriers"] - before["reclaim_barriers"]) / steps
         out["reserved_growth_mib"] = (after["reserved_bytes"] - before["reserved_bytes"]) / 2**20
     out["final_loss"] = float(loss.item())
