@@ -326,11 +326,12 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
       // waiting for a barrier goes only after the reclaims above made it clean: a
       // barrier made here for it would make the host wait for the GPU at every miss.
       // Pages go back only once the GPU has run the work before the last barrier,
-      // and waiting for that stalls the host and drains the GPU's queue: at every
-      // step of a loop whose free memory lies scattered (a PyTorch MLP's did, 1.5x
-      // slower). So while the GPU is behind, the miss maps new memory and leaves the
-      // free pages for later (a miss that finds the GPU done, a synchronization's
-      // release, a trim), as long as what it so holds stays within 1/32 of the pool.
+      // and waiting for that stalls the host and drains the GPU's queue, in a loop
+      // whose free memory lies scattered at every step (a PyTorch MLP's steps,
+      // replayed with one side stream: a wait and two pages moved a step). So while
+      // the GPU is behind, the miss maps new memory and leaves the free pages for
+      // later (a miss that finds the GPU done, a synchronization's release, a trim),
+      // as long as what misses so hold stays within 1/32 of the pool.
       std::size_t const want = align_up(size, page);
       bool idle = false;
       {
