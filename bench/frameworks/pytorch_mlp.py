@@ -69,9 +69,11 @@ def run(batch: int, steps: int, warmup: int, width: int, depth: int, block: int)
         loss = loss_fn(model(x), y)
         loss.backward()
         opt.step()
-        if i >= warmup and not (block and (i - warmup + 1) % block == 0):
+        if i < warmup:
+            continue
+        if not (block and (i - warmup + 1) % block == 0):
             queued.append((time.perf_counter() - t_step) * 1e3)
-        if i >= warmup and block and (i - warmup + 1) % block == 0:
+        else:
             torch.cuda.synchronize()
             now = time.perf_counter()
             blocks.append((now - t_block) * 1e3 / block)
