@@ -93,8 +93,14 @@
 //   request: the device memory moves to where it is needed (GMLake's stitching, by
 //   page), and the footprint follows live memory within a page per free block.
 // - Only clean memory is released, and only once the last barrier's work has run on
-//   the GPU (the host waits for it there: cuMemUnmap must not pull memory from under
-//   queued work). A stream's list and pending frees are first made clean by a barrier.
+//   the GPU (cuMemUnmap must not pull memory from under queued work). A stream's
+//   list and pending frees are first made clean by a barrier. A miss does not wait
+//   for the GPU to get there: while it is behind, the miss maps new memory and the
+//   free pages stay for a later miss that finds the GPU done, a synchronization's
+//   release or a trim, as long as what misses so hold stays within 1/32 of the
+//   pool; past that a miss waits (the host blocks) and gives pages back. A loop
+//   whose free memory lies scattered at every step then settles with that much
+//   more mapped, instead of moving pages and draining the GPU's queue each step.
 // - trim(keep) reclaims, waits for the barrier, and releases free pages until at most
 //   `keep` free bytes stay backed (keep == 0: whole free slabs go back upstream too);
 //   release() is trim(0). The shim calls it for cudaMemPoolTrimTo, gpumem.trim()
@@ -103,7 +109,8 @@
 //   addresses (address_bytes()): before it refuses a request it releases every free
 //   page and maps the request in released addresses.
 // Cost: one page map and unmap per page moved (vmm_memory_resource.hpp); a program
-// whose shapes repeat never misses once warm, and never pays it.
+// whose shapes repeat stops missing once warm (at most 1/32 of the pool more mapped
+// than stitching alone would hold), and stops paying it.
 //
 // A barrier is refused while any stream capture is active (it would break the
 // capture): pending memory then stays pending and the pool grows instead.

@@ -325,8 +325,25 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
       // grows only when free memory is short, not because it is scattered. Memory
       // waiting for a barrier goes only after the reclaims above made it clean: a
       // barrier made here for it would make the host wait for the GPU at every miss.
-      if (char* p = stitch_and_serve(e, size)) return p;
-      release_pages(align_up(size, page), /*wait=*/true);
+      // Pages go back only once the GPU has run the work before the last barrier,
+      // and waiting for that stalls the host and drains the GPU's queue, in a loop
+      // whose free memory lies scattered at every step (a PyTorch MLP's steps,
+      // replayed with one side stream: a wait and two pages moved a step). So while
+      // the GPU is behind, the miss maps new memory and leaves the free pages for
+      // later (a miss that finds the GPU done, a synchronization's release, a trim),
+      // as long as what misses so hold stays within 1/32 of the pool.
+      std::size_t const want = align_up(size, page);
+      bool idle = false;
+      {
+        page_timer const timed{*this};  // a wait for the GPU is part of moving pages
+        idle = clean_is_idle(/*wait=*/held_unreleased + want > committed_bytes() / 32);
+      }
+      if (char* p = stitch_and_serve(e, size, idle)) return p;
+      if (idle) {
+        release_pages(want, /*wait=*/false);
+      } else {
+        held_unreleased += want;  // the growth below maps it
+      }
     }
 
     std::size_t const preferred = std::max(min_growth, std::min(pool / growth_divisor, growth_cap));
@@ -372,7 +389,7 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
     if (char* p = take_either(e, size)) return p;
     if (page != 0) {
       release_pages(std::numeric_limits<std::size_t>::max(), /*wait=*/true);  // every free page: the maximum binds
-      if (char* p = stitch_and_serve(e, size)) return p;
+      if (char* p = stitch_and_serve(e, size, clean_is_idle(/*wait=*/true))) return p;
     }
     std::size_t const tail = frontier_bytes(e, size);  // the gathering may have made it longer
     if (std::size_t const alone = growth_step(size - tail, 0); alone != 0) {
@@ -491,6 +508,7 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
       done += n;
     }
     pages_released.fetch_add(done, std::memory_order_relaxed);
+    held_unreleased -= std::min(held_unreleased, done);
     return done;
   }
 
@@ -501,11 +519,11 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
   /// first (release_pages), so the footprint stays where it was. The joined block
   /// goes to the requester's list (clean memory needs no ordering) and serves the
   /// request. nullptr if no released range does, the maximum leaves no room or the
-  /// device has no memory. Caller holds growth_mutex().
-  char* stitch_and_serve(entry* e, std::size_t size) {
+  /// device has no memory. `idle`: clean_is_idle(), else no page goes back and the
+  /// pages mapped count in held_unreleased. Caller holds growth_mutex().
+  char* stitch_and_serve(entry* e, std::size_t size, bool idle) {
     if (page == 0 || released_bytes() == 0) return nullptr;
     page_timer const timed{*this};
-    bool const idle = clean_is_idle(/*wait=*/true);
     char* served = nullptr;
     try {
       lists().with_all_locked([&](lists_type::locked_view& v) { served = stitch_locked(v, e, size, idle); });
@@ -568,6 +586,7 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
       return nullptr;
     }
     pages_recommitted.fetch_add(best.map, std::memory_order_relaxed);
+    if (!idle) held_unreleased += best.map;
     char* start = best.at;
     char* end = best.at + best.map;
     for (located const* l : {&best.before, &best.after}) {
@@ -661,6 +680,9 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
   std::size_t granularity{};
   bool granularity_known = false;
   char* frontier{};
+  /// Bytes misses mapped while free pages stayed, the GPU being behind (grow_and_take);
+  /// pages given back count it down. Guarded by growth_mutex().
+  std::size_t held_unreleased = 0;
   /// Page release (guarded by growth_mutex()): the upstream's page size when it can
   /// give the memory of free pages back (vmm_memory_resource) and the options allow
   /// it; 0 otherwise.

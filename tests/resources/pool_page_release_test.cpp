@@ -341,6 +341,60 @@ TEST_F(PoolPageRelease, QueuedWorkFinishesBeforeItsPagesGoBack) {
   EXPECT_EQ(sim.violations(), 0);
 }
 
+// A miss while the GPU is behind does not wait for it: it maps new memory and the
+// free pages stay, as long as what misses so hold stays within 1/32 of the pool.
+// Past that, a miss waits for the queued work and gives pages back. (On the
+// simulated device a mapping runs queued work, as cuMemSetAccess is synchronous:
+// the host's waits are counted as the pool's cuEventSynchronize calls.)
+TEST_F(PoolPageRelease, AMissWhileTheGpuIsBehindMapsNewMemoryWithinABound) {
+  vmm_memory_resource vmm;
+  if (vmm.contiguous_granularity() == 0) GTEST_SKIP() << "no virtual memory management";
+  auto& sim = test::sim_control::get();
+  test::ordering_probe probe{detail::driver().cuLaunchHostFunc};
+  CUstream s = nullptr;
+  ASSERT_EQ(detail::driver().cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  stream_tracker::of(device_).stream_created(s, CU_STREAM_NON_BLOCKING);
+  {
+    pool_memory_resource pool{&vmm, pool_options{0, {}, 2 * MiB, device_}};
+    std::size_t const device_before = sim.live_bytes(device_);
+    void* big = sync_alloc(pool, 192 * MiB);  // 1/32 of the pool: about 6 MiB
+    void* a = sync_alloc(pool, 2 * MiB);
+    void* b = sync_alloc(pool, 2 * MiB);
+    void* c = sync_alloc(pool, 2 * MiB);
+    std::size_t const rest = pool.info().free_bytes;  // the growth's tail, after c
+    void* x = rest != 0 ? sync_alloc(pool, rest) : nullptr;
+    ASSERT_EQ(probe.touch(s, a, 2 * MiB, probe.next_generation()), CUDA_SUCCESS);  // still queued
+    sync_free(pool, a, 2 * MiB);
+    sync_free(pool, c, 2 * MiB);
+    std::size_t const before = pool.pool_size();
+    long const waits = sim.call_count("cuEventSynchronize");
+    void* d = sync_alloc(pool, 4 * MiB);                     // fits neither hole; their pages would go after the probe
+    EXPECT_EQ(sim.call_count("cuEventSynchronize"), waits);  // the host did not wait for it
+    EXPECT_GE(pool.pool_size(), before + 4 * MiB);
+    EXPECT_EQ(pool.info().pages_released_total, 0U);
+
+    // 4 MiB held so; a second such miss (6 MiB, with d freed while work on it is
+    // queued) would pass the bound: it waits, and gives pages back.
+    ASSERT_EQ(probe.touch(s, d, 4 * MiB, probe.next_generation()), CUDA_SUCCESS);
+    sync_free(pool, d, 4 * MiB);
+    void* e = sync_alloc(pool, 6 * MiB);
+    EXPECT_GT(sim.call_count("cuEventSynchronize"), waits);
+    EXPECT_GT(pool.info().pages_released_total, 0U);
+    ASSERT_EQ(probe.touch(s, e, 6 * MiB, probe.next_generation()), CUDA_SUCCESS);
+    ASSERT_EQ(detail::driver().cuStreamSynchronize(s), CUDA_SUCCESS);
+    EXPECT_EQ(probe.violations(), 0);
+    EXPECT_EQ(sim.live_bytes(device_) - device_before, pool.pool_size());
+    for (auto [p, n] : {std::pair{big, 192 * MiB}, {b, 2 * MiB}, {e, 6 * MiB}, {x, rest}}) {
+      if (p != nullptr) sync_free(pool, p, n);
+    }
+    pool.trim(0);
+    EXPECT_EQ(sim.live_bytes(device_), device_before);
+  }
+  stream_tracker::of(device_).stream_destroying(s);
+  ASSERT_EQ(detail::driver().cuStreamDestroy(s), CUDA_SUCCESS);
+  EXPECT_EQ(sim.violations(), 0);
+}
+
 // Many threads, both families, frees while work is queued, sizes that keep the pool
 // releasing and committing pages: every block handed out is usable (a released page
 // would fault) and keeps its contents while live.
