@@ -5,7 +5,9 @@ Runs footprint_transformer.py and footprint_decoder.py under each configuration:
   caching     PyTorch's caching allocator (python3 footprint_X.py)
   expandable  the same with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
   gpumem      PYTORCH_NO_CUDA_MEMORY_CACHING=1 gpumem-run --report-file F -- python3 ...
-  NAME=ARGS   gpumem again with extra gpumem-run options, e.g. 'gpumem-stream=--sync-mode stream'
+  NAME=ARGS   gpumem again with extra gpumem-run options, e.g. 'gpumem-stream=--sync-mode stream';
+              leading VAR=VALUE words set the run's environment, e.g. another build's
+              shim: 'other=GPUMEM_SHIM=/path/libgpumem_shim.so'
 interleaved (for each round: for each workload: for each configuration), so a drift
 of the machine touches every configuration alike. For every run: GPU memory in use
 just before it starts (the median of a few NVML readings), then a reading every 20 ms
@@ -75,7 +77,12 @@ def parse_configs(text: str) -> list[Config]:
         if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
             raise ValueError(f"configuration name {name!r}: letters, digits, '_', '.' and '-' only (it names files)")
         if eq:
-            configs.append(Config(name, NO_CACHE, shlex.split(extra)))
+            words = shlex.split(extra)
+            env = dict(NO_CACHE)
+            while words and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", words[0]):
+                key, _, value = words.pop(0).partition("=")
+                env[key] = value
+            configs.append(Config(name, env, words))
         elif name in BUILTIN:
             env, gpumem_args = BUILTIN[name]
             configs.append(Config(name, env, gpumem_args))
