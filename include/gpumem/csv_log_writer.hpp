@@ -73,8 +73,6 @@ class csv_log_writer {
   ~csv_log_writer();
   csv_log_writer(csv_log_writer const&) = delete;
   csv_log_writer& operator=(csv_log_writer const&) = delete;
-  csv_log_writer(csv_log_writer&&) = delete;
-  csv_log_writer& operator=(csv_log_writer&&) = delete;
 
   /// Logs `row` (its time_ns and duration_ns in ns). Never throws.
   void write(log_row const& row) noexcept;

@@ -76,8 +76,6 @@ class row_journal {
   ~row_journal();  ///< close()
   row_journal(row_journal const&) = delete;
   row_journal& operator=(row_journal const&) = delete;
-  row_journal(row_journal&&) = delete;
-  row_journal& operator=(row_journal&&) = delete;
 
   /// Queues `row`; false when it was not (see the file comment): write it then.
   /// row.entry and row.result must be strings that never change (literals);

@@ -36,10 +36,6 @@ pthread_once_t hooks_once = PTHREAD_ONCE_INIT;
 // Bytes reserved on disk ahead of the file's end at a time.
 constexpr std::uint64_t reserve_ahead = std::uint64_t{4} << 20;
 
-std::uint64_t lines_in(char const* data, std::size_t len) noexcept {
-  return static_cast<std::uint64_t>(std::count(data, data + len, '\n'));
-}
-
 }  // namespace
 
 void csv_log_writer::notify_stderr(std::string_view line) noexcept {
@@ -269,7 +265,7 @@ bool csv_log_writer::append(char const* data, std::size_t len, std::uint64_t row
     done = write_locked(data, fits);
   }
   int const err = done < fits ? (errno != 0 ? errno : EIO) : EFBIG;
-  std::uint64_t const stored = done == len ? rows : lines_in(data, done);
+  auto const stored = done == len ? rows : static_cast<std::uint64_t>(std::count(data, data + done, '\n'));
   drop_locked(rows - std::min(rows, stored), err);
   pthread_mutex_unlock(&mutex_);
   if (cut_to >= 0) {

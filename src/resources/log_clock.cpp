@@ -1,6 +1,7 @@
 // log_clock: cycle-counter timestamps for log rows (include/gpumem/detail/log_clock.hpp).
 
 #include <gpumem/detail/log_clock.hpp>
+#include <gpumem/detail/os_thread.hpp>
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -23,12 +24,6 @@ __extension__ using u128 = unsigned __int128;  // one multiply instruction; no o
 constexpr std::int64_t first_calibration_ns = 100'000;  // ~0.1% rate error to start with
 constexpr std::int64_t anchor_life_ns = 1'000'000;      // re-read CLOCK_REALTIME once a millisecond
 
-std::int64_t clock_ns(clockid_t id) noexcept {
-  timespec ts{};
-  clock_gettime(id, &ts);
-  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
-
 std::uint64_t scale(std::uint64_t ticks, std::uint64_t mult) noexcept {
   return static_cast<std::uint64_t>((static_cast<u128>(ticks) * mult) >> 32U);
 }
@@ -50,18 +45,6 @@ struct calibration {
 calibration g_cal;
 std::once_flag g_init;
 
-#if defined(__x86_64__) || defined(__aarch64__)
-std::uint64_t read_counter() noexcept {
-#if defined(__x86_64__)
-  return __rdtsc();
-#else
-  std::uint64_t v = 0;
-  asm volatile("mrs %0, cntvct_el0" : "=r"(v));
-  return v;
-#endif
-}
-#endif
-
 struct clock_pair {
   std::uint64_t ticks;
   std::int64_t mono;
@@ -74,9 +57,9 @@ clock_pair read_pair() noexcept {
   clock_pair best{};
   std::uint64_t best_width = ~std::uint64_t{0};
   for (int i = 0; i < 5; ++i) {
-    std::uint64_t const t0 = read_counter();
-    std::int64_t const m = clock_ns(CLOCK_MONOTONIC);
-    std::uint64_t const t1 = read_counter();
+    std::uint64_t const t0 = read_cycle_counter();
+    std::int64_t const m = monotonic_ns();
+    std::uint64_t const t1 = read_cycle_counter();
     if (t1 >= t0 && t1 - t0 < best_width) {
       best_width = t1 - t0;
       best = {t0 + (t1 - t0) / 2, m};
@@ -121,7 +104,7 @@ void init() noexcept {
 #if defined(__x86_64__) || defined(__aarch64__)
   if (cycle_counter_usable()) {
     clock_pair const first = read_pair();
-    while (clock_ns(CLOCK_MONOTONIC) - first.mono < first_calibration_ns) {}
+    while (monotonic_ns() - first.mono < first_calibration_ns) {}
     clock_pair const second = read_pair();
     std::uint64_t mult = 0;
     if (rate_from(first, second, mult)) {
@@ -185,7 +168,7 @@ struct anchor {
   std::uint64_t best_width = ~std::uint64_t{0};
   for (int i = 0; i < 4 && best_width > life / 1000; ++i) {
     std::uint64_t const t0 = log_ticks();
-    std::int64_t const real = clock_ns(CLOCK_REALTIME);
+    std::int64_t const real = realtime_ns();
     std::uint64_t const t1 = log_ticks();
     std::uint64_t const width = t1 >= t0 ? t1 - t0 : ~std::uint64_t{0} - 1;  // backwards: kept only if alone
     if (width >= best_width) continue;

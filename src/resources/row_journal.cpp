@@ -21,17 +21,18 @@
 
 #include <gpumem/csv_log_writer.hpp>
 #include <gpumem/detail/file_space.hpp>
-#include <gpumem/detail/futex.hpp>
 #include <gpumem/detail/log_clock.hpp>
 #include <gpumem/detail/os_thread.hpp>
 #include <gpumem/error.hpp>
 #include <gpumem/row_journal.hpp>
 
 #include <fcntl.h>
+#include <linux/futex.h>
 #include <signal.h>
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -63,12 +64,6 @@ constexpr std::uint64_t max_thread = 0xffff'ffff;  // a stamp holds 32 bits of t
 constexpr std::uint8_t action_in_ticks = 0x80;
 // record::duration_ns of a row whose duration was not measured (log_row::unmeasured).
 constexpr std::uint32_t unmeasured_duration = 0xffff'ffff;
-
-std::int64_t now_ns() noexcept {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
 
 constexpr std::uint64_t prefetch_distance = 8;  // records ahead of the one stored
 
@@ -176,23 +171,21 @@ log_row row_of(row_journal::record const& r, std::uint64_t stamp, Names const& n
 }  // namespace
 
 row_journal::row_journal(csv_log_writer& log) : log_{&log}, path_{log.path() + ".journal"} {
+  auto fail = [this](char const* what, int err) {
+    if (fd_ >= 0) {
+      ::close(fd_);
+      ::unlink(path_.c_str());
+    }
+    throw logic_error{std::string{"gpumem: cannot "} + what + " the log's journal '" + path_ + "': " + error_text(err)};
+  };
   fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd_ < 0) throw logic_error{"gpumem: cannot create the log's journal '" + path_ + "': " + error_text(errno)};
+  if (fd_ < 0) fail("create", errno);
   mapped_bytes_ = header_bytes + ring_slots * sizeof(record);
   // Allocated now: a full disk (or RLIMIT_FSIZE) shows here, not as SIGBUS (or
   // SIGXFSZ) at a store later.
-  if (int const r = detail::allocate_file(fd_, 0, mapped_bytes_); r != 0) {
-    ::close(fd_);
-    ::unlink(path_.c_str());
-    throw logic_error{"gpumem: cannot allocate the log's journal '" + path_ + "': " + error_text(r)};
-  }
+  if (int const r = detail::allocate_file(fd_, 0, mapped_bytes_); r != 0) fail("allocate", r);
   void* p = ::mmap(nullptr, mapped_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
-  if (p == MAP_FAILED) {
-    int const err = errno;
-    ::close(fd_);
-    ::unlink(path_.c_str());
-    throw logic_error{"gpumem: cannot map the log's journal '" + path_ + "': " + error_text(err)};
-  }
+  if (p == MAP_FAILED) fail("map", errno);
   // Writable now: the calling threads' stores to the ring take no page fault
   // (on the development VM a first-lap row cost 44-49 ns without this, 18-19 with it).
   detail::populate_for_writing(p, mapped_bytes_);
@@ -351,8 +344,9 @@ bool row_journal::drain_batch_locked() noexcept {
       if (n != 0) break;  // format what is ready; this one comes next time
       // Reserved, not stored yet: its writer is between the two. Wait, but not
       // forever: a writer that never comes back must not stop the log.
-      auto const give_up = now_ns() + publish_wait_ns;
-      while ((stamp = r.stamp.load(std::memory_order_acquire)) >> 32U != lap_of(k) && now_ns() < give_up) {
+      auto const give_up = detail::monotonic_ns() + publish_wait_ns;
+      while ((stamp = r.stamp.load(std::memory_order_acquire)) >> 32U != lap_of(k) &&
+             detail::monotonic_ns() < give_up) {
         ::sched_yield();
       }
       if (stamp >> 32U != lap_of(k)) {
@@ -414,7 +408,7 @@ void row_journal::drain() noexcept { drain_until(head_.load(std::memory_order_ac
 
 void row_journal::wake_helper() noexcept {
   helper_wake_.fetch_add(1, std::memory_order_release);
-  detail::futex_wake(&helper_wake_);
+  ::syscall(SYS_futex, &helper_wake_, FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
 }
 
 void row_journal::helper_loop() noexcept {
@@ -431,7 +425,8 @@ void row_journal::helper_loop() noexcept {
     }
     // Quick to look again while rows flow, rarely while the program logs nothing.
     idle_ms = drained ? 1 : std::min<std::int64_t>(idle_ms * 2, max_idle_ms);
-    detail::futex_wait(&helper_wake_, seen, idle_ms * 1'000'000);
+    timespec const wait{0, static_cast<long>(idle_ms * 1'000'000)};  // futex: sleeps while helper_wake_ == seen
+    ::syscall(SYS_futex, &helper_wake_, FUTEX_WAIT_PRIVATE, seen, &wait, nullptr, 0);
   }
 }
 

@@ -47,18 +47,24 @@ extern std::atomic<int> g_tick_source;
 /// Picks the source (first call), then reads it.
 [[nodiscard]] std::uint64_t log_ticks_first() noexcept;
 
+/// The cycle counter (x86-64 TSC, arm64 CNTVCT); 0 elsewhere.
+[[nodiscard]] inline std::uint64_t read_cycle_counter() noexcept {
+#if defined(__x86_64__)
+  return __rdtsc();
+#elif defined(__aarch64__)
+  std::uint64_t v = 0;
+  asm volatile("mrs %0, cntvct_el0" : "=r"(v));
+  return v;
+#else
+  return 0;
+#endif
+}
+
 /// A point in time for log rows: an opaque tick count, cheap to take.
 [[nodiscard]] inline std::uint64_t log_ticks() noexcept {
   int const source = g_tick_source.load(std::memory_order_relaxed);
-  if (source == static_cast<int>(tick_source::cycle_counter)) [[likely]] {
-#if defined(__x86_64__)
-    return __rdtsc();
-#elif defined(__aarch64__)
-    std::uint64_t v = 0;
-    asm volatile("mrs %0, cntvct_el0" : "=r"(v));
-    return v;
-#endif
-  }
+  if (source == static_cast<int>(tick_source::cycle_counter)) [[likely]]
+    return read_cycle_counter();
   if (source == static_cast<int>(tick_source::monotonic)) {
     timespec ts{};
     clock_gettime(CLOCK_MONOTONIC, &ts);
