@@ -58,6 +58,7 @@ constexpr std::size_t batch_buffer = 32768;              // rows formatted per c
 constexpr std::int64_t publish_wait_ns = 1'000'000'000;  // a reserved record not stored for this long is given up
 constexpr std::uint64_t wake_every = row_journal::ring_slots / 8;
 constexpr std::int64_t max_idle_ms = 64;           // the helper looks at least this often
+static_assert(max_idle_ms < 1000);                 // its futex wait takes the timeout in tv_nsec alone
 constexpr std::uint64_t max_thread = 0xffff'ffff;  // a stamp holds 32 bits of the thread id
 // record::action's top bit: time_ns and duration_ns hold log_ticks() values
 // (the start, and the ticks elapsed), converted when the record is formatted.
