@@ -82,6 +82,18 @@ class PoolPageRelease : public ::testing::Test {
     arena_.pages(true);
   }
 
+  // A non-blocking stream the barriers join, for work that runs late.
+  CUstream tracked_stream() {
+    CUstream s = nullptr;
+    EXPECT_EQ(detail::driver().cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    stream_tracker::of(device_).stream_created(s, CU_STREAM_NON_BLOCKING);
+    return s;
+  }
+  void destroy_tracked(CUstream s) {
+    stream_tracker::of(device_).stream_destroying(s);
+    EXPECT_EQ(detail::driver().cuStreamDestroy(s), CUDA_SUCCESS);
+  }
+
   test::arena_test_resource arena_{512 * MiB};
   int device_ = -1;
 };
@@ -275,10 +287,7 @@ TEST_F(PoolPageRelease, ARefusedCommitNeverHandsOutAReleasedPage) {
 // pages go, rather than the pool growing by the request each time.
 TEST_F(PoolPageRelease, OtherStreamsListsAreReclaimedBeforeThePoolGrows) {
   std::vector<CUstream> streams(4);
-  for (auto& st : streams) {
-    ASSERT_EQ(detail::driver().cuStreamCreate(&st, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
-    stream_tracker::of(device_).stream_created(st, CU_STREAM_NON_BLOCKING);
-  }
+  for (auto& st : streams) st = tracked_stream();
   {
     pool_memory_resource pool{&arena_, pool_options{0, {}, 2 * MiB, device_}};
     std::vector<void*> blocks;
@@ -299,8 +308,7 @@ TEST_F(PoolPageRelease, OtherStreamsListsAreReclaimedBeforeThePoolGrows) {
   }
   for (auto st : streams) {
     ASSERT_EQ(detail::driver().cuStreamSynchronize(st), CUDA_SUCCESS);
-    stream_tracker::of(device_).stream_destroying(st);
-    ASSERT_EQ(detail::driver().cuStreamDestroy(st), CUDA_SUCCESS);
+    destroy_tracked(st);
   }
 }
 
@@ -312,9 +320,7 @@ TEST_F(PoolPageRelease, QueuedWorkFinishesBeforeItsPagesGoBack) {
   if (vmm.contiguous_granularity() == 0) GTEST_SKIP() << "no virtual memory management";
   auto& sim = test::sim_control::get();
   test::ordering_probe probe{detail::driver().cuLaunchHostFunc};
-  CUstream s = nullptr;
-  ASSERT_EQ(detail::driver().cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
-  stream_tracker::of(device_).stream_created(s, CU_STREAM_NON_BLOCKING);
+  CUstream const s = tracked_stream();
   {
     pool_memory_resource pool{&vmm, pool_options{0, {}, 2 * MiB, device_}};
     std::size_t const device_before = sim.live_bytes(device_);
@@ -336,8 +342,7 @@ TEST_F(PoolPageRelease, QueuedWorkFinishesBeforeItsPagesGoBack) {
     pool.trim(0);
     EXPECT_EQ(sim.live_bytes(device_), device_before);
   }
-  stream_tracker::of(device_).stream_destroying(s);
-  ASSERT_EQ(detail::driver().cuStreamDestroy(s), CUDA_SUCCESS);
+  destroy_tracked(s);
   EXPECT_EQ(sim.violations(), 0);
 }
 
@@ -351,9 +356,7 @@ TEST_F(PoolPageRelease, AMissWhileTheGpuIsBehindMapsNewMemoryWithinABound) {
   if (vmm.contiguous_granularity() == 0) GTEST_SKIP() << "no virtual memory management";
   auto& sim = test::sim_control::get();
   test::ordering_probe probe{detail::driver().cuLaunchHostFunc};
-  CUstream s = nullptr;
-  ASSERT_EQ(detail::driver().cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
-  stream_tracker::of(device_).stream_created(s, CU_STREAM_NON_BLOCKING);
+  CUstream const s = tracked_stream();
   {
     pool_memory_resource pool{&vmm, pool_options{0, {}, 2 * MiB, device_}};
     std::size_t const device_before = sim.live_bytes(device_);
@@ -390,8 +393,7 @@ TEST_F(PoolPageRelease, AMissWhileTheGpuIsBehindMapsNewMemoryWithinABound) {
     pool.trim(0);
     EXPECT_EQ(sim.live_bytes(device_), device_before);
   }
-  stream_tracker::of(device_).stream_destroying(s);
-  ASSERT_EQ(detail::driver().cuStreamDestroy(s), CUDA_SUCCESS);
+  destroy_tracked(s);
   EXPECT_EQ(sim.violations(), 0);
 }
 
