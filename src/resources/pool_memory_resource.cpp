@@ -333,14 +333,10 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
       // later (a miss that finds the GPU done, a synchronization's release, a trim),
       // as long as what misses so hold stays within 1/32 of the pool.
       std::size_t const want = align_up(size, page);
-      bool idle = false;
-      {
-        page_timer const timed{*this};  // a wait for the GPU is part of moving pages
-        idle = clean_is_idle(/*wait=*/held_unreleased + want > committed_bytes() / 32);
-      }
+      bool const idle = clean_is_idle(/*wait=*/held_unreleased + want > committed_bytes() / 32);
       if (char* p = stitch_and_serve(e, size, idle)) return p;
       if (idle) {
-        release_pages(want, /*wait=*/false);
+        release_pages(want);
       } else {
         held_unreleased += want;  // the growth below maps it
       }
@@ -388,8 +384,9 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
     release_free_regions();
     if (char* p = take_either(e, size)) return p;
     if (page != 0) {
-      release_pages(std::numeric_limits<std::size_t>::max(), /*wait=*/true);  // every free page: the maximum binds
-      if (char* p = stitch_and_serve(e, size, clean_is_idle(/*wait=*/true))) return p;
+      bool const idle = clean_is_idle(/*wait=*/true);
+      if (idle) release_pages(std::numeric_limits<std::size_t>::max());  // every free page: the maximum binds
+      if (char* p = stitch_and_serve(e, size, idle)) return p;
     }
     std::size_t const tail = frontier_bytes(e, size);  // the gathering may have made it longer
     if (std::size_t const alone = growth_step(size - tail, 0); alone != 0) {
@@ -424,8 +421,11 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
 
   /// Whether clean memory may be unmapped: the last barrier's work has run on the
   /// GPU (the host waits for it if `wait`). Clean memory is ordered after all its
-  /// earlier uses by a GPU-side barrier, but that work may still be queued.
+  /// earlier uses by a GPU-side barrier, but that work may still be queued. A yes
+  /// holds while the caller keeps growth_mutex(): the clean lists gain memory only
+  /// under it (growths, reclaims). Timed as page work: a wait is part of moving pages.
   bool clean_is_idle(bool wait) noexcept {
+    page_timer const timed{*this};
     auto* const t = tracker();
     return t == nullptr || t->last_barrier_complete(wait);
   }
@@ -433,12 +433,11 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
   /// Gives the device memory of whole pages inside free clean blocks back to the
   /// device (upstream()->decommit), smallest blocks first and from each block's
   /// end, until `want` bytes are released or no such page is left; the blocks'
-  /// other bytes stay free. Only once clean_is_idle(wait). Returns the bytes
-  /// released. Caller holds growth_mutex().
-  std::size_t release_pages(std::size_t want, bool wait) {
+  /// other bytes stay free. Returns the bytes released. Caller holds growth_mutex()
+  /// and, in that same hold, had clean_is_idle() answer yes.
+  std::size_t release_pages(std::size_t want) {
     if (page == 0 || want == 0) return 0;
     page_timer const timed{*this};
-    if (!clean_is_idle(wait)) return 0;
     std::size_t done = 0;
     try {
       lists().with_all_locked(
@@ -614,7 +613,7 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
     std::size_t given = 0;
     if (keep == 0) given += release_free_regions() + release_free_tails();
     std::size_t const free = info_locked().free_bytes;
-    if (free > keep) given += release_pages(free - keep, /*wait=*/true);
+    if (page != 0 && free > keep && clean_is_idle(/*wait=*/true)) given += release_pages(free - keep);
     return given;
   }
 
