@@ -82,16 +82,15 @@ class PoolPageRelease : public ::testing::Test {
     arena_.pages(true);
   }
 
-  // A non-blocking stream the barriers join, for work that runs late.
-  CUstream tracked_stream() {
-    CUstream s = nullptr;
-    EXPECT_EQ(detail::driver().cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
-    stream_tracker::of(device_).stream_created(s, CU_STREAM_NON_BLOCKING);
-    return s;
+  // A non-blocking stream the barriers join, for work that runs late. Callers wrap
+  // both in ASSERT_NO_FATAL_FAILURE, so a failed driver call ends the test.
+  void make_tracked(CUstream* s) {
+    ASSERT_EQ(detail::driver().cuStreamCreate(s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    stream_tracker::of(device_).stream_created(*s, CU_STREAM_NON_BLOCKING);
   }
   void destroy_tracked(CUstream s) {
     stream_tracker::of(device_).stream_destroying(s);
-    EXPECT_EQ(detail::driver().cuStreamDestroy(s), CUDA_SUCCESS);
+    ASSERT_EQ(detail::driver().cuStreamDestroy(s), CUDA_SUCCESS);
   }
 
   test::arena_test_resource arena_{512 * MiB};
@@ -287,7 +286,7 @@ TEST_F(PoolPageRelease, ARefusedCommitNeverHandsOutAReleasedPage) {
 // pages go, rather than the pool growing by the request each time.
 TEST_F(PoolPageRelease, OtherStreamsListsAreReclaimedBeforeThePoolGrows) {
   std::vector<CUstream> streams(4);
-  for (auto& st : streams) st = tracked_stream();
+  for (auto& st : streams) ASSERT_NO_FATAL_FAILURE(make_tracked(&st));
   {
     pool_memory_resource pool{&arena_, pool_options{0, {}, 2 * MiB, device_}};
     std::vector<void*> blocks;
@@ -308,7 +307,7 @@ TEST_F(PoolPageRelease, OtherStreamsListsAreReclaimedBeforeThePoolGrows) {
   }
   for (auto st : streams) {
     ASSERT_EQ(detail::driver().cuStreamSynchronize(st), CUDA_SUCCESS);
-    destroy_tracked(st);
+    ASSERT_NO_FATAL_FAILURE(destroy_tracked(st));
   }
 }
 
@@ -320,7 +319,8 @@ TEST_F(PoolPageRelease, QueuedWorkFinishesBeforeItsPagesGoBack) {
   if (vmm.contiguous_granularity() == 0) GTEST_SKIP() << "no virtual memory management";
   auto& sim = test::sim_control::get();
   test::ordering_probe probe{detail::driver().cuLaunchHostFunc};
-  CUstream const s = tracked_stream();
+  CUstream s = nullptr;
+  ASSERT_NO_FATAL_FAILURE(make_tracked(&s));
   {
     pool_memory_resource pool{&vmm, pool_options{0, {}, 2 * MiB, device_}};
     std::size_t const device_before = sim.live_bytes(device_);
@@ -342,7 +342,7 @@ TEST_F(PoolPageRelease, QueuedWorkFinishesBeforeItsPagesGoBack) {
     pool.trim(0);
     EXPECT_EQ(sim.live_bytes(device_), device_before);
   }
-  destroy_tracked(s);
+  ASSERT_NO_FATAL_FAILURE(destroy_tracked(s));
   EXPECT_EQ(sim.violations(), 0);
 }
 
@@ -356,7 +356,8 @@ TEST_F(PoolPageRelease, AMissWhileTheGpuIsBehindMapsNewMemoryWithinABound) {
   if (vmm.contiguous_granularity() == 0) GTEST_SKIP() << "no virtual memory management";
   auto& sim = test::sim_control::get();
   test::ordering_probe probe{detail::driver().cuLaunchHostFunc};
-  CUstream const s = tracked_stream();
+  CUstream s = nullptr;
+  ASSERT_NO_FATAL_FAILURE(make_tracked(&s));
   {
     pool_memory_resource pool{&vmm, pool_options{0, {}, 2 * MiB, device_}};
     std::size_t const device_before = sim.live_bytes(device_);
@@ -393,7 +394,7 @@ TEST_F(PoolPageRelease, AMissWhileTheGpuIsBehindMapsNewMemoryWithinABound) {
     pool.trim(0);
     EXPECT_EQ(sim.live_bytes(device_), device_before);
   }
-  destroy_tracked(s);
+  ASSERT_NO_FATAL_FAILURE(destroy_tracked(s));
   EXPECT_EQ(sim.violations(), 0);
 }
 
