@@ -5,6 +5,7 @@
 #include <gpumem/log_row.hpp>
 
 #include <array>
+#include <charconv>
 #include <cstring>
 
 namespace gpumem {
@@ -32,26 +33,9 @@ char* put_memo(char* o, char const (&text)[N], std::size_t len) noexcept {
   return o + len;
 }
 
-constexpr auto powers_of_10 = [] {
-  std::array<std::uint64_t, 20> p{1};
-  for (std::size_t i = 1; i < p.size(); ++i) p[i] = p[i - 1] * 10;
-  return p;
-}();
-
-// v in decimal, written in place from its last digit: the digit count from the
-// bit length (1233/4096 ~ log10 2), corrected by one comparison.
-char* put_u64(char* o, std::uint64_t v) noexcept {
-  int const t = ((64 - __builtin_clzll(v | 1)) * 1233) >> 12;
-  char* const end = o + t + ((v | 1) < powers_of_10[static_cast<std::size_t>(t)] ? 0 : 1);
-  char* w = end;
-  for (; v >= 100; v /= 100) std::memcpy(w -= 2, &digit_pairs[(v % 100) * 2], 2);
-  if (v >= 10) {
-    std::memcpy(w - 2, &digit_pairs[v * 2], 2);
-  } else {
-    w[-1] = static_cast<char>('0' + v);
-  }
-  return end;
-}
+// v in decimal. libstdc++'s to_chars writes two digits per division, as a
+// hand-written loop would.
+char* put_u64(char* o, std::uint64_t v) noexcept { return std::to_chars(o, o + 20, v).ptr; }
 
 char* put_i64(char* o, std::int64_t v) noexcept {
   if (v >= 0) return put_u64(o, static_cast<std::uint64_t>(v));
@@ -59,24 +43,8 @@ char* put_i64(char* o, std::int64_t v) noexcept {
   return put_u64(o, ~static_cast<std::uint64_t>(v) + 1);  // also right for INT64_MIN
 }
 
-// "00" .. "ff": two hex digits per lookup.
-constexpr auto hex_pairs = [] {
-  std::array<char, 512> t{};
-  for (std::size_t i = 0; i < 256; ++i) {
-    t[2 * i] = "0123456789abcdef"[i >> 4];
-    t[2 * i + 1] = "0123456789abcdef"[i & 0xf];
-  }
-  return t;
-}();
-
 // v in hex without leading zeros (at least one digit).
-char* put_hex_digits(char* o, std::uint64_t v) noexcept {
-  int const digits = v == 0 ? 1 : (64 - __builtin_clzll(v) + 3) / 4;
-  char* w = o + digits;
-  for (int left = digits; left >= 2; left -= 2, v >>= 8) std::memcpy(w -= 2, &hex_pairs[(v & 0xff) * 2], 2);
-  if (digits % 2 != 0) o[0] = hex_pairs[(v & 0xf) * 2 + 1];
-  return o + digits;
-}
+char* put_hex_digits(char* o, std::uint64_t v) noexcept { return std::to_chars(o, o + 16, v, 16).ptr; }
 
 // "0x" and v in hex, as %p writes it.
 char* put_hex(char* o, std::uint64_t v) noexcept { return put_hex_digits(put_text(o, "0x"), v); }
