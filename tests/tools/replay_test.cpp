@@ -137,6 +137,41 @@ TEST_F(ReplayEngine, CudaChainReservesExactlyWhatIsLive) {
   EXPECT_EQ(r.fragmentation_at_peak, 0.0);  // nothing cached
 }
 
+// A safe-mode pool over vmm at its maximum gives back the pages of free blocks that a
+// request does not fit: A, B, D of 2 MiB each fill the 6 MiB; A and D are freed, two
+// 2 MiB holes; C (4 MiB) fits neither, so their pages go back and C is mapped anew.
+// The replay counts the pages moved.
+TEST_F(ReplayEngine, CountsThePagesThePoolMoves) {
+  std::string const toml = R"(
+[[chain]]
+type = "pool"
+maximum_size = "6MiB"
+[[chain]]
+type = "vmm"
+)";
+  gpumem_log l;
+  l.alloc(0xa000000, 2 * MiB, 10)
+      .alloc(0xb000000, 2 * MiB, 20)
+      .alloc(0xd000000, 2 * MiB, 30)
+      .free(0xa000000, 2 * MiB, 40)
+      .free(0xd000000, 2 * MiB, 50)
+      .alloc(0xc000000, 4 * MiB, 60);
+  auto const r = replay_one(l.text(), toml, "vmm6");
+  ASSERT_FALSE(r.error) << *r.error;
+  EXPECT_EQ(r.failed, 0u);
+  EXPECT_EQ(r.pages_released, 4 * MiB);
+  EXPECT_EQ(r.pages_remapped, 0u);
+  EXPECT_EQ(r.peak_live, 6 * MiB);
+  // Over cuMemAlloc slabs no page moves: A's and D's slabs go back whole.
+  std::string slabs = toml;
+  slabs.replace(slabs.find("\"vmm\""), 5, "\"cuda\"");
+  auto const plain = replay_one(l.text(), slabs, "cuda6");
+  ASSERT_FALSE(plain.error) << *plain.error;
+  EXPECT_EQ(plain.failed, 0u);
+  EXPECT_EQ(plain.pages_released, 0u);
+  EXPECT_EQ(plain.pages_remapped, 0u);
+}
+
 TEST_F(ReplayEngine, PoolAtItsMaximumFailsTheAllocationThatDoesNotFit) {
   // Same log, pool capped at 4 MiB: C cannot be placed (largest free block 1 MiB).
   std::string toml = pool_4mib_toml;
@@ -278,11 +313,11 @@ TEST(ReplayCli, CsvRowsForAConfigFile) {
   EXPECT_EQ(r.err, "");
   std::string const header =
       "config,chain,peak_reserved_bytes,peak_live_bytes,fragmentation_at_peak,failed_allocations,upstream_calls,"
-      "skipped_frees,error\n";
+      "skipped_frees,pages_released_bytes,pages_remapped_bytes,error\n";
   ASSERT_EQ(r.out.substr(0, header.size()), header);
   std::string const row = r.out.substr(header.size());
   EXPECT_EQ(row.substr(0, 6), "pool4,");
-  EXPECT_NE(row.find(",7340032,5242880,0.500000,0,2,0,\n"), std::string::npos) << row;
+  EXPECT_NE(row.find(",7340032,5242880,0.500000,0,2,0,0,0,\n"), std::string::npos) << row;
 }
 
 TEST(ReplayCli, DeviceMemoryOptionSizesTheSimulatedDevice) {
@@ -296,7 +331,7 @@ TEST(ReplayCli, DeviceMemoryOptionSizesTheSimulatedDevice) {
       std::string{GPUMEM_REPLAY_BIN} + " " + tmp.path() + " --config " + cfg + " --device-memory 4MiB --csv",
       tmp.path());
   ASSERT_EQ(r.status, 0) << r.err;
-  EXPECT_NE(r.out.find("\ncuda,cuda,3145728,3145728,0.000000,1,2,0,\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\ncuda,cuda,3145728,3145728,0.000000,1,2,0,0,0,\n"), std::string::npos) << r.out;
 }
 
 TEST(ReplayCli, TableOfTheBuiltInChainsForTheExample) {

@@ -1,8 +1,8 @@
 // gpumem-replay LOG [--config FILE]... [--device-memory SIZE] [--csv] [--real-device]
 //
 // Replays an allocation log through resource chains and prints, per configuration,
-// peak reserved, peak live, fragmentation at the live peak, failed allocations and
-// upstream calls. Runs on the simulated device (re-executing itself with the sim on
+// peak reserved, peak live, fragmentation at the live peak, failed allocations,
+// upstream calls and the pool's page moves. Runs on the simulated device (re-executing itself with the sim on
 // LD_LIBRARY_PATH, one simulated device per configuration) unless --real-device.
 // The log is streamed: memory is bounded by the allocations live in the replay.
 // Exit status: 0 all configurations replayed, 1 some could not be (built or
@@ -60,7 +60,7 @@ options parse_args(int argc, char** argv) {
   options o;
   CLI::App app{
       "Replays a GPU allocation log through resource chains (the simulated device unless --real-device) "
-      "and compares peak reserved, peak live, fragmentation, failures and upstream calls.",
+      "and compares peak reserved, peak live, fragmentation, failures, upstream calls and pages moved.",
       "gpumem-replay"};
   app.add_option("LOG", o.log, "CSV allocation log (gpumem or RMM columns; '-': standard input)")->required();
   app.add_option("--config", o.configs,
@@ -105,8 +105,8 @@ std::string human(std::uint64_t b) { return gpumem::config::format_bytes(b); }
 void print_table(std::vector<replay_result> const& rows, bool timing) {
   std::size_t name_w = 6;
   for (auto const& r : rows) name_w = std::max(name_w, escape_text(r.name).size());
-  fmt::print("{:<{}}  {:>14} {:>14} {:>13} {:>7} {:>9}", "config", name_w, "peak reserved", "peak live", "frag@peak",
-             "failed", "upstream");
+  fmt::print("{:<{}}  {:>14} {:>14} {:>13} {:>7} {:>9} {:>12}", "config", name_w, "peak reserved", "peak live",
+             "frag@peak", "failed", "upstream", "pages moved");
   if (timing) fmt::print(" {:>10} {:>10}", "alloc ns", "free ns");
   fmt::print("  chain\n");
   for (auto const& r : rows) {
@@ -114,8 +114,9 @@ void print_table(std::vector<replay_result> const& rows, bool timing) {
       fmt::print("{:<{}}  error: {}\n", escape_text(r.name), name_w, escape_text(*r.error));
       continue;
     }
-    fmt::print("{:<{}}  {:>14} {:>14} {:>12.1f}% {:>7} {:>9}", escape_text(r.name), name_w, human(r.peak_reserved),
-               human(r.peak_live), r.fragmentation_at_peak * 100.0, r.failed, r.upstream_calls);
+    fmt::print("{:<{}}  {:>14} {:>14} {:>12.1f}% {:>7} {:>9} {:>12}", escape_text(r.name), name_w,
+               human(r.peak_reserved), human(r.peak_live), r.fragmentation_at_peak * 100.0, r.failed, r.upstream_calls,
+               human(r.pages_released + r.pages_remapped));
     if (timing) fmt::print(" {:>10.0f} {:>10.0f}", r.mean_allocate_ns, r.mean_free_ns);
     fmt::print("  {}\n", escape_text(r.chain));
   }
@@ -124,11 +125,12 @@ void print_table(std::vector<replay_result> const& rows, bool timing) {
 void print_csv(std::vector<replay_result> const& rows, bool timing) {
   fmt::print(
       "config,chain,peak_reserved_bytes,peak_live_bytes,fragmentation_at_peak,failed_allocations,"
-      "upstream_calls,skipped_frees{},error\n",
+      "upstream_calls,skipped_frees,pages_released_bytes,pages_remapped_bytes{},error\n",
       timing ? ",mean_allocate_ns,mean_free_ns" : "");
   for (auto const& r : rows) {
-    fmt::print("{},{},{},{},{:.6f},{},{},{}", csv_field(r.name), csv_field(r.chain), r.peak_reserved, r.peak_live,
-               r.fragmentation_at_peak, r.failed, r.upstream_calls, r.skipped_frees);
+    fmt::print("{},{},{},{},{:.6f},{},{},{},{},{}", csv_field(r.name), csv_field(r.chain), r.peak_reserved, r.peak_live,
+               r.fragmentation_at_peak, r.failed, r.upstream_calls, r.skipped_frees, r.pages_released,
+               r.pages_remapped);
     if (timing) fmt::print(",{:.1f},{:.1f}", r.mean_allocate_ns, r.mean_free_ns);
     fmt::print(",{}\n", csv_field(r.error.value_or("")));
   }

@@ -255,6 +255,9 @@ replay_result chain_replayer::finish() {
       r.peak_reserved = static_cast<std::uint64_t>(dev.bytes().peak);
       r.upstream_calls = static_cast<std::uint64_t>(dev.allocations().total);
       r.peak_live = static_cast<std::uint64_t>(m.chain->live_stats().bytes().peak);
+      auto const info = m.chain->info();
+      r.pages_released = info.pages_released_total;
+      r.pages_remapped = info.pages_recommitted_total;
     } catch (std::exception const& e) {
       if (!r.error) r.error = e.what();
     }
