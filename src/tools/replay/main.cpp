@@ -2,8 +2,9 @@
 //
 // Replays an allocation log through resource chains and prints, per configuration,
 // peak reserved, peak live, fragmentation at the live peak, failed allocations,
-// upstream calls and the pool's page moves. Runs on the simulated device (re-executing itself with the sim on
-// LD_LIBRARY_PATH, one simulated device per configuration) unless --real-device.
+// upstream calls and the pool's page moves. Runs on the simulated device
+// (re-executing itself with the sim on LD_LIBRARY_PATH, one simulated device per
+// configuration) unless --real-device.
 // The log is streamed: memory is bounded by the allocations live in the replay.
 // Exit status: 0 all configurations replayed, 1 some could not be (built or
 // replayed), 2 bad command line / unreadable log / no device.
