@@ -131,6 +131,52 @@ int main(int argc, char** argv) {
         "map+setAccess from kept handles %.1f, unmap in one call (handles kept) %.1f, release %.1f\n",
         (t1 - t0) / n, (t2 - t1) / n, (t3 - t2) / n, (t4 - t3) / n, (t5 - t4) / n, (t6 - t5) / n, (t7 - t6) / n);
   }
+  // A page moved as a pool moves it (its memory unmapped from free addresses and
+  // mapped where a request needs it), 256 pages at a time: unmapping frees the memory
+  // and the new addresses get new memory, against keeping the memory for them
+  // (cuMemRetainAllocationHandle before the unmap, the same handle mapped again).
+  {
+    constexpr std::size_t n = 256;
+    CUdeviceptr const from = base;
+    CUdeviceptr const to = base + (std::size_t{8} << 30);
+    auto map_fresh = [&](CUdeviceptr at) {
+      for (std::size_t i = 0; i < n; ++i) {
+        CUmemGenericAllocationHandle h{};
+        check(cuMemCreate(&h, page, &prop, 0), "cuMemCreate");
+        check(cuMemMap(at + i * page, page, 0, h, 0), "cuMemMap");
+        check(cuMemRelease(h), "cuMemRelease");
+      }
+      check(cuMemSetAccess(at, n * page, &access, 1), "cuMemSetAccess");
+    };
+    std::vector<double> fresh, kept;
+    std::vector<CUmemGenericAllocationHandle> h(n);
+    for (int rep = 0; rep < 5; ++rep) {
+      map_fresh(from);
+      double t0 = now_us();
+      check(cuMemUnmap(from, n * page), "cuMemUnmap");
+      map_fresh(to);
+      double t1 = now_us();
+      check(cuMemUnmap(to, n * page), "cuMemUnmap");
+      fresh.push_back((t1 - t0) / n);
+
+      map_fresh(from);
+      t0 = now_us();
+      for (std::size_t i = 0; i < n; ++i) {
+        check(cuMemRetainAllocationHandle(&h[i], reinterpret_cast<void*>(from + i * page)), "retain");
+      }
+      check(cuMemUnmap(from, n * page), "cuMemUnmap");
+      for (std::size_t i = 0; i < n; ++i) {
+        check(cuMemMap(to + i * page, page, 0, h[i], 0), "cuMemMap");
+        check(cuMemRelease(h[i]), "cuMemRelease");
+      }
+      check(cuMemSetAccess(to, n * page, &access, 1), "cuMemSetAccess");
+      t1 = now_us();
+      check(cuMemUnmap(to, n * page), "cuMemUnmap");
+      kept.push_back((t1 - t0) / n);
+    }
+    std::printf("per page moved, 256 pages, median of 5: new memory %.1f, the memory kept %.1f\n", median(fresh),
+                median(kept));
+  }
   if (exportable) {  // what sharing a page costs: export as an fd, import it back
     constexpr int n = 256;
     std::vector<double> out, in;
