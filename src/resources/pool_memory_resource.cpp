@@ -307,6 +307,9 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
     }
     if (char* p = take_either(e, size)) return p;  // another thread grew or reclaimed meanwhile
     learn_granularity();
+    // Pages this miss gives back are mapped again by it (a stitch, a growth) without
+    // being freed and created anew; what is left goes back to the device at the end.
+    page_moves const moves{*upstream()};
 
     std::size_t const pool = reserved_bytes();
     // With page release a stream-ordered miss counts what other streams' lists hold
@@ -695,6 +698,17 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
   std::atomic<std::size_t> pages_released{0};
   std::atomic<std::size_t> pages_recommitted{0};
   std::atomic<std::uint64_t> page_ns{0};
+  /// Scope of device_memory_resource::begin_page_moves() on the upstream.
+  class page_moves {
+   public:
+    explicit page_moves(device_memory_resource& upstream) noexcept : up_{upstream} { up_.begin_page_moves(); }
+    ~page_moves() { up_.end_page_moves(); }
+    page_moves(page_moves const&) = delete;
+    page_moves& operator=(page_moves const&) = delete;
+
+   private:
+    device_memory_resource& up_;
+  };
   /// Adds the time of a release or commit to page_ns.
   class page_timer {
    public:

@@ -38,6 +38,9 @@ struct device_state {
   std::vector<CUmemAccessDesc> access;  ///< the device itself and its peers
   std::vector<reservation> reservations;
   address last_end = 0;  ///< where the previous allocation ended: the next goes there if it can
+  /// Pages unmapped during page moves, each kept by a reference of its own (from
+  /// cuMemRetainAllocationHandle), mapped again before any page is created.
+  std::vector<CUmemGenericAllocationHandle> kept;
 };
 
 /// One allocation handed out. Its pages are mapped one physical allocation each,
@@ -90,6 +93,8 @@ struct vmm_memory_resource::impl {
   mutable std::map<int, device_state> devices;
   std::map<address, chunk> chunks;  ///< by base
   std::size_t held = 0;             ///< mapped or allocated, not yet freed
+  std::size_t kept_bytes = 0;       ///< the devices' kept pages
+  int moves = 0;                    ///< begin_page_moves() not yet ended
   std::size_t fallbacks = 0;
 
   /// The device's state, resolved on first use. Caller holds `mutex`. Never throws
@@ -203,7 +208,8 @@ struct vmm_memory_resource::impl {
     // More than the device has free can only fail, after mapping page by page up to
     // its whole memory and unmapping it again: seconds on an 80 GiB GPU, and every
     // retry of the caller's (a pool's, a framework's) pays them again.
-    if (std::size_t free = 0, total = 0; detail::driver().cuMemGetInfo(&free, &total) == CUDA_SUCCESS && size > free) {
+    if (std::size_t free = 0, total = 0;
+        detail::driver().cuMemGetInfo(&free, &total) == CUDA_SUCCESS && size > free + s.kept.size() * s.granularity) {
       detail::throw_allocation_error(CUDA_ERROR_OUT_OF_MEMORY, "cuMemCreate", size);
     }
     auto const [index, at] = place(s, size);
@@ -223,13 +229,21 @@ struct vmm_memory_resource::impl {
     return reinterpret_cast<void*>(at);
   }
 
-  /// Maps [at, at + size) with one new physical allocation per page and gives the
-  /// device and its peers access. On failure nothing stays mapped. Caller holds `mutex`.
-  static CUresult map_pages(device_state& s, address at, std::size_t size) noexcept {
+  /// Maps [at, at + size) with a physical allocation per page (a kept one, else a new
+  /// one) and gives the device and its peers access. On failure nothing stays
+  /// mapped. Caller holds `mutex`.
+  CUresult map_pages(device_state& s, address at, std::size_t size) noexcept {
     auto const& d = detail::driver();
     for (std::size_t done = 0; done < size; done += s.granularity) {
       CUmemGenericAllocationHandle handle{};
-      CUresult r = d.cuMemCreate(&handle, s.granularity, &s.prop, 0);
+      CUresult r = CUDA_SUCCESS;
+      if (!s.kept.empty()) {
+        handle = s.kept.back();
+        s.kept.pop_back();
+        kept_bytes -= s.granularity;
+      } else {
+        r = d.cuMemCreate(&handle, s.granularity, &s.prop, 0);
+      }
       if ((r == CUDA_ERROR_NOT_SUPPORTED || r == CUDA_ERROR_INVALID_VALUE) &&
           s.prop.requestedHandleTypes != CU_MEM_HANDLE_TYPE_NONE) {
         // The driver offers shareable handles but will not make them (as some
@@ -240,7 +254,8 @@ struct vmm_memory_resource::impl {
       if (r == CUDA_SUCCESS) {
         address const page_at = at + done;
         r = d.cuMemMap(static_cast<CUdeviceptr>(page_at), s.granularity, 0, handle, 0);
-        // The mapping keeps the memory; the handle is no longer needed (unmapping frees it).
+        // The mapping keeps the memory; this reference (the creation's, or the one a
+        // kept page held) is no longer needed: unmapping frees the memory.
         static_cast<void>(d.cuMemRelease(handle));
       }
       if (r != CUDA_SUCCESS) {
@@ -339,12 +354,18 @@ struct vmm_memory_resource::impl {
       for (auto const& part : parts) {
         if (part.c->released.empty()) part.c->released.assign(part.c->size / page, false);
       }
+      device_state& s = devices.at(parts.front().c->device);
+      if (moves > 0) s.kept.reserve(s.kept.size() + bytes / page);  // no failure once pages are unmapped
       for (auto const& part : parts) {
+        std::size_t const kept_before = s.kept.size();
+        if (moves > 0) keep_handles(s, part.at, part.pages, page);
         // A failed unmap leaves those pages mapped, and the earlier parts released.
         if (CUresult const r = unmap_range(part.at, part.pages * page); r != CUDA_SUCCESS) {
+          return_kept(s, kept_before);  // still mapped: only the references go
           detail::report_free_failure("cuMemUnmap", r, ptr);
           return false;
         }
+        kept_bytes += (s.kept.size() - kept_before) * page;
         mark(part, page, true);
         held -= part.pages * page;
       }
@@ -352,6 +373,39 @@ struct vmm_memory_resource::impl {
     } catch (...) {
       return false;  // no host memory for the page map: the pages stay mapped
     }
+  }
+
+  /// Takes a reference to the physical allocation of each of the `pages` pages at
+  /// `at` into s.kept (reserved by the caller), so that it outlives its unmapping. A
+  /// page whose reference the driver refuses is not kept: its memory goes back.
+  static void keep_handles(device_state& s, address at, std::size_t pages, std::size_t page) noexcept {
+    auto const& d = detail::driver();
+    if (d.cuMemRetainAllocationHandle == nullptr) return;
+    for (std::size_t i = 0; i < pages; ++i) {
+      CUmemGenericAllocationHandle h{};
+      if (d.cuMemRetainAllocationHandle(&h, reinterpret_cast<void*>(at + i * page)) == CUDA_SUCCESS) {
+        s.kept.push_back(h);
+      }
+    }
+  }
+
+  /// Drops the references in s.kept from index `from` on: the memory of those no
+  /// longer mapped goes back to the device. Caller holds `mutex`.
+  static void return_kept(device_state& s, std::size_t from) noexcept {
+    for (std::size_t i = from; i < s.kept.size(); ++i) static_cast<void>(detail::driver().cuMemRelease(s.kept[i]));
+    s.kept.resize(from);
+  }
+
+  void begin_moves() noexcept {
+    std::lock_guard lock{mutex};
+    ++moves;
+  }
+
+  void end_moves() noexcept {
+    std::lock_guard lock{mutex};
+    if (--moves > 0) return;
+    for (auto& [device, s] : devices) return_kept(s, 0);
+    kept_bytes = 0;
   }
 
   void commit(void* ptr, std::size_t bytes) {
@@ -504,6 +558,8 @@ struct vmm_memory_resource::impl {
     }
     auto const s = devices.find(device);
     if (s == devices.end()) return;
+    kept_bytes -= s->second.kept.size() * s->second.granularity;
+    return_kept(s->second, 0);
     for (auto const& r : s->second.reservations) {
       static_cast<void>(d.cuMemAddressFree(static_cast<CUdeviceptr>(r.base), r.size));
     }
@@ -543,5 +599,9 @@ bool vmm_memory_resource::do_extends(void const* earlier_end, void const* next) 
 bool vmm_memory_resource::do_decommit(void* p, std::size_t bytes) noexcept { return impl_->decommit(p, bytes); }
 
 void vmm_memory_resource::do_commit(void* p, std::size_t bytes) { impl_->commit(p, bytes); }
+
+void vmm_memory_resource::do_begin_page_moves() noexcept { impl_->begin_moves(); }
+
+void vmm_memory_resource::do_end_page_moves() noexcept { impl_->end_moves(); }
 
 }  // namespace gpumem

@@ -346,6 +346,35 @@ TEST_F(PoolPageRelease, QueuedWorkFinishesBeforeItsPagesGoBack) {
   EXPECT_EQ(sim.violations(), 0);
 }
 
+// The pages a miss gives back are the ones it maps for the request: the memory
+// moves without being freed and created anew, and none stays behind the miss.
+TEST_F(PoolPageRelease, AMissMapsThePagesItGivesBackAgain) {
+  vmm_memory_resource vmm;
+  if (vmm.contiguous_granularity() == 0) GTEST_SKIP() << "no virtual memory management";
+  auto& sim = test::sim_control::get();
+  pool_memory_resource pool{&vmm, pool_options{0, {}, 2 * MiB, device_}};
+  std::size_t const device_before = sim.live_bytes(device_);
+  void* a = sync_alloc(pool, 8 * MiB);
+  void* b = sync_alloc(pool, 8 * MiB);
+  void* c = sync_alloc(pool, 8 * MiB);
+  ASSERT_TRUE(test::fill_and_check(b, 8 * MiB, 0x4a));
+  sync_free(pool, a, 8 * MiB);
+  sync_free(pool, c, 8 * MiB);
+  auto const creates = sim.call_count("cuMemCreate");
+  void* d = sync_alloc(pool, 16 * MiB);  // a's and c's pages, mapped for d
+  EXPECT_EQ(sim.call_count("cuMemCreate"), creates);
+  EXPECT_EQ(pool.info().pages_released_total, 16 * MiB);
+  EXPECT_TRUE(test::fill_and_check(d, 16 * MiB, 0x5b));
+  EXPECT_TRUE(test::check(b, 8 * MiB, 0x4a));
+  EXPECT_EQ(sim.live_bytes(device_) - device_before, 24 * MiB);
+  EXPECT_EQ(pool.pool_size(), 24 * MiB);
+  sync_free(pool, b, 8 * MiB);
+  sync_free(pool, d, 16 * MiB);
+  pool.trim(0);
+  EXPECT_EQ(sim.live_bytes(device_), device_before);
+  EXPECT_EQ(sim.violations(), 0);
+}
+
 // A miss while the GPU is behind does not wait for it: it maps new memory and the
 // free pages stay, as long as what misses so hold stays within 1/32 of the pool.
 // Past that, a miss waits for the queued work and gives pages back. (On the

@@ -112,6 +112,42 @@ TEST_F(Vmm, PagesGoBackAndComeBackInsideAllocations) {
   }
 }
 
+// Between begin_page_moves() and the last end_page_moves(), decommitted memory stays
+// with the resource, outside info(), and the next maps take it before creating any;
+// what is left goes back to the device at the end.
+TEST_F(Vmm, PageMovesMapTheMemoryTheyUnmapAgain) {
+  if (!sim.present()) GTEST_SKIP() << "counts the simulated device's memory and calls";
+  void* a = mr.allocate(4 * granularity);
+  std::size_t const device_before = sim.live_bytes(0);
+  ASSERT_TRUE(test::fill_and_check(a, 4 * granularity, 0x17));
+  mr.begin_page_moves();
+  mr.begin_page_moves();  // they nest
+  ASSERT_TRUE(mr.decommit(as_char(a) + granularity, 3 * granularity));
+  EXPECT_EQ(mr.info().reserved_bytes, granularity);
+  EXPECT_EQ(sim.live_bytes(0), device_before);  // kept
+  auto const creates = sim.call_count("cuMemCreate");
+  void* b = mr.allocate(2 * granularity);  // two kept pages, mapped elsewhere
+  EXPECT_EQ(sim.call_count("cuMemCreate"), creates);
+  EXPECT_EQ(sim.live_bytes(0), device_before);
+  EXPECT_TRUE(test::fill_and_check(b, 2 * granularity, 0x28));
+  EXPECT_TRUE(test::check(a, granularity, 0x17));
+  mr.end_page_moves();
+  EXPECT_EQ(sim.live_bytes(0), device_before);  // the inner end returns nothing
+  mr.end_page_moves();
+  EXPECT_EQ(sim.live_bytes(0), device_before - granularity);  // the page left over went back
+  EXPECT_EQ(mr.info().reserved_bytes, 3 * granularity);
+  mr.commit(as_char(a) + granularity, 3 * granularity);  // outside moves: new memory
+  EXPECT_EQ(sim.call_count("cuMemCreate"), creates + 3);
+  EXPECT_TRUE(test::fill_and_check(a, 4 * granularity, 0x39));
+  // Outside moves a decommit gives the memory back at once.
+  ASSERT_TRUE(mr.decommit(b, granularity));
+  EXPECT_EQ(sim.live_bytes(0), device_before + granularity);
+  mr.deallocate(b, 2 * granularity);
+  mr.deallocate(a, 4 * granularity);
+  EXPECT_EQ(sim.live_bytes(0), device_before - 4 * granularity);
+  EXPECT_EQ(sim.violations(), 0);
+}
+
 TEST_F(Vmm, AFreedEndIsMappedAgainInPlace) {
   void* a = mr.allocate(granularity);
   void* b = mr.allocate(granularity);
