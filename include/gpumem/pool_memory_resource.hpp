@@ -108,7 +108,9 @@
 // - maximum_size bounds the device memory the pool holds (pool_size()), not its
 //   addresses (address_bytes()): before it refuses a request it releases every free
 //   page and maps the request in released addresses.
-// Cost: one page map and unmap per page moved (vmm_memory_resource.hpp); a program
+// Cost: one page map and unmap per page moved (vmm_memory_resource.hpp; a miss maps
+// the memory of the pages it gives back again, inside device_memory_resource's
+// begin_page_moves(), so that a move frees and creates no memory); a program
 // whose shapes repeat stops missing once warm (at most 1/32 of the pool more mapped
 // than stitching alone would hold), and stops paying it.
 //
