@@ -93,7 +93,6 @@ struct vmm_memory_resource::impl {
   mutable std::map<int, device_state> devices;
   std::map<address, chunk> chunks;  ///< by base
   std::size_t held = 0;             ///< mapped or allocated, not yet freed
-  std::size_t kept_bytes = 0;       ///< the devices' kept pages
   int moves = 0;                    ///< begin_page_moves() not yet ended
   std::size_t fallbacks = 0;
 
@@ -240,7 +239,6 @@ struct vmm_memory_resource::impl {
       if (!s.kept.empty()) {
         handle = s.kept.back();
         s.kept.pop_back();
-        kept_bytes -= s.granularity;
       } else {
         r = d.cuMemCreate(&handle, s.granularity, &s.prop, 0);
       }
@@ -365,7 +363,6 @@ struct vmm_memory_resource::impl {
           detail::report_free_failure("cuMemUnmap", r, ptr);
           return false;
         }
-        kept_bytes += (s.kept.size() - kept_before) * page;
         mark(part, page, true);
         held -= part.pages * page;
       }
@@ -405,7 +402,6 @@ struct vmm_memory_resource::impl {
     std::lock_guard lock{mutex};
     if (--moves > 0) return;
     for (auto& [device, s] : devices) return_kept(s, 0);
-    kept_bytes = 0;
   }
 
   void commit(void* ptr, std::size_t bytes) {
@@ -558,7 +554,6 @@ struct vmm_memory_resource::impl {
     }
     auto const s = devices.find(device);
     if (s == devices.end()) return;
-    kept_bytes -= s->second.kept.size() * s->second.granularity;
     return_kept(s->second, 0);
     for (auto const& r : s->second.reservations) {
       static_cast<void>(d.cuMemAddressFree(static_cast<CUdeviceptr>(r.base), r.size));
