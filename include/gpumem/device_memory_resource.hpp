@@ -47,9 +47,11 @@ struct resource_info {
   /// Addresses held without device memory behind them (a pool's released pages):
   /// not in reserved_bytes, which counts device memory.
   std::size_t released_bytes{};
-  /// Page release over the resource's life: bytes of pages given back to the device,
-  /// bytes mapped again in released addresses, and the time spent doing so (the
-  /// driver calls and the waits for the GPU before a release), in nanoseconds.
+  /// Page release over the resource's life: bytes of pages unmapped from free blocks
+  /// (given back to the device, or mapped again by the same miss elsewhere: see
+  /// begin_page_moves()), bytes mapped again in released addresses, and the time spent
+  /// doing so (the driver calls and the waits for the GPU before a release), in
+  /// nanoseconds.
   std::size_t pages_released_total{};
   std::size_t pages_recommitted_total{};
   std::uint64_t page_work_ns{};

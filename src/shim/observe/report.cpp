@@ -51,8 +51,9 @@ std::string build_report() {
                        bytes(info.largest_free_block), info.fragmentation());
     if (info.pages_released_total != 0) {
       out += fmt::format(
-          "  pages: {} given back to the device and {} mapped again over the run, in {:.1f} ms (driver calls and "
-          "waits for the GPU); {} of the pool's addresses hold no memory now\n",
+          "  pages: {} unmapped from free blocks (given back to the device, or moved by a miss to where it needed "
+          "them) and {} mapped again in released addresses over the run, in {:.1f} ms (driver calls and waits for "
+          "the GPU); {} of the pool's addresses hold no memory now\n",
           bytes(info.pages_released_total), bytes(info.pages_recommitted_total),
           static_cast<double>(info.page_work_ns) / 1e6, bytes(info.released_bytes));
     }

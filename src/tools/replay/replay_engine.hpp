@@ -51,7 +51,7 @@ struct replay_result {
   double fragmentation_at_peak{};             ///< top().info().fragmentation() when live bytes peaked
   std::uint64_t failed{};                     ///< allocations the chain refused
   std::uint64_t upstream_calls{};             ///< allocations made from the device
-  std::uint64_t pages_released{};             ///< bytes of pool pages given back to the device
+  std::uint64_t pages_released{};             ///< bytes of pool pages unmapped from free blocks
   std::uint64_t pages_remapped{};             ///< bytes of pool pages mapped again after that
   std::uint64_t skipped_frees{};              ///< frees of pointers not live in the replay
   std::uint64_t allocations{};                ///< successful allocate calls (logged failures that now succeed too)
