@@ -61,6 +61,17 @@ int main(int argc, char** argv) {
   constexpr std::size_t reserve = std::size_t{64} << 30;
   CUdeviceptr base{};
   check(cuMemAddressReserve(&base, reserve, 0, 0, 0), "cuMemAddressReserve");
+  // Maps `pages` pages at `at` as vmm_memory_resource does: a physical allocation
+  // each, then one cuMemSetAccess for the range.
+  auto const map_page_by_page = [&](CUdeviceptr at, std::size_t pages) {
+    for (std::size_t i = 0; i < pages; ++i) {
+      CUmemGenericAllocationHandle h{};
+      check(cuMemCreate(&h, page, &prop, 0), "cuMemCreate");
+      check(cuMemMap(at + i * page, page, 0, h, 0), "cuMemMap");
+      check(cuMemRelease(h), "cuMemRelease");
+    }
+    check(cuMemSetAccess(at, pages * page, &access, 1), "cuMemSetAccess");
+  };
 
   std::printf("page %zu KiB%s; microseconds, median of 5\n", page >> 10, exportable ? ", exportable (POSIX fd)" : "");
   std::printf(
@@ -72,13 +83,7 @@ int main(int argc, char** argv) {
     std::vector<double> map_pages, unmap_pages, map_one, unmap_one;
     for (int rep = 0; rep < 5; ++rep) {
       double t0 = now_us();
-      for (std::size_t i = 0; i < pages; ++i) {
-        CUmemGenericAllocationHandle h{};
-        check(cuMemCreate(&h, page, &prop, 0), "cuMemCreate");
-        check(cuMemMap(base + i * page, page, 0, h, 0), "cuMemMap");
-        check(cuMemRelease(h), "cuMemRelease");
-      }
-      check(cuMemSetAccess(base, bytes, &access, 1), "cuMemSetAccess");
+      map_page_by_page(base, pages);
       check(cuMemsetD8(base, 1, bytes), "cuMemsetD8");  // touch it, as a program would
       check(cuCtxSynchronize(), "cuCtxSynchronize");
       double t1 = now_us();
@@ -139,27 +144,18 @@ int main(int argc, char** argv) {
     constexpr std::size_t n = 256;
     CUdeviceptr const from = base;
     CUdeviceptr const to = base + (std::size_t{8} << 30);
-    auto map_fresh = [&](CUdeviceptr at) {
-      for (std::size_t i = 0; i < n; ++i) {
-        CUmemGenericAllocationHandle h{};
-        check(cuMemCreate(&h, page, &prop, 0), "cuMemCreate");
-        check(cuMemMap(at + i * page, page, 0, h, 0), "cuMemMap");
-        check(cuMemRelease(h), "cuMemRelease");
-      }
-      check(cuMemSetAccess(at, n * page, &access, 1), "cuMemSetAccess");
-    };
     std::vector<double> fresh, kept;
     std::vector<CUmemGenericAllocationHandle> h(n);
     for (int rep = 0; rep < 5; ++rep) {
-      map_fresh(from);
+      map_page_by_page(from, n);
       double t0 = now_us();
       check(cuMemUnmap(from, n * page), "cuMemUnmap");
-      map_fresh(to);
+      map_page_by_page(to, n);
       double t1 = now_us();
       check(cuMemUnmap(to, n * page), "cuMemUnmap");
       fresh.push_back((t1 - t0) / n);
 
-      map_fresh(from);
+      map_page_by_page(from, n);
       t0 = now_us();
       for (std::size_t i = 0; i < n; ++i) {
         check(cuMemRetainAllocationHandle(&h[i], reinterpret_cast<void*>(from + i * page)), "retain");
