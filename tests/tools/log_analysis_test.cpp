@@ -228,6 +228,34 @@ TEST(LogAnalysis, LargestAllocationsAreTheTopNLargestFirstOldestOnTies) {
   EXPECT_EQ(s.live_at_end_bytes, 34u);
 }
 
+TEST(LogAnalysis, TimedCallsAreSummedAndTheSlowestListedSlowestFirst) {
+  gpumem_log l;
+  l.took("")
+      .alloc(0x100, 10, 1)  // served from the free lists: not timed
+      .took("5000")
+      .alloc(0x200, 20, 2)
+      .took("300")
+      .free(0x200, 20, 3)
+      .took("70000")
+      .fail(1ull << 40, 4)
+      .took("5000")
+      .host_alloc(0x900, 8, 5);  // kept apart from device memory, but its time counts
+  auto const s = summarize(l, 3);
+  EXPECT_EQ(s.timed_calls, 4u);
+  EXPECT_EQ(s.timed_ns, 80300u);
+  ASSERT_EQ(s.slowest.size(), 3u);
+  EXPECT_EQ(s.slowest[0].duration_ns, 70000u);
+  EXPECT_EQ(s.slowest[0].action, gpumem::log_action::allocate_failure);
+  EXPECT_EQ(s.slowest[0].call.size, 1ull << 40);
+  EXPECT_EQ(s.slowest[0].call.at.line, 5u);
+  // Equal durations: the older first.
+  EXPECT_EQ(s.slowest[1].duration_ns, 5000u);
+  EXPECT_EQ(s.slowest[1].call.at.event_index, 1u);
+  EXPECT_EQ(s.slowest[1].call.size, 20u);
+  EXPECT_EQ(s.slowest[2].duration_ns, 5000u);
+  EXPECT_EQ(s.slowest[2].call.at.event_index, 4u);
+}
+
 TEST(LogAnalysis, FailuresAndPerThreadPerStreamCounts) {
   gpumem_log l;
   l.alloc(0x100, 10, 1, 7, "0x1")

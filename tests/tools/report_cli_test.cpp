@@ -65,6 +65,9 @@ TEST(ReportCli, TextReportOfTheRmmExample) {
       << r.out;
   EXPECT_NE(r.out.find("peak reserved  not in log"), std::string::npos);
   EXPECT_NE(r.out.find("live at end    32.0 MiB (33554432 B) in 1 allocation never freed"), std::string::npos);
+  // RMM's columns say nothing of how long a call took.
+  EXPECT_EQ(r.out.find("time in calls"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("slowest calls"), std::string::npos) << r.out;
 }
 
 TEST(ReportCli, TrainingExampleTellsItsStory) {
@@ -83,6 +86,17 @@ TEST(ReportCli, TrainingExampleTellsItsStory) {
   EXPECT_EQ(json_field(r.out, "stacks_in_table"), "4");
   EXPECT_EQ(json_field(r.out, "leak_sites"), "1");
   EXPECT_EQ(json_field(r.out, "failure_sites"), "1");
+  // The time its calls took: the failed 2 GiB request (its retry after the cache was
+  // given back included) is the slowest.
+  EXPECT_EQ(json_field(r.out, "timed_calls"), "26");
+  EXPECT_EQ(json_field(r.out, "timed_ns"), "14345844");
+  EXPECT_EQ(json_field(r.out, "duration_ns", r.out.find("\"slowest\"")), "13803989");
+  EXPECT_EQ(json_field(r.out, "action", r.out.find("\"slowest\"")), "\"allocate failure\"");
+  auto const text = run_command(report(example("training.csv") + " --top 3"), tmp.path());
+  ASSERT_EQ(text.status, 0) << text.err;
+  EXPECT_NE(text.out.find("time in calls  14.3 ms in the 26 calls timed"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("slowest calls (top 3):"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("    ... 23 more (--top)"), std::string::npos) << text.out;
 }
 
 TEST(ReportCli, DamagedLogIsReportedWithWarningsAndExitsZero) {

@@ -46,6 +46,11 @@ class gpumem_log {
   gpumem_log& managed_fail(std::uint64_t size, std::int64_t t_ns) {
     return row(1, t_ns, "allocate failure", "(nil)", size, "0x0", "cudaMallocManaged", "CUDA_ERROR_OUT_OF_MEMORY");
   }
+  /// The DurationNs of the rows that follow ("" for an untimed call; 100 until set).
+  gpumem_log& took(std::string_view duration_ns) {
+    duration_ = duration_ns;
+    return *this;
+  }
   [[nodiscard]] std::string const& text() const noexcept { return text_; }
 
   static constexpr std::string_view header =
@@ -65,11 +70,12 @@ class gpumem_log {
                   static_cast<long long>(us / 1'000'000 % 60), static_cast<long long>(us % 1'000'000));
     std::ostringstream os;
     os << thread << ',' << time << ',' << action << ',' << ptr << ',' << size << ',' << stream << ",0," << entry << ','
-       << t_ns << ",100," << result << '\n';
+       << t_ns << ',' << duration_ << ',' << result << '\n';
     text_ += os.str();
     return *this;
   }
   std::string text_{header};
+  std::string duration_{"100"};
 };
 
 inline void write_file(std::string const& path, std::string_view data) {

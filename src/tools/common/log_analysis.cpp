@@ -34,6 +34,24 @@ bool larger_first(allocation_record const& a, allocation_record const& b) noexce
   return a.size > b.size || (a.size == b.size && a.at.event_index < b.at.event_index);
 }
 
+/// Orders timed calls "slower first, then older".
+bool slower_first(timed_call const& a, timed_call const& b) noexcept {
+  return a.duration_ns > b.duration_ns ||
+         (a.duration_ns == b.duration_ns && a.call.at.event_index < b.call.at.event_index);
+}
+
+/// Keeps `r` in the min-heap `top` (under `first`) if it is among the top `n`.
+template <class T, class Order>
+void keep_top(std::vector<T>& top, std::size_t n, T const& r, Order first) {
+  if (n == 0 || (top.size() >= n && !first(r, top.front()))) return;
+  top.push_back(r);
+  std::push_heap(top.begin(), top.end(), first);
+  if (top.size() > n) {
+    std::pop_heap(top.begin(), top.end(), first);
+    top.pop_back();
+  }
+}
+
 }  // namespace
 
 // ---- timeline ----------------------------------------------------------------------
@@ -182,6 +200,11 @@ void log_analyzer::add(log_event const& ev) {
   ++s.events;
   threads_.add(ev.thread_id, ev);
   streams_.add(ev.stream, ev);
+  if (ev.duration_ns != log_row::unmeasured) {
+    ++s.timed_calls;
+    add_saturating(s.timed_ns, ev.duration_ns);
+    keep_top(slowest_, s.top_n, timed_call{record_of(ev), ev.action, ev.duration_ns}, slower_first);
+  }
   if (!ev.device_memory()) {
     (ev.memory == memory_kind::managed ? managed_ : host_).add(ev);
     return;
@@ -194,18 +217,7 @@ void log_analyzer::add(log_event const& ev) {
       auto& b = hist_[static_cast<std::size_t>(size_bucket(ev.size))];
       ++b.count;
       add_saturating(b.bytes, ev.size);
-      if (s.top_n > 0) {
-        // Min-heap under larger_first: the front is the one to drop first.
-        allocation_record const r = record_of(ev);
-        if (largest_.size() < s.top_n || larger_first(r, largest_.front())) {
-          largest_.push_back(r);
-          std::push_heap(largest_.begin(), largest_.end(), larger_first);
-          if (largest_.size() > s.top_n) {
-            std::pop_heap(largest_.begin(), largest_.end(), larger_first);
-            largest_.pop_back();
-          }
-        }
-      }
+      keep_top(largest_, s.top_n, record_of(ev), larger_first);
       if (has_stack_) {
         auto& st = site(ev.stack).stats;
         ++st.allocations;
@@ -333,6 +345,8 @@ log_summary log_analyzer::finish(log_reader const& reader) {
   }
   std::sort_heap(largest_.begin(), largest_.end(), larger_first);
   s.largest = std::move(largest_);
+  std::sort_heap(slowest_.begin(), slowest_.end(), slower_first);
+  s.slowest = std::move(slowest_);
   s.threads = threads_.sorted();
   s.streams = streams_.sorted();
   s.devices = devices_.sorted();

@@ -59,6 +59,14 @@ struct allocation_record {
   std::uint64_t stack{};  ///< Stack column (0: none)
 };
 
+/// A call whose row says how long it took (DurationNs: it reached the driver or the
+/// pool's slow path; calls served from the free lists are not timed).
+struct timed_call {
+  allocation_record call;  ///< pointer 0 for a failure
+  log_action action{};
+  std::uint64_t duration_ns{};
+};
+
 struct failure_record {
   std::uint64_t size{};
   std::uint64_t thread{};
@@ -188,6 +196,9 @@ struct log_summary : log_file_info {
   std::vector<histogram_bucket> histogram;     ///< successful allocations; non-empty buckets, ascending
   std::vector<allocation_record> largest;      ///< top_n largest successful allocations, largest first
   std::vector<failure_record> failed;          ///< the first top_n failures, in order (`failures` counts all)
+  std::uint64_t timed_calls{};                 ///< rows with a DurationNs, every kind of memory
+  std::uint64_t timed_ns{};                    ///< their durations summed
+  std::vector<timed_call> slowest;             ///< top_n of them by duration, slowest first
   std::uint64_t unknown_free_count{};
   std::vector<unknown_free_record> unknown_frees;  ///< the first top_n
   std::uint64_t reused_live_pointers{};            ///< allocate of a pointer already live
@@ -256,6 +267,7 @@ class log_analyzer {
   std::int64_t reserved_{-1};
   std::array<histogram_bucket, 65> hist_{};
   std::vector<allocation_record> largest_;  ///< min-heap: its front is the smallest kept
+  std::vector<timed_call> slowest_;         ///< min-heap: its front is the quickest kept
   key_tracker threads_, streams_, devices_;
   timeline_builder timeline_;
 };

@@ -235,6 +235,16 @@ void one_log(out_it out, log_summary const& s, call_site_report const* sites) {
                        human_bytes(m.peak_live_bytes), human_bytes(m.live_at_end_bytes),
                        plural(m.live_at_end_count, "allocation", "allocations")));
   };
+  if (s.columns.duration) {
+    std::string v = fmt::format("{} in the {} timed (driver calls, the pool's slow path)", logged_duration(s.timed_ns),
+                                plural(s.timed_calls, "call", "calls"));
+    if (!s.slowest.empty()) {
+      timed_call const& t = s.slowest.front();
+      v += fmt::format("; the slowest {}, {} {} of {} at line {}", logged_duration(t.duration_ns),
+                       s.string(t.call.entry), action_name(t.action), human_bytes(t.call.size), t.call.at.line);
+    }
+    row("time in calls", v);
+  }
   apart_row("pinned host memory", s.host);
   apart_row("managed memory", s.managed);
   row("live at end", fmt::format("{} in {} {}", human_bytes(s.live_at_end_bytes),

@@ -140,6 +140,17 @@ void one_log(out_it out, log_summary const& s, call_site_report const* sites) {
                        f.stream, json_string(s.string(f.entry)), f.result ? json_string(s.string(f.result)) : "null",
                        position(f.at));
   });
+  // Without a DurationNs column nothing was timed: null, not 0.
+  if (s.columns.duration) {
+    fmt::format_to(out, R"(,"timed_calls":{},"timed_ns":{},"slowest":)", s.timed_calls, s.timed_ns);
+    array(out, s.slowest, [&](timed_call const& t) {
+      return fmt::format(R"({{"duration_ns":{},"action":"{}","size":{},"thread":{},"entry":{},"at":{}}})",
+                         t.duration_ns, action_name(t.action), t.call.size, t.call.thread,
+                         json_string(s.string(t.call.entry)), position(t.call.at));
+    });
+  } else {
+    fmt::format_to(out, R"(,"timed_calls":null,"timed_ns":null,"slowest":null)");
+  }
   fmt::format_to(out, R"(,"unknown_free_count":{},"unknown_frees":)", s.unknown_free_count);
   array(out, s.unknown_frees, [](unknown_free_record const& u) {
     return fmt::format(R"({{"pointer":"{:#x}","size":{},"thread":{},"stream":{},"at":{}}})", u.pointer, u.size,

@@ -99,6 +99,12 @@ void one_log(out_it out, log_summary const& s, call_site_report const* sites) {
   fmt::format_to(out, "  live at end    {} in {} {}\n", bytes_exact(s.live_at_end_bytes),
                  plural(s.live_at_end_count, "allocation", "allocations"), live_at_end_title(s));
   fmt::format_to(out, "  unknown frees  {}\n", s.unknown_free_count);
+  if (s.columns.duration) {
+    // Calls served from the free lists have no DurationNs: this is the time the
+    // program spent in gpumem's slow paths and the driver calls behind them.
+    fmt::format_to(out, "  time in calls  {} in the {} timed (driver calls, the pool's slow path)\n",
+                   logged_duration(s.timed_ns), plural(s.timed_calls, "call", "calls"));
+  }
   if (s.reused_live_pointers > 0) {
     fmt::format_to(out, "  reused live pointers {} (allocate of a pointer already live)\n", s.reused_live_pointers);
   }
@@ -115,6 +121,17 @@ void one_log(out_it out, log_summary const& s, call_site_report const* sites) {
   if (!s.largest.empty()) {
     fmt::format_to(out, "\n  largest allocations (top {}):\n", s.largest.size());
     allocation_table(out, s, s.largest, s.largest.size());
+  }
+  if (!s.slowest.empty()) {
+    fmt::format_to(out, "\n  slowest calls (top {}):\n", s.slowest.size());
+    fmt::format_to(out, "    {:>10}  {:>12}  {:<16} {:<28} {:>8} {:<14} {:>8}\n", "duration", "size", "action", "time",
+                   "thread", "entry", "line");
+    for (auto const& t : s.slowest) {
+      fmt::format_to(out, "    {:>10}  {:>12}  {:<16} {:<28} {:>8} {:<14} {:>8}\n", logged_duration(t.duration_ns),
+                     human_bytes(t.call.size), action_name(t.action), describe_when(t.call.at, s.first_time_ns),
+                     t.call.thread, or_dash(s.string(t.call.entry)), t.call.at.line);
+    }
+    more(out, s.timed_calls, s.slowest.size());
   }
   if (!s.failed.empty()) {
     fmt::format_to(out, "\n  failed allocations ({}):\n", s.failures);

@@ -2,8 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdint>
 
 namespace gpumem::tools {
 
@@ -45,6 +47,10 @@ std::string human_duration(std::int64_t ns) {
   if (v < 120e9) return three_digits(v / 1e9, "s");
   if (v < 7200e9) return three_digits(v / 60e9, "min");
   return three_digits(v / 3600e9, "h");
+}
+
+std::string logged_duration(std::uint64_t ns) {
+  return human_duration(static_cast<std::int64_t>(std::min<std::uint64_t>(ns, INT64_MAX)));
 }
 
 std::string hex(std::uint64_t v) { return v == 0 ? "0" : fmt::format("{:#x}", v); }

@@ -17,6 +17,8 @@ namespace gpumem::tools {
 
 /// A duration in the largest unit that keeps it >= 1: "250 ns", "1.50 ms", "12.0 s".
 [[nodiscard]] std::string human_duration(std::int64_t ns);
+/// A logged duration (DurationNs), saturated at the largest int64_t.
+[[nodiscard]] std::string logged_duration(std::uint64_t ns);
 
 /// 0x-prefixed lowercase hex ("0x1"); 0 prints as "0", like the log's null stream.
 [[nodiscard]] std::string hex(std::uint64_t v);
