@@ -427,6 +427,43 @@ TEST_F(PoolPageRelease, AMissWhileTheGpuIsBehindMapsNewMemoryWithinABound) {
   EXPECT_EQ(sim.violations(), 0);
 }
 
+// Memory that waits for a barrier is reclaimed before a miss maps pages, even when
+// it alone cannot hold the request: made clean, it joins what lies beside it.
+// Without that, the request was mapped whole, with the memory of free pages moved
+// from elsewhere, while its neighbour waited for a barrier.
+TEST_F(PoolPageRelease, AMissReclaimsWaitingMemoryBeforeItMapsPages) {
+  CUstream s = nullptr;
+  ASSERT_NO_FATAL_FAILURE(make_tracked(&s));  // barriers join it: each costs more, so they are rarer
+  {
+    pool_memory_resource pool{&arena_, pool_options{0, {}, 2 * MiB, device_}};
+    void* a = sync_alloc(pool, 6 * MiB);
+    void* b = sync_alloc(pool, 6 * MiB);
+    void* c = sync_alloc(pool, 16 * MiB);
+    ASSERT_EQ(as_char(c), as_char(b) + 6 * MiB);
+    std::size_t const tail = pool.info().free_bytes;  // the growth's rest: kept apart from c
+    void* t = tail != 0 ? sync_alloc(pool, tail) : nullptr;
+    ASSERT_TRUE(host_fill(a, 6 * MiB, 0x6d));
+    sync_free(pool, c, 16 * MiB);  // enough for the free to make a barrier: clean
+    sync_free(pool, b, 6 * MiB);   // too little: it waits
+    ASSERT_EQ(pool.info().pending_bytes, 6 * MiB);
+    std::size_t const before = pool.pool_size();
+    auto const barriers = stream_tracker::of(device_).barrier_count();
+
+    void* d = sync_alloc(pool, 20 * MiB);  // more than b or c holds, less than both together
+    EXPECT_EQ(d, b);
+    EXPECT_GT(stream_tracker::of(device_).barrier_count(), barriers);
+    ASSERT_TRUE(host_fill(d, 20 * MiB, 0x6e));
+    EXPECT_TRUE(host_check(a, 6 * MiB, 0x6d));
+    EXPECT_EQ(pool.pool_size(), before);  // no page mapped for it, none moved
+    EXPECT_EQ(pool.info().pages_released_total, 0U);
+    EXPECT_EQ(arena_.bad_page_calls(), 0U);
+    sync_free(pool, a, 6 * MiB);
+    sync_free(pool, d, 20 * MiB);
+    if (t != nullptr) sync_free(pool, t, tail);
+  }
+  ASSERT_NO_FATAL_FAILURE(destroy_tracked(s));
+}
+
 // Many threads, both families, frees while work is queued, sizes that keep the pool
 // releasing and committing pages: every block handed out is usable (a released page
 // would fault) and keeps its contents while live.
