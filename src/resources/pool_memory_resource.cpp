@@ -321,8 +321,8 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
     // to do so: 60-90 us a page, where a barrier costs about 1 us a stream. So a page's
     // worth of waiting memory is reclaimed first: made clean it may hold the request
     // with its neighbours, or shorten what is mapped. Without this, a Llama-style
-    // decoder on an H200 (32 non-blocking streams, so up to 1/32 of the pool waits
-    // between barriers) missed with its logits' last blocks still waiting and moved
+    // decoder on an H200 (32 non-blocking streams: up to 1/16 of the pool, 1 GiB at
+    // most, waits between barriers) missed with its logits' last blocks waiting and moved
     // pages for 3.3 s a run in two runs of three, 0.85 s in the third; with it
     // 0.86-1.0 s in all three, and 42 MiB less at its peak.
     if ((page != 0 && waiting >= page) || worth_reclaiming(waiting, size, lists().pending_blocks())) {
