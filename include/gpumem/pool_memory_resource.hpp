@@ -59,7 +59,8 @@
 // device's non-blocking streams, down to 1/1056 and 1 MiB with none, where a
 // barrier is one driver call: stream_ordered_memory_resource::reclaim_threshold),
 // or at least the request in 4096 or more pending blocks (so small frees are reused
-// within a few thousand); else it grows
+// within a few thousand), or, with page release, a page's worth (what follows maps
+// pages, each dearer than a barrier); else it grows
 // by max(request, min_growth, min(1/64 of the pool, 32 MiB)) within maximum_size:
 // sized to the request, so the pool stays within a few percent of what is live.
 // Over an upstream that grows contiguously (vmm_memory_resource: each allocation
