@@ -324,7 +324,9 @@ struct pool_memory_resource::impl : detail::stream_ordered_memory_resource<detai
     // decoder on an H200 (32 non-blocking streams: up to 1/16 of the pool, 1 GiB at
     // most, waits between barriers) missed with its logits' last blocks waiting and moved
     // pages for 3.3 s a run in two runs of three, 0.85 s in the third; with it
-    // 0.86-1.0 s in all three, and 42 MiB less at its peak.
+    // 0.86-1.0 s in all three, and 42 MiB less at its peak. The price: a miss too big
+    // to map while the GPU is behind (below) now waits for the work queued before this
+    // barrier, not an older one. The GPU runs on meanwhile; the host loses its lead.
     if ((page != 0 && waiting >= page) || worth_reclaiming(waiting, size, lists().pending_blocks())) {
       if (char* p = reclaim_and_take(e, size)) return p;
     }
