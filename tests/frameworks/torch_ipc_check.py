@@ -1,15 +1,15 @@
 """torch.multiprocessing: a CUDA tensor sent to a spawned process (CUDA IPC).
 
-    python3 torch_ipc_check.py refused   # under gpumem's default pool
+    python3 torch_ipc_check.py refused   # under a pool over cudaMalloc slabs
     python3 torch_ipc_check.py shared    # without gpumem, or under GPUMEM_RESOURCE=cuda
 
 PyTorch shares the caching-allocator segment that holds the tensor (one cudaMalloc)
 and sends the tensor's offset in it; its cache must be on (with
 PYTORCH_NO_CUDA_MEMORY_CACHING=1 PyTorch cannot share CUDA tensors at all).
 
-`refused`: run under gpumem with a pool larger than the segment (gpumem-run
---pool-size 1GiB), so the segment is a block inside a pool slab whose IPC handle would
-open the whole slab; gpumem refuses the handle (its message names the fix), the send
+`refused`: run under gpumem's pool over cudaMalloc slabs, larger than the segment
+(gpumem-run --resource cuda-pool --pool-size 1GiB), so the segment is a block inside
+a slab whose IPC handle would open the whole slab; gpumem refuses the handle (its message names the fix), the send
 fails in the producer with "operation not supported", and the consumer receives
 nothing. `shared`: the consumer opens the handle, finds exactly the producer's values
 (a view at an offset inside a larger storage) and writes its answer into the same
