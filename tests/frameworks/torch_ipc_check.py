@@ -9,9 +9,9 @@ PYTORCH_NO_CUDA_MEMORY_CACHING=1 PyTorch cannot share CUDA tensors at all).
 
 `refused`: run under gpumem's pool over cudaMalloc slabs, larger than the segment
 (gpumem-run --resource cuda-pool --pool-size 1GiB), so the segment is a block inside
-a slab whose IPC handle would open the whole slab; gpumem refuses the handle (its message names the fix), the send
-fails in the producer with "operation not supported", and the consumer receives
-nothing. `shared`: the consumer opens the handle, finds exactly the producer's values
+a slab whose IPC handle would open the whole slab; gpumem refuses the handle (its
+message names the fix), the send fails in the producer with "operation not
+supported", and the consumer receives nothing. `shared`: the consumer opens the handle, finds exactly the producer's values
 (a view at an offset inside a larger storage) and writes its answer into the same
 memory, which the producer then reads.
 """
