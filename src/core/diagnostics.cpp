@@ -1,6 +1,6 @@
 #include <gpumem/diagnostics.hpp>
 
-#include <gpumem/detail/file_space.hpp>
+#include <gpumem/detail/quiet_io.hpp>
 
 #include <unistd.h>
 

@@ -5,6 +5,7 @@
 #include <gpumem/detail/file_space.hpp>
 #include <gpumem/detail/log_clock.hpp>
 #include <gpumem/detail/os_thread.hpp>
+#include <gpumem/detail/quiet_io.hpp>
 #include <gpumem/diagnostics.hpp>
 #include <gpumem/error.hpp>
 #include <gpumem/row_journal.hpp>

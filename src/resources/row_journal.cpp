@@ -1,6 +1,5 @@
 // row_journal: log rows as 64-byte records in a file-backed ring, formatted into
-// the CSV log by a helper thread (include/gpumem/row_journal.hpp says what it
-// guarantees).
+// the CSV log by a helper thread.
 //
 // Ring protocol. `head` counts records reserved, `tail` records formatted (or
 // given up on); both live in process memory. A writer takes index i = head++,
@@ -23,6 +22,7 @@
 #include <gpumem/detail/file_space.hpp>
 #include <gpumem/detail/log_clock.hpp>
 #include <gpumem/detail/os_thread.hpp>
+#include <gpumem/detail/quiet_io.hpp>
 #include <gpumem/error.hpp>
 #include <gpumem/row_journal.hpp>
 
@@ -41,6 +41,7 @@
 #include <cstring>
 #include <ctime>
 #include <new>
+#include <vector>
 
 #include <sched.h>
 
@@ -60,16 +61,12 @@ constexpr std::uint64_t wake_every = row_journal::ring_slots / 8;
 constexpr std::int64_t max_idle_ms = 64;           // the helper looks at least this often
 static_assert(max_idle_ms < 1000);                 // its futex wait takes the timeout in tv_nsec alone
 constexpr std::uint64_t max_thread = 0xffff'ffff;  // a stamp holds 32 bits of the thread id
-// record::action's top bit: time_ns and duration_ns hold log_ticks() values
-// (the start, and the ticks elapsed), converted when the record is formatted.
+// record::action's top bit: time_ns and duration_ns hold log_ticks() values.
 constexpr std::uint8_t action_in_ticks = 0x80;
-// record::duration_ns of a row whose duration was not measured (log_row::unmeasured).
-constexpr std::uint32_t unmeasured_duration = 0xffff'ffff;
+constexpr std::uint32_t unmeasured_duration = 0xffff'ffff;  // record::duration_ns of log_row::unmeasured
+constexpr std::uint64_t prefetch_distance = 8;              // records ahead of the one stored
 
-constexpr std::uint64_t prefetch_distance = 8;  // records ahead of the one stored
-
-// Brings the cache line at `p` in for writing (PREFETCHW; a no-op on x86-64 CPUs
-// without it, whose decoders treat its opcode as a NOP).
+// PREFETCHW (a NOP on x86-64 CPUs without it).
 inline void prefetch_for_write(void const* p) noexcept {
 #if defined(__x86_64__)
   asm volatile("prefetchw %0" : : "m"(*static_cast<char const*>(p)));
@@ -94,9 +91,8 @@ struct row_journal::file_header {
   std::uint32_t record_size;
   std::uint64_t slots;
   std::int32_t owner_pid;
-  /// Records formatted or given up: the ring's tail, copied here by the drainer
-  /// for recovery (the ring's head is not kept: recovery finds the records by
-  /// their stamps).
+  /// The ring's tail, copied here by the drainer (recovery finds the head by the
+  /// records' stamps).
   alignas(64) std::atomic<std::uint64_t> tail;
   /// The batch being copied into the log (drainer only): records
   /// [batch_first, batch_first + batch_count), batch_bytes of text at batch_offset.
@@ -106,9 +102,9 @@ struct row_journal::file_header {
   std::atomic<std::uint64_t> batch_offset;
   std::atomic<std::uint64_t> batch_count;
   std::atomic<std::uint32_t> names;  ///< entries of name_text in use
-  /// The tick conversion of the rows formatted last (and, after a crash, of the
-  /// rows left): anchors[anchor_current & 1]. The formatter writes the other
-  /// slot, then moves anchor_current, so a crash leaves a whole one.
+  /// The conversion of the rows formatted last (and, after a crash, of those
+  /// left): anchors[anchor_current & 1]; the other slot is written, then
+  /// anchor_current moves, so a crash leaves a whole one.
   struct anchor_slot {
     std::atomic<std::uint64_t> ticks;
     std::atomic<std::int64_t> real_ns;
@@ -525,25 +521,15 @@ journal_recovery recover_journal(std::string const& log_path) noexcept {
       return out;
     }
     auto const want = header_bytes + row_journal::ring_slots * sizeof(row_journal::record);
-    if (static_cast<std::uint64_t>(js.st_size) > want) {
-      out.error = "'" + jpath + "' is not a journal of this gpumem version (" + std::to_string(js.st_size) + " bytes)";
-      return out;
-    }
-    // Read, not mapped: a cut meanwhile shortens the read instead of raising
-    // SIGBUS. Zeros past what was read (no record there is stored).
-    void* p = ::mmap(nullptr, want, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) {
-      out.error = "cannot read '" + jpath + "': " + error_text(errno);
-      return out;
-    }
-    struct unmap {
-      void* p;
-      std::size_t n;
-      ~unmap() { ::munmap(p, n); }
-    } const unmap_guard{p, want};
+    // Read, not mapped: a cut meanwhile shortens the read instead of raising SIGBUS.
+    struct alignas(64) line {
+      char bytes[64];
+    };
+    std::vector<line> buffer(want / sizeof(line));
+    char* const p = buffer.front().bytes;
     std::uint64_t have = 0;  // bytes of the journal read
     while (have < want) {
-      ssize_t const n = ::pread(jfd.get(), static_cast<char*>(p) + have, want - have, static_cast<off_t>(have));
+      ssize_t const n = ::pread(jfd.get(), p + have, want - have, static_cast<off_t>(have));
       if (n < 0 && errno == EINTR) continue;
       if (n < 0) {
         out.error = "cannot read '" + jpath + "': " + error_text(errno);
@@ -552,36 +538,33 @@ journal_recovery recover_journal(std::string const& log_path) noexcept {
       if (n == 0) break;
       have += static_cast<std::uint64_t>(n);
     }
-    auto const* h = static_cast<row_journal::file_header const*>(p);
-    // What is there looks like a journal's start (all of it, for a cut one:
-    // another program truncated it, ": > log.journal" or copytruncate).
-    bool const header_ok = std::memcmp(h->magic, journal_magic, std::min<std::uint64_t>(have, sizeof journal_magic)) ==
-                               0 &&
-                           (have < offsetof(row_journal::file_header, owner_pid) ||
-                            (h->header_size == header_bytes && h->record_size == sizeof(row_journal::record) &&
-                             h->slots == row_journal::ring_slots));
-    out.truncated = have < want;
-    if (!header_ok || (!out.truncated && have < header_bytes)) {
+    auto const* h = reinterpret_cast<row_journal::file_header const*>(p);
+    bool const ours = have >= sizeof journal_magic && std::memcmp(h->magic, journal_magic, sizeof journal_magic) == 0 &&
+                      static_cast<std::uint64_t>(js.st_size) <= want;
+    if (!ours || (have == want && (h->header_size != header_bytes || h->record_size != sizeof(row_journal::record) ||
+                                   h->slots != row_journal::ring_slots))) {
       out.error = "'" + jpath + "' is not a journal of this gpumem version";
       return out;
     }
-    bool const header_whole = have >= header_bytes;  // else: no record can be read
-    auto const* ring = reinterpret_cast<row_journal::record const*>(static_cast<char const*>(p) + header_bytes);
+    if (have != want) {
+      out.error = "'" + jpath + "' was cut short by another program (" + std::to_string(have) + " of " +
+                  std::to_string(want) + " bytes): the rows queued in it are lost";
+      return out;
+    }
+    auto const* ring = reinterpret_cast<row_journal::record const*>(p + header_bytes);
     std::uint32_t const name_count = std::min<std::uint32_t>(h->names.load(), max_names);
     auto const names = [&](std::uint8_t k) noexcept -> const char* {
       if (k == 0 || k > name_count) return nullptr;  // a name never stored: the action's / CUDA_SUCCESS
       return h->name_text[k - 1];
     };
-    std::uint64_t tail = header_whole ? h->tail.load() : 0;
-    // Record i as stored: whole in what was read, with its lap's stamp.
-    auto const stored = [&](std::uint64_t i) {
-      auto const slot = i & (row_journal::ring_slots - 1);
-      return header_whole && header_bytes + (slot + 1) * sizeof(row_journal::record) <= have &&
-             ring[slot].stamp.load() >> 32U == lap_of(i);
+    std::uint64_t tail = h->tail.load();
+    auto const stored = [&](std::uint64_t i) {  // with its lap's stamp
+      return ring[i & (row_journal::ring_slots - 1)].stamp.load() >> 32U == lap_of(i);
     };
-    // The records left: up to the last stored one (the ring's head is not kept).
+    // The records left: up to the last stored one (a record reserved but never
+    // stored counts as lost only if a later one was stored).
     std::uint64_t head = tail;
-    for (std::uint64_t i = tail; header_whole && i < tail + row_journal::ring_slots; ++i) {
+    for (std::uint64_t i = tail; i < tail + row_journal::ring_slots; ++i) {
       if (stored(i)) head = i + 1;
     }
     auto end = static_cast<std::uint64_t>(ls.st_size);
@@ -601,7 +584,7 @@ journal_recovery recover_journal(std::string const& log_path) noexcept {
       return true;
     };
     // A batch the formatter was copying when the process died: into its place.
-    if (std::uint64_t const n = header_whole ? h->batch_count.load() : 0; n != 0 && h->batch_first.load() == tail) {
+    if (std::uint64_t const n = h->batch_count.load(); n != 0 && h->batch_first.load() == tail) {
       bool whole = true;
       for (std::uint64_t i = tail; i < tail + n; ++i) whole &= format(i);
       auto const offset = h->batch_offset.load();
@@ -621,9 +604,6 @@ journal_recovery recover_journal(std::string const& log_path) noexcept {
         end = std::max(end, offset + text.size());
         out.rows += n;
         tail += n;
-      } else if (!whole && out.truncated) {
-        out.lost += n;  // cut off in part: its copy may be in the log in part too
-        tail += n;
       }  // else formatted again below, after the log's end
       text.clear();
     }
@@ -632,13 +612,10 @@ journal_recovery recover_journal(std::string const& log_path) noexcept {
       if (::pread(lfd.get(), &last, 1, static_cast<off_t>(end - 1)) == 1 && last != '\n') text.push_back('\n');
     }
     for (std::uint64_t i = tail; i < head; ++i) ++(format(i) ? out.rows : out.lost);
-    if (out.lost != 0 || out.truncated) {
-      // A cut journal: rows past the cut are gone uncounted (the reason says so).
+    if (out.lost != 0) {
       char marker[max_marker_bytes];
       text.append(marker, format_incomplete_marker(marker, sizeof marker, out.lost,
-                                                   out.truncated ? "its journal was truncated by another program: "
-                                                                   "rows queued in it are lost"
-                                                                 : "the process died while storing these rows"));
+                                                   "the process died while storing these rows"));
     }
     if (!detail::pwrite_all(lfd.get(), text.data(), text.size(), end) ||
         ::ftruncate(lfd.get(), static_cast<off_t>(end + text.size())) != 0) {

@@ -11,7 +11,7 @@
 #include "shim_state.hpp"
 
 #include <gpumem/config.hpp>
-#include <gpumem/detail/file_space.hpp>
+#include <gpumem/detail/quiet_io.hpp>
 #include <gpumem/statistics_resource_adaptor.hpp>
 #include <gpumem/stream_tracker.hpp>
 

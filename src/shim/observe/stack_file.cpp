@@ -2,7 +2,7 @@
 
 #include "shim_state.hpp"
 
-#include <gpumem/detail/file_space.hpp>
+#include <gpumem/detail/quiet_io.hpp>
 
 #include <fcntl.h>
 #include <unistd.h>

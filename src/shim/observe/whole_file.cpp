@@ -1,6 +1,6 @@
 #include "observe/whole_file.hpp"
 
-#include <gpumem/detail/file_space.hpp>
+#include <gpumem/detail/quiet_io.hpp>
 
 #include <fcntl.h>
 #include <unistd.h>

@@ -134,11 +134,6 @@ void log_reader::complete_from_journal() {
     warn(0, "a process is still writing this log; its last rows are queued in " + path_ + ".journal and are not read");
   } else if (!r.error.empty()) {
     warn(0, "rows queued by the process that wrote it could not be added: " + r.error);
-  } else if (r.truncated) {
-    // The log's last line counts what could be, and names the truncation.
-    warn(0, fmt::format("added {} rows that the process writing it had queued in {}.journal when it died; another "
-                        "program had truncated that journal, so rows queued past the cut are lost",
-                        r.rows, path_));
   } else if (r.rows == 0 && r.lost == 0) {
     warn(0, "the process writing it died without exiting; every row it had queued was in the log already");
   } else {
