@@ -1,29 +1,18 @@
 #pragma once
 // The allocation log's schema: the one row type, action enum and column list that
-// the writer, its journal, the shim and the post-mortem tools all use.
-//
-// Format (RMM's columns first, in RMM's formats, then gpumem's):
+// the writer, its journal, the shim and the post-mortem tools all use. RMM's
+// columns first, in RMM's formats (its replay tool reads the file), then gpumem's:
 //   Thread,Time,Action,Pointer,Size,Stream,Device,Entry,TimeNs,DurationNs,Result,Reserved,Stack
 //   140245,14:02:07.123456,allocate,0x7f3a40000000,1048576,0x1,0,cudaMalloc,1763733727123456789,412,CUDA_SUCCESS,2097152,9c1e07a2f3b4d5e6
-// Thread: OS thread id. Time: local HH:MM:SS.ffffff. Action: allocate |
-// allocate failure | free. Pointer: %p style, "(nil)" for null (for the shim's
-// cuMemCreate / cuMemRelease rows: the allocation handle). Size: requested
-// bytes. Stream: "0" for null, else 0x-hex. Device: ordinal, -1 unknown. Entry:
-// the intercepted entry point, or allocate/free for library calls. TimeNs:
-// CLOCK_REALTIME ns (absolute: comparable across processes and ranks).
-// DurationNs: time the call took; empty when it was not measured (the shim
-// measures a call only if it reached the driver or took gpumem's slow path:
-// detail/slow_work.hpp). Result: CUDA_SUCCESS or the error name. Reserved: bytes
-// the writer's resource chain held from the device after the event; empty when
-// unknown. Stack: the id (hex, no 0x) of the calling stack in the stack table
-// written beside the log ("<log>.stacks"); empty when none was recorded.
-//
-// Metadata lines start with '#'; readers skip them as data. A log that lost rows
-// carries the incompleteness marker (the last one counts):
+// Time is local; TimeNs CLOCK_REALTIME (comparable across processes). Pointer
+// "(nil)" for null (a cuMemCreate row: the handle); Stream "0" for null. Entry: the
+// intercepted entry point, or allocate/free for library calls. DurationNs empty
+// when not measured (a call served from the free lists: detail/slow_work.hpp).
+// Reserved: bytes the chain held from the device after the event. Stack: an id in
+// "<log>.stacks". Empty Reserved or Stack: unknown, none. Lines starting with '#'
+// are metadata, such as the marker of a log that lost rows (the last one counts):
 //   #gpumem incomplete,dropped_rows=<N>,reason=<text>
-// RMM's own logs have the first six columns only; readers find columns by name.
-//
-// Thread safety: plain values and pure functions.
+// Readers find columns by name: RMM's own logs have the first six only.
 
 #include <array>
 #include <cstddef>
@@ -66,30 +55,26 @@ enum class log_column : std::uint8_t {
   duration_ns,
   result,
   reserved,
-  stack,
+  stack
 };
 inline constexpr std::size_t csv_log_columns = 13;
 [[nodiscard]] constexpr std::size_t column_index(log_column c) noexcept { return static_cast<std::size_t>(c); }
 inline constexpr std::array<std::string_view, csv_log_columns> log_column_names{
     "Thread", "Time",   "Action",     "Pointer", "Size",     "Stream", "Device",
     "Entry",  "TimeNs", "DurationNs", "Result",  "Reserved", "Stack"};
-/// The header line's characters: log_column_names joined by commas, then '\n'.
-inline constexpr auto csv_log_header_chars = [] {
-  constexpr std::size_t bytes = [] {
-    std::size_t n = 0;
-    for (auto const name : log_column_names) n += name.size() + 1;
-    return n;
-  }();
-  std::array<char, bytes> line{};
+/// The header line: log_column_names joined by commas, then '\n'.
+inline constexpr std::string_view csv_log_header =
+    "Thread,Time,Action,Pointer,Size,Stream,Device,Entry,TimeNs,DurationNs,Result,Reserved,Stack\n";
+static_assert([] {
   std::size_t at = 0;
-  for (auto const name : log_column_names) {
-    for (char const c : name) line[at++] = c;
-    line[at++] = ',';
+  for (std::size_t i = 0; i < csv_log_columns; ++i) {
+    auto const name = log_column_names[i];
+    if (csv_log_header.substr(at, name.size()) != name) return false;
+    at += name.size();
+    if (at >= csv_log_header.size() || csv_log_header[at++] != (i + 1 < csv_log_columns ? ',' : '\n')) return false;
   }
-  line[bytes - 1] = '\n';
-  return line;
-}();
-inline constexpr std::string_view csv_log_header{csv_log_header_chars.data(), csv_log_header_chars.size()};
+  return at == csv_log_header.size();
+}());
 
 /// Start of the incompleteness marker line.
 inline constexpr std::string_view csv_log_incomplete_prefix = "#gpumem incomplete,";

@@ -1,33 +1,15 @@
 #pragma once
-// log_clock: the timestamps of allocation-log rows, at a few ns per read.
+// log_clock: the timestamps of allocation-log rows, at a few ns per read. Two
+// CLOCK_REALTIME reads a row cost 50-60 ns more on the development VM; instead a
+// row takes cycle-counter reads (x86-64's TSC where it is invariant and the
+// kernel's clocksource; arm64's CNTVCT; else CLOCK_MONOTONIC ns) converted here:
+// ticks to ns by a rate calibrated against CLOCK_MONOTONIC (over ~100 us at first
+// use, then again each time the span has doubled: about 1 ppm after a second),
+// and to the wall clock by a per-thread anchor (ticks, CLOCK_REALTIME) re-read
+// once a millisecond, so TimeNs follows NTP within a millisecond.
 //
-// A row needs its start on the wall clock (TimeNs, comparable across processes)
-// and its duration. Two CLOCK_REALTIME reads per row cost 50-60 ns; instead the
-// row takes two reads of a cycle counter (x86-64 TSC, or the arm64 generic
-// timer's CNTVCT) and converts them here:
-//
-//   ticks  -> ns     by a rate calibrated against CLOCK_MONOTONIC: first over
-//                    ~100 us when the clock is first used, then refined each
-//                    time the baseline has doubled (the error shrinks with it:
-//                    about 1 ppm after a second)
-//   ticks  -> wall   by a per-thread anchor (ticks, CLOCK_REALTIME) re-read once
-//                    a millisecond has passed on the thread, so TimeNs follows
-//                    NTP slewing and clock steps within a millisecond
-//
-// So a thread logging many rows pays one counter read per row plus, once per
-// millisecond, one CLOCK_REALTIME read. The counter is used only where it is a
-// wall-clock-grade source: on x86-64 an invariant TSC (CPUID) that the kernel
-// itself uses as its clocksource; on arm64 always. Elsewhere ticks are
-// CLOCK_MONOTONIC nanoseconds (same conversions, rate exactly 1; no saving).
-//
-// Accuracy: durations within the rate's error (below 0.1% from the start,
-// ppm later); TimeNs within the rate error times 1 ms of CLOCK_REALTIME. A row
-// whose thread re-anchored between its start and end may show TimeNs a few
-// hundred ns off the rows around it; rows in the file stay in log order.
-//
-// Thread safety: everything here is thread-safe and lock-free after the first
-// call (which calibrates, once per process, under std::call_once). Fork-safe:
-// the counter and the calibration are the same in a child.
+// Thread safety: thread-safe and lock-free after the first call, which
+// calibrates once per process. Fork-safe.
 
 #include <atomic>
 #include <cstdint>
@@ -41,11 +23,8 @@ namespace gpumem::detail {
 
 enum class tick_source : int { unknown = 0, cycle_counter = 1, monotonic = 2 };
 
-/// Which source log_ticks() reads; set once by the first call.
-extern std::atomic<int> g_tick_source;
-
-/// Picks the source (first call), then reads it.
-[[nodiscard]] std::uint64_t log_ticks_first() noexcept;
+extern std::atomic<int> g_tick_source;                   ///< set once, by the first call
+[[nodiscard]] std::uint64_t log_ticks_first() noexcept;  ///< picks the source, then reads it
 
 /// The cycle counter (x86-64 TSC, arm64 CNTVCT); 0 elsewhere.
 [[nodiscard]] inline std::uint64_t read_cycle_counter() noexcept {
@@ -73,28 +52,24 @@ extern std::atomic<int> g_tick_source;
   return log_ticks_first();
 }
 
-/// When an event that started at `start_ticks` and ended at `end_ticks`
-/// (log_ticks(), read just now) happened: its start on CLOCK_REALTIME and its
-/// duration.
+/// An event's start on CLOCK_REALTIME and its duration, from its log_ticks()
+/// (the end read just now).
 struct row_time {
   std::int64_t start_ns{};      ///< CLOCK_REALTIME, ns since the epoch
   std::uint64_t duration_ns{};  ///< 0 if the counter went backwards
 };
 [[nodiscard]] row_time log_row_time(std::uint64_t start_ticks, std::uint64_t end_ticks) noexcept;
 
-/// The conversion of ticks to the wall clock that log_row_time() uses on the
-/// calling thread now: `real_ns` (CLOCK_REALTIME) at `ticks`, `mult` ns per
-/// tick in 32.32 fixed point. For ticks converted later or elsewhere (a helper
-/// thread formatting queued rows, another process recovering them). mult == 0:
-/// none.
+/// The calling thread's conversion now, for ticks converted later or elsewhere
+/// (the journal's helper, recovery): `real_ns` (CLOCK_REALTIME) at `ticks`,
+/// `mult` ns per tick in 32.32 fixed point (0: none).
 struct tick_anchor {
   std::uint64_t ticks{};
   std::int64_t real_ns{};
   std::uint64_t mult{};
 };
 [[nodiscard]] tick_anchor log_tick_anchor() noexcept;
-/// An event's time by `anchor`: it started at `start_ticks` and lasted
-/// `elapsed_ticks` (negative: the counter went backwards; duration 0).
+/// An event's time by `anchor` (elapsed_ticks negative: duration 0).
 [[nodiscard]] row_time to_row_time(tick_anchor const& anchor, std::uint64_t start_ticks,
                                    std::int64_t elapsed_ticks) noexcept;
 
