@@ -8,6 +8,7 @@ import itertools
 import json
 import statistics
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -65,14 +66,18 @@ class StepTimer:
 
     def __init__(self, steps: int) -> None:
         self.events = [torch.cuda.Event(enable_timing=True) for _ in range(steps + 1)]
+        self.window = [0.0, 0.0]  # time.time() at the first mark and after the last step
 
     def mark(self, step: int) -> None:
+        if step == 0:
+            self.window[0] = time.time()
         self.events[step].record()
 
     def finish(self) -> list[float]:
         """Ends the last step, waits for the device, returns each step's milliseconds."""
         self.events[-1].record()
         torch.cuda.synchronize()
+        self.window[1] = time.time()
         return [a.elapsed_time(b) for a, b in itertools.pairwise(self.events)]
 
 

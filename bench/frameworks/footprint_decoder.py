@@ -107,6 +107,7 @@ def main() -> None:
             watch.sample()
 
     emit("decoder", step_ms, a.warmup, final_loss, watch,
+         train_window=timer.window,
          generate_s=sum(generate_s.values()),
          generate_s_by_prompt=generate_s,
          generated_tokens=generated,

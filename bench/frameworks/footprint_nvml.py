@@ -2,7 +2,8 @@
 it: NVML through ctypes (libnvidia-ml.so.1, so no pynvml is needed), or nvidia-smi
 where NVML cannot be loaded. Standard library only.
 
-Used by footprint_run.py (samples every 20 ms for a workload's whole lifetime) and
+Used by footprint_run.py (samples every 20 ms for a workload's whole lifetime, with
+how busy the GPU was: the share of time a kernel ran, as nvidia-smi's GPU-Util) and
 footprint_giveback.py (single readings). Not a program of its own.
 """
 import ctypes
@@ -12,6 +13,12 @@ import threading
 import time
 
 MIB = 2**20
+
+
+class _Utilization(ctypes.Structure):
+    # nvmlUtilization_t: percent of the last sample period (1/6 s to 1 s, by product) in
+    # which a kernel ran, and in which device memory was read or written.
+    _fields_ = [("gpu", ctypes.c_uint), ("memory", ctypes.c_uint)]
 
 
 class _Memory(ctypes.Structure):
@@ -61,6 +68,15 @@ class Reader:
         done = subprocess.run(_smi_query(self.index, "memory.used"), capture_output=True, text=True, check=True)
         return float(done.stdout.split()[0])
 
+    def busy(self) -> int | None:
+        """Percent of NVML's last sample period in which a kernel ran (None without NVML)."""
+        if self._lib is None:
+            return None
+        util = _Utilization()
+        if self._lib.nvmlDeviceGetUtilizationRates(self._handle, ctypes.byref(util)) != 0:
+            return None
+        return util.gpu
+
     def idle(self, samples: int = 5, interval_s: float = 0.05) -> float:
         """The median of a few readings: one reading may catch another process's blip."""
         values = []
@@ -73,13 +89,15 @@ class Reader:
 class Sampler:
     """Reads used memory every `period_s` on a background thread while in a `with`
     block; afterwards `peak` is the largest reading (MiB) and `count` their number.
-    With NVML the thread polls; without, one `nvidia-smi -lms` process streams readings."""
+    With NVML the thread polls, and also keeps (time.time(), percent busy) in `busy`;
+    without, one `nvidia-smi -lms` process streams memory readings."""
 
     def __init__(self, reader: Reader, period_s: float = 0.02) -> None:
         self.reader = reader
         self.period_s = period_s
         self.peak = float("-inf")
         self.count = 0
+        self.busy: list[tuple[float, int]] = []
         self._stop = threading.Event()
         self._smi = None
         self._thread = None
@@ -91,6 +109,8 @@ class Sampler:
     def _poll(self) -> None:
         while True:
             self._note(self.reader.read())
+            if (pct := self.reader.busy()) is not None:
+                self.busy.append((time.time(), pct))
             if self._stop.wait(self.period_s):
                 return
 

@@ -15,7 +15,8 @@ on a background thread for the process's lifetime; the footprint is the peak min
 that idle reading, so it includes the CUDA context, the kernels' modules and whatever
 the allocator holds but does not use. Beside it: the workload's JSON line (ms/step,
 PyTorch's peaks), wall time, exit code, and under gpumem the peaks of its exit report
-(peak live and reserved bytes, as the report prints them: two decimals of their unit).
+(peak live and reserved bytes, as the report prints them: two decimals of their unit),
+and how busy the GPU was while the training steps ran (NVML's GPU-Util, median).
 
 --limit-factor F then runs each workload once more under gpumem with --limit set to F
 times the largest peak live bytes gpumem reported for it: does it still complete, and
@@ -211,18 +212,31 @@ class Runner:
             "result": last_json_line(stdout.read_text()),
             "gpumem_report": parse_report(report.read_text()) if report.exists() else None,
         }
+        record["busy_pct"] = training_busy(sampler.busy, record["result"])
         if rc != 0:
             record["stderr_tail"] = stderr.read_text(errors="replace").splitlines()[-TAIL_LINES:]
         self.append(record)
         ms = (record["result"] or {}).get("ms_per_step_median")
         print(f"[{kind} {round_no}] {workload}/{config.name}: exit {rc}{' (timed out)' if timed_out else ''}, "
               f"{wall:.1f} s, peak-idle {record['peak_minus_idle_mib']:.0f} MiB"
-              + (f", {ms:.2f} ms/step" if ms is not None else ""), flush=True)
+              + (f", {ms:.2f} ms/step" if ms is not None else "")
+              + (f", GPU busy {record['busy_pct']:.0f}%" if record["busy_pct"] is not None else ""), flush=True)
         return record
 
     def append(self, record: dict) -> None:
         with open(self.results, "a") as f:
             f.write(json.dumps(record) + "\n")
+
+
+def training_busy(busy: list[tuple[float, int]], result: dict | None) -> float | None:
+    """The median of NVML's GPU-busy readings taken while the training steps ran (the
+    workload's train_window), None without NVML or a window: near 100 the steps were
+    GPU-bound, lower the GPU waited for the host."""
+    window = (result or {}).get("train_window")
+    if not window or not busy:
+        return None
+    inside = [pct for t, pct in busy if window[0] <= t <= window[1]]
+    return statistics.median(inside) if inside else None
 
 
 def completed(r: dict) -> bool:
@@ -257,10 +271,13 @@ def summarize(records: list[dict]) -> str:
     lines += [f"{n_rounds} rounds, interleaved. Cells: median over the rounds that completed (min–max). "
               "Peak − idle: the GPU's peak used memory during the run minus its reading just before "
               "(context and modules included). torch max reserved/allocated: PyTorch's own peaks, shown "
-              "with its caching allocator on only. gpumem peak live/reserved: its exit report.", "",
-              "| workload | config | completed | peak − idle MiB | vs caching | ms/step | torch max reserved MiB "
-              "| torch max allocated MiB | gpumem peak live MiB | gpumem peak reserved MiB | generate s | wall s |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "with its caching allocator on only. gpumem peak live/reserved: its exit report. GPU busy: "
+              "NVML's share of time a kernel ran, median of the readings during the training steps "
+              "(near 100: GPU-bound).", "",
+              "| workload | config | completed | peak − idle MiB | vs caching | ms/step | GPU busy % "
+              "| torch max reserved MiB | torch max allocated MiB | gpumem peak live MiB "
+              "| gpumem peak reserved MiB | generate s | wall s |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     groups = {}
     for r in rounds:
         groups.setdefault((r["workload"], r["config"]), []).append(r)
@@ -274,6 +291,7 @@ def summarize(records: list[dict]) -> str:
         cells = [
             workload, config, f"{len(ok)}/{len(runs)}", spread(peak), ratio,
             spread([r["result"]["ms_per_step_median"] for r in ok], 2),
+            spread([r["busy_pct"] for r in ok if r.get("busy_pct") is not None]),
             spread([r["result"]["torch_max_reserved"] / MIB for r in ok]) if caching_on else "–",
             spread([r["result"]["torch_max_allocated"] / MIB for r in ok]) if caching_on else "–",
             spread([x["peak_live_bytes"] / MIB for x in reports]),

@@ -74,7 +74,7 @@ def main() -> None:
         opt.step()
     step_ms = timer.finish()
     watch.sample()
-    emit("transformer", step_ms, a.warmup, float(loss.item()), watch)
+    emit("transformer", step_ms, a.warmup, float(loss.item()), watch, train_window=timer.window)
 
 
 if __name__ == "__main__":
