@@ -4,15 +4,22 @@
 // columns first, in RMM's formats (its replay tool reads the file), then gpumem's:
 //   Thread,Time,Action,Pointer,Size,Stream,Device,Entry,TimeNs,DurationNs,Result,Reserved,Stack
 //   140245,14:02:07.123456,allocate,0x7f3a40000000,1048576,0x1,0,cudaMalloc,1763733727123456789,412,CUDA_SUCCESS,2097152,9c1e07a2f3b4d5e6
-// Time is local; TimeNs CLOCK_REALTIME (comparable across processes). Pointer
-// "(nil)" for null (a cuMemCreate row: the handle); Stream "0" for null. Entry: the
-// intercepted entry point, or allocate/free for library calls. DurationNs empty
-// when not measured (a call served from the free lists: detail/slow_work.hpp).
-// Reserved: bytes the chain held from the device after the event. Stack: an id in
-// "<log>.stacks". Empty Reserved or Stack: unknown, none. Lines starting with '#'
-// are metadata, such as the marker of a log that lost rows (the last one counts):
+//   Thread      OS thread id             Time      local HH:MM:SS.ffffff
+//   Action      allocate | allocate failure | free
+//   Pointer     %p style, "(nil)" for null (a cuMemCreate row: the handle)
+//   Size        bytes requested          Stream    "0" for null, else 0x-hex
+//   Device      ordinal, -1 unknown      Entry     entry point, or allocate/free
+//   TimeNs      CLOCK_REALTIME ns (comparable across processes and ranks)
+//   DurationNs  empty when not measured (a call served from the free lists)
+//   Result      CUDA_SUCCESS or the error's name
+//   Reserved    bytes the chain held from the device after the event; empty: unknown
+//   Stack       id (hex, no 0x) of the calling stack in "<log>.stacks"; empty: none
+// Lines starting with '#' are metadata, such as the marker of a log that lost rows
+// (the last one counts):
 //   #gpumem incomplete,dropped_rows=<N>,reason=<text>
 // Readers find columns by name: RMM's own logs have the first six only.
+//
+// Thread safety: plain values and pure functions.
 
 #include <array>
 #include <cstddef>
@@ -55,7 +62,7 @@ enum class log_column : std::uint8_t {
   duration_ns,
   result,
   reserved,
-  stack
+  stack,
 };
 inline constexpr std::size_t csv_log_columns = 13;
 [[nodiscard]] constexpr std::size_t column_index(log_column c) noexcept { return static_cast<std::size_t>(c); }

@@ -3,7 +3,8 @@
 // "<log>.journal", so that a row is in the page cache, and outlives the process
 // (SIGKILL included), when the call that logged it returns. A helper thread
 // ("gpumem-logfmt") formats the records, in the order they were reserved, into
-// the CSV; recover_journal() appends what a dead process left. The ring is
+// the CSV; recover_journal() appends what a process that died (or ended with
+// _exit, skipping the exit hook) left. The ring is
 // allocated and made writable up front: the calling thread makes no system call
 // and takes no page fault (docs/design/log.md has the design and its costs).
 //
@@ -12,7 +13,7 @@
 // counted in the log's marker. push() answers false, and the caller writes the
 // row directly (it may then reach the log ahead of rows queued before it), in a
 // forked child, after stop_queuing(), and for a row that does not fit a record:
-// a duration of 2^32 ns (or ticks) or more, a thread id of 2^32 - 1 or more, a
+// a duration of 2^32 - 1 ns (or ticks) or more, a thread id of 2^32 - 1 or more, a
 // device past 127, a 256th distinct name or one of 64 characters or more.
 //
 // Another program truncating the journal makes its pages vanish under the
