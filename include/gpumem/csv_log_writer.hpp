@@ -51,7 +51,7 @@ class csv_log_writer {
   /// Logs a row from `start_ticks` to `end_ticks` (detail::log_ticks(); 0: not
   /// measured); row.time_ns, duration_ns and utc_offset_s are not read.
   void write(log_row const& row, std::uint64_t start_ticks, std::uint64_t end_ticks) noexcept;
-  /// The journal (null when there is none), for tests.
+  /// The journal (null when there is none), for tests and benchmarks.
   [[nodiscard]] row_journal* journal() const noexcept { return journal_.get(); }
 
   /// Formats every queued row into the file now.

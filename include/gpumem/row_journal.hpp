@@ -4,9 +4,9 @@
 // (SIGKILL included), when the call that logged it returns. A helper thread
 // ("gpumem-logfmt") formats the records, in the order they were reserved, into
 // the CSV; recover_journal() appends what a process that died (or ended with
-// _exit, skipping the exit hook) left. The ring is
-// allocated and made writable up front: the calling thread makes no system call
-// and takes no page fault (docs/design/log.md has the design and its costs).
+// _exit, skipping the exit hook) left. The ring is allocated and made writable up
+// front: the calling thread makes no system call and takes no page fault
+// (docs/design/log.md has the design and its costs).
 //
 // A full ring: the calling thread formats the oldest records itself. A record
 // reserved but not stored for 1 s (its thread stopped in between) is given up and
